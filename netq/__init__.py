@@ -1,0 +1,104 @@
+"""netq: put()/get() queues between one server and many clients.
+
+    import netq as nq
+
+    with nq.new(purpose=nq.Purpose.SERVER) as queue:        # server
+        message = queue.get()                                 # -> Message(peer, data)
+        queue.put("Hello, Client!", message.peer)
+
+    with nq.new(purpose=nq.Purpose.CLIENT) as queue:        # client
+        queue.put("Hello, Server!").result()                  # resolves on delivery
+        message = queue.get()
+
+Transports: ``Protocol.TCP`` (TLS with ``SecurityOptions``), ``Protocol.UNIX``; more are
+registered in :mod:`netq.transports`. Errors: :mod:`netq.exceptions`.
+"""
+
+from __future__ import annotations
+
+from . import stream, transports
+from .communicator import Communicator, Message
+from .exceptions import (
+    AuthenticationError,
+    ConnectionLost,
+    DeserializationError,
+    Empty,
+    Full,
+    LocalProtocolError,
+    MessageTooLarge,
+    NetqError,
+    ProtocolError,
+    RemoteProtocolError,
+    ResourceClosed,
+    UnknownPeer,
+    UnsupportedProtocol,
+)
+from .futures import DeliveryFuture
+from .options import (
+    CommunicatorOptions,
+    ConnectionOptions,
+    GiB,
+    KiB,
+    MiB,
+    NetworkLocation,
+    Protocol,
+    Purpose,
+    SecurityOptions,
+    SerializationOptions,
+)
+from .statistics import CommunicatorStatistics, PeerStatistics
+from .stream import BytesSerializer, PickleSerializer, Stream
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "new",
+    "Protocol",
+    "Purpose",
+    "CommunicatorOptions",
+    "NetworkLocation",
+    "ConnectionOptions",
+    "SerializationOptions",
+    "SecurityOptions",
+    "Communicator",
+    "Message",
+    "DeliveryFuture",
+    "CommunicatorStatistics",
+    "PeerStatistics",
+    "Stream",
+    "PickleSerializer",
+    "BytesSerializer",
+    "NetqError",
+    "ResourceClosed",
+    "ConnectionLost",
+    "Empty",
+    "Full",
+    "UnknownPeer",
+    "MessageTooLarge",
+    "DeserializationError",
+    "UnsupportedProtocol",
+    "AuthenticationError",
+    "ProtocolError",
+    "LocalProtocolError",
+    "RemoteProtocolError",
+    "KiB",
+    "MiB",
+    "GiB",
+    "stream",
+    "transports",
+]
+
+
+def new(protocol: Protocol | str = Protocol.TCP, purpose: Purpose | str = Purpose.CLIENT,
+        options: CommunicatorOptions | None = None) -> Communicator:
+    """Create a communicator. Never blocks on the network.
+
+    A server binds at once (so a taken port raises ``OSError`` here); a client connects, and
+    reconnects, on its I/O thread. Each call without ``options`` gets a fresh random id.
+    """
+    protocol = Protocol(protocol)
+    purpose = Purpose(purpose)
+    if options is None:
+        options = CommunicatorOptions()
+    transport_class = transports.lookup(protocol.value)
+    return Communicator(protocol, purpose, options, transport_class)

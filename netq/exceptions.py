@@ -1,0 +1,125 @@
+"""Every error netq raises, in one place.
+
+The tree, read as "who is to blame"::
+
+    NetqError
+    ├── ResourceClosed              a peer or the communicator is gone; ``.peer`` says which
+    │   │                           (``None``: this communicator itself)
+    │   └── ConnectionLost          ... without a goodbye: killed, cut off, session expired
+    ├── Empty  (+ queue.Empty)      get_nowait() / get(timeout=) found nothing
+    ├── Full   (+ queue.Full)       put would exceed the peer's send window
+    ├── UnknownPeer  (+ KeyError)   a peer id this communicator has never seen
+    ├── MessageTooLarge (+ ValueError)
+    │                               a message over ``SerializationOptions.message_size``
+    ├── DeserializationError        ``load`` failed on a received message (that message only)
+    ├── UnsupportedProtocol (+ ValueError)
+    │                               no transport is registered under that name
+    ├── AuthenticationError         the peer failed (or refused) the authkey challenge
+    └── ProtocolError               the wire protocol was violated
+        ├── LocalProtocolError      by this side: netq was used in a way the protocol forbids
+        └── RemoteProtocolError     by the peer: malformed, truncated or oversized frames,
+                                    wrong version, frames out of order
+
+The split follows trio ("you closed it" vs "it broke": :class:`ResourceClosed` vs
+:class:`ConnectionLost`) and h11 (:class:`LocalProtocolError` vs
+:class:`RemoteProtocolError`). A remote protocol error closes that one connection; every other
+peer is unaffected.
+"""
+
+from __future__ import annotations
+
+import queue
+import uuid
+
+__all__ = (
+    "NetqError",
+    "ResourceClosed",
+    "ConnectionLost",
+    "Empty",
+    "Full",
+    "UnknownPeer",
+    "MessageTooLarge",
+    "DeserializationError",
+    "UnsupportedProtocol",
+    "AuthenticationError",
+    "ProtocolError",
+    "LocalProtocolError",
+    "RemoteProtocolError",
+)
+
+
+class NetqError(Exception):
+    """Base class of every netq error."""
+
+
+class ResourceClosed(NetqError):
+    """The peer or the communicator closed before the operation could complete.
+
+    ``peer`` is the peer's id, or ``None`` when this communicator itself is closed.
+    """
+
+    def __init__(self, peer: uuid.UUID | None = None, reason: str = "") -> None:
+        self.peer = peer
+        self.reason = reason
+        what = "communicator is closed" if peer is None else f"peer {peer} is gone"
+        super().__init__(f"{what}: {reason}" if reason else what)
+
+
+class ConnectionLost(ResourceClosed):
+    """The peer vanished without a goodbye (killed, network cut, session expired)."""
+
+
+class Empty(NetqError, queue.Empty):
+    """No message was available (``get_nowait()``, or ``get(timeout=)`` ran out)."""
+
+
+class Full(NetqError, queue.Full):
+    """The peer's send window is full (``put(block=False)``, or ``put(timeout=)`` ran out)."""
+
+
+class UnknownPeer(NetqError, KeyError):
+    """A peer id that this communicator has never been connected to."""
+
+    def __init__(self, peer: object) -> None:
+        self.peer = peer
+        super().__init__(peer)
+
+    def __str__(self) -> str:
+        return f"unknown peer {self.peer}"
+
+
+class MessageTooLarge(NetqError, ValueError):
+    """A message larger than ``SerializationOptions.message_size``; it is never split."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"message of {size} bytes exceeds message_size={limit} bytes")
+
+
+class DeserializationError(NetqError):
+    """``load`` raised on a received message; that message is dropped, nothing else is."""
+
+    def __init__(self, peer: uuid.UUID, cause: BaseException) -> None:
+        self.peer = peer
+        super().__init__(f"cannot deserialize a message from {peer}: {cause!r}")
+
+
+class UnsupportedProtocol(NetqError, ValueError):
+    """No transport is registered for the requested protocol."""
+
+
+class AuthenticationError(NetqError):
+    """The peer failed the authkey challenge, or one side has a key and the other none."""
+
+
+class ProtocolError(NetqError):
+    """The netq wire protocol was violated."""
+
+
+class LocalProtocolError(ProtocolError):
+    """This side tried something the protocol forbids (a bug in the caller or in netq)."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent bytes that are not valid netq frames; its connection is closed."""

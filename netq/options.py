@@ -1,0 +1,186 @@
+"""What a communicator is told: protocol, purpose and the option records (units in names/docs).
+
+All records are frozen; build a new one with :func:`dataclasses.replace`. Every
+``CommunicatorOptions()`` gets its own random ``id`` (a ``uuid4``): the default is a factory,
+never one shared object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import tempfile
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .stream import DEFAULT_SERIALIZER, Stream
+
+__all__ = (
+    "Protocol",
+    "Purpose",
+    "NetworkLocation",
+    "ConnectionOptions",
+    "SerializationOptions",
+    "SecurityOptions",
+    "CommunicatorOptions",
+    "KiB",
+    "MiB",
+    "GiB",
+)
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+class Protocol(enum.StrEnum):
+    """Which transport carries the frames."""
+
+    TCP = "tcp"  # TCP, or TLS when SecurityOptions has a certificate
+    UNIX = "unix"  # Unix domain stream socket, same host only
+    MQTT = "mqtt"  # through an MQTT broker
+    GRPC = "grpc"  # gRPC streams
+
+
+class Purpose(enum.StrEnum):
+    SERVER = "server"
+    CLIENT = "client"
+
+
+class NetworkLocation(NamedTuple):
+    """Where the server listens (for MQTT: where the broker listens).
+
+    ``path`` is the socket file for ``Protocol.UNIX``; when it is ``None`` a per-port path in
+    the temporary directory is used, so server and client agree on it from the port alone.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 51966
+    path: str | None = None
+
+    def unix_path(self) -> str:
+        if self.path is not None:
+            return os.fspath(self.path)
+        return os.path.join(tempfile.gettempdir(), f"netq-{os.getuid()}-{self.port}.sock")
+
+    def __str__(self) -> str:
+        if self.path is not None:
+            return f"unix:{self.path}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionOptions:
+    """How bytes move. Sizes in bytes, times in seconds.
+
+    max_size        largest chunk (DATA frame body) handed to the transport; messages above
+                    it are cut into chunks and reassembled, never split into user messages.
+    merge_size      largest buffer that small frames are coalesced into before a write.
+    efficient_size  buffers below this are copied into the merge buffer; larger ones are
+                    written straight from the caller's memory (scatter-gather, zero copy).
+    recv_window     bytes of credit granted to each peer: what it may have in flight to us
+                    plus what waits in our receive queue. A message may start while credit is
+                    positive, so memory per peer stays under recv_window + one message.
+    send_window     bytes queued for one peer and not yet on the wire above which ``put``
+                    blocks (or raises ``Full``).
+    session_timeout how long a disconnected peer's session (its queues, unacknowledged
+                    messages) waits for a reconnect before its futures fail.
+    heartbeat       idle time after which a PING is sent; a link silent for 3 heartbeats is
+                    dropped (and the client reconnects).
+    reconnect_min / reconnect_max
+                    the client's reconnect backoff, doubling from min to max.
+    """
+
+    max_size: int = 4 * MiB
+    merge_size: int | None = None  # None: max_size
+    efficient_size: int | None = None  # None: max_size // 64
+    recv_window: int = 8 * MiB
+    send_window: int = 16 * MiB
+    session_timeout: float = 10.0
+    heartbeat: float = 5.0
+    reconnect_min: float = 0.02
+    reconnect_max: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.max_size < 1024:
+            raise ValueError("max_size must be at least 1 KiB")
+        if self.merge_size is None:
+            object.__setattr__(self, "merge_size", self.max_size)
+        if self.efficient_size is None:
+            object.__setattr__(self, "efficient_size", self.max_size // 64)
+        if self.recv_window < 1 or self.send_window < 1:
+            raise ValueError("windows must be positive")
+        if self.session_timeout < 0 or self.heartbeat <= 0:
+            raise ValueError("session_timeout must be >= 0 and heartbeat > 0")
+
+
+DEFAULT_MESSAGE_LIMIT = 4 * GiB  # message_size=-1: no user limit, but no 1 TiB allocations
+
+
+@dataclass(frozen=True, slots=True)
+class SerializationOptions:
+    """How objects become bytes, and how many the receive side holds.
+
+    message_size    largest serialized message in bytes, both ways (-1: up to 4 GiB, the cap
+                    that stops a peer from claiming an absurd size). A larger put fails its
+                    future with MessageTooLarge; it is never split into several messages.
+    queue_size      most messages from one peer waiting in our receive queue (-1: bounded
+                    only by recv_window bytes). Enforced with message credits.
+    load / dump     ``dump(obj) -> Stream`` and ``load(Stream) -> obj``; the default is
+                    :class:`netq.stream.PickleSerializer`.
+    """
+
+    message_size: int = -1
+    queue_size: int = -1
+    load: Callable[[Stream], Any] = DEFAULT_SERIALIZER.load
+    dump: Callable[[Any], Stream] = DEFAULT_SERIALIZER.dump
+
+    @property
+    def message_limit(self) -> int:
+        return DEFAULT_MESSAGE_LIMIT if self.message_size < 0 else self.message_size
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityOptions:
+    """TLS and peer authentication.
+
+    key / certificate   server: its private key and certificate (PEM files). client: the
+                        certificate (or CA) it trusts in ``certificate``; with ``key`` too, it
+                        presents ``client_certificate`` for mutual TLS.
+    client_certificate  client: its own certificate for mutual TLS.
+    client_ca           server: require client certificates signed by this CA (mutual TLS).
+    authkey             shared secret; both ends prove they hold it (HMAC-SHA256
+                        challenge-response) before any payload is deserialized.
+    server_hostname     name checked against the server certificate (default: netloc host).
+    """
+
+    key: Path | str | None = None
+    certificate: Path | str | None = None
+    client_certificate: Path | str | None = None
+    client_ca: Path | str | None = None
+    authkey: bytes | None = None
+    server_hostname: str | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.certificate is not None
+
+
+@dataclass(frozen=True, slots=True)
+class CommunicatorOptions:
+    """Everything a communicator needs; each instance gets a fresh random id."""
+
+    id: uuid.UUID = field(default_factory=uuid.uuid4)
+    netloc: NetworkLocation = NetworkLocation()
+    workers: int = 1  # kept for API compatibility: one I/O thread serves all peers
+    connection: ConnectionOptions = ConnectionOptions()
+    serialization: SerializationOptions = SerializationOptions()
+    security: SecurityOptions | None = None
+
+    def replace(self, **changes: Any) -> CommunicatorOptions:
+        return dataclasses.replace(self, **changes)

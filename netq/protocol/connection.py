@@ -1,0 +1,757 @@
+"""The sans-I/O netq connection: bytes in, events out; calls in, bytes out.
+
+One :class:`Connection` is one link (a TCP/TLS/Unix stream, or the frame sequence of one MQTT
+topic pair or gRPC stream pair). It owns the handshake, the framing, the chunking of outgoing
+messages, the reassembly of incoming ones and the per-link credit balance. It has no sockets,
+threads or clocks, so every case is tested by feeding bytes, whole and byte by byte.
+
+Receiving is zero-copy for large bodies: the I/O layer asks :meth:`Connection.receive_buffer`
+where to write next and reports with :meth:`Connection.receive_done`. Small frames land in a
+staging buffer and are parsed many per call; once a message body is large, the buffer returned
+is the final part object itself, so ``recv_into`` writes straight into the ``bytes`` or
+``bytearray`` the user will get.
+
+Sending: :meth:`Connection.send_message` and the control-frame methods append to an output
+queue of buffers; small frames are coalesced into one bytearray (``efficient_size``,
+``merge_size``), large parts are queued as views of the caller's memory. The I/O layer takes
+:meth:`Connection.outgoing` (an iovec list for ``sendmsg``) and reports :meth:`Connection.sent`.
+
+Errors never escape as exceptions from the receive path: a violation becomes a final
+:class:`ConnectionFailed` event after every event parsed before it, and an ERROR frame is queued
+for the peer. Nothing received before the bad bytes is lost.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import hmac
+import os
+import struct
+import uuid
+from dataclasses import dataclass
+from itertools import islice
+
+from .. import _buffers
+from ..exceptions import (
+    AuthenticationError,
+    LocalProtocolError,
+    NetqError,
+    RemoteProtocolError,
+)
+from . import frames
+from .frames import (
+    DESCRIPTOR,
+    HEADER,
+    HEADER_SIZE,
+    READONLY_BIT,
+    DataFlags,
+    ErrorCode,
+    FrameType,
+    Hello,
+    Role,
+)
+
+__all__ = [
+    "Connection",
+    "ConnectionState",
+    "Event",
+    "PeerAuthenticated",
+    "SessionOpened",
+    "MessageReceived",
+    "CreditReceived",
+    "AckReceived",
+    "ByeReceived",
+    "PongReceived",
+    "ErrorReceived",
+    "ConnectionFailed",
+    "IOV_MAX",
+    "STAGING_SIZE",
+    "DIRECT_THRESHOLD",
+]
+
+IOV_MAX = 1024  # buffers per sendmsg (Linux UIO_MAXIOV)
+STAGING_SIZE = 256 * 1024  # receive staging buffer: many small frames per recv_into
+DIRECT_THRESHOLD = 32 * 1024  # body bytes still to come above which we recv_into the part
+_MIN_FREE = 64 * 1024  # compact the staging buffer when less than this is free at its end
+_SIZE_MASK = READONLY_BIT - 1
+_FIRST = DataFlags.FIRST.value
+_LAST = DataFlags.LAST.value
+_BATCH = DataFlags.BATCH.value
+_DATA = FrameType.DATA.value
+_HEADER_PACK = HEADER.pack
+_HEADER_UNPACK_FROM = HEADER.unpack_from
+_DESCRIPTOR_SIZE = DESCRIPTOR.size
+_DESCRIPTOR_UNPACK_FROM = DESCRIPTOR.unpack_from
+_KNOWN_TYPES = frozenset(int(t) for t in FrameType)
+
+
+class ConnectionState(enum.Enum):
+    HELLO = "hello"  # waiting for the peer's HELLO
+    AUTH = "auth"  # waiting for the peer's AUTH
+    SESSION = "session"  # peer authenticated, waiting for its SESSION
+    OPEN = "open"  # data may flow
+    CLOSED = "closed"  # failed or finished: nothing more is parsed
+
+
+# ----------------------------------------------------------------------------- events
+
+
+class Event:
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class PeerAuthenticated(Event):
+    """The peer's HELLO (and AUTH, when keys are used) checked out."""
+
+    hello: Hello
+
+
+@dataclass(slots=True)
+class SessionOpened(Event):
+    """The peer's SESSION frame: which session it wants or has, and what it has received."""
+
+    token: bytes
+    last_received: int
+    resumed: bool
+
+
+@dataclass(slots=True)
+class MessageReceived(Event):
+    """A complete message. ``parts`` are the final ``bytes``/``bytearray`` objects."""
+
+    seq: int
+    batch: bool
+    parts: list
+    size: int
+
+
+@dataclass(slots=True)
+class CreditReceived(Event):
+    nbytes: int
+    messages: int
+
+
+@dataclass(slots=True)
+class AckReceived(Event):
+    seq: int
+
+
+@dataclass(slots=True)
+class ByeReceived(Event):
+    reason: str
+
+
+@dataclass(slots=True)
+class PongReceived(Event):
+    token: int
+
+
+@dataclass(slots=True)
+class ErrorReceived(Event):
+    code: int
+    text: str
+
+
+@dataclass(slots=True)
+class ConnectionFailed(Event):
+    """Always the last event: the connection is unusable; ``error`` says who is to blame."""
+
+    error: NetqError
+
+
+class _Incoming:
+    """A message being reassembled from chunks."""
+
+    __slots__ = ("seq", "batch", "objects", "views", "index", "pos", "remaining", "size")
+
+    def __init__(self, seq: int, batch: bool, sizes: list[int], total: int) -> None:
+        self.seq = seq
+        self.batch = batch
+        self.objects: list = []
+        self.views: list[memoryview] = []
+        for raw in sizes:
+            size = raw & _SIZE_MASK
+            if raw & READONLY_BIT:
+                obj, view = _buffers.allocate_readonly(size)
+            else:
+                obj = _buffers.allocate_writable(size)
+                view = memoryview(obj)
+            self.objects.append(obj)
+            self.views.append(view)
+        self.index = 0
+        self.pos = 0
+        self.remaining = total
+        self.size = total
+        self._skip_empty()
+
+    def _skip_empty(self) -> None:
+        views = self.views
+        while self.index < len(views) and self.pos == len(views[self.index]):
+            self.index += 1
+            self.pos = 0
+
+    def fill(self, data: memoryview) -> None:
+        """Copy ``data`` (at most ``remaining`` bytes) into the parts."""
+        taken = 0
+        size = len(data)
+        while taken < size:
+            target = self.views[self.index]
+            count = min(len(target) - self.pos, size - taken)
+            target[self.pos : self.pos + count] = data[taken : taken + count]
+            taken += count
+            self.pos += count
+            self._skip_empty()
+        self.remaining -= size
+
+    def target(self, limit: int) -> memoryview:
+        """Where the next bytes of the body go, at most ``limit`` of them."""
+        view = self.views[self.index]
+        return view[self.pos : self.pos + min(len(view) - self.pos, limit)]
+
+    def advance(self, count: int) -> None:
+        self.pos += count
+        self.remaining -= count
+        self._skip_empty()
+
+    def finish(self) -> MessageReceived:
+        for view in self.views:
+            view.release()
+        self.views = []
+        return MessageReceived(self.seq, self.batch, self.objects, self.size)
+
+
+# ------------------------------------------------------------------------- connection
+
+
+class Connection:
+    """One netq link's protocol state. Not thread-safe: one I/O thread drives it.
+
+    ``local`` is our HELLO; the peer must have the opposite role. ``authkey`` enables the
+    challenge-response: both sides must hold the same key, or the link fails with
+    :class:`AuthenticationError` before any data frame is accepted.
+    """
+
+    def __init__(
+        self,
+        local: Hello,
+        authkey: bytes | None = None,
+        *,
+        max_size: int = 4 * 1024 * 1024,
+        merge_size: int = 4 * 1024 * 1024,
+        efficient_size: int = 64 * 1024,
+    ) -> None:
+        if local.auth != (authkey is not None):
+            raise LocalProtocolError("Hello.auth must say whether an authkey is used")
+        self.local = local
+        self.peer: Hello | None = None
+        self.state = ConnectionState.HELLO
+        self._authkey = authkey
+        self.max_size = max_size
+        self.merge_size = merge_size
+        self.efficient_size = efficient_size
+
+        # Flow control on this link. What we let the peer send (checked on every FIRST
+        # chunk, before allocating) and what the peer lets us send.
+        self.recv_allowance_bytes = local.recv_window
+        self.recv_allowance_messages = local.recv_messages
+        self.send_credit_bytes = 0
+        self.send_credit_messages = 0
+        self.expected_seq = 1  # next DATA sequence number from the peer
+        self.peer_said_bye = False
+        self.sent_bye = False
+
+        # Output: sealed buffers in order, plus the bytearray small frames are merged into.
+        self._pending: collections.deque = collections.deque()
+        self._merge = bytearray()
+        self.bytes_queued = 0  # not yet reported as sent
+
+        # Input.
+        self._buffer = bytearray(STAGING_SIZE)
+        self._view = memoryview(self._buffer)
+        self._start = 0
+        self._end = 0
+        self._body_left = 0  # bytes of the current DATA chunk's body still to come
+        self._last_chunk = False  # the current chunk carries the LAST flag
+        self._incoming: _Incoming | None = None
+        self._direct = False  # receive_buffer() points into the incoming message
+
+        self._emit(frames.encode_hello(local))
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def chunk_size(self) -> int:
+        """Largest body per DATA frame: ours and the peer's limit, whichever is smaller."""
+        peer_limit = self.peer.max_frame if self.peer is not None else self.max_size
+        return max(1, min(self.max_size, peer_limit))
+
+    @property
+    def can_send_data(self) -> bool:
+        """True when the next message may start: link open and both credits positive."""
+        return (
+            self.state is ConnectionState.OPEN
+            and self.send_credit_bytes > 0
+            and self.send_credit_messages > 0
+            and not self.sent_bye
+        )
+
+    @property
+    def receiving_message(self) -> bool:
+        return self._incoming is not None
+
+    # ------------------------------------------------------------------ sending
+
+    def _emit(self, data) -> None:
+        merge = self._merge
+        merge += data
+        self.bytes_queued += len(data)
+        if len(merge) >= self.merge_size:
+            self._seal()
+
+    def _emit_view(self, view: memoryview) -> None:
+        self._seal()
+        self._pending.append(view)
+        self.bytes_queued += len(view)
+
+    def _seal(self) -> None:
+        if self._merge:
+            self._pending.append(self._merge)
+            self._merge = bytearray()
+
+    def send_session(self, token: bytes, last_received: int, resumed: bool) -> None:
+        """Our SESSION frame: client first (asking), server second (answering)."""
+        if self.state not in (ConnectionState.SESSION, ConnectionState.OPEN):
+            raise LocalProtocolError(f"SESSION cannot be sent in state {self.state.value}")
+        self._emit(frames.encode_session(token, last_received, resumed))
+
+    def send_message(self, seq: int, parts: list[memoryview], total: int, batch: bool) -> None:
+        """Queue one message as DATA frames. The caller checked :attr:`can_send_data`.
+
+        ``parts`` are flat byte views; views of ``efficient_size`` bytes or more are queued
+        as they are (zero copy), smaller ones are merged.
+        """
+        if not self.can_send_data:
+            raise LocalProtocolError("no send credit, or the link is not open")
+        peer = self.peer
+        if total > peer.max_message:
+            raise LocalProtocolError(f"message of {total} bytes over the peer's limit")
+        if len(parts) > frames.MAX_PARTS:
+            raise LocalProtocolError(f"{len(parts)} parts: at most {frames.MAX_PARTS}")
+        self.send_credit_bytes -= total
+        if peer.recv_messages != frames.UNLIMITED_MESSAGES:
+            self.send_credit_messages -= 1
+        sizes = [len(p) | READONLY_BIT if p.readonly else len(p) for p in parts]
+        descriptor = frames.encode_descriptor(total, sizes)
+        first = _FIRST | _BATCH if batch else _FIRST
+        chunk = self.chunk_size
+        if total <= chunk:
+            self._emit(_HEADER_PACK(_DATA, first | _LAST, 0, len(descriptor) + total, seq))
+            self._emit(descriptor)
+            efficient = self.efficient_size
+            for part in parts:
+                if len(part) < efficient:
+                    self._emit(part)
+                else:
+                    self._emit_view(part)
+            return
+        # Several chunks: walk the parts, cutting the concatenated body every `chunk` bytes.
+        position = 0
+        part_index = 0
+        part_offset = 0
+        flags = first
+        while position < total:
+            size = min(chunk, total - position)
+            if position + size == total:
+                flags |= _LAST
+            extra = descriptor if flags & _FIRST else b""
+            self._emit(_HEADER_PACK(_DATA, flags, 0, len(extra) + size, seq) + extra)
+            need = size
+            while need:
+                part = parts[part_index]
+                count = min(len(part) - part_offset, need)
+                if count:
+                    piece = part[part_offset : part_offset + count]
+                    if count < self.efficient_size:
+                        self._emit(piece)
+                    else:
+                        self._emit_view(piece)
+                need -= count
+                part_offset += count
+                if part_offset == len(part):
+                    part_index += 1
+                    part_offset = 0
+            position += size
+            flags &= ~_FIRST
+
+    def send_credit(self, nbytes: int, messages: int) -> None:
+        """Grant the peer ``nbytes`` more bytes and ``messages`` more messages."""
+        if nbytes < 0 or messages < 0:
+            raise LocalProtocolError("credit grants are positive")
+        if self.local.recv_messages == frames.UNLIMITED_MESSAGES:
+            messages = 0
+        self.recv_allowance_bytes += nbytes
+        self.recv_allowance_messages += messages
+        self._emit(_HEADER_PACK(FrameType.CREDIT, 0, 0, 4, nbytes) + frames.CREDIT_PAYLOAD.pack(messages))
+
+    def send_ack(self, seq: int) -> None:
+        self._emit(_HEADER_PACK(FrameType.ACK, 0, 0, 0, seq))
+
+    def send_ping(self, token: int) -> None:
+        self._emit(_HEADER_PACK(FrameType.PING, 0, 0, 0, token))
+
+    def send_bye(self, reason: str = "") -> None:
+        if self.sent_bye:
+            return
+        self.sent_bye = True
+        text = reason.encode()[: frames.MAX_TEXT]
+        self._emit(_HEADER_PACK(FrameType.BYE, 0, 0, len(text), 0) + text)
+
+    def send_error(self, code: int, text: str) -> None:
+        data = text.encode()[: frames.MAX_TEXT]
+        self._emit(_HEADER_PACK(FrameType.ERROR, 0, 0, len(data), code) + data)
+
+    def outgoing(self) -> list:
+        """Buffers to write next, in order (at most IOV_MAX); empty when all is sent."""
+        self._seal()
+        pending = self._pending
+        if len(pending) <= IOV_MAX:
+            return list(pending)
+        return list(islice(pending, IOV_MAX))
+
+    def data_to_send(self) -> bytes:
+        """Everything queued, joined (for transports that write whole messages, and tests)."""
+        data = b"".join(self.outgoing_all())
+        self.sent(len(data))
+        return data
+
+    def outgoing_all(self) -> list:
+        self._seal()
+        return list(self._pending)
+
+    def sent(self, count: int) -> None:
+        """``count`` bytes of :meth:`outgoing` were written."""
+        self.bytes_queued -= count
+        pending = self._pending
+        while count:
+            head = pending[0]
+            size = len(head)
+            if count >= size:
+                pending.popleft()
+                count -= size
+            else:
+                pending[0] = memoryview(head)[count:]
+                return
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self._pending) or bool(self._merge)
+
+    # ------------------------------------------------------------------ receiving
+
+    def receive_buffer(self) -> memoryview:
+        """Where the I/O layer should ``recv_into`` next (never empty)."""
+        if self._direct:
+            return self._incoming.target(self._body_left)
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif STAGING_SIZE - self._end < _MIN_FREE:
+            # Move the unparsed tail (always < one header + descriptor + control payload,
+            # or the start of a body) to the front.
+            tail = self._end - self._start
+            self._buffer[:tail] = self._view[self._start : self._end]
+            self._start, self._end = 0, tail
+        return self._view[self._end :]
+
+    def receive_done(self, count: int) -> list[Event]:
+        """``count`` bytes were written into the last :meth:`receive_buffer`."""
+        if self.state is ConnectionState.CLOSED:
+            return []
+        if self._direct:
+            events: list[Event] = []
+            incoming = self._incoming
+            incoming.advance(count)
+            self._body_left -= count
+            if incoming.remaining == 0:
+                self._direct = False
+                self._complete(events)
+            elif self._body_left < DIRECT_THRESHOLD:
+                self._direct = False
+            return events
+        self._end += count
+        return self._parse()
+
+    def receive_data(self, data) -> list[Event]:
+        """Feed bytes that were read elsewhere (tests, message-oriented transports)."""
+        events: list[Event] = []
+        view = memoryview(data).cast("B")
+        while view and self.state is not ConnectionState.CLOSED:
+            target = self.receive_buffer()
+            count = min(len(target), len(view))
+            target[:count] = view[:count]
+            view = view[count:]
+            events.extend(self.receive_done(count))
+        return events
+
+    def receive_eof(self) -> list[Event]:
+        """The peer closed its side. A goodbye before it makes this a clean end."""
+        if self.state is ConnectionState.CLOSED:
+            return []
+        self.state = ConnectionState.CLOSED
+        if self._incoming is not None or self._end > self._start:
+            return [ConnectionFailed(RemoteProtocolError("connection closed mid-frame"))]
+        return []
+
+    def _fail(self, events: list[Event], error: NetqError, code: ErrorCode) -> None:
+        self.send_error(code, str(error))
+        self.state = ConnectionState.CLOSED
+        self._direct = False
+        events.append(ConnectionFailed(error))
+
+    def _complete(self, events: list[Event]) -> None:
+        incoming = self._incoming
+        self._incoming = None
+        self.expected_seq += 1
+        events.append(incoming.finish())
+
+    def _parse(self) -> list[Event]:
+        events: list[Event] = []
+        view = self._view
+        start = self._start
+        end = self._end
+        while self.state is not ConnectionState.CLOSED:
+            if self._body_left:
+                available = end - start
+                if not available:
+                    break
+                take = min(available, self._body_left)
+                incoming = self._incoming
+                incoming.fill(view[start : start + take])
+                start += take
+                self._body_left -= take
+                if incoming.remaining == 0:
+                    self._complete(events)
+                elif self._body_left >= DIRECT_THRESHOLD:
+                    self._direct = True
+                    break
+                continue
+            if end - start < HEADER_SIZE:
+                break
+            frame_type, flags, reserved, length, value = _HEADER_UNPACK_FROM(view, start)
+            if frame_type not in _KNOWN_TYPES:
+                self._fail(events, RemoteProtocolError(f"unknown frame type {frame_type}"),
+                           ErrorCode.PROTOCOL)
+                break
+            if reserved:
+                self._fail(events, RemoteProtocolError("reserved header bits set"),
+                           ErrorCode.PROTOCOL)
+                break
+            if length > frames.max_payload(frame_type, self.local.max_frame):
+                self._fail(events, RemoteProtocolError(
+                    f"{FrameType(frame_type).name} frame of {length} bytes over the limit"),
+                    ErrorCode.LIMIT)
+                break
+            if frame_type == _DATA:
+                consumed = self._data_header(events, view, start, end, flags, length, value)
+                if consumed < 0:
+                    break
+                start = consumed
+                continue
+            if end - start < HEADER_SIZE + length:
+                break
+            payload = bytes(view[start + HEADER_SIZE : start + HEADER_SIZE + length])
+            start += HEADER_SIZE + length
+            self._control(events, frame_type, flags, value, payload)
+        self._start = start
+        return events
+
+    def _data_header(self, events, view, start, end, flags, length, seq) -> int:
+        """Handle a DATA header at ``start``; returns the new parse position, -1 to stop."""
+        if self.state is not ConnectionState.OPEN:
+            self._fail(events, RemoteProtocolError(f"DATA in state {self.state.value}"),
+                       ErrorCode.PROTOCOL)
+            return -1
+        if self.peer_said_bye:
+            self._fail(events, RemoteProtocolError("DATA after BYE"), ErrorCode.PROTOCOL)
+            return -1
+        if not flags & _FIRST:
+            incoming = self._incoming
+            if incoming is None or seq != incoming.seq:
+                self._fail(events, RemoteProtocolError("continuation without a first chunk"),
+                           ErrorCode.PROTOCOL)
+                return -1
+            last = bool(flags & _LAST)
+            if length > incoming.remaining or last != (length == incoming.remaining) or not length:
+                self._fail(events, RemoteProtocolError("chunk sizes disagree with the message"),
+                           ErrorCode.PROTOCOL)
+                return -1
+            self._body_left = length
+            return start + HEADER_SIZE
+        if end - start < HEADER_SIZE + _DESCRIPTOR_SIZE:
+            return -1
+        total, nparts, reserved = _DESCRIPTOR_UNPACK_FROM(view, start + HEADER_SIZE)
+        descriptor_size = _DESCRIPTOR_SIZE + 8 * nparts
+        if reserved or nparts > frames.MAX_PARTS or length < descriptor_size:
+            self._fail(events, RemoteProtocolError("malformed message descriptor"),
+                       ErrorCode.PROTOCOL)
+            return -1
+        if end - start < HEADER_SIZE + descriptor_size:
+            return -1
+        if self._incoming is not None:
+            self._fail(events, RemoteProtocolError("new message before the last one ended"),
+                       ErrorCode.PROTOCOL)
+            return -1
+        if seq != self.expected_seq:
+            self._fail(events, RemoteProtocolError(
+                f"message {seq} out of order (expected {self.expected_seq})"), ErrorCode.PROTOCOL)
+            return -1
+        if total > self.local.max_message:
+            self._fail(events, RemoteProtocolError(
+                f"message of {total} bytes over max_message={self.local.max_message}"),
+                ErrorCode.LIMIT)
+            return -1
+        if self.recv_allowance_bytes <= 0 or self.recv_allowance_messages <= 0:
+            self._fail(events, RemoteProtocolError("message sent without credit"),
+                       ErrorCode.LIMIT)
+            return -1
+        sizes = struct.unpack_from(f"<{nparts}Q", view, start + HEADER_SIZE + _DESCRIPTOR_SIZE)
+        body = length - descriptor_size
+        last = bool(flags & _LAST)
+        if sum(s & _SIZE_MASK for s in sizes) != total or body > total or last != (body == total):
+            self._fail(events, RemoteProtocolError("descriptor sizes disagree with the frame"),
+                       ErrorCode.PROTOCOL)
+            return -1
+        if body == 0 and total:
+            self._fail(events, RemoteProtocolError("empty first chunk"), ErrorCode.PROTOCOL)
+            return -1
+        self.recv_allowance_bytes -= total
+        if self.local.recv_messages != frames.UNLIMITED_MESSAGES:
+            self.recv_allowance_messages -= 1
+        position = start + HEADER_SIZE + descriptor_size
+        batch = bool(flags & _BATCH)
+        if last and end - position >= total:
+            # The common small message: whole in the staging buffer, cut out by slicing.
+            parts = []
+            for raw in sizes:
+                size = raw & _SIZE_MASK
+                if raw & READONLY_BIT:
+                    parts.append(bytes(view[position : position + size]))
+                else:
+                    parts.append(self._buffer[position : position + size])
+                position += size
+            self.expected_seq += 1
+            events.append(MessageReceived(seq, batch, parts, total))
+            return position
+        self._incoming = _Incoming(seq, batch, list(sizes), total)
+        self._body_left = body
+        return position
+
+    def _control(self, events: list[Event], frame_type: int, flags: int, value: int,
+                 payload: bytes) -> None:
+        state = self.state
+        if frame_type in frames.EXACT_LENGTH and len(payload) != frames.max_payload(frame_type, 0):
+            self._fail(events, RemoteProtocolError(
+                f"{FrameType(frame_type).name} payload of {len(payload)} bytes"), ErrorCode.PROTOCOL)
+            return
+        if frame_type == FrameType.HELLO:
+            if state is not ConnectionState.HELLO:
+                self._fail(events, RemoteProtocolError("second HELLO"), ErrorCode.PROTOCOL)
+                return
+            self._hello(events, payload)
+        elif frame_type == FrameType.AUTH:
+            if state is not ConnectionState.AUTH:
+                self._fail(events, RemoteProtocolError(f"AUTH in state {state.value}"),
+                           ErrorCode.PROTOCOL)
+                return
+            peer = self.peer
+            expected = frames.auth_digest(self._authkey, peer.role, peer.id, self.local.nonce,
+                                          peer.nonce)
+            if not hmac.compare_digest(expected, payload):
+                self._fail(events, AuthenticationError(f"peer {peer.id} failed the authkey check"),
+                           ErrorCode.AUTHENTICATION)
+                return
+            self.state = ConnectionState.SESSION
+            events.append(PeerAuthenticated(peer))
+        elif frame_type == FrameType.SESSION:
+            if state is not ConnectionState.SESSION:
+                self._fail(events, RemoteProtocolError(f"SESSION in state {state.value}"),
+                           ErrorCode.PROTOCOL)
+                return
+            token, last_received, resumed = frames.decode_session(payload)
+            self.state = ConnectionState.OPEN
+            events.append(SessionOpened(token, last_received, resumed))
+        elif frame_type == FrameType.ERROR:
+            # The peer is closing this link and says why; the session layer maps the code.
+            self.state = ConnectionState.CLOSED
+            events.append(ErrorReceived(value, payload.decode(errors="replace")))
+        elif frame_type == FrameType.PING:
+            self._emit(_HEADER_PACK(FrameType.PONG, 0, 0, 0, value))
+        elif frame_type == FrameType.PONG:
+            events.append(PongReceived(value))
+        elif state is not ConnectionState.OPEN:
+            self._fail(events, RemoteProtocolError(
+                f"{FrameType(frame_type).name} in state {state.value}"), ErrorCode.PROTOCOL)
+        elif frame_type == FrameType.CREDIT:
+            messages = frames.CREDIT_PAYLOAD.unpack(payload)[0]
+            self.send_credit_bytes += value
+            if self.peer.recv_messages != frames.UNLIMITED_MESSAGES:
+                self.send_credit_messages += messages
+            events.append(CreditReceived(value, messages))
+        elif frame_type == FrameType.ACK:
+            events.append(AckReceived(value))
+        elif frame_type == FrameType.BYE:
+            self.peer_said_bye = True
+            events.append(ByeReceived(payload.decode(errors="replace")))
+
+    def _hello(self, events: list[Event], payload: bytes) -> None:
+        try:
+            hello = frames.decode_hello(payload)
+        except ValueError as error:
+            self._fail(events, RemoteProtocolError(f"malformed HELLO: {error}"), ErrorCode.PROTOCOL)
+            return
+        if hello.version != frames.VERSION:
+            self._fail(events, RemoteProtocolError(
+                f"peer speaks netq protocol {hello.version}, we speak {frames.VERSION}"),
+                ErrorCode.VERSION)
+            return
+        if hello.role == self.local.role:
+            self._fail(events, RemoteProtocolError(f"both ends are {hello.role.name}"),
+                       ErrorCode.PROTOCOL)
+            return
+        if hello.auth != (self._authkey is not None):
+            who = "the peer has an authkey and we have none" if hello.auth else \
+                "we require an authkey and the peer has none"
+            self._fail(events, AuthenticationError(who), ErrorCode.AUTHENTICATION)
+            return
+        self.peer = hello
+        self.send_credit_bytes = hello.recv_window
+        self.send_credit_messages = hello.recv_messages
+        if self._authkey is not None:
+            digest = frames.auth_digest(self._authkey, self.local.role, self.local.id,
+                                        hello.nonce, self.local.nonce)
+            self._emit(frames.encode_header(FrameType.AUTH, 0, len(digest), 0) + digest)
+            self.state = ConnectionState.AUTH
+            return
+        self.state = ConnectionState.SESSION
+        events.append(PeerAuthenticated(hello))
+
+
+def new_nonce() -> bytes:
+    return os.urandom(16)
+
+
+def make_hello(role: Role, peer_id: uuid.UUID, *, auth: bool, max_message: int, max_frame: int,
+               recv_window: int, recv_messages: int) -> Hello:
+    """Our HELLO, with a fresh nonce."""
+    return Hello(
+        version=frames.VERSION,
+        role=role,
+        auth=auth,
+        id=peer_id,
+        nonce=new_nonce(),
+        max_message=max_message,
+        max_frame=max_frame,
+        recv_window=recv_window,
+        recv_messages=recv_messages,
+    )

@@ -1,0 +1,170 @@
+"""Per-peer session state: what survives a reconnect.
+
+A :class:`PeerSession` holds one peer's queues in both directions, sequence numbers, the
+messages sent but not yet acknowledged, and counters. A link (a
+:class:`~netq.protocol.Connection` plus a transport handle) attaches to a session after the
+handshake and detaches when it breaks; the session waits ``session_timeout`` for the next one.
+
+Threads and ownership (one writer per field, so the hot path needs no lock):
+
+* user threads append to ``outbox`` (``deque.append`` is atomic) and count ``queued_bytes``
+  under ``put_lock``; they pop ``inbox`` under the communicator's receive lock and count
+  ``consumed_*`` there.
+* whoever holds ``send_lock`` (the I/O thread, or a user thread writing on an idle link) moves
+  messages from ``outbox`` to the link, numbers them and appends them to ``inflight``.
+* the I/O thread alone appends to ``inbox``, pops ``inflight`` on ACK, and attaches links.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+from .futures import DeliveryFuture
+
+__all__ = ("Outgoing", "PeerSession", "PeerState")
+
+
+class PeerState(enum.StrEnum):
+    CONNECTING = "connecting"  # client: no link yet / handshake in progress
+    CONNECTED = "connected"  # a link is attached and open
+    DISCONNECTED = "disconnected"  # the link broke; waiting for a reconnect
+    CLOSING = "closing"  # a goodbye was sent or received
+    CLOSED = "closed"  # gone: nothing more will be sent or received
+
+
+class Outgoing:
+    """One serialized message, shared by every peer it is addressed to."""
+
+    __slots__ = ("parts", "size", "batch", "future")
+
+    def __init__(self, parts: list[memoryview], size: int, batch: bool,
+                 future: DeliveryFuture) -> None:
+        self.parts = parts
+        self.size = size
+        self.batch = batch
+        self.future = future
+
+
+@dataclass(slots=True)
+class Incoming:
+    """A received message waiting for ``get()`` (deserialized lazily, on the user thread)."""
+
+    parts: list
+    size: int
+    batch: bool
+
+
+class PeerSession:
+    """One peer, as seen from this communicator."""
+
+    def __init__(self, peer_id: uuid.UUID, token: bytes | None = None) -> None:
+        self.id = peer_id
+        self.token = token or os.urandom(16)
+        self.state = PeerState.CONNECTING
+        self.link = None  # the attached transport link, or None
+        self.disconnected_at: float | None = None
+        self.connected_at: float | None = None
+        self.reconnects = 0
+
+        # Outbound.
+        self.outbox: collections.deque[Outgoing] = collections.deque()
+        self.inflight: collections.deque[tuple[int, Outgoing]] = collections.deque()
+        self.next_seq = 1
+        self.put_lock = threading.Lock()
+        # RLock: the I/O thread holds it while handling a link's events and may re-enter.
+        self.send_lock = threading.RLock()
+        self.space = threading.Condition(self.put_lock)  # put() waits here for the window
+        self.space_waiters = 0
+        self.queued_bytes = 0  # put() side, under put_lock
+        self.dequeued_bytes = 0  # send side: bytes moved from outbox to the link
+        self.sent_messages = 0
+        self.acked_messages = 0
+        self.acked_bytes = 0
+        self.goodbye_sent = False
+        self.goodbye_received = False
+
+        # Inbound.
+        self.inbox: collections.deque = collections.deque()
+        self.in_ready = False
+        self.last_received = 0  # highest sequence number received in this session
+        self.received_messages = 0
+        self.received_bytes = 0
+        self.consumed_messages = 0  # get() side, under the receive lock
+        self.consumed_bytes = 0
+        self.credited_messages = 0  # I/O side: consumption already returned as CREDIT
+        self.credited_bytes = 0
+        self.credit_requested = False  # get() asked the I/O thread to return credit
+
+    # --------------------------------------------------------------- accounting
+
+    @property
+    def unsent_bytes(self) -> int:
+        return self.queued_bytes - self.dequeued_bytes
+
+    @property
+    def held_bytes(self) -> int:
+        """Received and not yet consumed."""
+        return self.received_bytes - self.consumed_bytes
+
+    @property
+    def held_messages(self) -> int:
+        return self.received_messages - self.consumed_messages
+
+    @property
+    def connected(self) -> bool:
+        return self.state is PeerState.CONNECTED
+
+    def mark_disconnected(self, now: float) -> None:
+        self.link = None
+        if self.state in (PeerState.CONNECTED, PeerState.CONNECTING):
+            self.state = PeerState.DISCONNECTED
+            self.disconnected_at = now
+
+    def requeue_inflight(self, acknowledged: int) -> None:
+        """After a reconnect: drop what the peer has, put the rest back in front, in order.
+
+        Only the send-lock holder may call this. Messages the peer confirms (sequence number
+        <= ``acknowledged``) resolve; the others are sent again under fresh numbers starting at
+        ``acknowledged + 1``, which are the numbers the peer now expects.
+        """
+        inflight = self.inflight
+        while inflight and inflight[0][0] <= acknowledged:
+            _, message = inflight.popleft()
+            self.acked_messages += 1
+            self.acked_bytes += message.size
+            message.future._delivered()
+        again = [message for _, message in inflight]
+        inflight.clear()
+        self.outbox.extendleft(reversed(again))
+        self.dequeued_bytes -= sum(message.size for message in again)
+        self.next_seq = acknowledged + 1
+
+    def fail_outbound(self, error: BaseException) -> int:
+        """Fail every queued and unacknowledged message (peer or communicator gone)."""
+        failed = 0
+        while self.inflight:
+            _, message = self.inflight.popleft()
+            message.future._fail(error)
+            failed += 1
+        while self.outbox:
+            message = self.outbox.popleft()
+            self.dequeued_bytes += message.size
+            message.future._fail(error)
+            failed += 1
+        self.wake_putters()
+        return failed
+
+    def wake_putters(self) -> None:
+        if self.space_waiters:
+            with self.space:
+                self.space.notify_all()
+
+
+def monotonic() -> float:
+    return time.monotonic()

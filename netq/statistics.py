@@ -1,0 +1,136 @@
+"""Frozen snapshots of a communicator and its peers: what monitors and widgets read.
+
+``Communicator.statistics()`` returns a :class:`CommunicatorStatistics`; nothing in it changes
+afterwards. Units: bytes, messages, seconds; rates are per second, measured between this
+snapshot and the previous one taken at least :data:`RATE_INTERVAL` seconds earlier (so two
+monitors sampling the same communicator do not make each other's rates noisy).
+
+Direction: "in" is received from the peer, "out" is sent to it and acknowledged.
+``queue_in`` waits for ``get()``; ``queue_out`` waits for the wire (credit or a link);
+``inflight`` is on the wire and not yet acknowledged. ``memory`` is the payload bytes this
+communicator holds for the peer: received and unconsumed + unsent + unacknowledged.
+``credit_out`` is what the peer still lets us send, ``credit_in`` what we still let it send.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import uuid
+from dataclasses import dataclass
+
+__all__ = ("PeerStatistics", "CommunicatorStatistics", "RateMeter", "RATE_INTERVAL")
+
+RATE_INTERVAL = 0.25  # seconds: rates are not recomputed from snapshots closer than this
+
+
+@dataclass(frozen=True, slots=True)
+class PeerStatistics:
+    peer: uuid.UUID
+    state: str
+    queue_in: int
+    queue_in_bytes: int
+    queue_out: int
+    queue_out_bytes: int
+    inflight: int
+    inflight_bytes: int
+    messages_in: int
+    bytes_in: int
+    messages_out: int
+    bytes_out: int
+    credit_out: int
+    credit_in: int
+    memory: int
+    reconnects: int
+    connected_for: float
+    messages_in_per_s: float
+    bytes_in_per_s: float
+    messages_out_per_s: float
+    bytes_out_per_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class CommunicatorStatistics:
+    id: uuid.UUID
+    purpose: str
+    protocol: str
+    address: str
+    state: str
+    uptime: float
+    time: float  # time.monotonic() of the snapshot
+    peers: tuple[PeerStatistics, ...]
+    messages_in: int  # totals, including peers that have left
+    bytes_in: int
+    messages_out: int
+    bytes_out: int
+    messages_in_per_s: float
+    bytes_in_per_s: float
+    messages_out_per_s: float
+    bytes_out_per_s: float
+    memory: int
+
+    def peer(self, peer: uuid.UUID) -> PeerStatistics:
+        for row in self.peers:
+            if row.peer == peer:
+                return row
+        raise KeyError(peer)
+
+    def summary(self) -> str:
+        """One line, for terminals and logs."""
+        return (f"{self.purpose} {self.protocol} {self.address} {self.state}: "
+                f"{len(self.peers)} peers, in {self.messages_in} msg "
+                f"({self.bytes_in_per_s / 1e6:.1f} MB/s), out {self.messages_out} msg "
+                f"({self.bytes_out_per_s / 1e6:.1f} MB/s), memory {self.memory / 2**20:.1f} MiB")
+
+
+_COUNTERS = ("messages_in", "bytes_in", "messages_out", "bytes_out")
+
+
+class RateMeter:
+    """Turns cumulative counters into rates between snapshots."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._previous: dict = {}  # key -> (time, counters)
+        self._rates: dict = {}  # key -> rates last computed
+
+    def _rate(self, key, now: float, counters: tuple) -> tuple:
+        previous = self._previous.get(key)
+        if previous is None:
+            self._previous[key] = (now, counters)
+            self._rates[key] = (0.0,) * len(counters)
+        elif now - previous[0] >= RATE_INTERVAL:
+            elapsed = now - previous[0]
+            self._rates[key] = tuple(max(0.0, (c - p) / elapsed)
+                                     for c, p in zip(counters, previous[1]))
+            self._previous[key] = (now, counters)
+        return self._rates[key]
+
+    def snapshot(self, *, now: float, peers: list[PeerStatistics], closed_totals: tuple,
+                 **fields) -> CommunicatorStatistics:
+        with self._lock:
+            rows = []
+            totals = list(closed_totals)
+            for row in peers:
+                counters = tuple(getattr(row, name) for name in _COUNTERS)
+                for index, value in enumerate(counters):
+                    totals[index] += value
+                rates = self._rate(row.peer, now, counters)
+                rows.append(dataclasses.replace(
+                    row, messages_in_per_s=rates[0], bytes_in_per_s=rates[1],
+                    messages_out_per_s=rates[2], bytes_out_per_s=rates[3]))
+            live = {row.peer for row in rows}
+            for key in [k for k in self._previous if k not in live and k != "total"]:
+                del self._previous[key]
+                del self._rates[key]
+            rates = self._rate("total", now, tuple(totals))
+        return CommunicatorStatistics(
+            time=now,
+            peers=tuple(rows),
+            messages_in=totals[0], bytes_in=totals[1],
+            messages_out=totals[2], bytes_out=totals[3],
+            messages_in_per_s=rates[0], bytes_in_per_s=rates[1],
+            messages_out_per_s=rates[2], bytes_out_per_s=rates[3],
+            memory=sum(row.memory for row in rows),
+            **fields,
+        )

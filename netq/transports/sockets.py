@@ -1,0 +1,562 @@
+"""Byte-stream transports: TCP (plain or TLS) and Unix domain sockets.
+
+One I/O thread per communicator runs a ``selectors`` loop over the listening socket, every
+link and a wake-up socketpair. Reads go straight into the buffers the protocol core points at
+(``recv_into``); writes are scatter-gather ``sendmsg`` of the core's iovec list. TLS sockets
+cannot ``sendmsg`` and must not be written by two threads, so TLS links are written by the I/O
+thread only, with small buffers joined first.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import selectors
+import socket
+import ssl
+import stat
+import threading
+import time
+
+from ..exceptions import ConnectionLost, RemoteProtocolError
+from ..options import Purpose
+from ..protocol import ConnectionState
+
+__all__ = ("TCPTransport", "UnixTransport", "Link")
+
+_READ = selectors.EVENT_READ
+_WRITE = selectors.EVENT_WRITE
+_READS_PER_EVENT = 32  # recv calls per readable event before serving other links
+_CLOSE_FLUSH_LIMIT = 1.0  # seconds a closing link may take to flush its last frames
+_TLS_JOIN = 256 * 1024  # small buffers are joined up to this size for one SSL write
+
+
+class Link:
+    """One socket and its protocol state."""
+
+    __slots__ = ("sock", "conn", "session", "own_lock", "error", "peer_id", "closing",
+                 "close_deadline", "write_blocked", "write_registered", "last_received_at",
+                 "ping_sent_at", "rtt", "replaced", "tls_handshaking", "dropped", "address")
+
+    def __init__(self, sock: socket.socket, conn, address, tls_handshaking: bool) -> None:
+        self.sock = sock
+        self.conn = conn
+        self.session = None
+        self.own_lock = threading.RLock()
+        self.error: BaseException | None = None
+        self.peer_id = None
+        self.closing = False
+        self.close_deadline = 0.0
+        self.write_blocked = False
+        self.write_registered = False
+        now = time.monotonic()
+        self.last_received_at = now
+        self.ping_sent_at = now
+        self.rtt = 0.0
+        self.replaced = False
+        self.tls_handshaking = tls_handshaking
+        self.dropped = False
+        self.address = address
+
+    @property
+    def lock(self):
+        """The lock guarding ``conn``: the session's send lock once attached."""
+        session = self.session
+        return session.send_lock if session is not None else self.own_lock
+
+    @property
+    def peer_name(self) -> str:
+        return str(self.peer_id) if self.peer_id is not None else str(self.address)
+
+
+class SocketTransport:
+    """The selector loop shared by TCP, TLS and Unix sockets."""
+
+    family_name = "tcp"
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        options = engine.options
+        self._options = options
+        self._server = engine.purpose is Purpose.SERVER
+        self._selector = selectors.DefaultSelector()
+        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._wake_reader.setblocking(False)
+        self._wake_writer.setblocking(False)
+        self._selector.register(self._wake_reader, _READ, "wake")
+        self._idle = False
+        self._wake_pending = False
+        self._aborted = False
+        self._links: set[Link] = set()
+        self._listener: socket.socket | None = None
+        self._connecting: socket.socket | None = None
+        self._reconnect_at: float | None = None
+        self._backoff = options.connection.reconnect_min
+        self._ssl = self._make_ssl_context()
+        self.direct_writes = self._ssl is None
+        self.address = None
+        self._io_ident = None
+        if self._server:
+            self._listen()  # bind now so a taken port raises from netq.new()
+        self._thread = threading.Thread(
+            target=self._run, name=f"netq-io-{engine.purpose.value}-{str(engine.id)[:8]}",
+            daemon=True)
+
+    # ----------------------------------------------------------------- set-up
+
+    def _make_ssl_context(self) -> ssl.SSLContext | None:
+        security = self._options.security
+        if security is None or not security.tls:
+            return None
+        if self._server:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(security.certificate, security.key)
+            if security.client_ca is not None:
+                context.verify_mode = ssl.CERT_REQUIRED
+                context.load_verify_locations(security.client_ca)
+        else:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.load_verify_locations(security.certificate)
+            if security.client_certificate is not None:
+                context.load_cert_chain(security.client_certificate, security.key)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        return context
+
+    def _address(self):
+        netloc = self._options.netloc
+        infos = socket.getaddrinfo(netloc.host, netloc.port, type=socket.SOCK_STREAM)
+        family, _, _, _, address = infos[0]
+        return family, address
+
+    def _new_socket(self, family: int) -> socket.socket:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        return sock
+
+    def _tune(self, sock: socket.socket) -> None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _listen(self) -> None:
+        family, address = self._address()
+        sock = self._new_socket(family)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(1024)
+        except BaseException:
+            sock.close()
+            self._close_wake()
+            raise
+        self._listener = sock
+        self.address = sock.getsockname()
+        self._selector.register(sock, _READ, "listen")
+
+    def _close_wake(self) -> None:
+        self._selector.close()
+        self._wake_reader.close()
+        self._wake_writer.close()
+
+    # ----------------------------------------------------------------- thread API
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self) -> None:
+        if self._thread.ident is not None and threading.get_ident() != self._thread.ident:
+            self._thread.join()
+
+    def wake(self) -> None:
+        if self._idle and not self._wake_pending:
+            self._wake_pending = True
+            try:
+                self._wake_writer.send(b"\0")
+            except (BlockingIOError, OSError):
+                pass
+
+    def abort(self) -> None:
+        self._aborted = True
+        self._wake_pending = False
+        self._idle = True
+        self.wake()
+
+    def links(self) -> list[Link]:
+        return [link for link in self._links if not link.dropped]
+
+    # ----------------------------------------------------------------- the loop
+
+    def _run(self) -> None:
+        engine = self.engine
+        self._io_ident = threading.get_ident()
+        selector = self._selector
+        try:
+            if not self._server:
+                self._connect()
+            while not self._aborted:
+                now = time.monotonic()
+                timeout = engine._io_service(now)
+                if engine._stopping:
+                    if self._stop_step():
+                        break
+                    timeout = min(timeout, 0.01)
+                if self._reconnect_at is not None:
+                    timeout = min(timeout, max(0.0, self._reconnect_at - now))
+                for link in self.links():
+                    if link.closing:
+                        timeout = min(timeout, max(0.0, link.close_deadline - now))
+                self._idle = True
+                if engine._attention:
+                    timeout = 0
+                ready = selector.select(timeout)
+                self._idle = False
+                for key, mask in ready:
+                    data = key.data
+                    if data == "wake":
+                        self._drain_wake()
+                    elif data == "listen":
+                        self._accept()
+                    elif data == "connect":
+                        self._connected()
+                    else:
+                        self._service_link(data, mask)
+                now = time.monotonic()
+                if self._reconnect_at is not None and now >= self._reconnect_at:
+                    self._reconnect_at = None
+                    self._connect()
+                for link in self.links():
+                    if link.closing and (not link.conn.has_output or now >= link.close_deadline):
+                        self._drop(link)
+        except BaseException as error:  # noqa: BLE001 - must reach futures and get()
+            engine._io_failed(error)
+        finally:
+            self._shutdown()
+            engine._closed.set()
+
+    def _stop_step(self) -> bool:
+        """One step of closing; True when the loop may end."""
+        if self._listener is not None:
+            self._selector.unregister(self._listener)
+            self._listener.close()
+            self._listener = None
+            self._unlink_socket_file()
+        if self._connecting is not None:
+            self._abandon_connect()
+        self._reconnect_at = None
+        done = self.engine._io_goodbyes()
+        return done and not self.links()
+
+    def _shutdown(self) -> None:
+        for link in list(self._links):
+            self._drop(link)
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+            self._unlink_socket_file()
+        if self._connecting is not None:
+            self._connecting.close()
+            self._connecting = None
+        self._close_wake()
+
+    def _unlink_socket_file(self) -> None:
+        pass
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_reader.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+        self._wake_pending = False
+
+    # ----------------------------------------------------------------- server side
+
+    def _accept(self) -> None:
+        for _ in range(64):
+            try:
+                sock, address = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as error:
+                if error.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    return  # out of descriptors: try again on the next event
+                raise
+            sock.setblocking(False)
+            if self.engine._closing:
+                sock.close()
+                continue
+            self._open_link(sock, address, server_side=True)
+
+    def _open_link(self, sock: socket.socket, address, server_side: bool) -> None:
+        self._tune(sock)
+        tls = self._ssl is not None
+        if tls:
+            hostname = None
+            if not server_side:
+                security = self._options.security
+                hostname = security.server_hostname or self._options.netloc.host
+            sock = self._ssl.wrap_socket(sock, server_side=server_side,
+                                         do_handshake_on_connect=False,
+                                         server_hostname=hostname)
+        link = Link(sock, self.engine._io_new_connection(), address, tls)
+        self._links.add(link)
+        self._selector.register(sock, _READ | _WRITE, link)
+        link.write_registered = True
+        if tls:
+            self._tls_handshake(link)
+
+    # ----------------------------------------------------------------- client side
+
+    def _connect(self) -> None:
+        if self.engine._stopping or self.engine._closing and not self._pending_outbound():
+            return
+        try:
+            family, address = self._address()
+            sock = self._new_socket(family)
+        except OSError:
+            self._schedule_reconnect()
+            return
+        code = sock.connect_ex(address)
+        if code not in (0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
+            sock.close()
+            self._schedule_reconnect()
+            return
+        self._connecting = sock
+        self._selector.register(sock, _WRITE, "connect")
+
+    def _pending_outbound(self) -> bool:
+        session = self.engine._server_session
+        return session is not None and bool(session.outbox or session.inflight)
+
+    def _connected(self) -> None:
+        sock = self._connecting
+        self._selector.unregister(sock)
+        self._connecting = None
+        code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if code:
+            sock.close()
+            self._schedule_reconnect()
+            return
+        try:
+            self._open_link(sock, sock.getpeername(), server_side=False)
+        except OSError:
+            sock.close()
+            self._schedule_reconnect()
+
+    def _abandon_connect(self) -> None:
+        self._selector.unregister(self._connecting)
+        self._connecting.close()
+        self._connecting = None
+
+    def _schedule_reconnect(self) -> None:
+        if self._server or self.engine._stopping or self._aborted:
+            return
+        session = self.engine._server_session
+        if session is not None and session.state.value == "closed":
+            return
+        self._reconnect_at = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, self._options.connection.reconnect_max)
+
+    # ----------------------------------------------------------------- links
+
+    def _tls_handshake(self, link: Link) -> None:
+        try:
+            link.sock.do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return
+        except (ssl.SSLError, OSError) as error:
+            link.error = ConnectionLost(None, f"TLS handshake failed: {error}")
+            self._drop(link)
+            return
+        link.tls_handshaking = False
+        with link.lock:
+            self.write_now(link)
+
+    def _service_link(self, link: Link, mask: int) -> None:
+        if link.dropped:
+            return
+        if link.tls_handshaking:
+            self._tls_handshake(link)
+            if link.tls_handshaking or link.dropped:
+                return
+        with link.lock:
+            if mask & _WRITE:
+                link.write_blocked = False
+                self.write_now(link)
+            if mask & _READ and not link.dropped:
+                self._read(link)
+            if not link.dropped and link.conn.has_output:
+                self.write_now(link)
+        if link.session is not None and link.session.outbox:
+            self.engine._attention.append(link.session)
+
+    def _read(self, link: Link) -> None:
+        conn = link.conn
+        sock = link.sock
+        engine = self.engine
+        tls = self._ssl is not None
+        for _ in range(_READS_PER_EVENT):
+            buffer = conn.receive_buffer()
+            try:
+                count = sock.recv_into(buffer)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError,
+                    ssl.SSLWantWriteError):
+                return
+            except OSError as error:
+                if link.error is None:
+                    link.error = ConnectionLost(link.peer_id, f"receive failed: {error}")
+                self._drop(link)
+                return
+            if count == 0:
+                events = conn.receive_eof()
+                if events:
+                    engine._io_events(link, events)
+                self._drop(link)
+                return
+            link.last_received_at = time.monotonic()
+            events = conn.receive_done(count)
+            if events:
+                engine._io_events(link, events)
+            if link.dropped:
+                return
+            if conn.state is ConnectionState.CLOSED:
+                if link.error is None:
+                    link.error = RemoteProtocolError("the peer ended the link")
+                self.close_link(link, flush=True)
+                return
+            if count < len(buffer) and not (tls and sock.pending()):
+                return
+
+    def write_now(self, link: Link) -> None:
+        """Write queued output until done or the socket is full (link lock held)."""
+        if link.dropped or link.tls_handshaking:
+            return
+        conn = link.conn
+        sock = link.sock
+        tls = self._ssl is not None
+        while conn.has_output:
+            buffers = conn.outgoing()
+            try:
+                if tls:
+                    sent = sock.send(self._tls_chunk(buffers))
+                else:
+                    sent = sock.sendmsg(buffers)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError,
+                    ssl.SSLWantReadError):
+                sent = 0
+            except OSError as error:
+                if link.error is None:
+                    link.error = ConnectionLost(link.peer_id, f"send failed: {error}")
+                link.write_blocked = True
+                if threading.get_ident() == self._io_ident:
+                    self._drop(link)
+                return
+            if not sent:
+                break
+            conn.sent(sent)
+        blocked = conn.has_output
+        link.write_blocked = blocked
+        if threading.get_ident() == self._io_ident and blocked != link.write_registered:
+            self._selector.modify(link.sock, _READ | _WRITE if blocked else _READ, link)
+            link.write_registered = blocked
+
+    @staticmethod
+    def _tls_chunk(buffers: list):
+        first = buffers[0]
+        if len(buffers) == 1 or len(first) >= _TLS_JOIN:
+            return first
+        joined = bytearray()
+        for buffer in buffers:
+            if len(joined) + len(buffer) > _TLS_JOIN and joined:
+                break
+            joined += buffer
+        return joined
+
+    def close_link(self, link: Link, flush: bool) -> None:
+        if link.dropped:
+            return
+        if flush and link.conn.has_output:
+            if not link.closing:
+                link.closing = True
+                link.close_deadline = time.monotonic() + _CLOSE_FLUSH_LIMIT
+            with link.lock:
+                self.write_now(link)
+            if not link.conn.has_output and threading.get_ident() == self._io_ident:
+                self._drop(link)
+            return
+        if threading.get_ident() == self._io_ident:
+            self._drop(link)
+        else:
+            link.closing = True
+            link.close_deadline = 0.0
+            self.wake()
+
+    def _drop(self, link: Link) -> None:
+        if link.dropped:
+            return
+        link.dropped = True
+        self._links.discard(link)
+        try:
+            self._selector.unregister(link.sock)
+        except (KeyError, ValueError):
+            pass
+        try:
+            link.sock.close()
+        except OSError:
+            pass
+        with link.lock:
+            self.engine._io_link_closed(link)
+        if not self._server and not link.replaced:
+            session = self.engine._server_session
+            if link.session is not None:
+                self._backoff = self._options.connection.reconnect_min
+            if session is not None and session.state.value != "closed":
+                self._schedule_reconnect()
+
+
+class TCPTransport(SocketTransport):
+    """TCP, or TLS when ``SecurityOptions.certificate`` is set."""
+
+
+class UnixTransport(SocketTransport):
+    """Unix domain stream sockets: same host, no TCP/IP stack, no TLS needed."""
+
+    family_name = "unix"
+
+    def _address(self):
+        return socket.AF_UNIX, self._options.netloc.unix_path()
+
+    def _tune(self, sock: socket.socket) -> None:
+        pass
+
+    def _listen(self) -> None:
+        path = self._options.netloc.unix_path()
+        self._remove_stale(path)
+        super()._listen()
+        self._path = path
+
+    @staticmethod
+    def _remove_stale(path: str) -> None:
+        """A socket file nobody listens on is left over from a crash: remove it."""
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(mode):
+            raise FileExistsError(f"{path} exists and is not a socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            os.unlink(path)
+        else:
+            raise OSError(errno.EADDRINUSE, f"a server already listens on {path}")
+        finally:
+            probe.close()
+
+    def _unlink_socket_file(self) -> None:
+        path = getattr(self, "_path", None)
+        if path is not None:
+            self._path = None
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass

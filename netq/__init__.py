@@ -16,6 +16,8 @@ registered in :mod:`netq.transports`. Errors: :mod:`netq.exceptions`.
 
 from __future__ import annotations
 
+import logging
+
 from . import stream, transports
 from .communicator import Communicator, Message
 from .exceptions import (
@@ -50,6 +52,9 @@ from .statistics import CommunicatorStatistics, PeerStatistics
 from .stream import BytesSerializer, PickleSerializer, Stream
 
 __version__ = "0.1.0"
+
+# A library logs; the application decides whether anything is printed (threads must not).
+logging.getLogger("netq").addHandler(logging.NullHandler())
 
 __all__ = [
     "new",

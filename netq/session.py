@@ -23,7 +23,6 @@ import os
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 
 from .futures import DeliveryFuture
 
@@ -49,15 +48,6 @@ class Outgoing:
         self.size = size
         self.batch = batch
         self.future = future
-
-
-@dataclass(slots=True)
-class Incoming:
-    """A received message waiting for ``get()`` (deserialized lazily, on the user thread)."""
-
-    parts: list
-    size: int
-    batch: bool
 
 
 class PeerSession:
@@ -86,10 +76,13 @@ class PeerSession:
         self.sent_messages = 0
         self.acked_messages = 0
         self.acked_bytes = 0
+        self.last_put = 0.0  # perf_counter() of the latest put, to tell streams from requests
+        self.scheduled = False  # queued in the I/O thread's attention list
         self.goodbye_sent = False
         self.goodbye_received = False
 
-        # Inbound.
+        # Inbound: MessageReceived events (deserialized lazily by get(), on the user thread),
+        # and the remaining elements of an opened put_many batch.
         self.inbox: collections.deque = collections.deque()
         self.in_ready = False
         self.last_received = 0  # highest sequence number received in this session

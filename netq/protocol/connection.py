@@ -84,6 +84,11 @@ _HEADER_UNPACK_FROM = HEADER.unpack_from
 _DESCRIPTOR_SIZE = DESCRIPTOR.size
 _DESCRIPTOR_UNPACK_FROM = DESCRIPTOR.unpack_from
 _KNOWN_TYPES = frozenset(int(t) for t in FrameType)
+# Header and a one-part descriptor in one pack: the shape of almost every small message.
+_ONE_PART = struct.Struct("<BBHIQQIIQ")
+_ONE_PART_DESCRIPTOR = _DESCRIPTOR_SIZE + 8
+_ONE_PART_UNPACK_FROM = _ONE_PART.unpack_from
+_FIRST_LAST = _FIRST | _LAST
 
 
 class ConnectionState(enum.Enum):
@@ -93,6 +98,8 @@ class ConnectionState(enum.Enum):
     OPEN = "open"  # data may flow
     CLOSED = "closed"  # failed or finished: nothing more is parsed
 
+
+_CLOSED = ConnectionState.CLOSED
 
 # ----------------------------------------------------------------------------- events
 
@@ -246,11 +253,13 @@ class Connection:
             raise LocalProtocolError("Hello.auth must say whether an authkey is used")
         self.local = local
         self.peer: Hello | None = None
-        self.state = ConnectionState.HELLO
+        self._state = ConnectionState.HELLO
+        self._open_for_data = False  # OPEN and no BYE from the peer: DATA is acceptable
         self._authkey = authkey
         self.max_size = max_size
         self.merge_size = merge_size
         self.efficient_size = efficient_size
+        self._chunk = max_size  # lowered to the peer's max_frame by its HELLO
 
         # Flow control on this link. What we let the peer send (checked on every FIRST
         # chunk, before allocating) and what the peer lets us send.
@@ -259,6 +268,8 @@ class Connection:
         self.send_credit_bytes = 0
         self.send_credit_messages = 0
         self.expected_seq = 1  # next DATA sequence number from the peer
+        self._max_message = local.max_message
+        self._count_messages = local.recv_messages != frames.UNLIMITED_MESSAGES
         self.peer_said_bye = False
         self.sent_bye = False
 
@@ -282,10 +293,18 @@ class Connection:
     # ------------------------------------------------------------------ properties
 
     @property
+    def state(self) -> ConnectionState:
+        return self._state
+
+    @state.setter
+    def state(self, value: ConnectionState) -> None:
+        self._state = value
+        self._open_for_data = value is ConnectionState.OPEN and not self.peer_said_bye
+
+    @property
     def chunk_size(self) -> int:
         """Largest body per DATA frame: ours and the peer's limit, whichever is smaller."""
-        peer_limit = self.peer.max_frame if self.peer is not None else self.max_size
-        return max(1, min(self.max_size, peer_limit))
+        return self._chunk
 
     @property
     def can_send_data(self) -> bool:
@@ -342,17 +361,29 @@ class Connection:
         self.send_credit_bytes -= total
         if peer.recv_messages != frames.UNLIMITED_MESSAGES:
             self.send_credit_messages -= 1
-        sizes = [len(p) | READONLY_BIT if p.readonly else len(p) for p in parts]
+        if len(parts) == 1 and total < self.efficient_size and total <= self._chunk:
+            part = parts[0]
+            size = total | READONLY_BIT if type(part) is bytes or part.readonly else total
+            merge = self._merge
+            merge += _ONE_PART.pack(_DATA, (_FIRST | _LAST | _BATCH) if batch else (_FIRST | _LAST),
+                                    0, _ONE_PART_DESCRIPTOR + total, seq, total, 1, 0, size)
+            merge += part
+            self.bytes_queued += HEADER_SIZE + _ONE_PART_DESCRIPTOR + total
+            if len(merge) >= self.merge_size:
+                self._seal()
+            return
+        sizes = [len(p) | READONLY_BIT if type(p) is bytes or p.readonly else len(p)
+                 for p in parts]
         descriptor = frames.encode_descriptor(total, sizes)
         first = _FIRST | _BATCH if batch else _FIRST
-        chunk = self.chunk_size
+        chunk = self._chunk
         if total <= chunk:
             self._emit(_HEADER_PACK(_DATA, first | _LAST, 0, len(descriptor) + total, seq))
             self._emit(descriptor)
             efficient = self.efficient_size
             for part in parts:
                 if len(part) < efficient:
-                    self._emit(part)
+                    self._emit(part)  # merged: a copy, cheaper than an iovec when small
                 else:
                     self._emit_view(part)
             return
@@ -383,7 +414,7 @@ class Connection:
                     part_index += 1
                     part_offset = 0
             position += size
-            flags &= ~_FIRST
+            flags &= ~(_FIRST | _BATCH)  # both mark the first chunk only
 
     def send_credit(self, nbytes: int, messages: int) -> None:
         """Grant the peer ``nbytes`` more bytes and ``messages`` more messages."""
@@ -520,7 +551,8 @@ class Connection:
         view = self._view
         start = self._start
         end = self._end
-        while self.state is not ConnectionState.CLOSED:
+        data_limit = self.local.max_frame + frames.MAX_DESCRIPTOR
+        while self._state is not _CLOSED:
             if self._body_left:
                 available = end - start
                 if not available:
@@ -547,12 +579,31 @@ class Connection:
                 self._fail(events, RemoteProtocolError("reserved header bits set"),
                            ErrorCode.PROTOCOL)
                 break
-            if length > frames.max_payload(frame_type, self.local.max_frame):
+            if length > (data_limit if frame_type == _DATA else frames.max_payload(frame_type, 0)):
                 self._fail(events, RemoteProtocolError(
                     f"{FrameType(frame_type).name} frame of {length} bytes over the limit"),
                     ErrorCode.LIMIT)
                 break
             if frame_type == _DATA:
+                if (flags & _FIRST_LAST == _FIRST_LAST and end - start >= HEADER_SIZE + length
+                        and length >= _ONE_PART_DESCRIPTOR):
+                    # Fast path: a whole one-part message in the staging buffer.
+                    (_, _, _, _, _, total, nparts, reserved2, raw) = _ONE_PART_UNPACK_FROM(view, start)
+                    if (nparts == 1 and not reserved2 and length == _ONE_PART_DESCRIPTOR + total
+                            and raw & _SIZE_MASK == total and value == self.expected_seq
+                            and total <= self._max_message and self.recv_allowance_bytes > 0
+                            and self.recv_allowance_messages > 0 and self._open_for_data
+                            and self._incoming is None):
+                        self.recv_allowance_bytes -= total
+                        if self._count_messages:
+                            self.recv_allowance_messages -= 1
+                        position = start + HEADER_SIZE + _ONE_PART_DESCRIPTOR
+                        start = position + total
+                        part = (bytes(view[position:start]) if raw & READONLY_BIT
+                                else self._buffer[position:start])
+                        self.expected_seq = value + 1
+                        events.append(MessageReceived(value, bool(flags & _BATCH), [part], total))
+                        continue
                 consumed = self._data_header(events, view, start, end, flags, length, value)
                 if consumed < 0:
                     break
@@ -702,6 +753,7 @@ class Connection:
             events.append(AckReceived(value))
         elif frame_type == FrameType.BYE:
             self.peer_said_bye = True
+            self._open_for_data = False
             events.append(ByeReceived(payload.decode(errors="replace")))
 
     def _hello(self, events: list[Event], payload: bytes) -> None:
@@ -725,6 +777,7 @@ class Connection:
             self._fail(events, AuthenticationError(who), ErrorCode.AUTHENTICATION)
             return
         self.peer = hello
+        self._chunk = max(1, min(self.max_size, hello.max_frame))
         self.send_credit_bytes = hello.recv_window
         self.send_credit_messages = hello.recv_messages
         if self._authkey is not None:

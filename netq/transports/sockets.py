@@ -193,6 +193,8 @@ class SocketTransport:
                 self._connect()
             while not self._aborted:
                 now = time.monotonic()
+                if engine._closing and self._listener is not None:
+                    self._stop_listening()  # close() refuses newcomers from its first moment
                 timeout = engine._io_service(now)
                 if engine._stopping:
                     if self._stop_step():
@@ -233,16 +235,19 @@ class SocketTransport:
 
     def _stop_step(self) -> bool:
         """One step of closing; True when the loop may end."""
-        if self._listener is not None:
-            self._selector.unregister(self._listener)
-            self._listener.close()
-            self._listener = None
-            self._unlink_socket_file()
+        self._stop_listening()
         if self._connecting is not None:
             self._abandon_connect()
         self._reconnect_at = None
         done = self.engine._io_goodbyes()
         return done and not self.links()
+
+    def _stop_listening(self) -> None:
+        if self._listener is not None:
+            self._selector.unregister(self._listener)
+            self._listener.close()
+            self._listener = None
+            self._unlink_socket_file()
 
     def _shutdown(self) -> None:
         for link in list(self._links):
@@ -385,8 +390,9 @@ class SocketTransport:
                 self._read(link)
             if not link.dropped and link.conn.has_output:
                 self.write_now(link)
-        if link.session is not None and link.session.outbox:
-            self.engine._attention.append(link.session)
+        session = link.session
+        if session is not None and session.outbox and not session.scheduled:
+            self.engine._schedule(session)
 
     def _read(self, link: Link) -> None:
         conn = link.conn

@@ -1,0 +1,116 @@
+"""The asyncio face of a communicator: ``await queue.get()`` / ``await queue.put(x)``.
+
+Same core, same I/O thread: nothing here owns sockets. ``get`` waits on an arrival signal that
+the I/O thread posts to the event loop with ``call_soon_threadsafe`` (no thread per waiting
+get); ``put`` queues without blocking the loop and awaits the delivery future.
+
+    async with netq.aio.new(purpose=netq.Purpose.CLIENT) as queue:
+        await queue.put("Hello, Server!")     # returns once the server has it
+        message = await queue.get()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from . import new as _new
+from .communicator import Communicator, Message
+from .exceptions import Empty, Full
+from .options import CommunicatorOptions, Protocol, Purpose
+
+__all__ = ("AsyncCommunicator", "new")
+
+
+class AsyncCommunicator:
+    """Wraps a :class:`~netq.communicator.Communicator` for one asyncio event loop."""
+
+    def __init__(self, communicator: Communicator) -> None:
+        self.communicator = communicator
+
+    @property
+    def id(self) -> uuid.UUID:
+        return self.communicator.id
+
+    @property
+    def peers(self) -> tuple[uuid.UUID, ...]:
+        return self.communicator.peers
+
+    def statistics(self):
+        return self.communicator.statistics()
+
+    async def put(self, data: Any, *peers: uuid.UUID, timeout: float | None = None) -> None:
+        """Send and wait for delivery (``timeout`` bounds both the window wait and delivery)."""
+        future = await self._queue(self.communicator.put, data, peers, timeout)
+        await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+
+    async def put_many(self, items: Iterable[Any], *peers: uuid.UUID,
+                       timeout: float | None = None) -> None:
+        future = await self._queue(self.communicator.put_many, list(items), peers, timeout)
+        await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+
+    def put_nowait(self, data: Any, *peers: uuid.UUID) -> asyncio.Future:
+        """Queue now (raises :class:`~netq.Full` past the window); await the result for delivery."""
+        return asyncio.wrap_future(self.communicator.put(data, *peers, block=False))
+
+    async def _queue(self, method, data, peers, timeout):
+        try:
+            return method(data, *peers, block=False)
+        except Full:
+            # Past the window: wait in a worker thread so the event loop keeps running.
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(
+                None, lambda: method(data, *peers, timeout=timeout))
+
+    async def get(self, *peers: uuid.UUID, timeout: float | None = None) -> Message:
+        """The next message; raises :class:`~netq.Empty` after ``timeout`` seconds."""
+        communicator = self.communicator
+        try:
+            return communicator.get_nowait(*peers)
+        except Empty:
+            pass
+        loop = asyncio.get_running_loop()
+        arrived = asyncio.Event()
+
+        def signal() -> None:
+            loop.call_soon_threadsafe(arrived.set)
+
+        communicator._arrival_listeners.append(signal)
+        try:
+            deadline = None if timeout is None else loop.time() + timeout
+            while True:
+                arrived.clear()
+                try:
+                    return communicator.get_nowait(*peers)
+                except Empty:
+                    pass
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    raise Empty()
+                try:
+                    await asyncio.wait_for(arrived.wait(), remaining)
+                except TimeoutError:
+                    raise Empty() from None
+        finally:
+            communicator._arrival_listeners.remove(signal)
+
+    def get_nowait(self, *peers: uuid.UUID) -> Message:
+        return self.communicator.get_nowait(*peers)
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Flush and close without blocking the event loop."""
+        await asyncio.get_running_loop().run_in_executor(None, self.communicator.close, timeout)
+
+    async def __aenter__(self) -> AsyncCommunicator:
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        await self.close()
+
+
+def new(protocol: Protocol | str = Protocol.TCP, purpose: Purpose | str = Purpose.CLIENT,
+        options: CommunicatorOptions | None = None) -> AsyncCommunicator:
+    """Like :func:`netq.new`, returning the asyncio face."""
+    return AsyncCommunicator(_new(protocol, purpose, options))

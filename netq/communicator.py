@@ -256,7 +256,7 @@ class Communicator:
             # from this thread saves the I/O thread's wake-up (~35 us here) on the way out.
             try:
                 link = session.link
-                if link is not None and not link.write_blocked:
+                if link is not None and link.direct_ok and not link.write_blocked:
                     self._pump(session, link)
                     if link.conn.has_output:
                         self._transport.write_now(link)
@@ -785,12 +785,10 @@ class Communicator:
     def _io_service(self, now: float) -> float:
         """Periodic and requested work; returns seconds until it wants to run again."""
         attention = self._attention
-        seen = set()
-        while attention:
+        # One pass over what is queued now: a session rescheduled meanwhile waits for the next
+        # pass (it is in the deque again), so user threads cannot keep this loop spinning.
+        for _ in range(len(attention)):
             session = attention.popleft()
-            if id(session) in seen:
-                continue
-            seen.add(id(session))
             session.scheduled = False  # before pumping: later puts must schedule again
             link = session.link
             if link is None or link.closing:

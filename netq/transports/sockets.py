@@ -28,7 +28,8 @@ _READ = selectors.EVENT_READ
 _WRITE = selectors.EVENT_WRITE
 _READS_PER_EVENT = 32  # recv calls per readable event before serving other links
 _CLOSE_FLUSH_LIMIT = 1.0  # seconds a closing link may take to flush its last frames
-_TLS_JOIN = 256 * 1024  # small buffers are joined up to this size for one SSL write
+_TLS_JOIN = 256 * 1024
+_DIRECT_RETRY = 64 * 1024  # receive buffers at least this large are read until EAGAIN  # small buffers are joined up to this size for one SSL write
 
 
 class Link:
@@ -36,7 +37,8 @@ class Link:
 
     __slots__ = ("sock", "conn", "session", "own_lock", "error", "peer_id", "closing",
                  "close_deadline", "write_blocked", "write_registered", "last_received_at",
-                 "ping_sent_at", "rtt", "replaced", "tls_handshaking", "dropped", "address")
+                 "ping_sent_at", "rtt", "replaced", "tls_handshaking", "dropped", "address",
+                 "direct_ok")
 
     def __init__(self, sock: socket.socket, conn, address, tls_handshaking: bool) -> None:
         self.sock = sock
@@ -57,6 +59,10 @@ class Link:
         self.tls_handshaking = tls_handshaking
         self.dropped = False
         self.address = address
+        # User threads may write on this link only once the I/O thread has left the critical
+        # section in which it attached the link to a session (before that, the I/O thread
+        # holds the link's own lock, not the session's).
+        self.direct_ok = False
 
     @property
     def lock(self):
@@ -390,6 +396,8 @@ class SocketTransport:
                 self._read(link)
             if not link.dropped and link.conn.has_output:
                 self.write_now(link)
+        if link.session is not None:
+            link.direct_ok = True
         session = link.session
         if session is not None and session.outbox and not session.scheduled:
             self.engine._schedule(session)
@@ -428,7 +436,9 @@ class SocketTransport:
                     link.error = RemoteProtocolError("the peer ended the link")
                 self.close_link(link, flush=True)
                 return
-            if count < len(buffer) and not (tls and sock.pending()):
+            if count < len(buffer) and len(buffer) < _DIRECT_RETRY and not (tls and sock.pending()):
+                # Drained. (A large direct read keeps going: more of the body is usually on
+                # its way, and another recv_into is cheaper than a round through select.)
                 return
 
     def write_now(self, link: Link) -> None:

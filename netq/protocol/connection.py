@@ -287,6 +287,7 @@ class Connection:
         self._last_chunk = False  # the current chunk carries the LAST flag
         self._incoming: _Incoming | None = None
         self._direct = False  # receive_buffer() points into the incoming message
+        self._after_large = False  # the last message took the direct path
 
         self._emit(frames.encode_hello(local))
 
@@ -487,6 +488,11 @@ class Connection:
             return self._incoming.target(self._body_left)
         if self._start == self._end:
             self._start = self._end = 0
+            if self._after_large:
+                # The previous message was large; the next one probably is too. Read just
+                # enough for its header and descriptor, so its body goes straight into the
+                # part buffer instead of through the staging buffer (a copy saved).
+                return self._view[: HEADER_SIZE + frames.MAX_DESCRIPTOR]
         elif STAGING_SIZE - self._end < _MIN_FREE:
             # Move the unparsed tail (always < one header + descriptor + control payload,
             # or the start of a body) to the front.
@@ -506,6 +512,7 @@ class Connection:
             self._body_left -= count
             if incoming.remaining == 0:
                 self._direct = False
+                self._after_large = True
                 self._complete(events)
             elif self._body_left < DIRECT_THRESHOLD:
                 self._direct = False
@@ -602,6 +609,7 @@ class Connection:
                         part = (bytes(view[position:start]) if raw & READONLY_BIT
                                 else self._buffer[position:start])
                         self.expected_seq = value + 1
+                        self._after_large = False
                         events.append(MessageReceived(value, bool(flags & _BATCH), [part], total))
                         continue
                 consumed = self._data_header(events, view, start, end, flags, length, value)

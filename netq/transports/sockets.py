@@ -436,7 +436,7 @@ class SocketTransport:
                     link.error = RemoteProtocolError("the peer ended the link")
                 self.close_link(link, flush=True)
                 return
-            if count < len(buffer) and len(buffer) < _DIRECT_RETRY and not (tls and sock.pending()):
+            if count < len(buffer) and not (tls and sock.pending()):
                 # Drained. (A large direct read keeps going: more of the body is usually on
                 # its way, and another recv_into is cheaper than a round through select.)
                 return

@@ -1,0 +1,105 @@
+"""DeliveryFuture: a real concurrent.futures.Future that resolves exactly once."""
+
+import asyncio
+import concurrent.futures as cf
+import threading
+
+import pytest
+
+from netq.futures import DeliveryFuture
+
+
+def test_is_a_stdlib_future_without_an_eager_condition():
+    future = DeliveryFuture()
+    assert isinstance(future, cf.Future)
+    assert future._cond is None  # nothing allocated until someone waits
+
+
+def test_resolves_after_every_peer_acknowledged():
+    future = DeliveryFuture(remaining=3)
+    assert future._start()
+    future._delivered()
+    future._delivered()
+    assert not future.done()
+    future._delivered()
+    assert future.done() and future.result() is None
+
+
+def test_first_failure_wins_and_later_acks_are_ignored():
+    future = DeliveryFuture(remaining=2)
+    future._start()
+    future._fail(ValueError("peer gone"))
+    future._delivered()
+    future._delivered()
+    with pytest.raises(ValueError, match="peer gone"):
+        future.result()
+
+
+def test_result_wakes_a_waiting_thread():
+    future = DeliveryFuture()
+    future._start()
+    timer = threading.Timer(0.05, future._delivered)
+    timer.start()
+    assert future.result(timeout=5) is None
+    timer.join()
+
+
+def test_cancel_before_the_wire_wins_and_the_sender_skips_it():
+    future = DeliveryFuture()
+    assert future.cancel()
+    assert future.cancelled()
+    assert not future._start()  # the I/O thread must not send it
+    with pytest.raises(cf.CancelledError):
+        future.result(timeout=1)
+
+
+def test_cancel_after_the_wire_is_refused():
+    future = DeliveryFuture()
+    assert future._start()
+    assert not future.cancel()
+    future._delivered()
+    assert future.result() is None
+
+
+def test_cancel_and_start_race_has_exactly_one_winner():
+    for _ in range(2000):
+        future = DeliveryFuture()
+        outcome = {}
+        barrier = threading.Barrier(2)
+
+        def cancel():
+            barrier.wait()
+            outcome["cancelled"] = future.cancel()
+
+        thread = threading.Thread(target=cancel)
+        thread.start()
+        barrier.wait()
+        started = future._start()
+        thread.join()
+        assert started != outcome["cancelled"]
+
+
+def test_callbacks_run_once_and_wait_helpers_work():
+    future = DeliveryFuture()
+    calls = []
+    future.add_done_callback(calls.append)
+    future._start()
+    waiter = threading.Thread(target=lambda: cf.wait([future], timeout=5))
+    waiter.start()
+    future._delivered()
+    waiter.join()
+    assert calls == [future]
+    assert list(cf.as_completed([future], timeout=1)) == [future]
+    late = []
+    future.add_done_callback(late.append)  # already done: runs at once
+    assert late == [future]
+
+
+def test_asyncio_can_await_it():
+    async def main():
+        future = DeliveryFuture()
+        future._start()
+        asyncio.get_running_loop().call_later(0.01, future._delivered)
+        return await asyncio.wrap_future(future)
+
+    assert asyncio.run(main()) is None

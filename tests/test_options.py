@@ -1,0 +1,70 @@
+"""Options, the transport registry and netq.new()."""
+
+import dataclasses
+import uuid
+
+import pytest
+
+import netq as nq
+from netq import transports
+
+
+def test_every_options_instance_gets_its_own_id():
+    ids = {nq.CommunicatorOptions().id for _ in range(100)}
+    assert len(ids) == 100
+    assert all(isinstance(i, uuid.UUID) and i.version == 4 for i in ids)
+
+
+def test_options_are_frozen_and_replaceable():
+    options = nq.CommunicatorOptions()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.netloc = nq.NetworkLocation(port=1)
+    changed = options.replace(netloc=nq.NetworkLocation(port=1234))
+    assert changed.netloc.port == 1234 and changed.id == options.id
+
+
+def test_connection_defaults_follow_max_size():
+    connection = nq.ConnectionOptions(max_size=1 << 20)
+    assert connection.merge_size == 1 << 20
+    assert connection.efficient_size == (1 << 20) // 64
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"max_size": 10}, {"recv_window": 0}, {"send_window": 0}, {"heartbeat": 0},
+    {"session_timeout": -1}, {"spin": -1},
+])
+def test_connection_options_reject_nonsense(kwargs):
+    with pytest.raises(ValueError):
+        nq.ConnectionOptions(**kwargs)
+
+
+def test_message_size_default_is_capped():
+    assert nq.SerializationOptions().message_limit == 4 * nq.GiB
+    assert nq.SerializationOptions(message_size=10).message_limit == 10
+
+
+def test_network_location_text_and_unix_path():
+    assert str(nq.NetworkLocation()) == "127.0.0.1:51966"
+    assert str(nq.NetworkLocation(host="::1", port=5)) == "[::1]:5"
+    assert nq.NetworkLocation(path="/tmp/x.sock").unix_path() == "/tmp/x.sock"
+    assert nq.NetworkLocation(port=7).unix_path().endswith("-7.sock")
+
+
+def test_unregistered_protocol_is_a_clear_error():
+    with pytest.raises(nq.UnsupportedProtocol, match="tcp, unix"):
+        transports.lookup("carrier-pigeon")
+    with pytest.raises(ValueError):
+        nq.new("carrier-pigeon")
+
+
+def test_registry_lists_the_socket_transports():
+    assert {"tcp", "unix"} <= set(transports.available())
+
+
+def test_server_binds_in_the_constructor_so_a_taken_port_raises_at_once():
+    with nq.new(purpose=nq.Purpose.SERVER,
+                options=nq.CommunicatorOptions(netloc=nq.NetworkLocation(port=0))) as server:
+        port = server.address[1]
+        with pytest.raises(OSError):
+            nq.new(purpose=nq.Purpose.SERVER,
+                   options=nq.CommunicatorOptions(netloc=nq.NetworkLocation(port=port)))

@@ -615,12 +615,7 @@ class Communicator:
                 listener()
 
     def _io_ack(self, session: PeerSession, seq: int) -> None:
-        inflight = session.inflight
-        while inflight and inflight[0][0] <= seq:
-            _, message = inflight.popleft()
-            session.acked_messages += 1
-            session.acked_bytes += message.size
-            message.future._delivered()
+        session.acknowledge(seq)
         if session.outbox and not session.scheduled:
             self._schedule(session)
 

@@ -119,6 +119,15 @@ class PeerSession:
             self.state = PeerState.DISCONNECTED
             self.disconnected_at = now
 
+    def acknowledge(self, seq: int) -> None:
+        """The peer has every message up to ``seq``: resolve their futures (I/O thread)."""
+        inflight = self.inflight
+        while inflight and inflight[0][0] <= seq:
+            _, message = inflight.popleft()
+            self.acked_messages += 1
+            self.acked_bytes += message.size
+            message.future._delivered()
+
     def requeue_inflight(self, acknowledged: int) -> None:
         """After a reconnect: drop what the peer has, put the rest back in front, in order.
 
@@ -126,12 +135,8 @@ class PeerSession:
         <= ``acknowledged``) resolve; the others are sent again under fresh numbers starting at
         ``acknowledged + 1``, which are the numbers the peer now expects.
         """
+        self.acknowledge(acknowledged)
         inflight = self.inflight
-        while inflight and inflight[0][0] <= acknowledged:
-            _, message = inflight.popleft()
-            self.acked_messages += 1
-            self.acked_bytes += message.size
-            message.future._delivered()
         again = [message for _, message in inflight]
         inflight.clear()
         self.outbox.extendleft(reversed(again))

@@ -351,6 +351,11 @@ class Communicator:
                 if not session.in_ready:
                     session.in_ready = True
                     self._ready.appendleft(session)
+                if self._getters:
+                    self._recv_ready.notify(len(rest))
+            # Other getters may have looked while this batch was being opened: tell them.
+            for listener in list(self._arrival_listeners):
+                listener()
         return taken
 
     def _take(self, peers: tuple, block: bool, timeout: float | None):

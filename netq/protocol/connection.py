@@ -72,7 +72,7 @@ __all__ = [
 
 IOV_MAX = 1024  # buffers per sendmsg (Linux UIO_MAXIOV)
 STAGING_SIZE = 256 * 1024  # receive staging buffer: many small frames per recv_into
-DIRECT_THRESHOLD = 32 * 1024  # body bytes still to come above which we recv_into the part
+DIRECT_THRESHOLD = 128 * 1024  # body bytes still to come above which we recv_into the part
 _MIN_FREE = 64 * 1024  # compact the staging buffer when less than this is free at its end
 _SIZE_MASK = READONLY_BIT - 1
 _FIRST = DataFlags.FIRST.value

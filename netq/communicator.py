@@ -120,6 +120,7 @@ class Communicator:
         self._recv_ready = threading.Condition(self._recv_lock)
         self._getters = 0
         self._ready: collections.deque[PeerSession] = collections.deque()
+        self._lent: list = []  # (session, size) handed out by get(), credit not yet returned
 
         self._attention: collections.deque[PeerSession] = collections.deque()
         self._arrival_listeners: list = []  # called on the I/O thread when messages arrive
@@ -363,6 +364,8 @@ class Communicator:
         deadline = None
         spin_until = None
         with self._recv_lock:
+            if self._lent:
+                self._release_lent()
             while True:
                 if peers:
                     found = self._take_from(peers)
@@ -436,19 +439,30 @@ class Communicator:
         return None
 
     def _consumed(self, session: PeerSession, item) -> None:
-        """Count a consumed message (receive lock held) and ask for credit to be returned."""
-        if type(item) is not Incoming:
-            return  # a batch element: its message was counted when the batch was opened
-        session.consumed_messages += 1
-        session.consumed_bytes += item.size
-        if session.credit_requested:
-            return
-        if (session.consumed_bytes - session.credited_bytes >= self._credit_threshold
-                or session.consumed_messages - session.credited_messages
-                >= self._credit_message_threshold):
-            session.credit_requested = True
-            self._schedule(session)
-            self._transport.wake()
+        """A message was handed out (receive lock held); its credit returns on the next get().
+
+        The caller holds the message until it comes back for another one: granting its
+        credit at that point, not now, keeps a peer from sending the next large message
+        while the previous one is still in the caller's hands (receiver memory stays near one
+        message instead of two).
+        """
+        if type(item) is Incoming:  # a batch element was counted when the batch was opened
+            self._lent.append((session, item.size))
+
+    def _release_lent(self) -> None:
+        """Count the messages handed out earlier as consumed; return credit past a threshold."""
+        for session, size in self._lent:
+            session.consumed_messages += 1
+            session.consumed_bytes += size
+            if session.credit_requested:
+                continue
+            if (session.consumed_bytes - session.credited_bytes >= self._credit_threshold
+                    or session.consumed_messages - session.credited_messages
+                    >= self._credit_message_threshold):
+                session.credit_requested = True
+                self._schedule(session)
+                self._transport.wake()
+        self._lent.clear()
 
     # ------------------------------------------------------------------ close
 

@@ -84,8 +84,10 @@ class ConnectionOptions:
     efficient_size  buffers below this are copied into the merge buffer; larger ones are
                     written straight from the caller's memory (scatter-gather, zero copy).
     recv_window     bytes of credit granted to each peer: what it may have in flight to us
-                    plus what waits in our receive queue. A message may start while credit is
-                    positive, so memory per peer stays under recv_window + one message.
+                    plus what waits in our receive queue (and the message the caller took
+                    last: its credit returns when the caller comes back for the next one). A
+                    message may start while credit is positive, so memory per peer stays under
+                    recv_window + one message.
     send_window     bytes queued for one peer and not yet on the wire above which ``put``
                     blocks (or raises ``Full``).
     session_timeout how long a disconnected peer's session (its queues, unacknowledged
@@ -103,7 +105,7 @@ class ConnectionOptions:
     max_size: int = 4 * MiB
     merge_size: int | None = None  # None: max_size
     efficient_size: int | None = None  # None: max_size // 64
-    recv_window: int = 8 * MiB
+    recv_window: int = 4 * MiB
     send_window: int = 16 * MiB
     session_timeout: float = 10.0
     heartbeat: float = 5.0

@@ -47,6 +47,8 @@ __all__ = ("Communicator", "Message")
 LOGGER = logging.getLogger("netq")
 _NO_TOKEN = bytes(16)
 _CLOSE_POLL = 0.002
+_GOODBYE_GRACE = 1.0
+_DEPARTED_MEMORY = 65536  # departed peer ids remembered  # seconds close(timeout) still allows for goodbyes after the timeout
 _CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an ACK is due
 _QUIET = 50e-6  # seconds since the previous put after which a put counts as a lone request
 _clock = time.perf_counter
@@ -110,6 +112,8 @@ class Communicator:
         self._authkey = security.authkey if security is not None else None
 
         self._sessions: dict[uuid.UUID, PeerSession] = {}
+        # Ids of peers that left (oldest first, bounded): ResourceClosed, not UnknownPeer.
+        self._departed: dict[uuid.UUID, None] = {}
         self._server_session: PeerSession | None = None  # client: the one session
         if self.purpose is Purpose.CLIENT:
             # The server's id is unknown until the handshake; the session exists up front so
@@ -191,6 +195,8 @@ class Communicator:
         for peer in peers:
             session = sessions.get(peer)
             if session is None:
+                if peer in self._departed:
+                    raise ResourceClosed(peer, "the peer left")
                 raise UnknownPeer(peer)
             if session.state in (PeerState.CLOSED, PeerState.CLOSING):
                 raise ResourceClosed(peer, "the peer left")
@@ -379,6 +385,9 @@ class Communicator:
                     raise ConnectionLost(None, f"I/O thread failed: {self._failure!r}")
                 if self._fatal is not None:
                     raise self._fatal
+                server = self._server_session
+                if server is not None and server.state is PeerState.CLOSED and not server.inbox:
+                    raise ResourceClosed(server.id, "the server closed the session")
                 if not block:
                     raise Empty()
                 if timeout is not None:
@@ -430,6 +439,8 @@ class Communicator:
         sessions = self._sessions
         for peer in peers:
             session = self._server_session if self._server_session is not None else sessions.get(peer)
+            if session is None and peer in self._departed:
+                raise ResourceClosed(peer, "the peer left and everything it sent was taken")
             if session is None or (self._server_session is not None and peer != session.id):
                 raise UnknownPeer(peer)
             if session.inbox:
@@ -485,7 +496,9 @@ class Communicator:
             time.sleep(_CLOSE_POLL)
         self._stopping = True
         self._transport.wake()
-        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        # Even when the timeout has run out, give the I/O thread a moment to tell peers that
+        # we are leaving (ERROR SHUTDOWN / BYE) before the links are cut.
+        remaining = None if deadline is None else max(_GOODBYE_GRACE, deadline - time.monotonic())
         if not self._closed.wait(remaining):
             self._transport.abort()
             self._closed.wait()
@@ -537,11 +550,14 @@ class Communicator:
             inflight_bytes = 0
             for _, message in list(session.inflight):
                 inflight_bytes += message.size
+            # The message get() returned last is the caller's now; its credit is still out.
+            queued_in = session.held_bytes - sum(
+                size for owner, size in list(self._lent) if owner is session)
             rows.append(PeerStatistics(
                 peer=session.id,
                 state=session.state.value,
                 queue_in=len(session.inbox),
-                queue_in_bytes=session.held_bytes,
+                queue_in_bytes=queued_in,
                 queue_out=len(session.outbox),
                 queue_out_bytes=session.unsent_bytes,
                 inflight=len(session.inflight),
@@ -552,7 +568,7 @@ class Communicator:
                 bytes_out=session.acked_bytes,
                 credit_out=conn.send_credit_bytes if conn is not None else 0,
                 credit_in=conn.recv_allowance_bytes if conn is not None else 0,
-                memory=session.held_bytes + session.unsent_bytes + inflight_bytes,
+                memory=queued_in + session.unsent_bytes + inflight_bytes,
                 reconnects=session.reconnects,
                 connected_for=(now - session.connected_at)
                 if session.connected_at is not None and session.connected else 0.0,
@@ -759,7 +775,8 @@ class Communicator:
         if isinstance(link.error, AuthenticationError):
             LOGGER.warning("netq %s: %s", self.purpose.value, link.error)
             if self._role is Role.CLIENT:
-                # Retrying cannot help: the key is wrong. Fail everything with the reason.
+                # Retrying cannot help (wrong key, untrusted server certificate): fail
+                # everything with the reason.
                 self._fatal = link.error
                 server = self._server_session
                 server.state = PeerState.CLOSED
@@ -786,6 +803,9 @@ class Communicator:
     def _forget(self, session: PeerSession) -> None:
         if self._sessions.get(session.id) is session:
             del self._sessions[session.id]
+            self._departed[session.id] = None
+            while len(self._departed) > _DEPARTED_MEMORY:
+                del self._departed[next(iter(self._departed))]
             totals = self._totals_closed
             totals[0] += session.received_messages
             totals[1] += session.received_bytes
@@ -803,6 +823,10 @@ class Communicator:
             moved += message.size
             if not message.future._start():
                 continue  # cancelled before it reached the wire
+            if message.size > conn.peer.max_message:
+                # Within our limit, over the peer's: only this message fails.
+                message.future._fail(MessageTooLarge(message.size, conn.peer.max_message))
+                continue
             seq = session.next_seq
             session.next_seq = seq + 1
             conn.send_message(seq, message.parts, message.size, message.batch)

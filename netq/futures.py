@@ -65,10 +65,21 @@ class DeliveryFuture(Future):
 
     def _finish(self, state: str, exception: BaseException | None) -> None:
         """Move to a final state (called by whoever holds the ticket or the RUNNING state)."""
-        self._exception = exception
-        self._state = state
-        if self._cond is not None:
-            with self._cond:
+        # Publish the state atomically with respect to condition creation: with no condition
+        # (checked under the creation lock) nobody can be waiting or installing a waiter;
+        # with one, the state changes under it, so concurrent.futures.wait() never counts
+        # this future both as already done and through its waiter.
+        cond = self._cond
+        if cond is None:
+            with _CREATE:
+                cond = self._cond
+                if cond is None:
+                    self._exception = exception
+                    self._state = state
+        if cond is not None:
+            with cond:
+                self._exception = exception
+                self._state = state
                 for waiter in self._waiters:
                     if state is not FINISHED:
                         waiter.add_cancelled(self)
@@ -76,7 +87,7 @@ class DeliveryFuture(Future):
                         waiter.add_result(self)
                     else:
                         waiter.add_exception(self)
-                self._cond.notify_all()
+                cond.notify_all()
         callbacks, self._done_callbacks = self._done_callbacks, []
         for callback in callbacks:
             try:

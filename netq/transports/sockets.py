@@ -18,12 +18,15 @@ import stat
 import threading
 import time
 
-from ..exceptions import ConnectionLost, RemoteProtocolError
+import logging
+
+from ..exceptions import AuthenticationError, ConnectionLost, RemoteProtocolError
 from ..options import Purpose
 from ..protocol import ConnectionState
 
 __all__ = ("TCPTransport", "UnixTransport", "Link")
 
+LOGGER = logging.getLogger("netq")
 _READ = selectors.EVENT_READ
 _WRITE = selectors.EVENT_WRITE
 _READS_PER_EVENT = 32  # recv calls per readable event before serving other links
@@ -374,7 +377,14 @@ class SocketTransport:
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return
         except (ssl.SSLError, OSError) as error:
-            link.error = ConnectionLost(None, f"TLS handshake failed: {error}")
+            LOGGER.warning("netq %s: TLS handshake with %s failed: %s",
+                           self.engine.purpose.value, link.address, error)
+            if isinstance(error, ssl.SSLCertVerificationError) and not self._server:
+                # The server is not who the trusted certificate says: retrying cannot help.
+                link.error = AuthenticationError(f"TLS: {error.verify_message}")
+                link.session = None
+            else:
+                link.error = ConnectionLost(None, f"TLS handshake failed: {error}")
             self._drop(link)
             return
         link.tls_handshaking = False

@@ -1,0 +1,875 @@
+#!/usr/bin/env python3
+"""netq benchmark harness: one command, every comparison side by side, on loopback.
+
+    python3 bench/run.py --quick                 # 1 rep, 0.15 s per measurement (<= 6 min)
+    python3 bench/run.py                         # 5 reps, 0.3 s per measurement (<= 25 min)
+    python3 bench/run.py --only raw-tcp,zmq-push --sizes 64,1M --reps 2
+    python3 bench/run.py --render bench/results/latest.json     # re-print the tables
+
+Sections, interleaved per rep (rep -> section -> size -> transport) so that machine noise
+spreads evenly: one-way throughput, 64 B round trip, stalled receiver, many clients, and
+net-queue's iops scenarios. Every endpoint is its own process (bench/workers/*.py); timing is
+done on the receiving side. See bench/README.md for what each row means.
+
+The orchestrator is stdlib only. Workers run under this interpreter (override with
+NETQ_BENCH_PY) with the repository root on PYTHONPATH, and the net-queue rows under the
+Python 3.13 venv of bench/netqueue_env.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import select
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+WORKERS = os.path.join(HERE, "workers")
+IOPS = os.path.join(HERE, "iops.py")
+sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True      # keep bench/ free of __pycache__ (workers: env below)
+import netqueue_env  # noqa: E402
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+SIZES = [64, 4 * KiB, 64 * KiB, MiB, 16 * MiB]
+PING_SIZE, PING_COUNT = 64, 3000
+STALL_SIZE, STALL_SECONDS = MiB, 2.0
+MANY_PROCS, MANY_COMMS, MANY_COUNT, MANY_SIZE = 4, 50, 1000, KiB
+SECTIONS = ("throughput", "latency", "stall", "many-clients", "iops")
+MAX_TIMEOUTS = 2        # a measurement that timed out this often is skipped in later reps
+
+
+# ============================================================================= rows
+@dataclass(frozen=True)
+class Row:
+    name: str
+    worker: str                 # file in bench/workers/
+    transport: str              # spec["transport"] for the worker
+    needs: str | None = None    # capability: zmq | netq | tls | net-queue
+    sizes: tuple | None = None  # throughput sizes it runs at (None: all)
+
+    @property
+    def interp(self) -> str:
+        return "net-queue" if self.needs == "net-queue" else "main"
+
+
+THROUGHPUT = [
+    Row("raw-tcp", "raw.py", "raw-tcp"),
+    Row("raw-tcp-batch", "raw.py", "raw-tcp-batch"),
+    Row("zmq-push", "zmq_peer.py", "zmq-push", "zmq"),
+    Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq"),
+    Row("netq-tcp-batch", "netq_peer.py", "netq-tcp-batch", "netq", (64, 4 * KiB)),
+    Row("netq-unix", "netq_peer.py", "netq-unix", "netq"),
+    Row("netq-tls", "netq_peer.py", "netq-tls", "tls"),
+    Row("net-queue", "netqueue_peer.py", "net-queue", "net-queue"),
+]
+LATENCY = [
+    Row("raw-tcp", "raw.py", "raw-tcp"),
+    Row("zmq", "zmq_peer.py", "zmq-dealer", "zmq"),
+    Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq"),
+    Row("netq-unix", "netq_peer.py", "netq-unix", "netq"),
+    Row("net-queue", "netqueue_peer.py", "net-queue", "net-queue"),
+]
+SCENARIO_ROW = Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq")   # stall + many clients
+IOPS_ROWS = [Row("netq-tcp", "../iops.py", "netq", "netq"),            # transport = --lib
+             Row("net-queue", "../iops.py", "net_queue", "net-queue")]
+SECTION_ROWS = {"throughput": THROUGHPUT, "latency": LATENCY, "stall": [SCENARIO_ROW],
+                "many-clients": [SCENARIO_ROW], "iops": IOPS_ROWS}
+IOPS_SCENARIOS = [
+    ("2 MiB x 1000 async", ["async", "--step-size", "0", "--max-size", "21", "--reps", "1000"]),
+    ("2 MiB x 1000 sync", ["sync", "--step-size", "0", "--max-size", "21", "--reps", "1000"]),
+    ("mix --max-size 28", ["async", "--min-size", "8", "--step-size", "2", "--step-expo", "0.5",
+                           "--max-size", "28"]),
+    ("1 KiB x 20000 async", ["async", "--step-size", "0", "--max-size", "10", "--reps", "20000"]),
+]
+
+
+def calib_count(size: int) -> int:
+    return max(4, min(5000, 64 * MiB // size))
+
+
+def clamp_count(size: int, n: float) -> int:
+    lo = max(4, min(2000, 32 * MiB // size))
+    hi = max(8, min(3_000_000, 2 * GiB // size))
+    return int(max(lo, min(hi, n)))
+
+
+# ============================================================================= helpers
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def human(n: int) -> str:
+    for unit, k in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= k and n % k == 0:
+            return f"{n // k} {unit}"
+    return f"{n} B"
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().upper().rstrip("B").rstrip("I")
+    mult = {"K": KiB, "M": MiB, "G": GiB}.get(text[-1:], 1)
+    return int(text[:-1] if mult > 1 else text) * mult
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fmt(x, spec: str = ".2f", none: str = "—") -> str:
+    return none if x is None else format(x, spec)
+
+
+def _machine_busy() -> tuple[float, float, float]:
+    """(machine busy CPU s, our reaped children's CPU s, wall) for the other-load estimate."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    busy = (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return busy, ru.ru_utime + ru.ru_stime, time.monotonic()
+
+
+def other_load(a, b) -> float | None:
+    """Cores used by other processes between two samples (our children excluded)."""
+    wall = b[2] - a[2]
+    return None if wall <= 0 else round(max(0.0, ((b[0] - a[0]) - (b[1] - a[1])) / wall), 3)
+
+
+# ============================================================================= processes
+class WorkerError(RuntimeError):
+    pass
+
+
+class Worker:
+    """One child process; tagged JSON lines on stdout, stderr kept in a temp file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict) -> None:
+        self.name = name
+        self.stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.stderr, env=env, start_new_session=True)
+        self.pid = self.proc.pid
+        self._buf = b""
+        self._lines: list[str] = []
+        self._eof = False
+
+    def expect(self, tag: str, deadline: float) -> dict:
+        """The JSON of the next line starting with TAG (other lines are skipped)."""
+        prefix = tag + " "
+        while True:
+            while self._lines:
+                line = self._lines.pop(0)
+                if line.startswith(prefix):
+                    return json.loads(line[len(prefix):])
+            if self._eof:
+                try:
+                    self.proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    pass
+                raise WorkerError(f"{self.name} exited ({self.proc.returncode}) before {tag}: "
+                                  f"{self.stderr_tail()}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"timed out waiting for {tag} from {self.name}")
+            fd = self.proc.stdout.fileno()
+            if not select.select([fd], [], [], min(left, 1.0))[0]:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                self._eof = True
+                chunk = b"\n"
+            self._buf += chunk
+            *done, self._buf = self._buf.split(b"\n")
+            self._lines += [d.decode(errors="replace") for d in done if d]
+
+    def tell(self, line: str) -> None:
+        try:
+            self.proc.stdin.write(line.encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def release(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except (BrokenPipeError, ValueError):
+            pass
+
+    def finish(self, deadline: float) -> None:
+        """Wait for a clean exit."""
+        try:
+            rc = self.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"{self.name} did not exit") from None
+        if rc != 0:
+            raise WorkerError(f"{self.name} exited {rc}: {self.stderr_tail()}")
+
+    def stderr_tail(self, limit: int = 1500) -> str:
+        self.stderr.seek(0)
+        text = self.stderr.read().decode(errors="replace").strip()
+        return text[-limit:]
+
+    def stacks(self) -> str:
+        """For a hung worker: what it registered with on_diagnose (SIGUSR2) and every thread's
+        stack (faulthandler, SIGUSR1), identical stacks folded into one."""
+        if self.proc.poll() is not None:
+            return f"{self.name} had exited ({self.proc.returncode}): {self.stderr_tail(600)}"
+        try:
+            os.kill(self.pid, signal.SIGUSR2)
+            time.sleep(0.3)
+            os.kill(self.pid, signal.SIGUSR1)
+            time.sleep(0.5)
+        except ProcessLookupError:
+            pass
+        text = self.stderr_tail(1 << 20)
+        start = text.rfind("DIAGNOSE")
+        if start < 0:
+            return f"{self.name}:\n{text[-3000:]}"
+        diagnosis, _, dump = text[start:].partition("\n")
+        folded: dict[str, int] = {}
+        for block in dump.strip().split("\n\n"):
+            head, _, body = block.partition("\n")
+            key = ("main thread" if head.startswith("Current") else "thread") + ":\n" + body
+            folded[key] = folded.get(key, 0) + 1
+        threads = "\n".join(f"{n} x {key}" if n > 1 else key for key, n in folded.items())
+        return f"{self.name}: {diagnosis[:3000]}\n{threads[-4000:]}"
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        for f in (self.proc.stdin, self.proc.stdout, self.stderr):
+            try:
+                f.close()
+            except (OSError, ValueError):
+                pass
+
+
+class Session:
+    """The processes of one measurement: a shared deadline, a temp dir, kill-all on exit.
+    On a timeout, the stacks of every still-running worker are attached to the exception."""
+
+    def __init__(self, ctx: Context, timeout: float) -> None:
+        self.ctx = ctx
+        self.deadline = time.monotonic() + timeout
+        self.tmpdir = tempfile.mkdtemp(prefix="netqbench-", dir="/tmp")
+        self.workers: list[Worker] = []
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, et, ev, tb) -> None:
+        try:
+            if et is not None and issubclass(et, TimeoutError):
+                ev.detail = "\n".join(w.stacks() for w in self.workers)
+        finally:
+            for w in self.workers:
+                w.kill()
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+    def spawn(self, name: str, row: Row, **spec) -> Worker:
+        spec.setdefault("tmpdir", self.tmpdir)
+        spec.setdefault("tls", self.ctx.tls)
+        spec["transport"] = row.transport
+        argv = [self.ctx.python[row.interp], os.path.join(WORKERS, row.worker), json.dumps(spec)]
+        return self.run(name, argv, row.interp)
+
+    def run(self, name: str, argv: list[str], interp: str = "main") -> Worker:
+        w = Worker(name, argv, self.ctx.env[interp])
+        self.workers.append(w)
+        return w
+
+    def collect(self, *workers: Worker) -> None:
+        for w in workers:
+            w.finish(self.deadline)
+
+
+# ============================================================================= context
+PROBE = """
+import json, sys, importlib.metadata as md
+out = {"python": sys.version.split()[0]}
+for module, dist in (("zmq", "pyzmq"), ("numpy", "numpy"), ("psutil", "psutil")):
+    try:
+        __import__(module)
+        out[dist] = md.version(dist)
+    except Exception:
+        out[dist] = None
+try:
+    import netq
+    netq.new, netq.Protocol.UNIX, netq.Full
+    out["netq"] = getattr(netq, "__version__", None) or "importable"
+except Exception as e:
+    out["netq"], out["netq_error"] = None, repr(e)[:300]
+print(json.dumps(out))
+"""
+
+
+class Context:
+    """Configuration, interpreters, capabilities and the growing list of records."""
+
+    def __init__(self, args) -> None:
+        self.args = args
+        self.quick = args.quick
+        self.reps = args.reps or (1 if args.quick else 5)
+        self.target_s = args.target or (0.15 if args.quick else 0.3)
+        self.timeout = args.timeout
+        self.sizes = [parse_size(s) for s in args.sizes.split(",")] if args.sizes else SIZES
+        self.only = set(filter(None, args.only.split(","))) if args.only else None
+        self.records: list[dict] = []
+        self.notes: list[str] = []
+        self.counts: dict = {}                 # (row, size) -> calibrated N
+        self.timeouts: dict = {}               # measurement key -> how often it timed out
+        self.tls = None
+        self.tmp = tempfile.mkdtemp(prefix="netqbench-run-", dir="/tmp")
+        main_py = os.environ.get("NETQ_BENCH_PY", sys.executable)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env.pop("PYTHONWARNINGS", None)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        nq_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+        self.python = {"main": main_py, "net-queue": None}
+        self.env = {"main": env, "net-queue": nq_env}
+        self.missing: dict[str, str] = {}      # capability -> reason it is unavailable
+
+    def selected(self, section: str, row: str) -> bool:
+        """--only: section names and row names; each kind given must match (AND)."""
+        if self.only is None:
+            return True
+        sections = self.only & set(SECTIONS)
+        rows = self.only - sections
+        return (not sections or section in sections) and (not rows or row in rows)
+
+    def usable(self, section: str, row: Row) -> bool:
+        return self.selected(section, row.name) and (row.needs is None or row.needs not in self.missing)
+
+    def wants(self, capability: str) -> bool:
+        """Does any selected row need this capability?"""
+        return any(r.needs == capability and self.selected(section, r.name)
+                   for section, rows in SECTION_ROWS.items() for r in rows)
+
+    # ------------------------------------------------------------------ probing
+    def probe(self) -> dict:
+        p = subprocess.run([self.python["main"], "-c", PROBE], capture_output=True, text=True,
+                           timeout=120, env=self.env["main"])
+        info = json.loads(p.stdout) if p.returncode == 0 else {"error": p.stderr[-500:]}
+        if not info.get("pyzmq"):
+            self.missing["zmq"] = "pyzmq is not importable"
+        if not info.get("netq"):
+            self.missing["netq"] = f"netq is not importable yet ({info.get('netq_error')})"
+            self.missing["tls"] = self.missing["netq"]
+        if not info.get("numpy"):
+            self.missing["numpy"] = "numpy is not importable (the netq iops rows need it)"
+        if "tls" not in self.missing and self.wants("tls"):
+            self.tls = make_certificate(self.tmp)
+            if self.tls is None:
+                self.missing["tls"] = "could not make a self-signed certificate (openssl missing?)"
+        if self.wants("net-queue"):
+            py, reason = netqueue_env.ensure(log=log)
+            if py:
+                self.python["net-queue"] = py
+                info["net-queue"] = netqueue_env.probe()
+            else:
+                self.missing["net-queue"] = reason
+        for cap, reason in self.missing.items():
+            if self.wants(cap) and not (cap == "tls" and "netq" in self.missing):
+                self.notes.append(f"skipped every `{cap}` row: {reason}")
+        return info
+
+
+def make_certificate(tmp: str) -> dict | None:
+    """Self-signed certificate for 127.0.0.1/localhost (server key+cert; client trusts cert)."""
+    key, cert = os.path.join(tmp, "key.pem"), os.path.join(tmp, "cert.pem")
+    cmd = ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key,
+           "-out", cert, "-days", "2", "-subj", "/CN=localhost",
+           "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"]
+    try:
+        subprocess.run(cmd, capture_output=True, check=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"key": key, "cert": cert}
+
+
+# ============================================================================= measurement
+def measure(ctx: Context, section: str, row: str, rep, fn, size=None, extra=None) -> dict | None:
+    """Run fn() -> record; a failure becomes a failed record with the reason (never raises)."""
+    label = f"{section:<12} {row:<15} {human(size) if size else '':>7} rep {rep}"
+    base = {"section": section, "row": row, "size": size, "rep": rep, **(extra or {})}
+    key = (section, row, size, base.get("scenario"))
+    if ctx.timeouts.get(key, 0) >= MAX_TIMEOUTS:
+        rec = {**base, "failed": True, "ok": False, "skipped": True,
+               "error": f"not run: timed out in {MAX_TIMEOUTS} earlier reps"}
+        ctx.records.append(rec)
+        return rec
+    a = _machine_busy()
+    t0 = time.monotonic()
+    try:
+        rec = {**base, **fn()}
+    except Exception as e:  # noqa: BLE001 - every failure is recorded, none stops the run
+        reason = f"{type(e).__name__}: {e}"
+        rec = {**base, "failed": True, "ok": False, "error": reason[:2000],
+               "detail": getattr(e, "detail", "")[-30000:]}
+        if isinstance(e, TimeoutError):
+            ctx.timeouts[key] = ctx.timeouts.get(key, 0) + 1
+        log(f"{label}  FAILED: {reason[:300]}")
+    rec["wall_s"] = round(time.monotonic() - t0, 3)
+    rec["other_load_cores"] = other_load(a, _machine_busy())
+    ctx.records.append(rec)
+    return rec
+
+
+def one_way(ctx: Context, row: Row, size: int, count: int) -> dict:
+    with Session(ctx, max(10.0, ctx.timeout / 2)) as s:     # ~0.3 s of data + start-up
+        rx = s.spawn("receiver", row, role="recv", size=size, count=count)
+        addr = rx.expect("READY", s.deadline)["addr"]
+        tx = s.spawn("sender", row, role="send", size=size, count=count, addr=addr)
+        rx.tell(f"PEERS {tx.pid}")
+        recv = rx.expect("RESULT", s.deadline)
+        send = tx.expect("RESULT", s.deadline)
+        tx.release()
+        s.collect(rx, tx)
+    return {"ok": recv["ok"], "count": count, "recv": recv, "send": send}
+
+
+def round_trip(ctx: Context, row: Row) -> dict:
+    with Session(ctx, ctx.timeout) as s:
+        echo = s.spawn("echo", row, role="echo", size=PING_SIZE, count=PING_COUNT)
+        addr = echo.expect("READY", s.deadline)["addr"]
+        ping = s.spawn("ping", row, role="ping", size=PING_SIZE, count=PING_COUNT, addr=addr)
+        res = ping.expect("RESULT", s.deadline)
+        echo.expect("RESULT", s.deadline)
+        s.collect(ping, echo)
+    return {"ok": True, "ping": res}
+
+
+def stalled_receiver(ctx: Context) -> dict:
+    row = SCENARIO_ROW
+    with Session(ctx, ctx.timeout) as s:
+        rx = s.spawn("receiver", row, role="stall-recv", size=STALL_SIZE)
+        addr = rx.expect("READY", s.deadline)["addr"]
+        tx = s.spawn("sender", row, role="stall-send", size=STALL_SIZE, seconds=STALL_SECONDS,
+                     addr=addr)
+        stalled = tx.expect("STALLED", s.deadline)
+        rx.tell(f"DRAIN {stalled['accepted']}")
+        tx.tell("GO")
+        recv = rx.expect("RESULT", s.deadline)
+        send = tx.expect("RESULT", s.deadline)
+        tx.release()
+        s.collect(rx, tx)
+    mib = 1 / 1024
+    return {"ok": bool(recv["ok"] and send["last_future_ok"]), "recv": recv, "send": send,
+            "send_over_base_mib": (send["stalled_high_rss_kb"] - send["base_rss_kb"]) * mib,
+            "recv_over_base_mib": (recv["stalled_rss_kb"] - recv["base_rss_kb"]) * mib}
+
+
+def many_clients(ctx: Context) -> dict:
+    row = SCENARIO_ROW
+    with Session(ctx, 2 * ctx.timeout) as s:
+        rx = s.spawn("server", row, role="many-recv", size=MANY_SIZE, count=MANY_COUNT,
+                     clients=MANY_PROCS * MANY_COMMS)
+        addr = rx.expect("READY", s.deadline)["addr"]
+        txs = [s.spawn(f"client{i}", row, role="many-send", size=MANY_SIZE, count=MANY_COUNT,
+                       comms=MANY_COMMS, addr=addr) for i in range(MANY_PROCS)]
+        for tx in txs:
+            tx.expect("CONNECTED", s.deadline)
+        rx.tell("PEERS " + " ".join(str(tx.pid) for tx in txs))
+        for tx in txs:
+            tx.tell("GO")
+        recv = rx.expect("RESULT", s.deadline)
+        sends = [tx.expect("RESULT", s.deadline) for tx in txs]
+        for tx in txs:
+            tx.release()
+        s.collect(rx, *txs)
+    cpu = (recv["recv_cpu_s"] + recv["send_cpu_s"]) if recv["send_cpu_s"] is not None else None
+    ok = recv["ok"] and all(t["pending"] == 0 and t["failed"] == 0 for t in sends)
+    return {"ok": ok, "recv": recv, "send": sends,
+            "cpu_us_per_msg": cpu / recv["msgs"] * 1e6 if cpu is not None else None}
+
+
+def iops_pair(ctx: Context, row: Row, args: list[str]) -> dict:
+    with Session(ctx, 2 * ctx.timeout) as s:
+        base = [ctx.python[row.interp], IOPS, "--lib", row.transport]
+        srv = s.run("iops-server", base + ["server"] + args + ["--port", "0"], row.interp)
+        port = srv.expect("READY", s.deadline)["addr"].rsplit(":", 1)[1]
+        cli = s.run("iops-client", base + ["client"] + args + ["--port", port], row.interp)
+        client = cli.expect("RESULT", s.deadline)
+        server = srv.expect("RESULT", s.deadline)
+        s.collect(cli, srv)
+    return {"ok": client["ok"] and server["ok"], "client": client, "server": server}
+
+
+# ============================================================================= suites
+def throughput_rep(ctx: Context, rep: int) -> None:
+    rows = [r for r in THROUGHPUT if ctx.usable("throughput", r)]
+    for size in ctx.sizes:
+        for row in rows:
+            if row.sizes is not None and size not in row.sizes:
+                continue
+            key = (row.name, size)
+            if key not in ctx.counts:
+                if rep > 0:
+                    continue                                # calibration failed in rep 0
+                n0 = calib_count(size)
+                cal = measure(ctx, "throughput", row.name, rep,
+                              lambda: one_way(ctx, row, size, n0), size, {"calibration": True})
+                if cal.get("failed") or not cal["recv"].get("msgs_per_s"):
+                    continue
+                ctx.counts[key] = clamp_count(size, cal["recv"]["msgs_per_s"] * ctx.target_s)
+                log(f"calibration  {row.name:<15} {human(size):>7}  "
+                    f"{cal['recv']['msgs_per_s']:>11,.0f} msg/s -> N={ctx.counts[key]:,}")
+            n = ctx.counts[key]
+            rec = measure(ctx, "throughput", row.name, rep, lambda: one_way(ctx, row, size, n), size)
+            if not rec.get("failed"):
+                r = rec["recv"]
+                log(f"throughput   {row.name:<15} {human(size):>7} rep {rep}  "
+                    f"{r['msgs_per_s']:>11,.0f} msg/s {r['gb_per_s']:7.3f} GB/s  ok={r['ok']}  "
+                    f"cpu {fmt(r['cpu_us_per_msg'], '.2f')} us/msg  "
+                    f"rss s/r {rec['send']['peak_rss_kb'] / KiB:.0f}/{r['peak_rss_kb'] / KiB:.0f} MiB")
+
+
+def latency_rep(ctx: Context, rep: int) -> None:
+    for row in LATENCY:
+        if ctx.usable("latency", row):
+            rec = measure(ctx, "latency", row.name, rep, lambda: round_trip(ctx, row), PING_SIZE)
+            if not rec.get("failed"):
+                log(f"latency      {row.name:<15} rep {rep}  p50 {rec['ping']['p50_us']:8.1f} us"
+                    f"  p99 {rec['ping']['p99_us']:8.1f} us")
+
+
+def scenarios_rep(ctx: Context, rep: int) -> None:
+    if ctx.usable("stall", SCENARIO_ROW):
+        rec = measure(ctx, "stall", SCENARIO_ROW.name, rep, lambda: stalled_receiver(ctx), STALL_SIZE)
+        if not rec.get("failed"):
+            log(f"stall        accepted {rec['send']['accepted']} puts, RSS over base: sender "
+                f"{rec['send_over_base_mib']:.0f} MiB, receiver {rec['recv_over_base_mib']:.0f} MiB,"
+                f" drained ok={rec['recv']['ok']}")
+    if ctx.usable("many-clients", SCENARIO_ROW):
+        rec = measure(ctx, "many-clients", SCENARIO_ROW.name, rep, lambda: many_clients(ctx), MANY_SIZE)
+        if not rec.get("failed"):
+            log(f"many-clients {rec['recv']['msgs_per_s']:,.0f} msg/s from {rec['recv']['peers']} "
+                f"peers, server peak {rec['recv']['peak_rss_kb'] / KiB:.0f} MiB, ok={rec['ok']}")
+
+
+def iops_rep(ctx: Context, rep: int) -> None:
+    for scenario, args in IOPS_SCENARIOS:
+        for row in IOPS_ROWS:
+            if not ctx.usable("iops", row) or (row.interp == "main" and "numpy" in ctx.missing):
+                continue
+            rec = measure(ctx, "iops", row.name, rep, lambda: iops_pair(ctx, row, args),
+                          extra={"scenario": scenario})
+            if not rec.get("failed"):
+                c = rec["client"]
+                log(f"iops         {row.name:<15} {scenario:<20} rep {rep}  {c['gbps']:6.2f} Gbps "
+                    f"{c['iops']:10,.0f} IOPS  {c['elapsed']:6.2f} s  ok={rec['ok']}")
+
+
+# ============================================================================= summary
+def summarize(records: list[dict]) -> dict:
+    good = [r for r in records if not r.get("failed") and not r.get("calibration")]
+    by = {}
+    for r in good:
+        by.setdefault((r["section"], r["row"], r.get("size"), r.get("scenario")), []).append(r)
+    raw_gbps = {(r["size"], r["rep"]): r["recv"]["gb_per_s"] for r in good
+                if r["section"] == "throughput" and r["row"] == "raw-tcp" and r["ok"]}
+    raw_p50 = {r["rep"]: r["ping"]["p50_us"] for r in good
+               if r["section"] == "latency" and r["row"] == "raw-tcp"}
+    nq_iops = {(r["scenario"], r["rep"]): r["client"]["gbps"] for r in good
+               if r["section"] == "iops" and r["row"] == "net-queue" and r["ok"]}
+    out = {"throughput": {}, "latency": {}, "stall": {}, "many-clients": {}, "iops": {}}
+    for (section, row, size, scenario), rs in by.items():
+        if section == "throughput":
+            gb = [r["recv"]["gb_per_s"] for r in rs]
+            out[section][f"{row}|{size}"] = {
+                "row": row, "size": size, "reps": len(rs), "ok": all(r["ok"] for r in rs),
+                "msgs_per_s": median([r["recv"]["msgs_per_s"] for r in rs]),
+                "gb_per_s": median(gb), "gb_per_s_min": min(gb), "gb_per_s_max": max(gb),
+                "ratio_to_raw_tcp": median([r["recv"]["gb_per_s"] / raw_gbps[(size, r["rep"])]
+                                            for r in rs if (size, r["rep"]) in raw_gbps]),
+                "cpu_us_per_msg": median([r["recv"]["cpu_us_per_msg"] for r in rs]),
+                "send_peak_mib": median([r["send"]["peak_rss_kb"] / KiB for r in rs]),
+                "recv_peak_mib": median([r["recv"]["peak_rss_kb"] / KiB for r in rs]),
+                "send_over_base_mib": median([(r["send"]["peak_rss_kb"] - r["send"]["base_rss_kb"]) / KiB for r in rs]),
+                "recv_over_base_mib": median([(r["recv"]["peak_rss_kb"] - r["recv"]["base_rss_kb"]) / KiB for r in rs]),
+                "messages": median([r["count"] for r in rs]),
+                "other_load_cores": median([r["other_load_cores"] for r in rs])}
+        elif section == "latency":
+            p50 = [r["ping"]["p50_us"] for r in rs]
+            out[section][row] = {
+                "row": row, "reps": len(rs), "p50_us": median(p50),
+                "p99_us": median([r["ping"]["p99_us"] for r in rs]),
+                "p50_min": min(p50), "p50_max": max(p50),
+                "ratio_to_raw_tcp": median([r["ping"]["p50_us"] / raw_p50[r["rep"]] for r in rs
+                                            if r["rep"] in raw_p50])}
+        elif section == "stall":
+            out[section][row] = {
+                "row": row, "reps": len(rs), "ok": all(r["ok"] for r in rs),
+                "accepted": median([r["send"]["accepted"] for r in rs]),
+                "first_full_s": median([r["send"]["first_full_s"] for r in rs]),
+                "send_over_base_mib": median([r["send_over_base_mib"] for r in rs]),
+                "recv_over_base_mib": median([r["recv_over_base_mib"] for r in rs]),
+                "send_window_mib": rs[0]["send"]["send_window"] / MiB,
+                "recv_window_mib": rs[0]["send"]["recv_window"] / MiB,
+                "in_order": all(r["recv"]["in_order"] for r in rs),
+                "send_tracked_mib": median([(r["send"].get("netq_memory_bytes") or 0) / MiB for r in rs]),
+                "recv_tracked_mib": median([(r["recv"].get("netq_memory_bytes") or 0) / MiB for r in rs]),
+                "send_peak_mib": median([r["send"]["peak_rss_kb"] / KiB for r in rs]),
+                "recv_peak_mib": median([r["recv"]["peak_rss_kb"] / KiB for r in rs]),
+                "drain_s": median([r["recv"]["drain_s"] for r in rs])}
+        elif section == "many-clients":
+            mps = [r["recv"]["msgs_per_s"] for r in rs]
+            out[section][row] = {
+                "row": row, "reps": len(rs), "ok": all(r["ok"] for r in rs),
+                "peers": median([r["recv"]["peers"] for r in rs]),
+                "msgs_per_s": median(mps), "msgs_per_s_min": min(mps), "msgs_per_s_max": max(mps),
+                "cpu_us_per_msg": median([r["cpu_us_per_msg"] for r in rs]),
+                "server_peak_mib": median([r["recv"]["peak_rss_kb"] / KiB for r in rs]),
+                "server_over_base_mib": median([(r["recv"]["peak_rss_kb"] - r["recv"]["base_rss_kb"]) / KiB for r in rs]),
+                "client_peak_mib": median([max(t["peak_rss_kb"] for t in r["send"]) / KiB for r in rs])}
+        elif section == "iops":
+            gb = [r["client"]["gbps"] for r in rs]
+            out[section][f"{scenario}|{row}"] = {
+                "scenario": scenario, "row": row, "reps": len(rs), "ok": all(r["ok"] for r in rs),
+                "gbps": median(gb), "gbps_min": min(gb), "gbps_max": max(gb),
+                "iops": median([r["client"]["iops"] for r in rs]),
+                "elapsed_s": median([r["client"]["elapsed"] for r in rs]),
+                "cpu_us_per_op": median([(r["client"]["cpu_s"] + r["server"]["cpu_s"]) / r["client"]["ops"] * 1e6 for r in rs]),
+                "server_peak_mib": median([r["server"]["peak_rss_kb"] / KiB for r in rs]),
+                "client_peak_mib": median([r["client"]["peak_rss_kb"] / KiB for r in rs]),
+                "ratio_to_net_queue": median([r["client"]["gbps"] / nq_iops[(scenario, r["rep"])]
+                                              for r in rs if (scenario, r["rep"]) in nq_iops])}
+    return out
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "|---|" + "---:|" * (len(headers) - 1)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines + [""]
+
+
+def markdown(results: dict) -> str:
+    meta, summary = results["meta"], results["summary"]
+    records = results["records"]
+    failed = [r for r in records if r.get("failed") or not r.get("ok", True)]
+    failed_keys = {(r["section"], r["row"], r.get("size"), r.get("scenario")) for r in failed}
+    m = meta["machine"]
+    L = [f"# netq benchmark — {meta['date']}", "",
+         f"{m['cpu_model']}, {m['cores']} cores, kernel {m['kernel']}; Python {meta['python']['main']}"
+         f" (net-queue rows: {meta['python'].get('net-queue') or 'n/a'}); mode {meta['mode']}, "
+         f"{meta['reps']} rep(s), ~{meta['target_s']} s per throughput measurement; "
+         f"wall time {meta.get('wall_s', 0):.0f} s.", ""]
+    for note in results.get("notes", []):
+        L.append(f"> **Note:** {note}")
+    if results.get("notes"):
+        L.append("")
+
+    def cell(section, row, size=None, scenario=None, value=""):
+        if (section, row, size, scenario) in failed_keys and not value:
+            return "FAILED"
+        return value or "—"
+
+    thr = summary["throughput"]
+    sizes = meta["sizes"]
+    thr_rows = [r.name for r in THROUGHPUT if any(f"{r.name}|{s}" in thr or ("throughput", r.name, s, None) in failed_keys for s in sizes)]
+    if thr_rows:
+        def thr_table(title, fn):
+            rows = []
+            for name in thr_rows:
+                cells = []
+                for s in sizes:
+                    v = thr.get(f"{name}|{s}")
+                    txt = fn(v) if v else ""
+                    if v and not v["ok"]:
+                        txt += " **FAILED VERIFY**"
+                    cells.append(cell("throughput", name, s, None, txt))
+                rows.append([name] + cells)
+            L.extend([f"## {title}", ""] + md_table(["row"] + [human(s) for s in sizes], rows))
+
+        thr_table("One-way throughput: GB/s (× raw-tcp of the same rep, median over reps)",
+                  lambda v: f"{fmt(v['gb_per_s'], '.3f')} (×{fmt(v['ratio_to_raw_tcp'], '.2f')})")
+        thr_table("One-way throughput: messages/s", lambda v: f"{v['msgs_per_s']:,.0f}")
+        thr_table("Spread of GB/s over reps (min – max) and messages per measurement",
+                  lambda v: (f"{v['gb_per_s_min']:.3f} – {v['gb_per_s_max']:.3f}" if v["reps"] > 1
+                             else "1 rep") + f", N={v['messages']:,.0f}")
+        thr_table("CPU per message, µs (user+sys of sender + receiver over the timed interval / messages)",
+                  lambda v: fmt(v["cpu_us_per_msg"], ".3g"))
+        thr_table("Peak RSS, MiB: sender / receiver",
+                  lambda v: f"{v['send_peak_mib']:.0f} / {v['recv_peak_mib']:.0f}")
+        thr_table("Peak RSS over baseline (after imports + connect/bind), MiB: sender / receiver",
+                  lambda v: f"{round(v['send_over_base_mib'])} / {round(v['recv_over_base_mib'])}")
+    lat = summary["latency"]
+    lat_rows = [r.name for r in LATENCY if r.name in lat or ("latency", r.name, PING_SIZE, None) in failed_keys]
+    if lat_rows:
+        rows = []
+        for name in lat_rows:
+            v = lat.get(name)
+            if not v:
+                rows.append([name, "FAILED", "", "", ""])
+                continue
+            spread = f"{v['p50_min']:.0f} – {v['p50_max']:.0f}" if v["reps"] > 1 else "1 rep"
+            rows.append([name, f"{v['p50_us']:.1f}", f"{v['p99_us']:.1f}",
+                         f"×{fmt(v['ratio_to_raw_tcp'], '.2f')}", spread])
+        L.extend([f"## Round trip, {PING_SIZE} B ping-pong (200 warm-up + {PING_COUNT} timed), µs", ""]
+                 + md_table(["row", "p50", "p99", "p50 × raw-tcp", "p50 spread"], rows))
+    st = summary["stall"]
+    if st or any(k[0] == "stall" for k in failed_keys):
+        rows = [[v["row"], f"{v['accepted']:.0f}", fmt(v["first_full_s"], ".2f", "never"),
+                 f"{v['send_over_base_mib']:.0f} (netq holds {v['send_tracked_mib']:.0f}, window {v['send_window_mib']:.0f})",
+                 f"{v['recv_over_base_mib']:.0f} (netq holds {v['recv_tracked_mib']:.0f}, window {v['recv_window_mib']:.0f})",
+                 f"{v['send_peak_mib']:.0f} / {v['recv_peak_mib']:.0f}",
+                 f"{'yes' if v['ok'] else '**NO**'}, {'in order' if v['in_order'] else '**out of order**'}"
+                 f" ({v['drain_s']:.2f} s)"] for v in st.values()]
+        rows += [[k[1], "FAILED", "", "", "", "", ""] for k in failed_keys if k[0] == "stall" and k[1] not in st]
+        L.extend([f"## Stalled receiver: {human(STALL_SIZE)} puts for {STALL_SECONDS:.0f} s to a server that never calls get()", ""]
+                 + md_table(["row", "puts accepted", "first Full after (s)", "sender RSS over base (MiB)",
+                             "receiver RSS over base (MiB)", "peak RSS s / r (MiB)",
+                             "all drained afterwards"], rows))
+    mc = summary["many-clients"]
+    if mc or any(k[0] == "many-clients" for k in failed_keys):
+        rows = [[v["row"], f"{v['peers']:.0f}", f"{v['msgs_per_s']:,.0f}",
+                 (f"{v['msgs_per_s_min']:,.0f} – {v['msgs_per_s_max']:,.0f}" if v["reps"] > 1 else "1 rep"),
+                 fmt(v["cpu_us_per_msg"], ".3g"), f"{v['server_peak_mib']:.0f}",
+                 f"{v['server_over_base_mib']:.0f}", f"{v['client_peak_mib']:.0f}",
+                 "yes" if v["ok"] else "**NO**"] for v in mc.values()]
+        rows += [[k[1], "FAILED"] + [""] * 7 for k in failed_keys if k[0] == "many-clients" and k[1] not in mc]
+        L.extend([f"## Many clients: {MANY_PROCS * MANY_COMMS} client communicators in {MANY_PROCS} processes, "
+                  f"{MANY_COUNT} x {human(MANY_SIZE)} each, one server", ""]
+                 + md_table(["row", "peers", "msg/s (aggregate)", "spread", "CPU µs/msg (all processes)",
+                             "server peak RSS (MiB)", "server over base (MiB)", "client process peak (MiB)",
+                             "counts verified"], rows))
+    io = summary["iops"]
+    iops_keys = [(sc, r.name) for sc, _ in IOPS_SCENARIOS for r in IOPS_ROWS]
+    if io or any(k[0] == "iops" for k in failed_keys):
+        rows = []
+        for sc, name in iops_keys:
+            v = io.get(f"{sc}|{name}")
+            if v:
+                rows.append([sc, name, f"{v['gbps']:.2f}", f"{v['iops']:,.0f}", f"{v['elapsed_s']:.2f}",
+                             f"×{fmt(v['ratio_to_net_queue'], '.2f')}", fmt(v["cpu_us_per_op"], ".3g"),
+                             f"{v['server_peak_mib']:.0f} / {v['client_peak_mib']:.0f}",
+                             "yes" if v["ok"] else "**NO**"])
+            elif ("iops", name, None, sc) in failed_keys:
+                rows.append([sc, name, "FAILED"] + [""] * 6)
+        L.extend(["## net-queue's iops scenarios (bench/iops.py; both directions counted, client side)", ""]
+                 + md_table(["scenario", "library", "Gbps", "IOPS", "time (s)", "× net-queue",
+                             "CPU µs/op (both processes)", "peak RSS server / client (MiB)",
+                             "counts verified"], rows))
+    if failed:
+        L.extend(["## Failures", "", "(on a timeout, the JSON record's `detail` holds every thread's stack of the "
+                  "processes still running and, for netq, their `statistics()`)", ""])
+        grouped: dict = {}
+        for r in failed:
+            what = " ".join(str(x) for x in (r["section"], r["row"], human(r["size"]) if r.get("size") else "",
+                                             r.get("scenario") or "", "(calibration)" if r.get("calibration") else "") if x)
+            reason = r.get("error") or "verification failed: " + json.dumps(
+                {k: v for k, v in (r.get("recv") or r.get("client") or {}).items()
+                 if k in ("msgs", "bytes", "expected_msgs", "crc_ok", "received", "drained", "peers", "in_order")})
+            grouped.setdefault((what, reason.splitlines()[0][:400]), []).append(str(r["rep"]))
+        for (what, reason), reps in grouped.items():
+            L.append(f"- {what}: {reason} (rep {', '.join(reps)})")
+        L.append("")
+    return "\n".join(L)
+
+
+# ============================================================================= main
+def machine_info() -> dict:
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    with open("/proc/meminfo") as f:
+        mem_kb = int(f.readline().split()[1])
+    return {"cpu_model": model, "cores": os.cpu_count(), "kernel": platform.release(),
+            "machine": platform.machine(), "mem_gib": round(mem_kb / MiB, 1),
+            "loadavg": os.getloadavg()}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="1 rep, 0.15 s per measurement")
+    p.add_argument("--reps", type=int, help="repetitions (default 5, --quick 1)")
+    p.add_argument("--only", help="comma list of row names (raw-tcp, netq-tcp, net-queue, zmq, ...) "
+                                  "and/or sections (" + ", ".join(SECTIONS) + "); when both "
+                                  "kinds are given a measurement must match both")
+    p.add_argument("--sizes", help="comma list of throughput sizes, e.g. 64,4K,1M (default 64,4K,64K,1M,16M)")
+    p.add_argument("--target", type=float, help="seconds per throughput measurement")
+    p.add_argument("--timeout", type=float, default=30.0,
+                   help="seconds per measurement before its processes are killed (default 30; "
+                        "throughput gets half, many-clients and iops twice as long). A measurement that timed out "
+                        f"in {MAX_TIMEOUTS} reps is not tried again.")
+    p.add_argument("--json", default=os.path.join(HERE, "results", "latest.json"),
+                   help="results file (the Markdown goes next to it, .md)")
+    p.add_argument("--render", metavar="JSON", help="only print the tables of an earlier results file")
+    return p
+
+
+def write_results(path: str, results: dict, md: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1, default=str)
+    with open(os.path.splitext(path)[0] + ".md", "w") as f:
+        f.write(md + "\n")
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.render:
+        with open(args.render) as f:
+            print(markdown(json.load(f)))
+        return 0
+    ctx = Context(args)
+    started = time.monotonic()
+    try:
+        info = ctx.probe()
+        results = {"meta": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                            "mode": "quick" if ctx.quick else "full", "reps": ctx.reps,
+                            "target_s": ctx.target_s, "sizes": ctx.sizes, "only": sorted(ctx.only or []),
+                            "argv": sys.argv, "machine": machine_info(),
+                            "python": {"orchestrator": sys.version.split()[0], "main": info.get("python"),
+                                       "net-queue": (info.get("net-queue") or {}).get("python_version")},
+                            "packages": info, "missing": ctx.missing},
+                   "notes": ctx.notes, "records": ctx.records}
+        for note in ctx.notes:
+            log("NOTE: " + note)
+        for rep in range(ctx.reps):
+            throughput_rep(ctx, rep)
+            latency_rep(ctx, rep)
+            scenarios_rep(ctx, rep)
+            iops_rep(ctx, rep)
+            log(f"--- rep {rep} done, {time.monotonic() - started:.0f} s elapsed")
+    finally:
+        shutil.rmtree(ctx.tmp, ignore_errors=True)
+    results["meta"]["wall_s"] = time.monotonic() - started
+    results["summary"] = summarize(ctx.records)
+    md = markdown(results)
+    write_results(args.json, results, md)
+    print(md)
+    log(f"wrote {args.json} and {os.path.splitext(args.json)[0]}.md in {results['meta']['wall_s']:.0f} s")
+    bad = [r for r in ctx.records if r.get("failed") or not r.get("ok", True)]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

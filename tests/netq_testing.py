@@ -1,0 +1,60 @@
+"""Small helpers shared by the transport test suites (no fixtures: see conftest.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psutil
+
+
+def wait_for(predicate, timeout: float = 20, interval: float = 0.01, message: str = ""):
+    """Poll until ``predicate()`` is truthy; its value, or AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for "
+                                 f"{message or predicate}")
+        time.sleep(interval)
+
+
+def rss() -> int:
+    return psutil.Process().memory_info().rss
+
+
+class Sampler:
+    """Calls ``probe()`` every ``interval`` s on a thread; keeps the maximum it returned."""
+
+    def __init__(self, probe, interval: float = 0.01) -> None:
+        self.probe = probe
+        self.interval = interval
+        self.peak = probe()
+        self.samples = 1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="test-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            value = self.probe()
+            self.samples += 1
+            if value > self.peak:
+                self.peak = value
+
+    def __enter__(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+        value = self.probe()
+        self.peak = max(self.peak, value)
+
+
+def sequence_payload(index: int, size: int) -> bytes:
+    """``size`` bytes that encode ``index`` (so a swapped or corrupted payload is caught)."""
+    stamp = index.to_bytes(4, "little")
+    return (stamp * (size // 4 + 1))[:size]

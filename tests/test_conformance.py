@@ -1,0 +1,927 @@
+"""Transport conformance: the put()/get() contract, identical on every transport.
+
+Each test runs once per entry of ``conftest.TRANSPORTS`` (tcp, tls, unix, tcp6 where IPv6
+loopback works; MQTT and gRPC join by adding an entry there). The ``transport`` fixture builds
+servers and clients with the right options for the transport and closes them at teardown; the
+autouse leak check fails any test that leaves netq threads or file descriptors behind.
+
+Timeouts are generous (T seconds per blocking call): the machine may be loaded by benchmarks,
+and nothing here measures speed. Where a bound is the point (put(timeout=0.2)), the assertion
+allows a wide margin above it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import queue
+import threading
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+import netq as nq
+from netq_testing import Sampler, rss, sequence_payload, wait_for
+
+KiB, MiB = nq.KiB, nq.MiB
+T = 30.0  # seconds any single blocking step may take before the test is considered stuck
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def peer_row(comm: nq.Communicator, peer: uuid.UUID):
+    """``comm``'s statistics row for ``peer``, or None."""
+    for row in comm.statistics().peers:
+        if row.peer == peer:
+            return row
+    return None
+
+
+def drain(comm: nq.Communicator, count: int, *peers: uuid.UUID) -> list:
+    return [comm.get(*peers, timeout=T).data for _ in range(count)]
+
+
+def come_back_for_more(comm: nq.Communicator) -> None:
+    """Ask for the next message when there is none. The credit of the message get() returned
+    last goes back to its sender only now (the caller held it until it came back), so tests
+    with a one-message window call this after their last get()."""
+    with pytest.raises(nq.Empty):
+        comm.get_nowait()
+
+
+# ============================================================================ basics
+
+
+def test_round_trip(transport):
+    server = transport.make_server()
+    client = transport.make_client(server)
+    future = client.put({"hello": "server", "n": 1})
+    assert isinstance(future, nq.DeliveryFuture)
+    assert future.result(T) is None
+    message = server.get(timeout=T)
+    assert isinstance(message, nq.Message)
+    assert message.peer == client.id
+    assert message.data == {"hello": "server", "n": 1}
+    assert server.peers == (client.id,)
+
+    assert server.put(["reply", 2], message.peer).result(T) is None
+    reply = client.get(timeout=T)
+    assert reply.peer == server.id
+    assert reply.data == ["reply", 2]
+    assert client.peers == (server.id,)
+
+
+@pytest.mark.timeout(120)
+def test_fifo_per_peer_10k_mixed_sizes(transport):
+    """10k messages per client, sizes from 0 B to 300 KiB, two clients at once: each peer's
+    messages arrive in put() order and intact; the same for 10k server -> client."""
+    count = 10_000
+
+    def size_of(index: int) -> int:
+        if index % 1000 == 500:
+            return 300 * KiB
+        if index % 50 == 25:
+            return 16 * KiB
+        return index % 97
+
+    server = transport.make_server()
+    clients = [transport.connect(server) for _ in range(2)]
+    futures: list = []
+
+    def send(client):
+        futures.extend(client.put((index, sequence_payload(index, size_of(index))))
+                       for index in range(count))
+
+    senders = [threading.Thread(target=send, args=(c,), name="test-sender") for c in clients]
+    for thread in senders:
+        thread.start()
+    received = {client.id: [] for client in clients}
+    for _ in range(count * len(clients)):
+        message = server.get(timeout=T)
+        index, payload = message.data
+        assert payload == sequence_payload(index, size_of(index)), f"message {index} corrupted"
+        received[message.peer].append(index)
+    for thread in senders:
+        thread.join(T)
+    for client in clients:
+        assert received[client.id] == list(range(count)), "out of order, lost or duplicated"
+    for future in futures:
+        assert future.result(T) is None
+
+    target = clients[0]
+    back = [server.put((index, sequence_payload(index, size_of(index))), target.id)
+            for index in range(count)]
+    for expected in range(count):
+        index, payload = target.get(timeout=T).data
+        assert index == expected
+        assert payload == sequence_payload(index, size_of(index))
+    for future in back:
+        assert future.result(T) is None
+
+
+@pytest.mark.parametrize("payload", [b"", None, [], "", (), {}, bytearray()],
+                         ids=["bytes", "None", "list", "str", "tuple", "dict", "bytearray"])
+def test_empty_payloads(transport, payload):
+    server = transport.make_server()
+    client = transport.make_client(server)
+    client.put(payload).result(T)
+    message = server.get(timeout=T)
+    assert message.data == payload
+    assert type(message.data) is type(payload)
+    server.put(payload, message.peer).result(T)
+    back = client.get(timeout=T).data
+    assert back == payload
+    assert type(back) is type(payload)
+
+
+@pytest.mark.timeout(180)
+def test_64_mib_payload_arrives_intact_as_bytes(transport):
+    data = np.random.default_rng(64).bytes(64 * MiB)
+    server = transport.make_server()
+    client = transport.make_client(server)
+    client.put(data).result(120)
+    message = server.get(timeout=120)
+    assert type(message.data) is bytes
+    assert len(message.data) == len(data)
+    assert message.data == data
+
+
+def _arrays():
+    rng = np.random.default_rng(5)
+    return [
+        np.arange(1_000_000, dtype=np.float64).reshape(1000, 1000),
+        np.asfortranarray(np.arange(600, dtype=np.int16).reshape(20, 30)),
+        np.arange(300, dtype=np.uint8)[::3],  # not contiguous
+        np.zeros(0, dtype=np.float32),
+        np.array(3.5),
+        np.array([(1, 2.0), (3, 4.0)], dtype=[("a", "<i4"), ("b", "<f8")]),
+        rng.standard_normal((128, 64)).astype(np.complex64),
+        rng.integers(0, 2, size=(7, 5, 3)).astype(bool),
+    ]
+
+
+def test_numpy_arrays_equal_and_writable(transport):
+    server = transport.make_server()
+    client = transport.make_client(server)
+    arrays = _arrays()
+    for array in arrays:
+        client.put(array)
+    for index, array in enumerate(arrays):
+        got = server.get(timeout=T).data
+        assert isinstance(got, np.ndarray), index
+        assert got.dtype == array.dtype and got.shape == array.shape, index
+        assert np.array_equal(got, array), index
+        assert got.flags.writeable, f"array {index} arrived read-only"
+        got[...] = got  # really writable, not just flagged
+    # and server -> client, in one message
+    server.put({"arrays": arrays}, client.id).result(T)
+    for array, got in zip(arrays, client.get(timeout=T).data["arrays"]):
+        assert np.array_equal(got, array) and got.dtype == array.dtype
+        assert got.flags.writeable
+
+
+# ============================================================================ addressing
+
+
+def test_broadcast_future_resolves_only_when_every_peer_has_it(transport):
+    server = transport.make_server()
+    clients = [transport.connect(server) for _ in range(4)]
+    slow = transport.connect(server, queue_size=1)  # holds at most one unconsumed message
+    server.put("filler", slow.id).result(T)  # slow's only message slot is now taken
+
+    future = server.put("broadcast")
+    for client in clients:
+        assert client.get(timeout=T).data == "broadcast"
+    time.sleep(0.5)
+    assert not future.done(), "broadcast resolved before the fifth peer received it"
+    assert peer_row(server, slow.id).queue_out == 1
+
+    assert slow.get(timeout=T).data == "filler"
+    time.sleep(0.3)
+    assert not future.done(), "slow's netq cannot take it while filler is in slow's hands"
+    # Coming back for the next message returns filler's credit: the broadcast goes out.
+    assert slow.get(timeout=T).data == "broadcast"
+    assert future.result(T) is None
+    for client in clients + [slow]:
+        with pytest.raises(nq.Empty):
+            client.get_nowait()
+
+
+def test_put_to_named_peers(transport):
+    server = transport.make_server()
+    a, b, c = (transport.connect(server) for _ in range(3))
+    server.put("only b", b.id).result(T)
+    assert b.get(timeout=T).data == "only b"
+    for other in (a, c):
+        with pytest.raises(nq.Empty):
+            other.get(timeout=0.3)
+
+    server.put("a and c", a.id, c.id).result(T)
+    assert a.get(timeout=T).data == "a and c"
+    assert c.get(timeout=T).data == "a and c"
+    with pytest.raises(nq.Empty):
+        b.get(timeout=0.3)
+    # a client names its server explicitly, or nobody
+    a.put("to the server", server.id).result(T)
+    assert server.get(timeout=T) == nq.Message(a.id, "to the server")
+
+
+def test_get_filters_by_peer(transport):
+    server = transport.make_server()
+    a = transport.connect(server)
+    b = transport.connect(server)
+    a.put("a1").result(T)
+    a.put("a2").result(T)
+    b.put("b1").result(T)
+    assert server.get(b.id, timeout=T) == nq.Message(b.id, "b1")
+    with pytest.raises(nq.Empty):
+        server.get(b.id, timeout=0.2)  # a's messages wait, but b has nothing more
+    assert server.get(a.id, b.id, timeout=T) == nq.Message(a.id, "a1")
+    assert server.get(timeout=T) == nq.Message(a.id, "a2")
+    server.put("x", a.id).result(T)
+    assert a.get(server.id, timeout=T).data == "x"
+
+
+def test_get_timeout_and_get_nowait_raise_empty(transport):
+    server = transport.make_server()
+    client = transport.connect(server)
+    for comm in (server, client):
+        started = time.monotonic()
+        with pytest.raises(nq.Empty) as caught:
+            comm.get(timeout=0.3)
+        elapsed = time.monotonic() - started
+        assert isinstance(caught.value, queue.Empty)
+        assert 0.25 <= elapsed < 10
+        with pytest.raises(queue.Empty):
+            comm.get_nowait()
+        with pytest.raises(nq.Empty):
+            comm.get(block=False)
+        with pytest.raises(nq.Empty):
+            comm.get_many(timeout=0.05)
+
+
+def test_unknown_peer(transport):
+    server = transport.make_server()
+    client = transport.connect(server)
+    stranger = uuid.uuid4()
+    for call in (lambda: server.put("x", stranger),
+                 lambda: server.put("x", client.id, stranger),
+                 lambda: server.get(stranger, timeout=1),
+                 lambda: client.put("x", stranger),
+                 lambda: client.get(stranger, timeout=1)):
+        with pytest.raises(nq.UnknownPeer) as caught:
+            call()
+        assert isinstance(caught.value, KeyError)
+        assert caught.value.peer == stranger
+    # nothing was half-sent to the known peer by the mixed call
+    with pytest.raises(nq.Empty):
+        client.get(timeout=0.3)
+
+
+# ============================================================================ scale and fairness
+
+
+def _many_clients(transport, count: int) -> None:
+    server = transport.make_server()
+    clients = [transport.make_client(server) for _ in range(count)]
+    futures = [client.put(("index", index)) for index, client in enumerate(clients)]
+    seen = {}
+    for _ in range(count):
+        message = server.get(timeout=T)
+        seen[message.peer] = message.data[1]
+    assert seen == {client.id: index for index, client in enumerate(clients)}
+    for future in futures:
+        assert future.result(T) is None
+    assert len(server.peers) == count
+    for peer, index in seen.items():
+        server.put(index * 2, peer)
+    for index, client in enumerate(clients):
+        assert client.get(timeout=T).data == index * 2
+    assert len(server.statistics().peers) == count
+
+
+def test_many_clients(transport):
+    _many_clients(transport, 50)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("transport", ["tcp"], indirect=True)
+def test_200_clients_tcp(transport):
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4096:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    started = time.monotonic()
+    _many_clients(transport, 200)
+    assert time.monotonic() - started < 60  # target < 30 s; fail only when far off
+
+
+def test_fairness_four_flooding_clients(transport):
+    server = transport.make_server()
+    clients = [transport.connect(server) for _ in range(4)]
+    futures: list = []
+
+    def flood(client):
+        futures.extend(client.put((str(client.id), index)) for index in range(600))
+
+    threads = [threading.Thread(target=flood, args=(c,), name="test-flood") for c in clients]
+    for thread in threads:
+        thread.start()
+    # Every client has a backlog at the server before it starts taking.
+    wait_for(lambda: all(peer_row(server, c.id).queue_in >= 150
+                         for c in clients), T, message="a backlog of 150 from every client")
+    counts = {str(client.id): 0 for client in clients}
+    for _ in range(400):
+        counts[server.get(timeout=T).data[0]] += 1
+    assert all(70 <= n <= 130 for n in counts.values()), counts
+    for thread in threads:
+        thread.join(T)
+    for future in futures:
+        future.result(T)
+
+
+def test_put_many_get_many(transport):
+    server = transport.make_server()
+    client = transport.connect(server)
+    before = peer_row(server, client.id).messages_in
+    client.put_many(range(1000)).result(T)
+    assert peer_row(server, client.id).messages_in == before + 1  # one wire message
+    got = []
+    while len(got) < 1000:
+        batch = server.get_many(max_messages=300, timeout=T)
+        assert 1 <= len(batch) <= 300
+        assert all(message.peer == client.id for message in batch)
+        got.extend(message.data for message in batch)
+    assert got == list(range(1000))
+
+    # batches and single puts interleave in order; get() takes batch elements one by one
+    client.put("a")
+    client.put_many(["b", "c", "d"])
+    client.put("e").result(T)
+    assert server.get(timeout=T).data == "a"
+    assert server.get(timeout=T).data == "b"
+    assert [m.data for m in server.get_many(max_messages=2, timeout=T)] == ["c", "d"]
+    assert [m.data for m in server.get_many(timeout=T)] == ["e"]
+
+    with pytest.raises(ValueError):
+        client.put_many([])
+    server.put_many([1, 2, 3], client.id).result(T)
+    assert [m.data for m in client.get_many(max_messages=10, timeout=T)] == [1, 2, 3]
+
+
+# ============================================================================ delivery and flow control
+
+
+def test_future_resolves_on_delivery_not_on_get(transport):
+    """Delivery = received by the peer's netq. With queue_size=1 the peer's netq holds one
+    unconsumed message at most (the one in its queue, or the one get() returned last, until
+    the caller comes back for the next), so a second put stays pending until then."""
+    server = transport.make_server(recv_window=64 * KiB, queue_size=1)
+    client = transport.connect(server)
+    come_back_for_more(server)  # done with the hello
+    big = bytes(256 * KiB)
+    first = client.put(big)
+    assert first.result(T) is None  # nobody called get(): still delivered
+    second = client.put(big)
+    time.sleep(0.5)
+    assert not second.done(), "delivered although the server holds its only allowed message"
+    row = client.statistics().peers[0]
+    assert row.queue_out == 1 and row.inflight == 0
+    assert len(server.get(timeout=T).data) == len(big)  # first: now in the caller's hands
+    time.sleep(0.3)
+    assert not second.done()
+    assert len(server.get(timeout=T).data) == len(big)  # coming back lets second in
+    assert second.result(T) is None
+
+
+def test_put_landing_during_an_io_pump_is_not_stranded(transport):
+    """Regression (fixed in 3b9077f): a put() that lands while the I/O thread is pumping the
+    same session used to find ``scheduled`` cleared, schedule the session again, and be
+    dropped by the pass's de-duplication with ``scheduled`` left True: no later put, ACK or
+    CREDIT rescheduled it, and the peer's outbox stalled forever. The interleaving is forced
+    here by putting from another thread inside the I/O thread's pump."""
+    server = transport.make_server()
+    client = transport.connect(server)
+    original = client._pump
+    fired = threading.Event()
+    helpers: list = []
+
+    def pump(session, link):
+        original(session, link)
+        if (not fired.is_set() and session.inflight
+                and threading.current_thread().name.startswith("netq-io")):
+            fired.set()
+            helper = threading.Thread(
+                target=lambda: helpers.append(client.put(("late", bytes(100 * KiB)))),
+                name="test-late-put")
+            helper.start()
+            helper.join(T)
+
+    client._pump = pump
+    first = client.put(("first", bytes(100 * KiB)))
+    second = client.put(("second", bytes(100 * KiB)))  # in flight behind `first`: I/O thread
+    wait_for(fired.is_set, T, message="the I/O thread to pump")
+    got = [server.get(timeout=10).data[0] for _ in range(3)]
+    assert sorted(got) == ["first", "late", "second"]  # late vs second: two threads, any order
+    assert got.index("first") < got.index("second")
+    for future in [first, second] + helpers:
+        assert future.result(T) is None
+
+
+def test_backpressure_full(transport):
+    server = transport.make_server(recv_window=1 * KiB, queue_size=1)
+    client = transport.connect(server, send_window=64 * KiB)
+    come_back_for_more(server)  # done with the hello
+    message = bytes(32 * KiB)
+    futures = [client.put(message)]
+    futures[0].result(T)  # took the server's whole credit: nothing more goes out
+    futures.append(client.put(message))
+    futures.append(client.put(message))  # 64 KiB unsent: the send window is full
+    with pytest.raises(nq.Full) as caught:
+        client.put(message, block=False)
+    assert isinstance(caught.value, queue.Full)
+    started = time.monotonic()
+    with pytest.raises(nq.Full):
+        client.put(message, timeout=0.2)
+    elapsed = time.monotonic() - started
+    assert 0.18 <= elapsed < 5, elapsed
+    with pytest.raises(nq.Full):
+        client.put_many([message], block=False)
+
+    # A blocked put proceeds once the server consumes; nothing is lost.
+    blocked: list = []
+    thread = threading.Thread(target=lambda: blocked.append(client.put(("last", message))),
+                              name="test-blocked-put")
+    thread.start()
+    time.sleep(0.2)
+    assert thread.is_alive() and not blocked, "put did not block on a full window"
+    for _ in range(3):
+        assert server.get(timeout=T).data == message
+    thread.join(T)
+    assert server.get(timeout=T).data == ("last", message)
+    for future in futures + blocked:
+        assert future.result(T) is None
+
+
+@pytest.mark.timeout(120)
+def test_memory_bounded_200_mib_through_slow_consumer(transport):
+    window = 4 * MiB
+    size = 1 * MiB
+    count = 200
+    server = transport.make_server(recv_window=window)
+    client = transport.connect(server, send_window=window)
+    block = np.random.default_rng(7).bytes(size)
+    consumed: list = []
+    errors: list = []
+
+    def consume(n):
+        try:
+            for _ in range(n):
+                data = server.get(timeout=T).data
+                consumed.append(int.from_bytes(data[:4], "little"))
+                del data
+                time.sleep(0.003)
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    def produce(first, n):
+        futures = []
+        for index in range(first, first + n):
+            payload = bytearray(block)
+            payload[:4] = index.to_bytes(4, "little")
+            futures.append(client.put(payload))
+        return futures
+
+    # Warm up the allocator and the links, then measure from there.
+    warm = threading.Thread(target=consume, args=(16,), name="test-consumer")
+    warm.start()
+    for future in produce(0, 16):
+        future.result(T)
+    warm.join(T)
+    gc.collect()
+    baseline = rss()
+
+    def netq_memory():
+        return server.statistics().memory + client.statistics().memory
+
+    consumer = threading.Thread(target=consume, args=(count,), name="test-consumer")
+    with Sampler(rss) as rss_peak, Sampler(netq_memory) as netq_peak:
+        consumer.start()
+        futures = produce(16, count)
+        consumer.join(120)
+    assert not errors, errors
+    assert consumed == list(range(16 + count))
+    for future in futures:
+        assert future.result(T) is None
+    # netq's own accounting: receiver <= window + one message, sender <= send window + one
+    # message unsent plus what the receiver's credit lets be in flight.
+    assert netq_peak.peak <= 3 * (window + size) + size, netq_peak.peak
+    growth = rss_peak.peak - baseline
+    assert growth < 64 * MiB, f"RSS grew by {growth / MiB:.1f} MiB while 200 MiB passed"
+
+
+def test_message_too_large(transport):
+    server = transport.make_server()
+    client = transport.connect(server, message_size=1 * KiB)
+    future = client.put(bytes(2 * KiB))
+    error = future.exception(T)
+    assert isinstance(error, nq.MessageTooLarge) and isinstance(error, ValueError)
+    assert error.limit == 1 * KiB and error.size > 2 * KiB
+    assert isinstance(client.put_many([bytes(600), bytes(600)]).exception(T),
+                      nq.MessageTooLarge)
+    # Never split, never sent: the server sees nothing, and the client still works.
+    with pytest.raises(nq.Empty):
+        server.get(timeout=0.3)
+    client.put(bytes(100)).result(T)
+    assert server.get(timeout=T).data == bytes(100)
+    # The server's own limit applies to what it puts.
+    limited = transport.make_server(message_size=1 * KiB)
+    other = transport.connect(limited)
+    assert isinstance(limited.put(bytes(2 * KiB), other.id).exception(T), nq.MessageTooLarge)
+
+
+@pytest.mark.parametrize("transport", ["tcp", "tls"], indirect=True)
+def test_put_over_the_peers_message_size_fails_only_that_future(transport):
+    server = transport.make_server(message_size=1 * KiB)
+    client = transport.connect(server)
+    try:
+        error = client.put(bytes(4 * KiB)).exception(5)
+        assert isinstance(error, nq.MessageTooLarge), error
+        # ... and the communicator still works
+        client.put("still alive").result(5)
+        assert server.get(timeout=5).data == "still alive"
+    finally:
+        client.close(timeout=0.5)
+        server.close(timeout=0.5)
+
+
+# ============================================================================ closing
+
+
+def test_client_close_flushes_then_server_drains_then_resource_closed(transport):
+    server = transport.make_server()
+    client = transport.connect(server)
+    futures = [client.put(index) for index in range(100)]
+    client.close()  # waits until the server has everything, then says goodbye
+    assert client.closed
+    for future in futures:
+        assert future.done() and future.exception() is None
+    wait_for(lambda: client.id not in server.peers, T, message="the client to leave")
+
+    server.close(timeout=T)  # nobody left to wait for; what was received stays gettable
+    assert drain(server, 100) == list(range(100))
+    with pytest.raises(nq.ResourceClosed) as caught:
+        server.get(timeout=1)
+    assert caught.value.peer is None
+    with pytest.raises(nq.ResourceClosed):
+        server.get_nowait()
+    with pytest.raises(nq.ResourceClosed):
+        client.get(timeout=1)
+
+
+def test_server_close_with_timeout_fails_pending_futures(transport):
+    """The server gives up on an attached client after ``timeout``: its own pending puts fail
+    with ResourceClosed, and so, one way or another, do the client's (ConnectionLost, a
+    ResourceClosed, after the client's session_timeout if it is not told the server left)."""
+    server = transport.make_server(recv_window=1 * KiB, queue_size=1)
+    client = transport.connect(server, queue_size=1, session_timeout=2.0)
+    come_back_for_more(server)  # done with the hello
+    server.put(("to client", 0), client.id).result(T)  # takes the client's only slot
+    server_pending = [server.put(("to client", index), client.id) for index in (1, 2)]
+    client.put(bytes(32 * KiB)).result(T)  # takes the server's whole credit
+    client_pending = [client.put(bytes(32 * KiB)) for _ in range(2)]
+    time.sleep(0.2)
+    assert not any(future.done() for future in server_pending + client_pending)
+
+    started = time.monotonic()
+    server.close(timeout=0.5)
+    assert time.monotonic() - started < 10
+    for future in server_pending:
+        assert isinstance(future.exception(0), nq.ResourceClosed)
+    for future in client_pending:
+        assert isinstance(future.exception(T), nq.ResourceClosed)
+    assert client.get(timeout=T).data == ("to client", 0)  # what arrived stays gettable
+    started = time.monotonic()
+    client.close(timeout=T)
+    assert time.monotonic() - started < 10
+
+
+def test_server_close_with_timeout_tells_attached_clients(transport):
+    server = transport.make_server()
+    client = transport.connect(server)
+    io = server._transport
+    drain_wake = io._drain_wake
+
+    def slow_drain_wake():
+        # An I/O thread slow to wake up, as on a loaded machine: it resumes once close() has
+        # decided to abort, or after 0.3 s (close() with a grace period passes this test).
+        deadline = time.monotonic() + 0.3
+        while not io._aborted and time.monotonic() < deadline:
+            time.sleep(0.001)
+        drain_wake()
+
+    io._drain_wake = slow_drain_wake
+    server.close(timeout=0.2)
+    wait_for(lambda: client.statistics().peers[0].state == "closed", 3,
+             message="the client to learn that the server shut down")
+    with pytest.raises(nq.ResourceClosed):
+        client.put("after the shutdown")
+
+
+def test_client_get_after_server_shutdown_raises_resource_closed(transport):
+    server = transport.make_server()
+    client = transport.connect(server)
+    server.put("last words", client.id).result(T)
+    # Sidestep the close(timeout) race above (test_server_close_with_timeout_tells_attached_
+    # clients): without the immediate abort, the server's I/O thread always sends SHUTDOWN.
+    server._transport.abort = lambda: None
+    server.close(timeout=0.2)
+    wait_for(lambda: client.statistics().peers[0].state == "closed", T,
+             message="the client to learn that the server shut down")
+    with pytest.raises(nq.ResourceClosed):
+        client.put("after the shutdown")
+    assert client.get(timeout=T).data == "last words"
+    with pytest.raises(nq.ResourceClosed):
+        client.get(timeout=1)
+
+
+def test_put_to_a_closed_communicator_raises_resource_closed(transport):
+    server = transport.make_server()
+    client = transport.connect(server)
+    client.close()
+    client.close()  # idempotent
+    for call in (lambda: client.put("x"), lambda: client.put_many(["x"]),
+                 lambda: client.put("x", server.id)):
+        with pytest.raises(nq.ResourceClosed) as caught:
+            call()
+        assert caught.value.peer is None
+    wait_for(lambda: not server.peers, T, message="the client to leave")
+    server.close()
+    with pytest.raises(nq.ResourceClosed) as caught:
+        server.put("x")
+    assert caught.value.peer is None
+    assert server.statistics().state == "closed"
+
+
+def test_put_to_a_peer_that_left_raises_resource_closed(transport):
+    server = transport.make_server(heartbeat=0.1)
+    client = transport.connect(server)
+    client.close()
+    wait_for(lambda: peer_row(server, client.id) is None, T, message="the session to end")
+    with pytest.raises(nq.ResourceClosed) as caught:
+        server.put("x", client.id)
+    assert caught.value.peer == client.id
+
+
+def test_client_started_before_its_server(transport):
+    """new() never blocks: puts made before any server listens are queued, in order, and
+    delivered once one appears at the client's address."""
+    placeholder = transport.make_server()
+    location = transport.location(placeholder)
+    placeholder.close()
+    client = transport.make_client(location, reconnect_max=0.2)
+    futures = [client.put(("early", index)) for index in range(5)]
+    time.sleep(0.3)
+    assert not any(future.done() for future in futures)
+    server = transport.make_server(netloc=location)
+    assert drain(server, 5) == [("early", index) for index in range(5)]
+    for future in futures:
+        assert future.result(T) is None
+
+
+def test_client_close_gives_up_when_no_server_ever_answers(transport):
+    placeholder = transport.make_server()
+    location = transport.location(placeholder)
+    placeholder.close()
+    client = transport.make_client(location, session_timeout=0.5, reconnect_max=0.1)
+    future = client.put("nobody listens")
+    started = time.monotonic()
+    client.close()  # no timeout: it must still return (never connected within session_timeout)
+    assert time.monotonic() - started < 15
+    assert isinstance(future.exception(T), nq.ResourceClosed)
+
+
+# ============================================================================ sessions
+
+
+@pytest.mark.timeout(150)
+def test_session_resume_after_network_cuts_loses_and_duplicates_nothing(transport):
+    """A client with a fixed id loses its link three times (shutdown() below netq, no
+    goodbye) while messages are queued, in flight and being consumed both ways. Every
+    message is sequence-numbered: both sides must receive exactly 0..N-1, in order."""
+    count = 1500
+
+    def size_of(index: int) -> int:
+        return 1 * MiB if index % 300 == 150 else (index * 37) % 3000
+
+    fixed = uuid.UUID("0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f0")
+    server = transport.make_server(recv_window=256 * KiB)
+    client = transport.connect(server, id=fixed, recv_window=256 * KiB)
+    assert client.id == fixed
+    futures: list = []
+    received = {"server": [], "client": []}
+    errors: list = []
+
+    def send(comm, tag, *peers):
+        try:
+            for index in range(count):
+                futures.append(comm.put((tag, index, sequence_payload(index, size_of(index))),
+                                        *peers))
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    def receive(comm, tag, out):
+        try:
+            for _ in range(count):
+                got_tag, index, payload = comm.get(timeout=T).data
+                assert got_tag == tag
+                assert payload == sequence_payload(index, size_of(index)), index
+                out.append(index)
+        except BaseException as error:  # noqa: BLE001
+            errors.append(error)
+
+    def cut() -> None:
+        before = client.statistics().peers[0].reconnects
+        wait_for(lambda: transport.cut(client), T, message="a live link to cut")
+        wait_for(lambda: (row := client.statistics().peers[0]).reconnects > before
+                 and row.state == "connected", T, message="the client to reconnect")
+
+    senders = [threading.Thread(target=send, args=(client, "c"), name="test-send"),
+               threading.Thread(target=send, args=(server, "s", fixed), name="test-send")]
+    for thread in senders:
+        thread.start()
+    # Nobody consumes yet: both inboxes fill to the window, the rest queues and is in flight.
+    wait_for(lambda: peer_row(server, fixed).queue_in >= 20
+             and client.statistics().peers[0].queue_in >= 20, T,
+             message="messages queued both ways")
+    cut()
+    receivers = [
+        threading.Thread(target=receive, args=(server, "c", received["server"]),
+                         name="test-recv"),
+        threading.Thread(target=receive, args=(client, "s", received["client"]),
+                         name="test-recv"),
+    ]
+    for thread in receivers:
+        thread.start()
+    for fraction in (3, 1.5):
+        wait_for(lambda: len(received["server"]) >= count / fraction or errors, T * 2)
+        cut()
+    for thread in senders + receivers:
+        thread.join(T * 3)
+    assert not errors, errors
+    assert received["server"] == list(range(count))
+    assert received["client"] == list(range(count))
+    for future in futures:
+        assert future.result(T) is None
+    assert client.statistics().peers[0].reconnects >= 3
+    assert peer_row(server, fixed).reconnects >= 3
+
+
+@pytest.mark.timeout(90)
+def test_new_process_with_same_id_resumes_server_queue(transport):
+    server = transport.make_server()
+    fixed = uuid.uuid4()
+    first = transport.spawn_client(server, id=fixed)
+    assert first.id == fixed
+    first.request("put", data=["hello", 1])
+    assert server.get(fixed, timeout=T).data == ["hello", 1]
+    first.kill()  # SIGKILL: no goodbye
+    wait_for(lambda: peer_row(server, fixed).state == "disconnected", T,
+             message="the server to notice the dead process")
+
+    futures = [server.put(["queued", index], fixed) for index in range(20)]
+    time.sleep(0.2)
+    assert not any(future.done() for future in futures)
+    second = transport.spawn_client(server, id=fixed)
+    assert second.request("get", count=20, timeout=T) == [["queued", i] for i in range(20)]
+    for future in futures:
+        assert future.result(T) is None
+    second.request("put", data="from the second process")
+    assert server.get(fixed, timeout=T).data == "from the second process"
+    row = peer_row(server, fixed)
+    assert row.state == "connected" and row.reconnects >= 1
+    second.request("close", timeout=T)
+    wait_for(lambda: peer_row(server, fixed) is None or peer_row(server, fixed).state
+             in ("closed", "closing"), T, message="the second process to leave")
+
+
+# ============================================================================ statistics
+
+
+def test_statistics_snapshot_is_sane_and_frozen(transport):
+    server = transport.make_server()
+    client = transport.connect(server)  # hello: one message in
+    for _ in range(10):
+        client.put(bytes(1000)).result(T)
+    drain(server, 10)
+    server.put("out", client.id).result(T)
+    assert client.get(timeout=T).data == "out"
+    come_back_for_more(server)  # the last message taken counts as held until then
+
+    stats = server.statistics()
+    assert isinstance(stats, nq.CommunicatorStatistics)
+    assert stats.id == server.id and stats.purpose == "server"
+    assert stats.protocol == transport.protocol.value
+    assert stats.state == "open" and stats.uptime > 0
+    assert isinstance(stats.peers, tuple) and len(stats.peers) == 1
+    row = stats.peer(client.id)
+    assert isinstance(row, nq.PeerStatistics)
+    assert row.state == "connected"
+    assert row.messages_in == 11 and row.bytes_in >= 10 * 1000
+    assert row.messages_out == 1 and row.bytes_out > 0
+    assert (row.queue_in, row.queue_in_bytes, row.queue_out, row.queue_out_bytes) == (0, 0, 0, 0)
+    assert (row.inflight, row.inflight_bytes, row.memory) == (0, 0, 0)
+    assert row.reconnects == 0 and row.connected_for > 0
+    assert row.credit_in > 0 and row.credit_out > 0
+    assert min(row.messages_in_per_s, row.bytes_in_per_s, row.messages_out_per_s,
+               row.bytes_out_per_s) >= 0
+    assert stats.messages_in >= row.messages_in and stats.messages_out >= row.messages_out
+    assert stats.memory == sum(r.memory for r in stats.peers) == 0
+    assert isinstance(stats.summary(), str)
+
+    for target, field in ((stats, "state"), (row, "messages_in"), (stats, "peers")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(target, field, None)
+
+    client.put("one more").result(T)
+    assert stats.peer(client.id).messages_in == 11  # a snapshot never changes
+    assert server.statistics().peer(client.id).messages_in == 12
+    with pytest.raises(KeyError):
+        stats.peer(uuid.uuid4())
+
+    mine = client.statistics()
+    assert mine.purpose == "client" and [r.peer for r in mine.peers] == [server.id]
+    assert mine.peers[0].messages_out == 12 and mine.peers[0].messages_in == 1
+    server.get(timeout=T)
+    client.close()
+    wait_for(lambda: not server.peers, T)
+    server.close()
+    assert server.statistics().state == "closed"
+    assert server.statistics().messages_in == 12  # totals survive departed peers
+
+
+def test_statistics_queue_in_bytes_matches_queue_in(transport):
+    server = transport.make_server()
+    client = transport.connect(server)
+    client.put(bytes(1000)).result(T)
+    assert server.get(timeout=T).data == bytes(1000)
+    row = peer_row(server, client.id)
+    assert row.queue_in == 0
+    assert row.queue_in_bytes == 0, row
+
+
+# ============================================================================ security
+
+
+@pytest.mark.parametrize("server_key,client_key", [
+    (b"right key", b"wrong key"),
+    (b"right key", None),
+    (None, b"a key"),
+], ids=["wrong", "client-has-none", "server-has-none"])
+def test_wrong_authkey_never_delivers(transport, server_key, client_key):
+    server_overrides = {} if server_key is None else {"authkey": server_key}
+    client_overrides = {} if client_key is None else {"authkey": client_key}
+    server = transport.make_server(**server_overrides)
+    client = transport.make_client(server, **client_overrides)
+    try:
+        future = client.put("must never be seen")
+    except nq.AuthenticationError:
+        future = None  # the handshake already failed: put() says so at once
+    if future is not None:
+        # It never succeeds: netq fails it with AuthenticationError (retrying cannot help).
+        error = future.exception(T)
+        assert isinstance(error, nq.AuthenticationError), error
+    with pytest.raises(nq.AuthenticationError):
+        client.put("again")
+    # The client has given up for good: had anything reached the server, it would be there.
+    with pytest.raises(nq.Empty):
+        server.get(timeout=0.5)
+    assert server.statistics().messages_in == 0 and not server.peers
+
+
+def test_matching_authkey_delivers(transport):
+    server = transport.make_server(authkey=b"shared secret")
+    client = transport.make_client(server, authkey=b"shared secret")
+    client.put("authenticated").result(T)
+    assert server.get(timeout=T).data == "authenticated"
+
+
+@pytest.mark.parametrize("transport", ["tls"], indirect=True)
+def test_mutual_tls(transport):
+    files = transport.env.tls
+    server = transport.make_server(client_ca=files.ca)
+    anonymous = transport.make_client(server)
+    anonymous.put("no certificate")
+    with pytest.raises(nq.Empty):
+        server.get(timeout=2)
+    anonymous.close(timeout=0.5)  # it retries (a TLS failure is not fatal): stop it
+    known = transport.make_client(server, key=files.client_key,
+                                  client_certificate=files.client_cert)
+    known.put("with certificate").result(T)
+    assert server.get(timeout=T) == nq.Message(known.id, "with certificate")
+    with pytest.raises(nq.Empty):
+        server.get(timeout=0.3)

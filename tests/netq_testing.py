@@ -58,3 +58,11 @@ def sequence_payload(index: int, size: int) -> bytes:
     """``size`` bytes that encode ``index`` (so a swapped or corrupted payload is caught)."""
     stamp = index.to_bytes(4, "little")
     return (stamp * (size // 4 + 1))[:size]
+
+
+def peer_row(comm, peer):
+    """``comm``'s statistics row for ``peer``, or None."""
+    for row in comm.statistics().peers:
+        if row.peer == peer:
+            return row
+    return None

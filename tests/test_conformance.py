@@ -23,20 +23,12 @@ import numpy as np
 import pytest
 
 import netq as nq
-from netq_testing import Sampler, rss, sequence_payload, wait_for
+from netq_testing import Sampler, peer_row, rss, sequence_payload, wait_for
 
 KiB, MiB = nq.KiB, nq.MiB
 T = 30.0  # seconds any single blocking step may take before the test is considered stuck
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def peer_row(comm: nq.Communicator, peer: uuid.UUID):
-    """``comm``'s statistics row for ``peer``, or None."""
-    for row in comm.statistics().peers:
-        if row.peer == peer:
-            return row
-    return None
 
 
 def drain(comm: nq.Communicator, count: int, *peers: uuid.UUID) -> list:

@@ -26,19 +26,12 @@ import pytest
 import netq as nq
 from netq import protocol as proto
 from netq.protocol import frames
-from netq_testing import Sampler, rss, sequence_payload, wait_for
+from netq_testing import Sampler, peer_row, rss, sequence_payload, wait_for
 
 KiB, MiB = nq.KiB, nq.MiB
 T = 30.0
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def peer_row(comm: nq.Communicator, peer: uuid.UUID):
-    for row in comm.statistics().peers:
-        if row.peer == peer:
-            return row
-    return None
 
 
 def round_trip(server: nq.Communicator, client: nq.Communicator, tag) -> None:

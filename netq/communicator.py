@@ -542,9 +542,6 @@ class Communicator:
         now = time.monotonic()
         rows = []
         for session in self._all_sessions():
-            if self._server_session is not None and session.state is PeerState.CONNECTING \
-                    and session.token == _NO_TOKEN:
-                pass
             link = session.link
             conn = link.conn if link is not None else None
             inflight_bytes = 0

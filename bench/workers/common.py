@@ -147,6 +147,19 @@ class Recorder:
         self.c0 = cpu_s()
         self.t0 = now()
 
+    def receive_all(self, read) -> tuple[int, object]:
+        """Read the warm-up message, time ``count`` more ``read()`` calls, stop the clock.
+
+        Returns the bytes received (warm-up included) and the last message, for report()."""
+        last = read()
+        self.start()
+        nbytes = len(last)
+        for _ in range(self.count):
+            last = read()
+            nbytes += len(last)
+        self.stop()
+        return nbytes, last
+
     def stop(self) -> None:
         self.t1 = now()
         self.c1 = cpu_s()

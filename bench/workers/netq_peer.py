@@ -116,16 +116,11 @@ def recv(spec: dict) -> None:
             for m in msgs:
                 nbytes += len(m.data)
         last = msgs[-1].data
+        rec.stop()
     else:
         get = server.get
-        last = get().data
-        rec.start()
-        n, nbytes = 1, len(last)
-        for _ in range(count):
-            last = get().data
-            nbytes += len(last)
-        n += count
-    rec.stop()
+        nbytes, last = rec.receive_all(lambda: get().data)
+        n = count + 1
     rec.report(n, nbytes, last)
     server.close()
 

@@ -40,14 +40,8 @@ def recv(spec: dict) -> None:
     rec = common.Recorder(count, size)
     common.ready(addr)
     get = server.get
-    m = get().data
-    rec.start()
-    nbytes = len(m)
-    for _ in range(count):
-        m = get().data
-        nbytes += len(m)
-    rec.stop()
-    rec.report(count + 1, nbytes, m)
+    nbytes, last = rec.receive_all(lambda: get().data)
+    rec.report(count + 1, nbytes, last)
     server.close()
 
 

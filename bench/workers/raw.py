@@ -144,14 +144,8 @@ def recv(spec: dict) -> None:
     common.ready(addr)
     sock = accept(listener)
     read = (StagingReader(sock) if batched else ReusedBufferReader(sock, size)).read
-    m = read()
-    rec.start()
-    nbytes = len(m)
-    for _ in range(count):
-        m = read()
-        nbytes += len(m)
-    rec.stop()
-    rec.report(count + 1, nbytes, m)
+    nbytes, last = rec.receive_all(read)
+    rec.report(count + 1, nbytes, last)
     sock.close()
 
 

@@ -34,14 +34,8 @@ def recv(spec: dict) -> None:
     rec = common.Recorder(count, size)
     common.ready(addr)
     recv_ = pull.recv
-    m = recv_(copy=copy)
-    rec.start()
-    nbytes = len(m)
-    for _ in range(count):
-        m = recv_(copy=copy)
-        nbytes += len(m)
-    rec.stop()
-    rec.report(count + 1, nbytes, m if copy else m.buffer, copy=copy)
+    nbytes, last = rec.receive_all(lambda: recv_(copy=copy))
+    rec.report(count + 1, nbytes, last if copy else last.buffer, copy=copy)
     ack.send(b"done")
     ack.close(linger=5000)
     pull.close(linger=0)

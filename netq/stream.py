@@ -99,6 +99,9 @@ else:
 def _as_view(buffer: Buffer) -> memoryview:
     # A fresh view even for memoryview inputs: it shares the caller's buffer, but survives the
     # caller releasing its own view (``with memoryview(x) as v: stream.writechunk(v)``).
+    kind = type(buffer)
+    if kind is bytes or kind is bytearray:
+        return memoryview(buffer)  # always flat "B": no checks needed
     view = memoryview(buffer)
     if not view.c_contiguous:
         raise TypeError(
@@ -182,9 +185,7 @@ class Stream:
 
     def writechunk(self, buffer: Buffer) -> None:
         """Append a view of ``buffer`` as the last chunk (ignored when it is empty)."""
-        kind = type(buffer)
-        # Hot path: a view of bytes/bytearray is always flat "B", no checks needed.
-        view = memoryview(buffer) if kind is bytes or kind is bytearray else _as_view(buffer)
+        view = _as_view(buffer)
         nbytes = view.nbytes
         if nbytes:
             self._chunks.append(view)
@@ -199,8 +200,7 @@ class Stream:
         append = self._chunks.append
         total = 0
         for buffer in buffers:
-            kind = type(buffer)
-            view = memoryview(buffer) if kind is bytes or kind is bytearray else _as_view(buffer)
+            view = _as_view(buffer)
             nbytes = view.nbytes
             if nbytes:
                 append(view)
@@ -239,8 +239,7 @@ class Stream:
 
     def unreadchunk(self, buffer: Buffer) -> None:
         """Push a view of ``buffer`` back as the first chunk (ignored when it is empty)."""
-        kind = type(buffer)
-        view = memoryview(buffer) if kind is bytes or kind is bytearray else _as_view(buffer)
+        view = _as_view(buffer)
         nbytes = view.nbytes
         if nbytes:
             self._chunks.appendleft(view)

@@ -57,7 +57,7 @@ class Row:
     name: str
     worker: str                 # file in bench/workers/
     transport: str              # spec["transport"] for the worker
-    needs: str | None = None    # capability: zmq | netq | tls | net-queue
+    needs: str | None = None    # capability: zmq | netq | tls | net-queue | grpc
     sizes: tuple | None = None  # throughput sizes it runs at (None: all)
 
     @property
@@ -65,6 +65,7 @@ class Row:
         return "net-queue" if self.needs == "net-queue" else "main"
 
 
+GRPC_SIZES = (64 * KiB, MiB, 16 * MiB)   # the gRPC rows (issue 4): large messages only
 THROUGHPUT = [
     Row("raw-tcp", "raw.py", "raw-tcp"),
     Row("raw-tcp-batch", "raw.py", "raw-tcp-batch"),
@@ -74,6 +75,9 @@ THROUGHPUT = [
     Row("netq-unix", "netq_peer.py", "netq-unix", "netq"),
     Row("netq-tls", "netq_peer.py", "netq-tls", "tls"),
     Row("net-queue", "netqueue_peer.py", "net-queue", "net-queue"),
+    Row("raw-grpc", "grpc_peer.py", "raw-grpc", "grpc", GRPC_SIZES),
+    Row("netq-grpc", "grpc_peer.py", "netq-grpc", "netq", GRPC_SIZES),
+    Row("net-queue-grpc", "netqueue_grpc_peer.py", "net-queue-grpc", "net-queue", GRPC_SIZES),
 ]
 LATENCY = [
     Row("raw-tcp", "raw.py", "raw-tcp"),
@@ -81,6 +85,9 @@ LATENCY = [
     Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq"),
     Row("netq-unix", "netq_peer.py", "netq-unix", "netq"),
     Row("net-queue", "netqueue_peer.py", "net-queue", "net-queue"),
+    Row("raw-grpc", "grpc_peer.py", "raw-grpc", "grpc"),
+    Row("netq-grpc", "grpc_peer.py", "netq-grpc", "netq"),
+    Row("net-queue-grpc", "netqueue_grpc_peer.py", "net-queue-grpc", "net-queue"),
 ]
 SCENARIO_ROW = Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq")   # stall + many clients
 IOPS_ROWS = [Row("netq-tcp", "../iops.py", "netq", "netq"),            # transport = --lib
@@ -307,7 +314,8 @@ class Session:
 PROBE = """
 import json, sys, importlib.metadata as md
 out = {"python": sys.version.split()[0]}
-for module, dist in (("zmq", "pyzmq"), ("numpy", "numpy"), ("psutil", "psutil")):
+for module, dist in (("zmq", "pyzmq"), ("numpy", "numpy"), ("psutil", "psutil"),
+                     ("grpc", "grpcio")):
     try:
         __import__(module)
         out[dist] = md.version(dist)
@@ -376,6 +384,8 @@ class Context:
         if not info.get("netq"):
             self.missing["netq"] = f"netq is not importable yet ({info.get('netq_error')})"
             self.missing["tls"] = self.missing["netq"]
+        if not info.get("grpcio"):
+            self.missing["grpc"] = "grpcio is not importable (pip install 'netq[grpc]')"
         if not info.get("numpy"):
             self.missing["numpy"] = "numpy is not importable (the netq iops rows need it)"
         if "tls" not in self.missing and self.wants("tls"):

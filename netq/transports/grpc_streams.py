@@ -115,7 +115,7 @@ class _Stream:
     """
 
     __slots__ = ("transport", "loop", "packets", "queued", "drained", "waiting", "signalled",
-                 "ready", "blocked", "link", "ended", "call", "grpc_channel", "context",
+                 "ready", "blocked", "link", "ended", "closing", "call", "grpc_channel", "context",
                  "writer_done")
 
     def __init__(self, transport: GRPCTransport, loop: asyncio.AbstractEventLoop) -> None:
@@ -130,6 +130,7 @@ class _Stream:
         self.blocked = False  # the I/O thread waits for the backlog to shrink
         self.link = None
         self.ended = False  # the link was reported closed (once only)
+        self.closing = False  # _close_channel ran
         self.call = None  # client: the grpc.aio call
         self.grpc_channel = None  # client: the grpc.aio channel of this stream
         self.context = None  # server: the handler's ServicerContext
@@ -327,9 +328,7 @@ class GRPCTransport(PacketTransport):
 
     # ----------------------------------------------------------------- client
 
-    def _connect(self) -> None:
-        if self._attempt is not None and not self._attempt.done():
-            return
+    def _start_connect(self) -> None:
         self._attempt = asyncio.run_coroutine_threadsafe(self._open_stream(), self._loop)
 
     async def _open_stream(self) -> None:
@@ -352,7 +351,15 @@ class GRPCTransport(PacketTransport):
         except (grpc.aio.AioRpcError, asyncio.TimeoutError) as failure:
             call.cancel()
             await channel.close(None)
-            self.connect_failed(self._connect_error(failure))
+            error = self._connect_error(failure)
+            if isinstance(error, AuthenticationError):
+                # Retrying cannot help: end a link with the reason, which makes it fatal
+                # (the engine fails every put and get with it, as on TCP).
+                stream = _Stream(self, self._loop)
+                stream.link = self.channel_opened(stream, self._options.netloc)
+                self._ended(stream, error)
+            else:
+                self.connect_failed(error)
             return
         except asyncio.CancelledError:
             call.cancel()
@@ -416,11 +423,6 @@ class GRPCTransport(PacketTransport):
                 stream.writer_done.cancel()
             await stream.grpc_channel.close(None)
 
-    def _abandon_connect(self) -> None:
-        attempt = self._attempt
-        if attempt is not None and not attempt.done():
-            attempt.cancel()
-
     # ----------------------------------------------------------------- both
 
     def _ended(self, stream: _Stream, error) -> None:
@@ -433,14 +435,15 @@ class GRPCTransport(PacketTransport):
     def _can_send(self, link) -> bool:
         return link.channel.has_room()
 
-    def _send_packet(self, link, payload) -> None:
-        link.channel.push(bytes(payload) if type(payload) is not bytes else payload)
+    def _send_packet(self, link, payload: bytes) -> None:
+        link.channel.push(payload)
 
     def _close_channel(self, link) -> None:
         stream: _Stream = link.channel
-        if stream is None or stream.ended and not stream.packets and stream.writer_done is None:
-            pass
-        stream.ended = True  # from now on the base knows: no channel_closed for it
+        if stream.closing:
+            return
+        stream.closing = True
+        stream.ended = True  # the base dropped the link: no channel_closed for it any more
         stream.push(_END)  # the writer finishes what is queued, then ends the stream
         if stream.call is not None:
             # Client: if the server does not end the stream within the grace, cut it.

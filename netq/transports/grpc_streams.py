@@ -1,33 +1,38 @@
 """gRPC transport: one bidirectional stream of raw-bytes messages per link (``Protocol.GRPC``).
 
 The service is ``netq.Link/Stream``, served through a generic method handler with no
-(de)serializers: no protobuf, no generated code. Each gRPC message is one packet of the
-link's netq byte stream (at most :data:`PACKET_SIZE` = 1 MiB); message-size limits are set on
-both ends to the packet size plus a margin, so nothing ever meets gRPC's 4 MiB default.
+(de)serializers: no protobuf, no generated code. Each gRPC message carries a slice of the
+link's netq byte stream of at most :data:`PACKET_SIZE` (1 MiB); message-size limits are set on
+both ends to that plus a margin, so nothing ever meets gRPC's 4 MiB default.
 
-Push, never poll: a client opens one long-lived stream; the server writes to it as soon as the
-netq I/O thread hands it a packet. A new stream is a new link (the base resumes the session);
-the stream ending is the link closing: cleanly when the peer half-closes, as
-:class:`ConnectionLost` when it is cancelled or the connection breaks (a killed client's TCP
-connection closes and the server's handler is cancelled within milliseconds; gRPC keepalive
-and netq's own heartbeat catch a peer that goes silent without closing).
+Push, never poll: a client opens one long-lived stream and the server writes to it as soon as
+netq has a packet for it. A new stream is a new link (the engine resumes the session); a stream
+that ends is a closed link: cleanly when the peer half-closes, as :class:`ConnectionLost` when
+it is cancelled or its connection breaks (a killed client's TCP connection closes and the
+server's handler is cancelled within milliseconds; gRPC keepalive and netq's heartbeat catch a
+peer that goes silent without closing).
 
-Threads: the communicator's netq I/O thread (the base's) plus one asyncio loop thread
-(``netq-grpc-<purpose>-<id>``) that runs every gRPC call of the communicator with
-``grpc.aio``: a server holds any number of clients on that one thread (no thread per stream,
-unlike the synchronous server). gRPC's C-core threads are gRPC's and go away with it.
+Threads: none of our own beyond the base's I/O thread. ``grpc.aio`` runs on an asyncio loop
+that the I/O thread itself drives while it waits (``_wait`` runs the loop until the carrier
+posts something, a user thread wakes it, or the engine's timeout expires). Packets therefore go
+from the engine to ``call.write`` and from ``call.read`` to the engine without a thread
+hand-off, and a server holds any number of clients on its one thread (a synchronous grpc server
+would pin one pool thread per open stream). gRPC's own C-core threads and its aio poller thread
+are gRPC's, process-wide, and not ours to stop.
 
-Flow control: the I/O thread puts packets into a per-link outbound deque; the loop writes them
-with ``await write()``, which waits for HTTP/2 flow control. The I/O thread stops handing
-packets to a link whose deque holds :data:`OUTBOUND_LIMIT` bytes, and is woken when it
-drains below half of that. On top of that, netq's credits bound what a peer may have in
-flight, so memory is bounded on both ends.
+Flow control: ``_send_packet`` appends to the stream's outbound deque; a writer task awaits
+``write()``, which waits for HTTP/2 flow control. The engine stops handing packets to a stream
+whose deque holds :data:`OUTBOUND_LIMIT` bytes and is woken when it drains below half. Small
+packets queued together are coalesced into one gRPC message (a packet is a byte-stream slice,
+so joining neighbours is lossless). netq's credits bound what a peer may have in flight, so
+memory stays bounded on both ends.
 
-Security: TLS and mutual TLS from :class:`netq.SecurityOptions` (``certificate``/``key`` for
-the server, ``client_ca`` to require client certificates; a client trusts ``certificate``,
-presents ``client_certificate``/``key``, checks ``server_hostname``); a server certificate the
-client does not trust is fatal (:class:`AuthenticationError`), as on TCP. The authkey
-handshake is the protocol core's, inside the stream.
+Security: TLS and mutual TLS from :class:`netq.SecurityOptions` (server: ``certificate``/``key``,
+``client_ca`` requires client certificates; client: trusts ``certificate``, presents
+``client_certificate``/``key``, checks ``server_hostname``). A server certificate the client
+does not trust is fatal (:class:`AuthenticationError`, as on TCP). The authkey handshake is the
+protocol core's, inside the stream. ``NetworkLocation(path=...)`` listens/connects on a Unix
+socket (``unix:`` target) instead of TCP.
 """
 
 from __future__ import annotations
@@ -38,13 +43,12 @@ import errno
 import logging
 import os
 import threading
-import time
 
 # gRPC's C core logs connection events (GOAWAY, ...) to stderr at INFO; keep it to errors unless
-# the user asked for more. Only effective if grpc was not imported before netq's transport.
+# the user asked for more. Only effective if grpc was not imported before this module.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-import grpc  # noqa: E402  (absolute: this module is not called grpc, it does not shadow it)
+import grpc  # noqa: E402  (absolute: this module is not called grpc, so it cannot shadow it)
 import grpc.aio  # noqa: E402
 
 from ..exceptions import AuthenticationError, ConnectionLost  # noqa: E402
@@ -58,14 +62,16 @@ SERVICE = "netq.Link"
 METHOD = "Stream"
 PATH = f"/{SERVICE}/{METHOD}"
 MESSAGE_LIMIT = PACKET_SIZE + 64 * 1024  # bytes per gRPC message, both ways, both ends
-OUTBOUND_LIMIT = 4 * PACKET_SIZE  # bytes queued per link for the loop before the I/O thread waits
-_CLOSE_GRACE = 1.0  # seconds a closing stream gets to deliver its last packets
-_STOP_GRACE = 0.5  # seconds server.stop() lets calls finish before cancelling them
-_JOIN_TIMEOUT = 10.0  # seconds to wait for the loop thread at the very end
-_KEEPALIVE_MS = 10_000  # HTTP/2 PING every 10 s on an idle connection ...
+OUTBOUND_LIMIT = 4 * PACKET_SIZE  # bytes queued per stream before the engine holds back
+_COALESCE = 64 * 1024  # packets below this are joined with queued neighbours (<= PACKET_SIZE)
+_CLOSE_GRACE = 1.0  # seconds a client's closing stream gets before it is cancelled
+_STOP_GRACE = 0.5  # seconds server.stop() lets handlers finish before cancelling them
+_STOP_TIMEOUT = 10.0  # seconds the final shutdown of the carrier may take at most
+_KEEPALIVE_MS = 10_000  # HTTP/2 PING after 10 s without traffic ...
 _KEEPALIVE_TIMEOUT_MS = 5_000  # ... and the connection is dead if it is not answered in 5 s
 # Fatal TLS verdicts on the client: the server is not who the trusted certificate says.
-_UNTRUSTED = ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed", "is not in peer certificate")
+_UNTRUSTED = ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed",
+              "is not in peer certificate")
 _END = None  # outbound marker: no more packets, finish the stream
 
 
@@ -90,12 +96,13 @@ def _channel_options(connection, server: bool) -> list[tuple[str, object]]:
         reconnect_ms = max(1, int(connection.reconnect_min * 1000))
         options += [
             # One TCP connection per client communicator, even with many in one process
-            # (gRPC would otherwise multiplex every channel to the same target over one).
+            # (gRPC would otherwise multiplex every channel to one target over one connection,
+            # and one broken connection would take every client down at once).
             ("grpc.use_local_subchannel_pool", 1),
             ("grpc.initial_reconnect_backoff_ms", reconnect_ms),
             ("grpc.min_reconnect_backoff_ms", reconnect_ms),
-            ("grpc.max_reconnect_backoff_ms", max(reconnect_ms,
-                                                  int(connection.reconnect_max * 1000))),
+            ("grpc.max_reconnect_backoff_ms",
+             max(reconnect_ms, int(connection.reconnect_max * 1000))),
         ]
     return options
 
@@ -108,131 +115,142 @@ def _read_file(path) -> bytes | None:
 
 
 class _Stream:
-    """One gRPC stream carrying one link: the outbound deque between the I/O thread and the loop.
+    """One gRPC stream carrying one link, and its outbound deque (all on the I/O thread)."""
 
-    The I/O thread appends (``push``); the loop's writer pops. The two byte counters are each
-    written by one thread only, so their difference (the backlog) needs no lock.
-    """
+    __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",
+                 "link", "ended", "closing", "call", "grpc_channel", "writer")
 
-    __slots__ = ("transport", "loop", "packets", "queued", "drained", "waiting", "signalled",
-                 "ready", "blocked", "link", "ended", "closing", "call", "grpc_channel", "context",
-                 "writer_done")
-
-    def __init__(self, transport: GRPCTransport, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, transport: GRPCTransport) -> None:
         self.transport = transport
-        self.loop = loop
         self.packets: collections.deque = collections.deque()
-        self.queued = 0  # bytes pushed (I/O thread)
-        self.drained = 0  # bytes written to gRPC (loop)
-        self.waiting = False  # the writer sleeps on ``ready`` (loop)
-        self.signalled = False  # a wake-up of the writer is on its way (I/O thread)
+        self.queued = 0  # bytes pushed
+        self.drained = 0  # bytes written to gRPC
         self.ready = asyncio.Event()
-        self.blocked = False  # the I/O thread waits for the backlog to shrink
+        self.waiting = False  # the writer sleeps on ``ready``
+        self.blocked = False  # the engine holds packets back until the backlog shrinks
         self.link = None
-        self.ended = False  # the link was reported closed (once only)
+        self.ended = False  # the link was reported closed, or released by the base
         self.closing = False  # _close_channel ran
         self.call = None  # client: the grpc.aio call
         self.grpc_channel = None  # client: the grpc.aio channel of this stream
-        self.context = None  # server: the handler's ServicerContext
-        self.writer_done: asyncio.Future | None = None
-
-    @property
-    def backlog(self) -> int:
-        return self.queued - self.drained
-
-    # -- I/O thread -------------------------------------------------------------------
+        self.writer: asyncio.Task | None = None  # client: the writer task
 
     def push(self, packet) -> None:
         self.packets.append(packet)
         if packet is not _END:
             self.queued += len(packet)
-        if self.waiting and not self.signalled:
-            self.signalled = True
-            try:
-                self.loop.call_soon_threadsafe(self.ready.set)
-            except RuntimeError:
-                pass  # the loop is closed: the stream is gone anyway
+        if self.waiting:
+            self.waiting = False
+            self.ready.set()
 
     def has_room(self) -> bool:
-        if self.backlog < OUTBOUND_LIMIT:
+        if self.queued - self.drained < OUTBOUND_LIMIT:
             return True
         self.blocked = True
-        return self.backlog < OUTBOUND_LIMIT  # it may have drained meanwhile
-
-    # -- loop ---------------------------------------------------------------------------
+        return False
 
     async def drain(self, write) -> bool:
-        """Write packets until the end marker (True) or until writing fails (False)."""
+        """Write packets until the end marker (True); a failed write raises."""
         packets = self.packets
+        ready = self.ready
         while True:
             if not packets:
-                self.signalled = False
-                self.ready.clear()
+                ready.clear()
                 self.waiting = True
-                if not packets:
-                    await self.ready.wait()
-                self.waiting = False
+                await ready.wait()
                 continue
             packet = packets.popleft()
             if packet is _END:
                 return True
+            size = len(packet)
+            if size < _COALESCE and packets and packets[0] is not _END:
+                # Small packets queued together (an ACK and a reply, a burst of small
+                # messages) travel as one gRPC message: one write instead of many.
+                parts = [packet]
+                while packets and packets[0] is not _END \
+                        and size + len(packets[0]) <= PACKET_SIZE:
+                    part = packets.popleft()
+                    parts.append(part)
+                    size += len(part)
+                packet = b"".join(parts)
             await write(packet)
-            self.drained += len(packet)
-            if self.blocked and self.backlog < OUTBOUND_LIMIT // 2:
+            self.drained += size
+            if self.blocked and self.queued - self.drained < OUTBOUND_LIMIT // 2:
                 self.blocked = False
                 self.transport.wake()
 
 
 class GRPCTransport(PacketTransport):
-    """netq links as gRPC bidirectional streams (``grpc.aio`` on one loop thread)."""
+    """netq links as gRPC bidirectional streams, ``grpc.aio`` driven by the I/O thread."""
 
     family_name = "grpc"
 
     def __init__(self, engine) -> None:
         self._loop = asyncio.new_event_loop()
-        self._loop_thread = threading.Thread(
-            target=self._run_loop,
-            name=f"netq-grpc-{engine.purpose.value}-{str(engine.id)[:8]}", daemon=True)
-        self._loop_thread.start()
+        self._loop_waiting = False  # the I/O thread is inside loop.run_forever() in _wait
+        self._wake_pending = False  # a stop of the loop is on its way from another thread
         self._grpc_server = None
         self._refusing = False
-        self._streams: set[_Stream] = set()  # loop thread only
-        self._attempt = None  # client: the concurrent future of the connection attempt
-        try:
-            super().__init__(engine)
-        except BaseException:
-            self._stop_loop()
-            raise
+        self._streams: set[_Stream] = set()
+        self._attempt: asyncio.Task | None = None
+        self._loop_closed = False
+        super().__init__(engine)
 
-    # ----------------------------------------------------------------- the loop thread
+    # ----------------------------------------------------------------- the loop
 
-    def _run_loop(self) -> None:
-        loop = self._loop
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_forever()
-            # Stopped: finish whatever is still pending (cancelled calls' callbacks).
-            pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        finally:
-            loop.close()
-
-    def _on_loop(self, coroutine, timeout: float | None = None):
-        """Run ``coroutine`` on the loop thread from another thread; its result."""
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        return future.result(timeout)
-
-    def _stop_loop(self) -> None:
-        if self._loop_thread.is_alive():
+    def wake(self) -> None:
+        if self._loop_waiting and threading.get_ident() == self._io_ident:
+            self._loop.stop()  # a carrier callback: return to the engine after this turn
+        elif self._idle and not self._wake_pending and not self._loop_closed:
+            # Sticky: if the I/O thread has not entered the loop yet, the stop runs first thing.
+            self._wake_pending = True
             try:
                 self._loop.call_soon_threadsafe(self._loop.stop)
             except RuntimeError:
-                pass
-            self._loop_thread.join(_JOIN_TIMEOUT)
+                pass  # the loop is closed: the I/O thread is gone
+
+    def _post(self, kind: int, link, value) -> None:
+        self._inbox.append((kind, link, value))
+        self.wake()
+
+    def _wait(self, timeout: float) -> None:
+        loop = self._loop
+        if self._inbox or timeout <= 0:
+            # Still give gRPC a turn: queued writes go out, completed reads come in.
+            loop.call_soon(loop.stop)
+            loop.run_forever()
+        else:
+            timer = loop.call_later(timeout, loop.stop)
+            self._loop_waiting = True
+            try:
+                loop.run_forever()
+            finally:
+                self._loop_waiting = False
+                timer.cancel()
+        self._wake_pending = False
+        self._drain_inbox()
+        for link in self.links():
+            if link.conn.has_output and not link.closing:
+                with link.lock:
+                    self.write_now(link)
+                self._after_io(link)
+
+    def _run_until(self, coroutine, timeout: float):
+        """Run ``coroutine`` to completion on the loop (thread not in the loop); its result."""
+        loop = self._loop
+        task = loop.create_task(coroutine)
+        task.add_done_callback(lambda _: loop.stop())
+        timer = loop.call_later(timeout, loop.stop)
+        deadline = loop.time() + timeout
+        try:
+            while not task.done() and loop.time() < deadline:
+                loop.run_forever()  # a stray stop (a late wake-up) only costs a turn
+        finally:
+            timer.cancel()
+        if not task.done():
+            task.cancel()
+            raise TimeoutError(f"gRPC did not finish within {timeout} s")
+        return task.result()
 
     # ----------------------------------------------------------------- credentials
 
@@ -264,7 +282,8 @@ class GRPCTransport(PacketTransport):
     # ----------------------------------------------------------------- server
 
     def _listen(self) -> None:
-        self._on_loop(self._start_server())
+        # The constructor's thread runs the loop this once; the I/O thread takes over later.
+        self._run_until(self._start_server(), _STOP_TIMEOUT)
 
     async def _start_server(self) -> None:
         handler = grpc.method_handlers_generic_handler(SERVICE, {
@@ -284,27 +303,26 @@ class GRPCTransport(PacketTransport):
         await server.start()
         self._grpc_server = server
         netloc = self._options.netloc
-        self.address = netloc.path if netloc.path is not None else (netloc.host, port)
+        self.address = os.fspath(netloc.path) if netloc.path is not None else (netloc.host, port)
 
     async def _serve_stream(self, request_iterator, context):
-        """One client stream, for as long as it lasts (loop thread)."""
+        """One client's stream, for as long as it lasts."""
         if self._refusing:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the netq server is closing")
-        stream = _Stream(self, self._loop)
-        stream.context = context
-        # Headers now: the client's wait_for_connection() returns as soon as the stream is up.
+        # Headers at once: the client's wait_for_connection() returns when the stream is up.
         await context.send_initial_metadata(())
+        stream = _Stream(self)
         self._streams.add(stream)
-        stream.link = self.channel_opened(stream, context.peer())
+        link = stream.link = self.channel_opened(stream, context.peer())
         reader = asyncio.ensure_future(self._read_requests(stream, request_iterator))
         try:
             await stream.drain(context.write)
         except asyncio.CancelledError:
             # The client went away (cancelled, killed, connection broken) or the server stops.
-            self._ended(stream, ConnectionLost(stream.link.peer_id, "the gRPC stream was cancelled"))
+            self._ended(stream, ConnectionLost(link.peer_id, "the gRPC stream was cancelled"))
             raise
         except Exception as error:  # noqa: BLE001 - a failed write is a lost link
-            self._ended(stream, ConnectionLost(stream.link.peer_id, f"gRPC write failed: {error}"))
+            self._ended(stream, ConnectionLost(link.peer_id, f"gRPC write failed: {error!r}"))
         finally:
             reader.cancel()
             self._streams.discard(stream)
@@ -319,7 +337,7 @@ class GRPCTransport(PacketTransport):
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001
-            self._ended(stream, ConnectionLost(link.peer_id, f"gRPC read failed: {error}"))
+            self._ended(stream, ConnectionLost(link.peer_id, f"gRPC read failed: {error!r}"))
         else:
             self._ended(stream, None)  # the client half-closed: a clean end
 
@@ -329,7 +347,7 @@ class GRPCTransport(PacketTransport):
     # ----------------------------------------------------------------- client
 
     def _start_connect(self) -> None:
-        self._attempt = asyncio.run_coroutine_threadsafe(self._open_stream(), self._loop)
+        self._attempt = self._loop.create_task(self._open_stream())
 
     async def _open_stream(self) -> None:
         connection = self._options.connection
@@ -353,9 +371,9 @@ class GRPCTransport(PacketTransport):
             await channel.close(None)
             error = self._connect_error(failure)
             if isinstance(error, AuthenticationError):
-                # Retrying cannot help: end a link with the reason, which makes it fatal
-                # (the engine fails every put and get with it, as on TCP).
-                stream = _Stream(self, self._loop)
+                # Retrying cannot help: end a link with the reason, which the engine makes
+                # fatal (every put and get fails with it, as on TCP).
+                stream = _Stream(self)
                 stream.link = self.channel_opened(stream, self._options.netloc)
                 self._ended(stream, error)
             else:
@@ -365,12 +383,12 @@ class GRPCTransport(PacketTransport):
             call.cancel()
             await channel.close(None)
             raise
-        stream = _Stream(self, self._loop)
+        stream = _Stream(self)
         stream.call = call
         stream.grpc_channel = channel
         self._streams.add(stream)
         stream.link = self.channel_opened(stream, self._options.netloc)
-        stream.writer_done = asyncio.ensure_future(self._client_writer(stream))
+        stream.writer = asyncio.ensure_future(self._client_writer(stream))
         await self._client_reader(stream)
 
     @staticmethod
@@ -379,8 +397,8 @@ class GRPCTransport(PacketTransport):
             return ConnectionLost(None, "gRPC: the server did not answer")
         text = f"{failure.details()} {failure.debug_error_string()}"
         if any(marker in text for marker in _UNTRUSTED):
-            return AuthenticationError(f"TLS: the server's certificate is not trusted: "
-                                       f"{failure.details()}")
+            return AuthenticationError(
+                f"TLS: the server's certificate is not trusted: {failure.details()}")
         return ConnectionLost(None, f"gRPC: {failure.code().name}: {failure.details()}")
 
     async def _client_writer(self, stream: _Stream) -> None:
@@ -390,8 +408,9 @@ class GRPCTransport(PacketTransport):
                 await call.done_writing()
         except asyncio.CancelledError:
             raise
-        except Exception as error:  # noqa: BLE001 - the reader sees the call's end too
-            self._ended(stream, ConnectionLost(stream.link.peer_id, f"gRPC write failed: {error}"))
+        except Exception as error:  # noqa: BLE001 - the reader sees the call end as well
+            self._ended(stream, ConnectionLost(stream.link.peer_id,
+                                               f"gRPC write failed: {error!r}"))
             call.cancel()
 
     async def _client_reader(self, stream: _Stream) -> None:
@@ -419,14 +438,17 @@ class GRPCTransport(PacketTransport):
         finally:
             self._ended(stream, error)
             self._streams.discard(stream)
-            if stream.writer_done is not None:
-                stream.writer_done.cancel()
-            await stream.grpc_channel.close(None)
+            if stream.writer is not None:
+                stream.writer.cancel()
+            channel = stream.grpc_channel
+            # Forget the gRPC objects at once (the link may live on in the engine for a while).
+            stream.call = stream.grpc_channel = stream.writer = None
+            await channel.close(None)
 
     # ----------------------------------------------------------------- both
 
     def _ended(self, stream: _Stream, error) -> None:
-        """The stream is over (loop thread): report the link closed, once."""
+        """The stream is over: report its link closed, once."""
         if stream.ended or stream.link is None:
             return
         stream.ended = True
@@ -444,33 +466,69 @@ class GRPCTransport(PacketTransport):
             return
         stream.closing = True
         stream.ended = True  # the base dropped the link: no channel_closed for it any more
-        stream.push(_END)  # the writer finishes what is queued, then ends the stream
-        if stream.call is not None:
-            # Client: if the server does not end the stream within the grace, cut it.
-            try:
-                self._loop.call_soon_threadsafe(self._loop.call_later, _CLOSE_GRACE,
-                                                stream.call.cancel)
-            except RuntimeError:
-                pass
+        stream.push(_END)  # the writer sends what is queued, then ends the stream
+        call = stream.call
+        if call is not None and not call.done():
+            # Client: the server ends the stream once it has read our end; if it does not
+            # within the grace (frozen, cut off), cancel it.
+            self._loop.call_later(_CLOSE_GRACE, call.cancel)
 
     def _stop_carrier(self) -> None:
+        if self._loop_closed:
+            return
         try:
-            if self._grpc_server is not None:
-                self._on_loop(self._grpc_server.stop(_STOP_GRACE), _JOIN_TIMEOUT)
-                self._grpc_server = None
-            self._on_loop(self._close_streams(), _JOIN_TIMEOUT)
-        except (RuntimeError, TimeoutError) as error:  # a dead loop: stop it anyway
-            LOGGER.warning("netq %s: gRPC shutdown: %s", self.engine.purpose.value, error)
+            self._run_until(self._shutdown_grpc(), _STOP_TIMEOUT)
+        except Exception as error:  # noqa: BLE001 - closing must go on
+            LOGGER.warning("netq %s: gRPC shutdown: %r", self.engine.purpose.value, error)
         finally:
-            self._stop_loop()
+            self._close_loop()
 
-    async def _close_streams(self) -> None:
-        for stream in list(self._streams):
-            if stream.call is not None:
-                stream.call.cancel()
-                await stream.grpc_channel.close(None)
+    async def _shutdown_grpc(self) -> None:
         attempt = self._attempt
         if attempt is not None and not attempt.done():
             attempt.cancel()
-        # Give cancelled handlers and readers a turn to finish their bookkeeping.
-        await asyncio.sleep(0)
+        # Close every client channel (its calls are cancelled and finish), then the server
+        # (handlers already have their end marker: they return at once).
+        for stream in list(self._streams):
+            if stream.grpc_channel is not None:
+                await stream.grpc_channel.close(None)
+        if self._grpc_server is not None:
+            await self._grpc_server.stop(_STOP_GRACE)
+        tasks = [task for task in asyncio.all_tasks(self._loop)
+                 if task is not asyncio.current_task()]
+        if attempt is not None:
+            tasks.append(attempt)
+        if tasks:
+            await asyncio.wait(tasks, timeout=_STOP_GRACE)
+        # Let gRPC deliver the completions of what was just cancelled to this loop while it
+        # still runs (a completion for a closed loop is reported as an error by gRPC).
+        await asyncio.sleep(0.01)
+
+    def _close_loop(self) -> None:
+        loop = self._loop
+        self._loop_closed = True
+        pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            gathered = asyncio.gather(*pending, return_exceptions=True)
+            gathered.add_done_callback(lambda _: loop.stop())
+            timer = loop.call_later(_STOP_TIMEOUT, loop.stop)
+            while not gathered.done() and not timer.cancelled():
+                loop.run_forever()
+                if loop.time() >= timer.when():
+                    break
+            timer.cancel()
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        except RuntimeError:
+            pass  # a stray stop: the generators are gone with the loop anyway
+        loop.close()
+        # Drop every gRPC object now: the communicator and its transport reference each
+        # other, so without this they would live (and keep gRPC's process-wide poller, its
+        # sockets and threads) until the next cyclic garbage collection.
+        self._grpc_server = None
+        self._attempt = None
+        for stream in self._streams:
+            stream.call = stream.grpc_channel = stream.writer = None
+        self._streams.clear()

@@ -22,10 +22,11 @@ are gRPC's, process-wide, and not ours to stop.
 
 Flow control: ``_send_packet`` appends to the stream's outbound deque; a writer task awaits
 ``write()``, which waits for HTTP/2 flow control. The engine stops handing packets to a stream
-whose deque holds :data:`OUTBOUND_LIMIT` bytes and is woken when it drains below half. Small
-packets queued together are coalesced into one gRPC message (a packet is a byte-stream slice,
-so joining neighbours is lossless). netq's credits bound what a peer may have in flight, so
-memory stays bounded on both ends.
+whose deque holds :data:`OUTBOUND_LIMIT` bytes and is woken when it drains below half. Each
+packet is its own gRPC message (joining queued neighbours would be lossless for the byte
+stream, but the protocol core must see a SESSION frame before the DATA frames that follow it
+are checked: see the report). netq's credits bound what a peer may have in flight, so memory
+stays bounded on both ends.
 
 Security: TLS and mutual TLS from :class:`netq.SecurityOptions` (server: ``certificate``/``key``,
 ``client_ca`` requires client certificates; client: trusts ``certificate``, presents
@@ -63,7 +64,6 @@ METHOD = "Stream"
 PATH = f"/{SERVICE}/{METHOD}"
 MESSAGE_LIMIT = PACKET_SIZE + 64 * 1024  # bytes per gRPC message, both ways, both ends
 OUTBOUND_LIMIT = 4 * PACKET_SIZE  # bytes queued per stream before the engine holds back
-_COALESCE = 64 * 1024  # packets below this are joined with queued neighbours (<= PACKET_SIZE)
 _CLOSE_GRACE = 1.0  # seconds a client's closing stream gets before it is cancelled
 _STOP_GRACE = 0.5  # seconds server.stop() lets handlers finish before cancelling them
 _STOP_TIMEOUT = 10.0  # seconds the final shutdown of the carrier may take at most
@@ -112,6 +112,17 @@ def _read_file(path) -> bytes | None:
         return None
     with open(path, "rb") as file:
         return file.read()
+
+
+def _forget_traceback(error: BaseException) -> None:
+    """Break the cycle a caught gRPC error closes (its traceback holds the frames that hold
+    the call and the channel), so they are freed now rather than at the next garbage
+    collection: gRPC's process-wide poller (a thread, sockets) lives as long as they do."""
+    for _ in range(8):  # the chain of causes is short; never loop on a malformed one
+        if error is None:
+            return
+        error.__traceback__ = None
+        error = error.__context__ or error.__cause__
 
 
 class _Stream:
@@ -163,16 +174,6 @@ class _Stream:
             if packet is _END:
                 return True
             size = len(packet)
-            if size < _COALESCE and packets and packets[0] is not _END:
-                # Small packets queued together (an ACK and a reply, a burst of small
-                # messages) travel as one gRPC message: one write instead of many.
-                parts = [packet]
-                while packets and packets[0] is not _END \
-                        and size + len(packets[0]) <= PACKET_SIZE:
-                    part = packets.popleft()
-                    parts.append(part)
-                    size += len(part)
-                packet = b"".join(parts)
             await write(packet)
             self.drained += size
             if self.blocked and self.queued - self.drained < OUTBOUND_LIMIT // 2:
@@ -367,6 +368,7 @@ class GRPCTransport(PacketTransport):
             await asyncio.wait_for(call.wait_for_connection(),
                                    max(1.0, 3 * connection.heartbeat))
         except (grpc.aio.AioRpcError, asyncio.TimeoutError) as failure:
+            _forget_traceback(failure)
             call.cancel()
             await channel.close(None)
             error = self._connect_error(failure)
@@ -433,6 +435,7 @@ class GRPCTransport(PacketTransport):
             error = ConnectionLost(link.peer_id, "the gRPC stream was cancelled")
             raise
         except grpc.aio.AioRpcError as failure:
+            _forget_traceback(failure)
             error = ConnectionLost(link.peer_id, f"gRPC stream broke: {failure.code().name}: "
                                                  f"{failure.details()}")
         finally:

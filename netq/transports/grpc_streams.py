@@ -43,6 +43,7 @@ import collections
 import errno
 import logging
 import os
+import socket
 import threading
 
 # gRPC's C core logs connection events (GOAWAY, ...) to stderr at INFO; keep it to errors unless
@@ -71,7 +72,7 @@ _KEEPALIVE_MS = 10_000  # HTTP/2 PING after 10 s without traffic ...
 _KEEPALIVE_TIMEOUT_MS = 5_000  # ... and the connection is dead if it is not answered in 5 s
 # Fatal TLS verdicts on the client: the server is not who the trusted certificate says.
 _UNTRUSTED = ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed",
-              "is not in peer certificate")
+              "Hostname Verification Check failed", "is not in peer certificate")
 _END = None  # outbound marker: no more packets, finish the stream
 
 
@@ -283,8 +284,21 @@ class GRPCTransport(PacketTransport):
     # ----------------------------------------------------------------- server
 
     def _listen(self) -> None:
+        self._probe_port()
         # The constructor's thread runs the loop this once; the I/O thread takes over later.
         self._run_until(self._start_server(), _STOP_TIMEOUT)
+
+    def _probe_port(self) -> None:
+        """Raise OSError now if the port is taken. gRPC reports a failed bind too, but its
+        failure path leaves process-wide state behind (sockets that are never closed)."""
+        netloc = self._options.netloc
+        if netloc.path is not None or netloc.port == 0:
+            return
+        family, kind, proto, _, address = socket.getaddrinfo(
+            netloc.host, netloc.port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            probe.bind(address)
 
     async def _start_server(self) -> None:
         handler = grpc.method_handlers_generic_handler(SERVICE, {
@@ -293,14 +307,20 @@ class GRPCTransport(PacketTransport):
                                  options=_channel_options(self._options.connection, True))
         target = self._target()
         security = self._security()
+        failure = None
         try:
             if security is not None:
                 port = server.add_secure_port(target, self._server_credentials(security))
             else:
                 port = server.add_insecure_port(target)
         except RuntimeError as error:
+            failure = str(error)
+        if failure is not None:
+            # Raised outside the except block and without the server in any frame: the error
+            # reaches the caller of netq.new() without holding gRPC objects alive.
             await server.stop(None)
-            raise OSError(errno.EADDRINUSE, f"gRPC could not bind {target}: {error}") from None
+            del server
+            raise OSError(errno.EADDRINUSE, f"gRPC could not bind {target}: {failure}")
         await server.start()
         self._grpc_server = server
         netloc = self._options.netloc

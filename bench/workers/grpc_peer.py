@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import traceback
 
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
@@ -79,19 +80,24 @@ async def raw_recv(spec: dict) -> None:
     done = asyncio.Event()
 
     async def handler(request_iterator, context):
-        next_chunk = _reader(request_iterator)
-        rec = common.Recorder(count, size)
-        last = await _read_message(next_chunk, size)          # warm-up
-        rec.start()
-        nbytes, n = len(last), 1
-        for _ in range(count):
-            last = await _read_message(next_chunk, size)
-            nbytes += len(last)
-            n += 1
-        rec.stop()
-        await context.write(b"done")
-        rec.report(n, nbytes, last)
-        done.set()
+        try:
+            next_chunk = _reader(request_iterator)
+            rec = common.Recorder(count, size)
+            last = await _read_message(next_chunk, size)          # warm-up
+            rec.start()
+            nbytes, n = len(last), 1
+            for _ in range(count):
+                last = await _read_message(next_chunk, size)
+                nbytes += len(last)
+                n += 1
+            rec.stop()
+            await context.write(b"done")
+            rec.report(n, nbytes, last)
+        except BaseException:
+            traceback.print_exc()                              # grpc would swallow it
+            raise
+        finally:
+            done.set()
 
     server, addr = await _serve(handler)
     common.ready(addr)

@@ -23,10 +23,10 @@ are gRPC's, process-wide, and not ours to stop.
 Flow control: ``_send_packet`` appends to the stream's outbound deque; a writer task awaits
 ``write()``, which waits for HTTP/2 flow control. The engine stops handing packets to a stream
 whose deque holds :data:`OUTBOUND_LIMIT` bytes and is woken when it drains below half. Each
-packet is its own gRPC message (joining queued neighbours would be lossless for the byte
-stream, but the protocol core must see a SESSION frame before the DATA frames that follow it
-are checked: see the report). netq's credits bound what a peer may have in flight, so memory
-stays bounded on both ends.
+write waits for its completion; packets that queue up meanwhile go out joined as one gRPC
+message (a packet is a byte-stream slice, so joining neighbours is lossless; never during the
+handshake, where the protocol core must see the SESSION frame on its own). netq's credits
+bound what a peer may have in flight, so memory stays bounded on both ends.
 
 Security: TLS and mutual TLS from :class:`netq.SecurityOptions` (server: ``certificate``/``key``,
 ``client_ca`` requires client certificates; client: trusts ``certificate``, presents
@@ -130,7 +130,8 @@ class _Stream:
     """One gRPC stream carrying one link, and its outbound deque (all on the I/O thread)."""
 
     __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",
-                 "link", "ended", "closing", "call", "grpc_channel", "writer")
+                 "link", "ended", "closing", "call", "grpc_channel", "writer", "pushed", "popped",
+                 "joinable_from")
 
     def __init__(self, transport: GRPCTransport) -> None:
         self.transport = transport
@@ -146,8 +147,16 @@ class _Stream:
         self.call = None  # client: the grpc.aio call
         self.grpc_channel = None  # client: the grpc.aio channel of this stream
         self.writer: asyncio.Task | None = None  # client: the writer task
+        self.pushed = 0  # packets pushed so far
+        self.popped = 0  # packets taken by the writer so far
+        self.joinable_from: int | None = None  # index of the first packet after the handshake
 
-    def push(self, packet) -> None:
+    def push(self, packet, joinable: bool = False) -> None:
+        """Queue a packet. ``joinable``: the link's handshake is over, so this packet and the
+        ones after it may share a gRPC message (see :meth:`drain`)."""
+        if joinable and self.joinable_from is None:
+            self.joinable_from = self.pushed
+        self.pushed += 1
         self.packets.append(packet)
         if packet is not _END:
             self.queued += len(packet)
@@ -172,9 +181,27 @@ class _Stream:
                 await ready.wait()
                 continue
             packet = packets.popleft()
+            index = self.popped
+            self.popped += 1
             if packet is _END:
                 return True
             size = len(packet)
+            joinable_from = self.joinable_from
+            if joinable_from is not None and index >= joinable_from and packets \
+                    and packets[0] is not _END and size + len(packets[0]) <= MESSAGE_LIMIT:
+                # Packets that queued up while the previous write was in flight (ACK and
+                # CREDIT frames, the tail of one message and the head of the next) go as one
+                # gRPC message: each write waits for its completion, which costs far more
+                # than joining. Never during the handshake: the protocol core must see a
+                # SESSION frame on its own, before the DATA frames after it are checked.
+                parts = [packet]
+                while packets and packets[0] is not _END \
+                        and size + len(packets[0]) <= MESSAGE_LIMIT:
+                    part = packets.popleft()
+                    self.popped += 1
+                    parts.append(part)
+                    size += len(part)
+                packet = b"".join(parts)
             await write(packet)
             self.drained += size
             if self.blocked and self.queued - self.drained < OUTBOUND_LIMIT // 2:
@@ -481,7 +508,9 @@ class GRPCTransport(PacketTransport):
         return link.channel.has_room()
 
     def _send_packet(self, link, payload: bytes) -> None:
-        link.channel.push(payload)
+        # direct_ok: the I/O thread has left the section in which it attached the link to
+        # its session, so the SESSION frame is already out.
+        link.channel.push(payload, link.direct_ok)
 
     def _close_channel(self, link) -> None:
         stream: _Stream = link.channel

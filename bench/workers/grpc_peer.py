@@ -91,8 +91,8 @@ async def raw_recv(spec: dict) -> None:
                 nbytes += len(last)
                 n += 1
             rec.stop()
-            await context.write(b"done")
             rec.report(n, nbytes, last)
+            await context.write(b"done")
         except BaseException:
             traceback.print_exc()                              # grpc would swallow it
             raise
@@ -120,6 +120,7 @@ async def raw_send(spec: dict) -> None:
         await call.done_writing()
         await call.read()                                     # "done": everything arrived
         clock.stop()
+        await call.code()                 # the server ended the call: closing cannot cancel it
     clock.report(count, size)
     common.wait_released()
 

@@ -54,9 +54,10 @@ import grpc  # noqa: E402  (absolute: this module is not called grpc, so it cann
 import grpc.aio  # noqa: E402
 
 from ..exceptions import AuthenticationError, ConnectionLost  # noqa: E402
+from ..protocol.frames import HEADER, HEADER_SIZE, FrameType  # noqa: E402
 from .packets import PACKET_SIZE, PacketTransport  # noqa: E402
 
-__all__ = ("GRPCTransport", "SERVICE", "METHOD", "OUTBOUND_LIMIT", "MESSAGE_LIMIT")
+__all__ = ("GRPCTransport", "SERVICE", "METHOD", "OUTBOUND_LIMIT", "MESSAGE_LIMIT", "PACKET_LIMIT")
 
 LOGGER = logging.getLogger("netq")
 
@@ -64,7 +65,12 @@ SERVICE = "netq.Link"
 METHOD = "Stream"
 PATH = f"/{SERVICE}/{METHOD}"
 MESSAGE_LIMIT = PACKET_SIZE + 64 * 1024  # bytes per gRPC message, both ways, both ends
+# A packet carries 1 MiB of message body plus the frame header and descriptor in front of it,
+# so a 1 MiB message is one gRPC message rather than 1 MiB and a 40-byte tail.
+PACKET_LIMIT = PACKET_SIZE + 4096
 OUTBOUND_LIMIT = 4 * PACKET_SIZE  # bytes queued per stream before the engine holds back
+ACK_DELAY = 250e-6  # seconds an ACK/CREDIT may wait for a reply to ride along (delayed ACK)
+_ACK_PEEK = 256  # bytes: more queued than this is never acknowledgements only
 _CLOSE_GRACE = 1.0  # seconds a client's closing stream gets before it is cancelled
 _STOP_GRACE = 0.5  # seconds server.stop() lets handlers finish before cancelling them
 _STOP_TIMEOUT = 10.0  # seconds the final shutdown of the carrier may take at most
@@ -85,6 +91,7 @@ def _channel_options(connection, server: bool) -> list[tuple[str, object]]:
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.http2.bdp_probe", 1),
+        ("grpc.http2.max_frame_size", PACKET_SIZE),  # HTTP/2 frames of up to 1 MiB, not 16 KiB
         ("grpc.enable_retries", 0),  # a lost stream is netq's to resume, not gRPC's to replay
     ]
     if server:
@@ -126,12 +133,28 @@ def _forget_traceback(error: BaseException) -> None:
         error = error.__context__ or error.__cause__
 
 
+def _only_acknowledgements(conn) -> bool:
+    """Is everything queued on ``conn`` ACK and CREDIT frames (nothing a peer waits for)?"""
+    if conn.bytes_queued > _ACK_PEEK:
+        return False
+    data = b"".join(conn.outgoing())
+    offset = 0
+    while offset < len(data):
+        if len(data) - offset < HEADER_SIZE:
+            return False
+        kind, _, _, length, _ = HEADER.unpack_from(data, offset)
+        if kind != FrameType.ACK and kind != FrameType.CREDIT:
+            return False
+        offset += HEADER_SIZE + length
+    return offset == len(data)
+
+
 class _Stream:
     """One gRPC stream carrying one link, and its outbound deque (all on the I/O thread)."""
 
     __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",
                  "link", "ended", "closing", "call", "grpc_channel", "writer", "pushed", "popped",
-                 "joinable_from")
+                 "joinable_from", "hold_until")
 
     def __init__(self, transport: GRPCTransport) -> None:
         self.transport = transport
@@ -150,6 +173,7 @@ class _Stream:
         self.pushed = 0  # packets pushed so far
         self.popped = 0  # packets taken by the writer so far
         self.joinable_from: int | None = None  # index of the first packet after the handshake
+        self.hold_until: float | None = None  # loop time until which acknowledgements wait
 
     def push(self, packet, joinable: bool = False) -> None:
         """Queue a packet. ``joinable``: the link's handshake is over, so this packet and the
@@ -504,8 +528,28 @@ class GRPCTransport(PacketTransport):
         stream.ended = True
         self.channel_closed(stream.link, error)
 
+    def _packet_limit(self, link) -> int:
+        max_size = self._options.connection.max_size
+        return PACKET_LIMIT if max_size >= PACKET_SIZE else max_size
+
     def _can_send(self, link) -> bool:
-        return link.channel.has_room()
+        stream: _Stream = link.channel
+        if not stream.has_room():
+            return False
+        if link.direct_ok and self.engine._getters and _only_acknowledgements(link.conn):
+            # Delayed acknowledgement: someone is blocked in get() for the message this ACK
+            # answers and will likely reply at once; the reply then carries the ACK in the
+            # same gRPC message (one write and one read fewer each way, and the reply does
+            # not queue behind the ACK's write). Never longer than ACK_DELAY.
+            now = self._loop.time()
+            if stream.hold_until is None:
+                stream.hold_until = now + ACK_DELAY
+                self._loop.call_later(ACK_DELAY, self.wake)
+                return False
+            if now < stream.hold_until:
+                return False
+        stream.hold_until = None
+        return True
 
     def _send_packet(self, link, payload: bytes) -> None:
         # direct_ok: the I/O thread has left the section in which it attached the link to

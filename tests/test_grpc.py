@@ -217,3 +217,19 @@ def test_16_mib_message_travels_as_1_mib_grpc_messages(transport):
     payload = bytes(range(256)) * (16 * nq.MiB // 256)
     server.put(payload, client.id).result(T)
     assert client.get(timeout=T).data == payload
+
+
+@plain
+def test_unix_socket_target(transport):
+    """``NetworkLocation(path=...)``: gRPC over a Unix socket (``unix:`` target); the file is
+    gone after close and the path can be bound again."""
+    path = str(transport.env.unique_path("g", ".sock"))
+    server = transport.make_server(netloc=nq.NetworkLocation(path=path))
+    assert server.address == path
+    client = transport.make_client(nq.NetworkLocation(path=path))
+    client.put("over a unix socket").result(T)
+    assert server.get(timeout=T).data == "over a unix socket"
+    client.close(timeout=T)
+    server.close(timeout=T)
+    again = transport.make_server(netloc=nq.NetworkLocation(path=path))
+    again.close(timeout=T)

@@ -69,7 +69,7 @@ MESSAGE_LIMIT = PACKET_SIZE + 64 * 1024  # bytes per gRPC message, both ways, bo
 # so a 1 MiB message is one gRPC message rather than 1 MiB and a 40-byte tail.
 PACKET_LIMIT = PACKET_SIZE + 4096
 OUTBOUND_LIMIT = 4 * PACKET_SIZE  # bytes queued per stream before the engine holds back
-ACK_DELAY = 250e-6  # seconds an ACK/CREDIT may wait for a reply to ride along (delayed ACK)
+ACK_DELAY = 250e-6  # seconds an ACK may wait for a reply to ride along (delayed ACK)
 _ACK_PEEK = 256  # bytes: more queued than this is never acknowledgements only
 _CLOSE_GRACE = 1.0  # seconds a client's closing stream gets before it is cancelled
 _STOP_GRACE = 0.5  # seconds server.stop() lets handlers finish before cancelling them
@@ -134,7 +134,8 @@ def _forget_traceback(error: BaseException) -> None:
 
 
 def _only_acknowledgements(conn) -> bool:
-    """Is everything queued on ``conn`` ACK and CREDIT frames (nothing a peer waits for)?"""
+    """Is everything queued on ``conn`` ACK frames? (CREDIT is never held: a sender may be
+    waiting for it.)"""
     if conn.bytes_queued > _ACK_PEEK:
         return False
     data = b"".join(conn.outgoing())
@@ -143,7 +144,7 @@ def _only_acknowledgements(conn) -> bool:
         if len(data) - offset < HEADER_SIZE:
             return False
         kind, _, _, length, _ = HEADER.unpack_from(data, offset)
-        if kind != FrameType.ACK and kind != FrameType.CREDIT:
+        if kind != FrameType.ACK:
             return False
         offset += HEADER_SIZE + length
     return offset == len(data)
@@ -540,7 +541,8 @@ class GRPCTransport(PacketTransport):
             # Delayed acknowledgement: someone is blocked in get() for the message this ACK
             # answers and will likely reply at once; the reply then carries the ACK in the
             # same gRPC message (one write and one read fewer each way, and the reply does
-            # not queue behind the ACK's write). Never longer than ACK_DELAY.
+            # not queue behind the ACK's write). Never longer than ACK_DELAY, and only while
+            # nothing but ACK frames is queued.
             now = self._loop.time()
             if stream.hold_until is None:
                 stream.hold_until = now + ACK_DELAY

@@ -24,8 +24,7 @@ Flow control: ``_send_packet`` appends to the stream's outbound deque; a writer 
 ``write()``, which waits for HTTP/2 flow control. The engine stops handing packets to a stream
 whose deque holds :data:`OUTBOUND_LIMIT` bytes and is woken when it drains below half. Each
 write waits for its completion; packets that queue up meanwhile go out joined as one gRPC
-message (a packet is a byte-stream slice, so joining neighbours is lossless; never during the
-handshake, where the protocol core must see the SESSION frame on its own). netq's credits
+message (a packet is a byte-stream slice, so joining neighbours is lossless). netq's credits
 bound what a peer may have in flight, so memory stays bounded on both ends.
 
 Security: TLS and mutual TLS from :class:`netq.SecurityOptions` (server: ``certificate``/``key``,
@@ -154,8 +153,7 @@ class _Stream:
     """One gRPC stream carrying one link, and its outbound deque (all on the I/O thread)."""
 
     __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",
-                 "link", "ended", "closing", "call", "grpc_channel", "writer", "pushed", "popped",
-                 "joinable_from", "hold_until")
+                 "link", "ended", "closing", "call", "grpc_channel", "writer", "hold_until")
 
     def __init__(self, transport: GRPCTransport) -> None:
         self.transport = transport
@@ -171,17 +169,9 @@ class _Stream:
         self.call = None  # client: the grpc.aio call
         self.grpc_channel = None  # client: the grpc.aio channel of this stream
         self.writer: asyncio.Task | None = None  # client: the writer task
-        self.pushed = 0  # packets pushed so far
-        self.popped = 0  # packets taken by the writer so far
-        self.joinable_from: int | None = None  # index of the first packet after the handshake
         self.hold_until: float | None = None  # loop time until which acknowledgements wait
 
-    def push(self, packet, joinable: bool = False) -> None:
-        """Queue a packet. ``joinable``: the link's handshake is over, so this packet and the
-        ones after it may share a gRPC message (see :meth:`drain`)."""
-        if joinable and self.joinable_from is None:
-            self.joinable_from = self.pushed
-        self.pushed += 1
+    def push(self, packet) -> None:
         self.packets.append(packet)
         if packet is not _END:
             self.queued += len(packet)
@@ -206,24 +196,19 @@ class _Stream:
                 await ready.wait()
                 continue
             packet = packets.popleft()
-            index = self.popped
-            self.popped += 1
             if packet is _END:
                 return True
             size = len(packet)
-            joinable_from = self.joinable_from
-            if joinable_from is not None and index >= joinable_from and packets \
-                    and packets[0] is not _END and size + len(packets[0]) <= MESSAGE_LIMIT:
+            if packets and packets[0] is not _END and size + len(packets[0]) <= MESSAGE_LIMIT:
                 # Packets that queued up while the previous write was in flight (ACK and
-                # CREDIT frames, the tail of one message and the head of the next) go as one
-                # gRPC message: each write waits for its completion, which costs far more
-                # than joining. Never during the handshake: the protocol core must see a
-                # SESSION frame on its own, before the DATA frames after it are checked.
+                # CREDIT frames, small messages, the tail of one message and the head of the
+                # next) go as one gRPC message: a packet is a slice of the byte stream, so
+                # joining neighbours is lossless, and each write waits for its completion,
+                # which costs far more than the join.
                 parts = [packet]
                 while packets and packets[0] is not _END \
                         and size + len(packets[0]) <= MESSAGE_LIMIT:
                     part = packets.popleft()
-                    self.popped += 1
                     parts.append(part)
                     size += len(part)
                 packet = b"".join(parts)
@@ -554,9 +539,7 @@ class GRPCTransport(PacketTransport):
         return True
 
     def _send_packet(self, link, payload: bytes) -> None:
-        # direct_ok: the I/O thread has left the section in which it attached the link to
-        # its session, so the SESSION frame is already out.
-        link.channel.push(payload, link.direct_ok)
+        link.channel.push(payload)
 
     def _close_channel(self, link) -> None:
         stream: _Stream = link.channel

@@ -549,7 +549,7 @@ class GRPCTransport(PacketTransport):
         stream.ended = True  # the base dropped the link: no channel_closed for it any more
         stream.push(_END)  # the writer sends what is queued, then ends the stream
         call = stream.call
-        if call is not None and not call.done():
+        if call is not None and not call.done() and not self._loop_closed:
             # Client: the server ends the stream once it has read our end; if it does not
             # within the grace (frozen, cut off), cancel it.
             self._loop.call_later(_CLOSE_GRACE, call.cancel)

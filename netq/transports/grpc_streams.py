@@ -153,7 +153,8 @@ class _Stream:
     """One gRPC stream carrying one link, and its outbound deque (all on the I/O thread)."""
 
     __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",
-                 "link", "ended", "closing", "call", "grpc_channel", "writer", "hold_until")
+                 "link", "ended", "closing", "call", "grpc_channel", "writer", "hold_until",
+                 "hold_bytes", "hold_timer")
 
     def __init__(self, transport: GRPCTransport) -> None:
         self.transport = transport
@@ -170,6 +171,8 @@ class _Stream:
         self.grpc_channel = None  # client: the grpc.aio channel of this stream
         self.writer: asyncio.Task | None = None  # client: the writer task
         self.hold_until: float | None = None  # loop time until which acknowledgements wait
+        self.hold_bytes = 0  # bytes queued on the link when the hold began
+        self.hold_timer: asyncio.TimerHandle | None = None  # ends the hold
 
     def push(self, packet) -> None:
         self.packets.append(packet)
@@ -522,21 +525,30 @@ class GRPCTransport(PacketTransport):
         stream: _Stream = link.channel
         if not stream.has_room():
             return False
+        hold_until = stream.hold_until
+        if hold_until is not None:
+            if self._loop.time() < hold_until and link.conn.bytes_queued == stream.hold_bytes:
+                return False  # still nothing but the held ACK frames
+            self._release_hold(stream)
+            return True
         if link.direct_ok and self.engine._getters and _only_acknowledgements(link.conn):
             # Delayed acknowledgement: someone is blocked in get() for the message this ACK
             # answers and will likely reply at once; the reply then carries the ACK in the
             # same gRPC message (one write and one read fewer each way, and the reply does
             # not queue behind the ACK's write). Never longer than ACK_DELAY, and only while
             # nothing but ACK frames is queued.
-            now = self._loop.time()
-            if stream.hold_until is None:
-                stream.hold_until = now + ACK_DELAY
-                self._loop.call_later(ACK_DELAY, self.wake)
-                return False
-            if now < stream.hold_until:
-                return False
-        stream.hold_until = None
+            stream.hold_until = self._loop.time() + ACK_DELAY
+            stream.hold_bytes = link.conn.bytes_queued
+            stream.hold_timer = self._loop.call_later(ACK_DELAY, self.wake)
+            return False
         return True
+
+    @staticmethod
+    def _release_hold(stream: _Stream) -> None:
+        stream.hold_until = None
+        if stream.hold_timer is not None:
+            stream.hold_timer.cancel()  # no wake-up for an ACK that already left
+            stream.hold_timer = None
 
     def _send_packet(self, link, payload: bytes) -> None:
         link.channel.push(payload)

@@ -49,8 +49,12 @@ import threading
 # the user asked for more. Only effective if grpc was not imported before this module.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-import grpc  # noqa: E402  (absolute: this module is not called grpc, so it cannot shadow it)
-import grpc.aio  # noqa: E402
+try:
+    import grpc  # noqa: E402  (absolute: this module is not called grpc, so cannot shadow it)
+    import grpc.aio  # noqa: E402
+except ImportError as missing:  # pragma: no cover - depends on the installation
+    raise ImportError("Protocol.GRPC needs grpcio: pip install 'netq[grpc]' "
+                      f"(grpcio==1.85.1): {missing}") from missing
 
 from ..exceptions import AuthenticationError, ConnectionLost  # noqa: E402
 from ..protocol.frames import HEADER, HEADER_SIZE, FrameType  # noqa: E402

@@ -15,7 +15,8 @@ import time
 import pytest
 
 import netq as nq
-from netq_testing import peer_row, wait_for
+from netq.protocol import frames
+from netq_testing import peer_row, rss, wait_for
 from test_conformance import _many_clients
 
 grpc = pytest.importorskip("grpc")
@@ -37,15 +38,16 @@ def raw_stream(server, packets):
     return channel, responses
 
 
-def drain_until_closed(responses, timeout: float) -> float:
-    """Read the server's packets until it ends the stream; when that happened."""
+def drain_until_closed(responses, timeout: float, into: bytearray | None = None) -> float:
+    """Read the server's packets (into ``into``) until it ends the stream; when it did."""
     done = threading.Event()
     ended = []
 
     def read():
         try:
-            for _ in responses:
-                pass
+            for packet in responses:
+                if into is not None:
+                    into.extend(packet)
         except grpc.RpcError:
             pass
         ended.append(time.monotonic())
@@ -101,25 +103,59 @@ def test_silent_raw_stream_dropped_within_three_heartbeats(transport):
         channel.close()
 
 
+def _garbage(kind: str) -> tuple[bytes, int]:
+    """(packet, the ERROR code the server must answer with)"""
+    if kind == "junk":
+        return b"\xff" + bytes(range(256)) * 16, frames.ErrorCode.PROTOCOL
+    if kind == "http":
+        return b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", frames.ErrorCode.PROTOCOL
+    if kind == "header-2**32-1":
+        return (frames.encode_header(frames.FrameType.DATA, 0, 2**32 - 1, 1),
+                frames.ErrorCode.LIMIT)
+    return frames.encode_header(frames.FrameType.HELLO, 0, 2**32 - 1, 0), frames.ErrorCode.LIMIT
+
+
 @plain
-def test_garbage_on_a_raw_stream_drops_only_that_stream(transport):
+@pytest.mark.parametrize("kind", ["junk", "http", "header-2**32-1", "hello-2**32-1"])
+def test_garbage_on_a_raw_stream_drops_only_that_stream(transport, kind):
+    """Bytes that are not netq, as the first gRPC message of a stream: the server answers
+    ERROR, ends that stream only, and allocates nothing for absurd sizes."""
     server = transport.make_server()
     other = transport.connect(server)
+    packet, expected_code = _garbage(kind)
     blocker = threading.Event()
+    received = bytearray()
 
-    def garbage():
-        yield b"\xff" * 64  # not a netq frame
+    def requests():
+        yield packet
         blocker.wait(T)
 
-    channel, responses = raw_stream(server, garbage())
+    baseline = rss()
+    channel, responses = raw_stream(server, requests())
     try:
-        drain_until_closed(responses, T)
+        drain_until_closed(responses, T, received)
     finally:
         blocker.set()
         channel.close()
+    codes = [value for kind_, value, _ in _frames(bytes(received))
+             if kind_ == frames.FrameType.ERROR]
+    assert expected_code in codes, codes
+    assert rss() - baseline < 64 * nq.MiB
     other.put("unaffected").result(T)
     assert server.get(other.id, timeout=T).data == "unaffected"
     assert server.peers == (other.id,)
+
+
+def _frames(data: bytes) -> list[tuple[int, int, bytes]]:
+    found, offset = [], 0
+    while offset + frames.HEADER_SIZE <= len(data):
+        kind, _, _, length, value = frames.HEADER.unpack_from(data, offset)
+        end = offset + frames.HEADER_SIZE + length
+        if end > len(data):
+            break
+        found.append((kind, value, data[offset + frames.HEADER_SIZE:end]))
+        offset = end
+    return found
 
 
 # ============================================================================ scale

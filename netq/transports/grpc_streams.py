@@ -2,8 +2,9 @@
 
 The service is ``netq.Link/Stream``, served through a generic method handler with no
 (de)serializers: no protobuf, no generated code. Each gRPC message carries a slice of the
-link's netq byte stream of at most :data:`PACKET_SIZE` (1 MiB); message-size limits are set on
-both ends to that plus a margin, so nothing ever meets gRPC's 4 MiB default.
+link's netq byte stream: a packet of 1 MiB of body plus its frame header (:data:`PACKET_LIMIT`),
+or small packets joined up to :data:`MESSAGE_LIMIT` (1 MiB + 64 KiB), the message-size limit set
+on both ends, so nothing ever meets gRPC's 4 MiB default.
 
 Push, never poll: a client opens one long-lived stream and the server writes to it as soon as
 netq has a packet for it. A new stream is a new link (the engine resumes the session); a stream

@@ -700,6 +700,30 @@ def test_client_close_gives_up_when_no_server_ever_answers(transport):
 # ============================================================================ sessions
 
 
+def test_stalled_receiver_holds_one_window_across_reconnects(transport):
+    """A server that never calls get() while its client's link is cut again and again holds
+    at most recv_window + one message of that client's, not a window per link: each new
+    link's SESSION takes back what the server still holds. Then everything drains in order."""
+    window, size = 64 * KiB, 16 * KiB
+    server = transport.make_server(recv_window=window)
+    client = transport.connect(server, send_window=4 * MiB, reconnect_min=0.01,
+                               reconnect_max=0.05)
+    come_back_for_more(server)  # done with the hello
+    futures = [client.put((index, bytes(size))) for index in range(40)]  # 640 KiB
+    held = lambda: peer_row(server, client.id).queue_in_bytes  # noqa: E731
+    wait_for(lambda: held() >= window, T, message="the server's window to fill")
+    for _ in range(3):
+        before = client.statistics().peers[0].reconnects
+        wait_for(lambda: transport.cut(client), T, message="a live link to cut")
+        wait_for(lambda: (row := client.statistics().peers[0]).reconnects > before
+                 and row.state == "connected", T, message="the client to reconnect")
+        time.sleep(0.2)  # room for whatever the new link's credit lets through
+        assert held() <= window + size + 1024, held()
+    assert [server.get(timeout=T).data[0] for _ in range(40)] == list(range(40))
+    for future in futures:
+        assert future.result(T) is None
+
+
 @pytest.mark.timeout(150)
 def test_session_resume_after_network_cuts_loses_and_duplicates_nothing(transport):
     """A client with a fixed id loses its link three times (shutdown() below netq, no

@@ -619,7 +619,8 @@ class Communicator:
             elif kind is proto.CreditReceived:
                 self._schedule(session)
             elif kind is proto.PeerAuthenticated:
-                self._io_authenticated(link, event.hello)
+                if not self._io_authenticated(link, event.hello):
+                    return  # refused: nothing after the HELLO is looked at
             elif kind is proto.SessionOpened:
                 self._io_session_opened(link, event)
                 session = link.session
@@ -651,13 +652,20 @@ class Communicator:
         if session.outbox and not session.scheduled:
             self._schedule(session)
 
-    def _io_authenticated(self, link, hello) -> None:
+    def _io_authenticated(self, link, hello) -> bool:
+        """The peer proved who it is (or needs no proof). False if the transport refuses it."""
+        if not self._transport.authorize(link, hello.id):
+            link.error = AuthenticationError(f"{hello.id} may not use this link")
+            link.conn.send_error(ErrorCode.AUTHENTICATION, "peer id not allowed on this link")
+            self._transport.close_link(link, flush=True)
+            return False
         link.peer_id = hello.id
         if self._role is Role.CLIENT:
             session = self._server_session
             token = session.token
             last = session.last_received if token != _NO_TOKEN else 0
             link.conn.send_session(token, last, False)
+        return True
 
     def _io_session_opened(self, link, event: proto.SessionOpened) -> None:
         now = time.monotonic()

@@ -4,7 +4,8 @@ One I/O thread per communicator runs a ``selectors`` loop over the listening soc
 link and a wake-up socketpair. Reads go straight into the buffers the protocol core points at
 (``recv_into``); writes are scatter-gather ``sendmsg`` of the core's iovec list. TLS sockets
 cannot ``sendmsg`` and must not be written by two threads, so TLS links are written by the I/O
-thread only, with small buffers joined first.
+thread only, with small buffers joined first. The loop itself (engine service, reconnects,
+closing) is :class:`netq.transports.base.Transport`'s.
 """
 
 from __future__ import annotations
@@ -15,14 +16,13 @@ import selectors
 import socket
 import ssl
 import stat
-import threading
 import time
 
 import logging
 
 from ..exceptions import AuthenticationError, ConnectionLost, RemoteProtocolError
-from ..options import Purpose
 from ..protocol import ConnectionState
+from .base import Link, Transport
 
 __all__ = ("TCPTransport", "UnixTransport", "Link")
 
@@ -30,86 +30,28 @@ LOGGER = logging.getLogger("netq")
 _READ = selectors.EVENT_READ
 _WRITE = selectors.EVENT_WRITE
 _READS_PER_EVENT = 32  # recv calls per readable event before serving other links
-_CLOSE_FLUSH_LIMIT = 1.0  # seconds a closing link may take to flush its last frames
-_TLS_JOIN = 256 * 1024
-_DIRECT_RETRY = 64 * 1024  # receive buffers at least this large are read until EAGAIN  # small buffers are joined up to this size for one SSL write
+_TLS_JOIN = 256 * 1024  # small buffers are joined up to this size for one SSL write
 
 
-class Link:
-    """One socket and its protocol state."""
-
-    __slots__ = ("sock", "conn", "session", "own_lock", "error", "peer_id", "closing",
-                 "close_deadline", "write_blocked", "write_registered", "last_received_at",
-                 "ping_sent_at", "rtt", "replaced", "tls_handshaking", "dropped", "address",
-                 "direct_ok")
-
-    def __init__(self, sock: socket.socket, conn, address, tls_handshaking: bool) -> None:
-        self.sock = sock
-        self.conn = conn
-        self.session = None
-        self.own_lock = threading.RLock()
-        self.error: BaseException | None = None
-        self.peer_id = None
-        self.closing = False
-        self.close_deadline = 0.0
-        self.write_blocked = False
-        self.write_registered = False
-        now = time.monotonic()
-        self.last_received_at = now
-        self.ping_sent_at = now
-        self.rtt = 0.0
-        self.replaced = False
-        self.tls_handshaking = tls_handshaking
-        self.dropped = False
-        self.address = address
-        # User threads may write on this link only once the I/O thread has left the critical
-        # section in which it attached the link to a session (before that, the I/O thread
-        # holds the link's own lock, not the session's).
-        self.direct_ok = False
-
-    @property
-    def lock(self):
-        """The lock guarding ``conn``: the session's send lock once attached."""
-        session = self.session
-        return session.send_lock if session is not None else self.own_lock
-
-    @property
-    def peer_name(self) -> str:
-        return str(self.peer_id) if self.peer_id is not None else str(self.address)
-
-
-class SocketTransport:
+class SocketTransport(Transport):
     """The selector loop shared by TCP, TLS and Unix sockets."""
 
     family_name = "tcp"
 
     def __init__(self, engine) -> None:
-        self.engine = engine
-        options = engine.options
-        self._options = options
-        self._server = engine.purpose is Purpose.SERVER
+        super().__init__(engine)
         self._selector = selectors.DefaultSelector()
         self._wake_reader, self._wake_writer = socket.socketpair()
         self._wake_reader.setblocking(False)
         self._wake_writer.setblocking(False)
         self._selector.register(self._wake_reader, _READ, "wake")
-        self._idle = False
         self._wake_pending = False
-        self._aborted = False
-        self._links: set[Link] = set()
         self._listener: socket.socket | None = None
         self._connecting: socket.socket | None = None
-        self._reconnect_at: float | None = None
-        self._backoff = options.connection.reconnect_min
         self._ssl = self._make_ssl_context()
         self.direct_writes = self._ssl is None
-        self.address = None
-        self._io_ident = None
         if self._server:
             self._listen()  # bind now so a taken port raises from netq.new()
-        self._thread = threading.Thread(
-            target=self._run, name=f"netq-io-{engine.purpose.value}-{str(engine.id)[:8]}",
-            daemon=True)
 
     # ----------------------------------------------------------------- set-up
 
@@ -165,14 +107,7 @@ class SocketTransport:
         self._wake_reader.close()
         self._wake_writer.close()
 
-    # ----------------------------------------------------------------- thread API
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def join(self) -> None:
-        if self._thread.ident is not None and threading.get_ident() != self._thread.ident:
-            self._thread.join()
+    # ----------------------------------------------------------------- waiting
 
     def wake(self) -> None:
         if self._idle and not self._wake_pending:
@@ -183,73 +118,20 @@ class SocketTransport:
                 pass
 
     def abort(self) -> None:
-        self._aborted = True
         self._wake_pending = False
-        self._idle = True
-        self.wake()
+        super().abort()
 
-    def links(self) -> list[Link]:
-        return [link for link in self._links if not link.dropped]
-
-    # ----------------------------------------------------------------- the loop
-
-    def _run(self) -> None:
-        engine = self.engine
-        self._io_ident = threading.get_ident()
-        selector = self._selector
-        try:
-            if not self._server:
-                self._connect()
-            while not self._aborted:
-                now = time.monotonic()
-                if engine._closing and self._listener is not None:
-                    self._stop_listening()  # close() refuses newcomers from its first moment
-                timeout = engine._io_service(now)
-                if engine._stopping:
-                    if self._stop_step():
-                        break
-                    timeout = min(timeout, 0.01)
-                if self._reconnect_at is not None:
-                    timeout = min(timeout, max(0.0, self._reconnect_at - now))
-                for link in self.links():
-                    if link.closing:
-                        timeout = min(timeout, max(0.0, link.close_deadline - now))
-                self._idle = True
-                if engine._attention:
-                    timeout = 0
-                ready = selector.select(timeout)
-                self._idle = False
-                for key, mask in ready:
-                    data = key.data
-                    if data == "wake":
-                        self._drain_wake()
-                    elif data == "listen":
-                        self._accept()
-                    elif data == "connect":
-                        self._connected()
-                    else:
-                        self._service_link(data, mask)
-                now = time.monotonic()
-                if self._reconnect_at is not None and now >= self._reconnect_at:
-                    self._reconnect_at = None
-                    self._connect()
-                for link in self.links():
-                    if link.closing and (not link.conn.has_output or now >= link.close_deadline):
-                        self._drop(link)
-        except BaseException as error:  # noqa: BLE001 - must reach futures and get()
-            engine._io_failed(error)
-        finally:
-            self._shutdown()
-            engine._closed.set()
-
-    def _stop_step(self) -> bool:
-        """One step of closing; True when the loop may end."""
-        self._stop_listening()
-        if self._connecting is not None:
-            self._abandon_connect()
-        self._reconnect_at = None
-        done = self.engine._io_goodbyes()
-        return done and not self.links()
+    def _wait(self, timeout: float) -> None:
+        for key, mask in self._selector.select(timeout):
+            data = key.data
+            if data == "wake":
+                self._drain_wake()
+            elif data == "listen":
+                self._accept()
+            elif data == "connect":
+                self._connected()
+            else:
+                self._service_link(data, mask)
 
     def _stop_listening(self) -> None:
         if self._listener is not None:
@@ -258,16 +140,7 @@ class SocketTransport:
             self._listener = None
             self._unlink_socket_file()
 
-    def _shutdown(self) -> None:
-        for link in list(self._links):
-            self._drop(link)
-        if self._listener is not None:
-            self._listener.close()
-            self._listener = None
-            self._unlink_socket_file()
-        if self._connecting is not None:
-            self._connecting.close()
-            self._connecting = None
+    def _close_resources(self) -> None:
         self._close_wake()
 
     def _unlink_socket_file(self) -> None:
@@ -320,7 +193,7 @@ class SocketTransport:
     # ----------------------------------------------------------------- client side
 
     def _connect(self) -> None:
-        if self.engine._stopping or self.engine._closing and not self._pending_outbound():
+        if not self._wants_connection():
             return
         try:
             family, address = self._address()
@@ -335,10 +208,6 @@ class SocketTransport:
             return
         self._connecting = sock
         self._selector.register(sock, _WRITE, "connect")
-
-    def _pending_outbound(self) -> bool:
-        session = self.engine._server_session
-        return session is not None and bool(session.outbox or session.inflight)
 
     def _connected(self) -> None:
         sock = self._connecting
@@ -356,18 +225,10 @@ class SocketTransport:
             self._schedule_reconnect()
 
     def _abandon_connect(self) -> None:
-        self._selector.unregister(self._connecting)
-        self._connecting.close()
-        self._connecting = None
-
-    def _schedule_reconnect(self) -> None:
-        if self._server or self.engine._stopping or self._aborted:
-            return
-        session = self.engine._server_session
-        if session is not None and session.state.value == "closed":
-            return
-        self._reconnect_at = time.monotonic() + self._backoff
-        self._backoff = min(self._backoff * 2, self._options.connection.reconnect_max)
+        if self._connecting is not None:
+            self._selector.unregister(self._connecting)
+            self._connecting.close()
+            self._connecting = None
 
     # ----------------------------------------------------------------- links
 
@@ -406,11 +267,7 @@ class SocketTransport:
                 self._read(link)
             if not link.dropped and link.conn.has_output:
                 self.write_now(link)
-        if link.session is not None:
-            link.direct_ok = True
-        session = link.session
-        if session is not None and session.outbox and not session.scheduled:
-            self.engine._schedule(session)
+        self._after_io(link)
 
     def _read(self, link: Link) -> None:
         conn = link.conn
@@ -472,7 +329,7 @@ class SocketTransport:
                 if link.error is None:
                     link.error = ConnectionLost(link.peer_id, f"send failed: {error}")
                 link.write_blocked = True
-                if threading.get_ident() == self._io_ident:
+                if self.on_io_thread:
                     self._drop(link)
                 return
             if not sent:
@@ -480,7 +337,7 @@ class SocketTransport:
             conn.sent(sent)
         blocked = conn.has_output
         link.write_blocked = blocked
-        if threading.get_ident() == self._io_ident and blocked != link.write_registered:
+        if blocked != link.write_registered and self.on_io_thread:
             self._selector.modify(link.sock, _READ | _WRITE if blocked else _READ, link)
             link.write_registered = blocked
 
@@ -496,30 +353,7 @@ class SocketTransport:
             joined += buffer
         return joined
 
-    def close_link(self, link: Link, flush: bool) -> None:
-        if link.dropped:
-            return
-        if flush and link.conn.has_output:
-            if not link.closing:
-                link.closing = True
-                link.close_deadline = time.monotonic() + _CLOSE_FLUSH_LIMIT
-            with link.lock:
-                self.write_now(link)
-            if not link.conn.has_output and threading.get_ident() == self._io_ident:
-                self._drop(link)
-            return
-        if threading.get_ident() == self._io_ident:
-            self._drop(link)
-        else:
-            link.closing = True
-            link.close_deadline = 0.0
-            self.wake()
-
-    def _drop(self, link: Link) -> None:
-        if link.dropped:
-            return
-        link.dropped = True
-        self._links.discard(link)
+    def _release(self, link: Link) -> None:
         try:
             self._selector.unregister(link.sock)
         except (KeyError, ValueError):
@@ -528,14 +362,6 @@ class SocketTransport:
             link.sock.close()
         except OSError:
             pass
-        with link.lock:
-            self.engine._io_link_closed(link)
-        if not self._server and not link.replaced:
-            session = self.engine._server_session
-            if link.session is not None:
-                self._backoff = self._options.connection.reconnect_min
-            if session is not None and session.state.value != "closed":
-                self._schedule_reconnect()
 
 
 class TCPTransport(SocketTransport):

@@ -1,0 +1,277 @@
+"""What every transport shares: the link record and the I/O loop around the session engine.
+
+A transport owns one I/O thread per communicator. The loop is the same for all of them:
+
+    run the engine's periodic work (``engine._io_service``: pump queued messages, return credit,
+    heartbeats) -> wait for the transport's own events (``_wait``) -> reconnect when due ->
+    drop closing links that are flushed or out of time
+
+What differs is how a transport waits and moves bytes: a ``selectors`` loop over sockets
+(:mod:`netq.transports.sockets`), or an inbox fed by a carrier library's threads
+(:mod:`netq.transports.packets`, for MQTT and gRPC). Subclasses implement the hooks marked
+"subclass" below; the engine (``netq.communicator.Communicator``) calls only the public
+methods: ``start, wake, write_now, close_link, links, abort, join, authorize, address,
+direct_writes``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from ..options import Purpose
+
+__all__ = ("Link", "Transport", "CLOSE_FLUSH_LIMIT")
+
+CLOSE_FLUSH_LIMIT = 1.0  # seconds a closing link may take to flush its last frames
+
+
+class Link:
+    """One connection to one peer: the transport's handle and its protocol state.
+
+    ``sock`` is the socket of a socket transport; ``channel`` is the carrier's handle of a
+    packet transport (an MQTT topic pair, a gRPC stream). ``conn`` is the sans-I/O
+    :class:`netq.protocol.Connection`; ``session`` the peer session it is attached to once the
+    handshake is done.
+    """
+
+    __slots__ = ("sock", "channel", "conn", "session", "own_lock", "error", "peer_id",
+                 "closing", "close_deadline", "write_blocked", "write_registered",
+                 "last_received_at", "ping_sent_at", "rtt", "replaced", "tls_handshaking",
+                 "dropped", "address", "direct_ok")
+
+    def __init__(self, sock, conn, address, tls_handshaking: bool = False,
+                 channel=None) -> None:
+        self.sock = sock
+        self.channel = channel
+        self.conn = conn
+        self.session = None
+        self.own_lock = threading.RLock()
+        self.error: BaseException | None = None
+        self.peer_id = None
+        self.closing = False
+        self.close_deadline = 0.0
+        self.write_blocked = False
+        self.write_registered = False
+        now = time.monotonic()
+        self.last_received_at = now
+        self.ping_sent_at = now
+        self.rtt = 0.0
+        self.replaced = False
+        self.tls_handshaking = tls_handshaking
+        self.dropped = False
+        self.address = address
+        # User threads may write on this link only once the I/O thread has left the critical
+        # section in which it attached the link to a session (before that, the I/O thread
+        # holds the link's own lock, not the session's).
+        self.direct_ok = False
+
+    @property
+    def lock(self):
+        """The lock guarding ``conn``: the session's send lock once attached."""
+        session = self.session
+        return session.send_lock if session is not None else self.own_lock
+
+    @property
+    def peer_name(self) -> str:
+        return str(self.peer_id) if self.peer_id is not None else str(self.address)
+
+
+class Transport:
+    """The I/O thread and the link bookkeeping shared by all transports."""
+
+    family_name = "transport"
+    direct_writes = False  # True when a user thread may write on an idle link itself
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self._options = engine.options
+        self._server = engine.purpose is Purpose.SERVER
+        self._links: set[Link] = set()
+        self._aborted = False
+        self._idle = False  # the I/O thread is (about to be) waiting: wake() must signal it
+        self._reconnect_at: float | None = None
+        self._backoff = self._options.connection.reconnect_min
+        self.address = None
+        self._io_ident = None
+        self._thread = threading.Thread(
+            target=self._run,
+            name=f"netq-io-{engine.purpose.value}-{str(engine.id)[:8]}", daemon=True)
+
+    # ----------------------------------------------------------------- subclass hooks
+
+    def _wait(self, timeout: float) -> None:
+        """Subclass: wait up to ``timeout`` seconds for I/O and handle what happened."""
+        raise NotImplementedError
+
+    def _connect(self) -> None:
+        """Subclass, client: start one connection attempt (never blocks for long)."""
+        raise NotImplementedError
+
+    def _abandon_connect(self) -> None:
+        """Subclass, client: give up an attempt still in progress (closing)."""
+
+    def _stop_listening(self) -> None:
+        """Subclass, server: refuse newcomers from now on. Idempotent."""
+
+    def _release(self, link: Link) -> None:
+        """Subclass: free the link's socket or channel (I/O thread; idempotent)."""
+
+    def _close_resources(self) -> None:
+        """Subclass: free everything else, once, as the I/O thread ends."""
+
+    def _authorize(self, link: Link, peer_id) -> bool:
+        """Subclass: may ``peer_id`` (from the peer's HELLO) use this link? (I/O thread)"""
+        return True
+
+    def write_now(self, link: Link) -> None:
+        """Subclass: write the link's queued output as far as possible (link lock held)."""
+        raise NotImplementedError
+
+    def wake(self) -> None:
+        """Subclass: any thread; make the I/O loop run ``engine._io_service`` soon."""
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------- thread API
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self) -> None:
+        if self._thread.ident is not None and threading.get_ident() != self._thread.ident:
+            self._thread.join()
+
+    def abort(self) -> None:
+        self._aborted = True
+        self._idle = True
+        self.wake()
+
+    def links(self) -> list[Link]:
+        return [link for link in self._links if not link.dropped]
+
+    def authorize(self, link: Link, peer_id) -> bool:
+        return self._authorize(link, peer_id)
+
+    @property
+    def on_io_thread(self) -> bool:
+        return threading.get_ident() == self._io_ident
+
+    # ----------------------------------------------------------------- the loop
+
+    def _run(self) -> None:
+        engine = self.engine
+        self._io_ident = threading.get_ident()
+        try:
+            if not self._server:
+                self._connect()
+            while not self._aborted:
+                now = time.monotonic()
+                if engine._closing:
+                    self._stop_listening()  # close() refuses newcomers from its first moment
+                timeout = engine._io_service(now)
+                if engine._stopping:
+                    if self._stop_step():
+                        break
+                    timeout = min(timeout, 0.01)
+                if self._reconnect_at is not None:
+                    timeout = min(timeout, max(0.0, self._reconnect_at - now))
+                for link in self.links():
+                    if link.closing:
+                        timeout = min(timeout, max(0.0, link.close_deadline - now))
+                # Set before looking at the engine's queue: a user thread that queues work
+                # after the look sees _idle and signals the wait (no lost wake-up).
+                self._idle = True
+                if engine._attention:
+                    timeout = 0
+                self._wait(timeout)
+                self._idle = False
+                now = time.monotonic()
+                if self._reconnect_at is not None and now >= self._reconnect_at:
+                    self._reconnect_at = None
+                    self._connect()
+                for link in self.links():
+                    if link.closing and (not link.conn.has_output or now >= link.close_deadline):
+                        self._drop(link)
+        except BaseException as error:  # noqa: BLE001 - must reach futures and get()
+            engine._io_failed(error)
+        finally:
+            self._shutdown()
+            engine._closed.set()
+
+    def _stop_step(self) -> bool:
+        """One step of closing; True when the loop may end."""
+        self._stop_listening()
+        self._abandon_connect()
+        self._reconnect_at = None
+        done = self.engine._io_goodbyes()
+        return done and not self.links()
+
+    def _shutdown(self) -> None:
+        for link in list(self._links):
+            self._drop(link)
+        self._stop_listening()
+        self._abandon_connect()
+        self._close_resources()
+
+    # ----------------------------------------------------------------- links
+
+    def _after_io(self, link: Link) -> None:
+        """After reading or writing a link: let the engine move more of its session's queue."""
+        session = link.session
+        if session is not None:
+            link.direct_ok = True
+            if session.outbox and not session.scheduled:
+                self.engine._schedule(session)
+
+    def close_link(self, link: Link, flush: bool) -> None:
+        if link.dropped:
+            return
+        if flush and link.conn.has_output:
+            if not link.closing:
+                link.closing = True
+                link.close_deadline = time.monotonic() + CLOSE_FLUSH_LIMIT
+            with link.lock:
+                self.write_now(link)
+            if not link.conn.has_output and self.on_io_thread:
+                self._drop(link)
+            return
+        if self.on_io_thread:
+            self._drop(link)
+        else:
+            link.closing = True
+            link.close_deadline = 0.0
+            self.wake()
+
+    def _drop(self, link: Link) -> None:
+        if link.dropped:
+            return
+        link.dropped = True
+        self._links.discard(link)
+        self._release(link)
+        with link.lock:
+            self.engine._io_link_closed(link)
+        if not self._server and not link.replaced:
+            session = self.engine._server_session
+            if link.session is not None:
+                self._backoff = self._options.connection.reconnect_min
+            if session is not None and session.state.value != "closed":
+                self._schedule_reconnect()
+
+    def _schedule_reconnect(self) -> None:
+        if self._server or self.engine._stopping or self._aborted:
+            return
+        session = self.engine._server_session
+        if session is not None and session.state.value == "closed":
+            return
+        self._reconnect_at = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, self._options.connection.reconnect_max)
+
+    def _wants_connection(self) -> bool:
+        """Client: connect now? Not once stopping, nor while closing with nothing to send."""
+        engine = self.engine
+        if engine._stopping:
+            return False
+        if engine._closing:
+            session = engine._server_session
+            return session is not None and bool(session.outbox or session.inflight)
+        return True

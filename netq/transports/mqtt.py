@@ -139,6 +139,7 @@ class MQTTTransport(PacketTransport):
         self._attempt_pending = False
         self._refusing = False
         self._stopped = False
+        self._carrier_stopped = False
         self._attempts = 0
         self._instance = _instance()
         self._broker_max_packet: int | None = None
@@ -508,15 +509,13 @@ class MQTTTransport(PacketTransport):
         self._broker_connect()
         if not self._ready_event.wait(self._mqtt.connect_timeout):
             why = self._connect_error or "no answer"
-            self._stopped = True
-            self._client.disconnect()
-            self._client.loop_stop()
+            self._stop_carrier()
             raise BrokerUnavailable(
                 f"no MQTT broker at {netloc.host}:{netloc.port} within "
                 f"{self._mqtt.connect_timeout:g} s ({why}); start one with "
                 f"netq.mqtt.local_broker(), or {INSTALL_HINT}")
 
-    def _connect(self) -> None:
+    def _start_connect(self) -> None:
         with self._lock:
             self._attempt_pending = True
         self._maybe_open()
@@ -580,6 +579,9 @@ class MQTTTransport(PacketTransport):
         self._refusing = True
 
     def _stop_carrier(self) -> None:
+        if self._carrier_stopped:
+            return
+        self._carrier_stopped = True
         self._stopped = True
         client = self._client
         if self._connected:

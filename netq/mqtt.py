@@ -23,6 +23,7 @@ bounds what it has in the broker, so a drop costs a reconnect and a resend, neve
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -98,6 +99,7 @@ class LocalBroker:
         self._own_directory = directory is None
         self.directory = Path(directory if directory is not None
                               else tempfile.mkdtemp(prefix="netq-mosquitto-"))
+        self.directory.mkdir(parents=True, exist_ok=True)
         self.process: subprocess.Popen | None = None
 
     # ------------------------------------------------------------------ properties
@@ -121,7 +123,10 @@ class LocalBroker:
 
     def config(self) -> str:
         """The configuration file's text."""
-        lines = [f"listener {self.port} {self.host}", "allow_anonymous true",
+        # Run as whoever we are: started as root, mosquitto would switch to the "mosquitto"
+        # user and could no longer read certificates in our private directories.
+        lines = [f"user {pwd.getpwuid(os.getuid()).pw_name}",
+                 f"listener {self.port} {self.host}", "allow_anonymous true",
                  "persistence false", "log_dest stderr",
                  "log_type error", "log_type warning", "log_type notice"]
         for name, value in self.limits.items():

@@ -25,15 +25,30 @@ from pathlib import Path
 import psutil
 import pytest
 
-import netq as nq
-from netq.mqtt import LocalBroker, local_broker
-from netq.protocol import make_hello
-from netq.protocol.connection import Connection
-from netq.protocol.frames import Role
-from netq.transports import mqtt_link
-from netq.transports.mqtt import link_statistics
-from netq.transports.mqtt_link import ACK_REQUEST, GAP, HEADER_SIZE, Kind, LinkState, Verdict, Window
-from netq_testing import wait_for
+pytest.importorskip("paho.mqtt", reason="Protocol.MQTT needs paho-mqtt")
+
+import netq as nq  # noqa: E402
+from netq.mqtt import LocalBroker, find_mosquitto, local_broker  # noqa: E402
+from netq.protocol import make_hello  # noqa: E402
+from netq.protocol.connection import Connection  # noqa: E402
+from netq.protocol.frames import Role  # noqa: E402
+from netq.transports import mqtt_link  # noqa: E402
+from netq.transports.mqtt import link_statistics  # noqa: E402
+from netq.transports.mqtt_link import (  # noqa: E402
+    ACK_REQUEST, GAP, HEADER_SIZE, Kind, LinkState, Verdict, Window)
+from netq_testing import wait_for  # noqa: E402
+
+
+def _mosquitto_missing() -> str | None:
+    try:
+        find_mosquitto()
+    except nq.BrokerUnavailable as error:
+        return str(error)
+    return None
+
+
+needs_broker = pytest.mark.skipif(_mosquitto_missing() is not None,
+                                  reason=_mosquitto_missing() or "")
 
 KiB, MiB = nq.KiB, nq.MiB
 T = 30.0
@@ -162,6 +177,7 @@ def test_window_aimd():
 # ============================================================================ broker helper
 
 
+@needs_broker
 def test_local_broker_config_and_stop_by_pid(tmp_path):
     broker = LocalBroker(max_inflight_messages=3, max_queued_messages=7, max_packet_size=65536,
                          directory=tmp_path)
@@ -187,6 +203,7 @@ def test_missing_mosquitto_says_how_to_install(monkeypatch):
         local_broker()
 
 
+@needs_broker
 def test_server_without_a_broker_raises_broker_unavailable():
     with local_broker() as broker:
         netloc = broker.netloc
@@ -220,6 +237,7 @@ def _rss(pid: int) -> int:
     return psutil.Process(pid).memory_info().rss
 
 
+@needs_broker
 @pytest.mark.timeout(240)
 def test_tiny_broker_limits_slow_consumer_loses_nothing_memory_bounded(tmp_path):
     """mosquitto with max_inflight_messages 2 and max_queued_messages 10 drops QoS 1 messages
@@ -285,6 +303,7 @@ def test_tiny_broker_limits_slow_consumer_loses_nothing_memory_bounded(tmp_path)
     assert total > 60 * MiB
 
 
+@needs_broker
 def test_broker_packet_limit_below_max_size_adapts_chunks():
     """A broker that refuses packets over 256 KiB: netq (MQTT 5) reads the limit from CONNACK
     and cuts its packets under it instead of being disconnected."""
@@ -305,6 +324,7 @@ def test_broker_packet_limit_below_max_size_adapts_chunks():
             server.close(timeout=5)
 
 
+@needs_broker
 def test_mqtt_311_with_configured_packet_limit():
     """MQTT 3.1.1 has no CONNACK limit: MQTTOptions.max_packet_size says it."""
     with local_broker(max_packet_size=128 * KiB) as broker:
@@ -320,6 +340,7 @@ def test_mqtt_311_with_configured_packet_limit():
             server.close(timeout=5)
 
 
+@needs_broker
 @pytest.mark.timeout(180)
 def test_broker_restart_every_put_arrives_in_order(tmp_path):
     """Traffic both ways while the broker restarts: the communicators reconnect, resume, and
@@ -383,6 +404,7 @@ def _raw_paho(broker):
     return raw
 
 
+@needs_broker
 def test_impersonation_is_refused(mqtt_broker):
     """A raw MQTT client (1) injects packets on a victim's topic with a made-up epoch, and (2)
     opens a link on its own topic with a HELLO claiming the victim's id. Neither reaches the
@@ -420,6 +442,7 @@ def test_impersonation_is_refused(mqtt_broker):
         server.close(timeout=5)
 
 
+@needs_broker
 def test_tls_to_the_broker(tls_files, tmp_path):
     with local_broker(certfile=tls_files.server_cert, keyfile=tls_files.server_key,
                       directory=tmp_path / "broker") as broker:
@@ -441,6 +464,7 @@ def test_tls_to_the_broker(tls_files, tmp_path):
                    options.replace(security=wrong, mqtt=nq.MQTTOptions(connect_timeout=1)))
 
 
+@needs_broker
 def test_status_topics_surface_join_and_leave(mqtt_broker):
     """A client process killed without a goodbye: its Last Will marks it disconnected on the
     server within a moment (not after heartbeats), and a clean close clears its status."""

@@ -127,6 +127,9 @@ class LocalBroker:
         # user and could no longer read certificates in our private directories.
         lines = [f"user {pwd.getpwuid(os.getuid()).pw_name}",
                  f"listener {self.port} {self.host}", "allow_anonymous true",
+                 # Without it mosquitto writes to subscribers with Nagle on: a small packet
+                 # behind another waits for a delayed ACK (40 ms round trips here).
+                 "set_tcp_nodelay true",
                  "persistence false", "log_dest stderr",
                  "log_type error", "log_type warning", "log_type notice"]
         for name, value in self.limits.items():

@@ -34,6 +34,7 @@ class Broker:
         directory = tempfile.mkdtemp(prefix="mosq-", dir=tmpdir)
         conf = os.path.join(directory, "mosquitto.conf")
         lines = [f"listener {self.port} 127.0.0.1", "allow_anonymous true", "persistence false",
+                 "set_tcp_nodelay true",
                  "log_dest none"]
         lines += [f"{name} {value}" for name, value in limits.items() if value is not None]
         with open(conf, "w") as f:

@@ -1,7 +1,8 @@
 """Raw paho-mqtt publish/subscribe through a private mosquitto: the MQTT floor.
 
 mqtt-paho  publisher: ``publish(topic, payload, qos=1)`` per message as fast as paho takes
-           them (``max_inflight_messages`` 1000, unbounded queue), then waits for every PUBACK;
+           them (``max_inflight_messages`` 1000, unbounded queue, TCP_NODELAY), then waits for
+           every PUBACK;
            subscriber: QoS 1, counts what arrives. No flow control of its own, so a broker may
            drop messages (it still PUBACKs them): the receiver stops 1.5 s after the last
            arrival and reports ``lost``; the throughput is what arrived over the time it took.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import os
 import queue
+import socket
 import sys
 import threading
 import time
@@ -33,6 +35,10 @@ def _client(port: int, name: str, on_message=None):
     client.max_queued_messages_set(0)
     if on_message is not None:
         client.on_message = on_message
+    # As netq does: without TCP_NODELAY a PUBACK followed by a PUBLISH waits for a delayed
+    # ACK (40 ms round trips).
+    client.on_socket_open = lambda c, u, sock: sock.setsockopt(
+        socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     connected = threading.Event()
     client.on_connect = lambda c, u, f, rc, p: connected.set()
     client.connect("127.0.0.1", port)

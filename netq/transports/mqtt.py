@@ -58,7 +58,7 @@ __all__ = ("MQTTTransport", "link_statistics")
 LOGGER = logging.getLogger("netq")
 _SERVER = "server"
 _PROBE_AFTER = 0.5  # seconds without ack progress after which a sender probes its tail
-_TICK = 0.25  # seconds between paho loop passes when idle (probe timer resolution)
+_TICK = 0.25  # seconds between probe checks on paho's thread (it passes at least every 1 s)
 _MAX_PENDING_EPOCHS = 4  # links per client id not yet authenticated (bounds OPEN floods)
 _CLOSE_REPLY_INTERVAL = 0.5  # seconds between CLOSE answers to one stale epoch
 _MQTT_OVERHEAD = 64  # fixed header, packet id, property lengths: a generous upper bound
@@ -69,7 +69,7 @@ class _Channel:
     """One link's carrier state: which client and epoch, where its packets go, its seq state."""
 
     __slots__ = ("cid", "epoch", "state", "topic_out", "link", "closed", "peer_closed",
-                 "wants_wake", "published_seq", "last_probe", "servers")
+                 "wants_wake", "published_seq", "last_probe", "servers", "ack_due")
 
     def __init__(self, cid: str, epoch: int, state: LinkState, topic_out: str) -> None:
         self.cid = cid
@@ -83,6 +83,7 @@ class _Channel:
         self.published_seq = 0  # highest seq handed to paho (probes never name more)
         self.last_probe = 0.0
         self.servers: frozenset = frozenset()  # client: server instances online at open
+        self.ack_due = False  # the peer asked for an ack that no packet has carried yet
 
     @property
     def instance(self) -> int:
@@ -137,6 +138,8 @@ class MQTTTransport(PacketTransport):
         self._ready_event = threading.Event()
         self._servers: dict[int, str] = {}  # client: server instance -> its id, online
         self._attempt_pending = False
+        self._acks_due = False
+        self._last_tick = 0.0
         self._refusing = False
         self._stopped = False
         self._carrier_stopped = False
@@ -408,8 +411,11 @@ class MQTTTransport(PacketTransport):
                       notify=True)
             return
         if ack_now and not channel.closed:
-            self.counters["acks_sent"] += 1
-            self._client.publish(channel.topic_out, state.ack_header(), qos=0)
+            # Asked for an ack: let the I/O thread send it after its next pass, so that it
+            # rides on the netq frames that pass produces (ACK/CREDIT) when there are any.
+            channel.ack_due = True
+            self._acks_due = True
+            self.wake()
         if channel.wants_wake and state.can_send():
             channel.wants_wake = False
             self.wake()
@@ -453,6 +459,9 @@ class MQTTTransport(PacketTransport):
     def _tick(self) -> None:
         """Probe links whose acks stopped while packets are outstanding (a lost tail)."""
         now = time.monotonic()
+        if now - self._last_tick < _TICK:
+            return
+        self._last_tick = now
         with self._lock:
             channels = list(self._channels.values())
             if self._current is not None:
@@ -502,6 +511,28 @@ class MQTTTransport(PacketTransport):
         channel.link = self.channel_opened(channel, f"mqtt://{netloc.host}:{netloc.port}/{self._base}")
 
     # ================================================================== PacketTransport hooks
+
+    def _wait(self, timeout: float) -> None:
+        super()._wait(timeout)
+        if self._acks_due:
+            self._flush_acks()
+
+    def _flush_acks(self) -> None:
+        """I/O thread, after a pass: ack what the peer asked for, unless a packet already did."""
+        self._acks_due = False
+        with self._lock:
+            channels = list(self._channels.values())
+            if self._current is not None:
+                channels.append(self._current)
+        for channel in channels:
+            if not channel.ack_due:
+                continue
+            channel.ack_due = False
+            state = channel.state
+            if channel.closed or state.ack_sent >= state.received:
+                continue
+            self.counters["acks_sent"] += 1
+            self._client.publish(channel.topic_out, state.ack_header(), qos=0)
 
     def _listen(self) -> None:
         netloc = self._options.netloc

@@ -95,7 +95,8 @@ def report_lossy(rec: common.Recorder, nmsgs: int, nbytes: int, last, **extra) -
     if rec.peers and None not in rec.pc0 and None not in rec.pc1:
         peer_cpu = sum(rec.pc1) - sum(rec.pc0)
     own_cpu = rec.c1 - rec.c0
-    common.result(role="recv", ok=crc_ok, crc_ok=crc_ok, msgs=delivered,
+    # Nothing but the warm-up arrived: there is no rate to report.
+    common.result(role="recv", ok=crc_ok and delivered > 0, crc_ok=crc_ok, msgs=delivered,
                   bytes=nbytes - rec.size, expected_msgs=rec.count, lost=rec.count - delivered,
                   elapsed=el, msgs_per_s=delivered / el if el > 0 else None,
                   gb_per_s=delivered * rec.size / el / 1e9 if el > 0 else None,

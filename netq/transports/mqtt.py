@@ -45,6 +45,8 @@ import uuid
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from ..exceptions import BrokerUnavailable, ConnectionLost
 from ..mqtt import INSTALL_HINT
@@ -63,6 +65,7 @@ _MAX_PENDING_EPOCHS = 4  # links per client id not yet authenticated (bounds OPE
 _CLOSE_REPLY_INTERVAL = 0.5  # seconds between CLOSE answers to one stale epoch
 _MQTT_OVERHEAD = 64  # fixed header, packet id, property lengths: a generous upper bound
 _OPEN, _DATA = int(Kind.OPEN), int(Kind.DATA)
+_ZERO_COPY_FROM = 64 * 1024  # publishes at least this large skip paho's copying decoder
 
 
 class _Channel:
@@ -91,7 +94,17 @@ class _Channel:
 
 
 class _Paho(paho.Client):
-    """paho's client with a timer: ``loop_misc`` runs on every pass of paho's thread."""
+    """paho's client with a timer (``loop_misc`` runs on every pass of paho's thread) and a
+    zero-copy receive path for large publishes.
+
+    paho 2.2 decodes a PUBLISH with ``struct.unpack`` into fresh ``bytes`` three or four times
+    (topic split, packet id, properties), each a copy of the whole payload: for 1 MiB packets
+    that is most of its receive cost. For a large QoS 0/1 publish without properties we read
+    the few header fields from a memoryview and hand the payload on as a view of paho's own
+    packet buffer (paho allocates a new one per packet, so the view stays valid). Anything else
+    goes through paho's own ``_handle_publish``. (Private paho API: pinned paho-mqtt==2.2.0;
+    a paho without it simply takes the normal path.)
+    """
 
     tick = None
 
@@ -101,6 +114,40 @@ class _Paho(paho.Client):
         if tick is not None:
             tick()
         return result
+
+    def _handle_publish(self):
+        incoming = self._in_packet
+        packet = incoming["packet"]
+        command = incoming["command"]
+        qos = (command & 0x06) >> 1
+        if len(packet) < _ZERO_COPY_FROM or qos == 2 or not isinstance(packet, bytearray):
+            return super()._handle_publish()
+        view = memoryview(packet)
+        topic_length = int.from_bytes(view[:2], "big")
+        position = 2 + topic_length
+        topic = bytes(view[2:position])
+        mid = 0
+        if qos:
+            mid = int.from_bytes(view[position:position + 2], "big")
+            position += 2
+        properties = None
+        if self._protocol == paho.MQTTv5:
+            if view[position] != 0:  # properties present: paho's parser handles them
+                view.release()
+                return super()._handle_publish()
+            properties = Properties(PacketTypes.PUBLISH)
+            position += 1
+        message = paho.MQTTMessage(mid=mid, topic=topic)
+        message.dup = bool(command & 0x08)
+        message.qos = qos
+        message.retain = bool(command & 0x01)
+        message.properties = properties
+        message.payload = view[position:]
+        message.timestamp = paho.time_func()
+        self._handle_on_message(message)
+        if qos == 1 and not self._manual_ack:
+            return self._send_puback(mid)
+        return paho.MQTTErrorCode.MQTT_ERR_SUCCESS
 
 
 def _instance() -> int:

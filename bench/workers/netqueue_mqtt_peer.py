@@ -76,7 +76,7 @@ def send(spec: dict) -> None:
     clock = common.SendClock()
     clock.start()
     try:
-        client.put(payload).result(10)  # the warm-up; net-queue may lose even that
+        client.put(payload).result(3)  # the warm-up; net-queue may lose even that
     except Exception:  # noqa: BLE001 - the receiver reports what never arrived
         pass
     put = client.put
@@ -84,7 +84,7 @@ def send(spec: dict) -> None:
         fut = put(payload)
     clock.sent()
     try:
-        fut.result(5)  # may never resolve when the broker dropped it (QoS 0, no resend)
+        fut.result(3)  # may never resolve when the broker dropped it (QoS 0, no resend)
         resolved = True
     except Exception:  # noqa: BLE001 - the receiver reports lost messages
         resolved = False

@@ -482,3 +482,21 @@ def test_status_topics_surface_join_and_leave(mqtt_broker):
     finally:
         local.close(timeout=5)
         server.close(timeout=5)
+
+
+def test_only_lone_acks_and_credits_are_held_back():
+    """The transport delays a publish that carries nothing but netq ACK/CREDIT frames (a
+    reply usually follows within the delay); anything else goes at once."""
+    from netq.transports.mqtt import _only_acks
+
+    hello = make_hello(Role.CLIENT, uuid.uuid4(), auth=False, max_message=MiB, max_frame=MiB,
+                       recv_window=MiB, recv_messages=2 ** 32 - 1)
+    conn = Connection(hello)
+    assert not _only_acks(conn)  # the HELLO
+    conn.data_to_send()
+    assert not _only_acks(conn)  # nothing at all
+    conn.send_ack(1)
+    conn.send_credit(4096, 0)
+    assert _only_acks(conn)
+    conn.send_ping(7)
+    assert not _only_acks(conn)

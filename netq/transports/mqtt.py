@@ -51,6 +51,7 @@ from paho.mqtt.properties import Properties
 from ..exceptions import BrokerUnavailable, ConnectionLost
 from ..mqtt import INSTALL_HINT
 from ..options import MiB
+from ..protocol.frames import CREDIT_PAYLOAD, HEADER, FrameType
 from . import mqtt_link
 from .mqtt_link import HEADER_SIZE, Kind, LinkState, Verdict, Window, parse_header
 from .packets import PACKET_SIZE, PacketTransport
@@ -66,13 +67,29 @@ _CLOSE_REPLY_INTERVAL = 0.5  # seconds between CLOSE answers to one stale epoch
 _MQTT_OVERHEAD = 64  # fixed header, packet id, property lengths: a generous upper bound
 _OPEN, _DATA = int(Kind.OPEN), int(Kind.DATA)
 _ZERO_COPY_FROM = 64 * 1024  # publishes at least this large skip paho's copying decoder
+_ACK_DELAY = 0.001  # seconds a lone netq ACK/CREDIT waits for a reply to share its publish
+_ACK_TYPES = frozenset((int(FrameType.ACK), int(FrameType.CREDIT)))
+
+
+def _only_acks(conn) -> bool:
+    """True when the connection's whole output is a few ACK/CREDIT frames."""
+    if conn._pending or conn.bytes_queued > 4 * (HEADER.size + CREDIT_PAYLOAD.size):
+        return False
+    merge = conn._merge
+    position, end = 0, len(merge)
+    while position < end:
+        if merge[position] not in _ACK_TYPES or end - position < HEADER.size:
+            return False
+        position += HEADER.size + int.from_bytes(merge[position + 4:position + 8], "little")
+    return end > 0
 
 
 class _Channel:
     """One link's carrier state: which client and epoch, where its packets go, its seq state."""
 
     __slots__ = ("cid", "epoch", "state", "topic_out", "link", "closed", "peer_closed",
-                 "wants_wake", "published_seq", "last_probe", "servers", "ack_due")
+                 "wants_wake", "published_seq", "last_probe", "servers", "ack_due",
+                 "hold_until")
 
     def __init__(self, cid: str, epoch: int, state: LinkState, topic_out: str) -> None:
         self.cid = cid
@@ -87,6 +104,7 @@ class _Channel:
         self.last_probe = 0.0
         self.servers: frozenset = frozenset()  # client: server instances online at open
         self.ack_due = False  # the peer asked for an ack that no packet has carried yet
+        self.hold_until = 0.0  # a lone netq ACK/CREDIT waits until then for company
 
     @property
     def instance(self) -> int:
@@ -186,6 +204,7 @@ class MQTTTransport(PacketTransport):
         self._servers: dict[int, str] = {}  # client: server instance -> its id, online
         self._attempt_pending = False
         self._acks_due = False
+        self._held: set = set()  # links whose lone ACK/CREDIT output waits (I/O thread)
         self._last_tick = 0.0
         self._refusing = False
         self._stopped = False
@@ -560,9 +579,31 @@ class MQTTTransport(PacketTransport):
     # ================================================================== PacketTransport hooks
 
     def _wait(self, timeout: float) -> None:
-        super()._wait(timeout)
+        held = self._held
+        if held:
+            due = min(link.channel.hold_until for link in held)
+            timeout = min(timeout, max(0.0, due - time.monotonic()))
+        super()._wait(timeout)  # writes every link with output; held ones write once due
         if self._acks_due:
             self._flush_acks()
+
+    def write_now(self, link) -> None:
+        """Publish the link's output, except a lone ACK/CREDIT: that waits up to
+        ``_ACK_DELAY`` for a reply to ride with it (each publish is a broker round of its own;
+        a request/response pair costs two publishes instead of four)."""
+        channel = link.channel
+        if not link.closing and link.conn.has_output and _only_acks(link.conn):
+            now = time.monotonic()
+            if channel.hold_until == 0.0:
+                channel.hold_until = now + _ACK_DELAY
+                self._held.add(link)
+                return
+            if now < channel.hold_until:
+                return
+        if channel.hold_until:
+            channel.hold_until = 0.0
+            self._held.discard(link)
+        super().write_now(link)
 
     def _flush_acks(self) -> None:
         """I/O thread, after a pass: ack what the peer asked for, unless a packet already did."""

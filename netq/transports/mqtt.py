@@ -234,13 +234,15 @@ class MQTTTransport(PacketTransport):
             client = _Paho(CallbackAPIVersion.VERSION2, client_id=client_id,
                            protocol=paho.MQTTv311, clean_session=True)
         client.tick = self._tick
-        # Our window bounds what is outstanding; paho must neither hold publishes back (it
-        # would reorder QoS 0 acks ahead of them, harmless, but delay data) nor refuse them.
+        # Our link windows bound what is outstanding; paho must neither hold publishes back
+        # (its inflight limit) nor refuse them (its queue limit).
         client.max_inflight_messages_set(65535)
         client.max_queued_messages_set(0)
         connection = options.connection
-        client.reconnect_delay_set(max(1, int(connection.reconnect_min)),
-                                   max(1, int(connection.reconnect_max)))
+        # paho reconnects to the broker by itself, with our backoff (seconds; paho documents
+        # ints and computes with floats).
+        client.reconnect_delay_set(max(0.05, connection.reconnect_min),  # type: ignore[arg-type]
+                                   max(0.05, connection.reconnect_max))  # type: ignore[arg-type]
         if mqtt.username is not None:
             client.username_pw_set(mqtt.username, mqtt.password)
         security = options.security
@@ -285,11 +287,9 @@ class MQTTTransport(PacketTransport):
 
     @staticmethod
     def _on_socket_open(client, userdata, sock) -> None:
-        try:
-            raw = sock
-            if isinstance(sock, ssl.SSLSocket) or hasattr(sock, "setsockopt"):
-                raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
+        try:  # small publishes (acks, requests) must not wait for Nagle
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except (OSError, AttributeError):
             pass
 
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:

@@ -50,7 +50,6 @@ from paho.mqtt.properties import Properties
 
 from ..exceptions import BrokerUnavailable, ConnectionLost
 from ..mqtt import INSTALL_HINT
-from ..options import MiB
 from ..protocol.frames import CREDIT_PAYLOAD, HEADER, FrameType
 from . import mqtt_link
 from .mqtt_link import HEADER_SIZE, Kind, LinkState, Verdict, Window, parse_header

@@ -114,8 +114,8 @@ class _Channel:
 
 
 class _Paho(paho.Client):
-    """paho's client with a timer (``loop_misc`` runs on every pass of paho's thread) and a
-    zero-copy receive path for large publishes.
+    """paho's client with a timer (``loop_misc`` runs on every pass of paho's thread) and
+    zero-copy paths for large publishes, out (``_packet_queue``) and in (``_handle_publish``).
 
     paho 2.2 decodes a PUBLISH with ``struct.unpack`` into fresh ``bytes`` three or four times
     (topic split, packet id, properties), each a copy of the whole payload: for 1 MiB packets
@@ -134,6 +134,14 @@ class _Paho(paho.Client):
         if tick is not None:
             tick()
         return result
+
+    def _packet_queue(self, command, packet, mid, qos, info=None):
+        # paho writes a queued packet as ``packet[pos:]``: a full copy of a bytearray before
+        # every send call (twice or more for a 1 MiB packet that the socket takes in parts).
+        # A memoryview slices for free, and a packet is never touched again once queued.
+        if len(packet) >= _ZERO_COPY_FROM:
+            packet = memoryview(packet)
+        return super()._packet_queue(command, packet, mid, qos, info)
 
     def _handle_publish(self):
         incoming = self._in_packet

@@ -268,6 +268,7 @@ class Connection:
         self.send_credit_bytes = 0
         self.send_credit_messages = 0
         self.expected_seq = 1  # next DATA sequence number from the peer
+        self._asked: tuple[bytes, int] | None = None  # client: the SESSION we sent
         self._max_message = local.max_message
         self._count_messages = local.recv_messages != frames.UNLIMITED_MESSAGES
         self.peer_said_bye = False
@@ -344,6 +345,8 @@ class Connection:
         """Our SESSION frame: client first (asking), server second (answering)."""
         if self.state not in (ConnectionState.SESSION, ConnectionState.OPEN):
             raise LocalProtocolError(f"SESSION cannot be sent in state {self.state.value}")
+        if self.local.role is Role.CLIENT:
+            self._asked = (token, last_received)
         self._emit(frames.encode_session(token, last_received, resumed))
 
     def send_message(self, seq: int, parts: list[memoryview], total: int, batch: bool) -> None:
@@ -739,6 +742,13 @@ class Connection:
                 return
             token, last_received, resumed = frames.decode_session(payload)
             self.state = ConnectionState.OPEN
+            if self._asked is not None:
+                # The server's DATA may follow its SESSION in the same bytes, before the session
+                # layer has seen this event: decide here where its numbering continues. It
+                # resumes our session (same token: after what we said we have) or starts a new
+                # one (from 1). netq.communicator reaches the same answer.
+                asked_token, asked_last = self._asked
+                self.expected_seq = asked_last + 1 if token == asked_token else 1
             events.append(SessionOpened(token, last_received, resumed))
         elif frame_type == FrameType.ERROR:
             # The peer is closing this link and says why; the session layer maps the code.

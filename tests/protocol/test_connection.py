@@ -51,6 +51,7 @@ from .helpers import (
     data_frame,
     expected_message,
     feed_all_ways,
+    feed_bytewise,
     feed_manual,
     feed_split,
     frame,
@@ -1059,6 +1060,35 @@ def test_resume_continues_the_sequence():
     send(pair.client, 5, [(30, True)], seed=3)
     assert_fails(pair.server, pair.client.data_to_send(), RemoteProtocolError,
                  ErrorCode.PROTOCOL, match="message 5 out of order (expected 4)")
+
+
+@pytest.mark.parametrize("same_token", [True, False])
+def test_server_data_right_behind_its_session_reply(same_token):
+    """The server's SESSION and its first DATA arrive in one read: the client's Connection
+    numbers that DATA itself (resume: after what it asked with; a new session: from 1)."""
+    client = connection(Role.CLIENT)
+    server = connection(Role.SERVER)
+    shuttle(client, server)
+    client.send_session(TOKEN, 6, False)
+    shuttle(client, server)
+    reply_token = TOKEN if same_token else bytes(16)
+    first = 7 if same_token else 1
+    server.send_session(reply_token, 0, same_token)
+    server.send_credit(0, 0)
+    sent = send(server, first, [(100, True)], seed=1)
+    data = server.data_to_send()
+
+    def fresh():
+        conn = connection(Role.CLIENT)
+        peer = connection(Role.SERVER)
+        shuttle(conn, peer)
+        conn.send_session(TOKEN, 6, False)
+        conn.data_to_send()
+        return conn
+
+    for events in (fresh().receive_data(data), feed_bytewise(fresh(), data)):
+        assert normalized(events)[-1] == expected_message(first, sent)
+        assert not any(isinstance(event, ConnectionFailed) for event in events)
 
 
 # ----------------------------------------------------------------------------- output side

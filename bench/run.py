@@ -66,6 +66,8 @@ class Row:
 
 
 GRPC_SIZES = (64 * KiB, MiB, 16 * MiB)   # the gRPC rows (issue 4): large messages only
+MQTT_SIZES = (4 * KiB, MiB, 16 * MiB)
+
 THROUGHPUT = [
     Row("raw-tcp", "raw.py", "raw-tcp"),
     Row("raw-tcp-batch", "raw.py", "raw-tcp-batch"),
@@ -78,6 +80,10 @@ THROUGHPUT = [
     Row("raw-grpc", "grpc_peer.py", "raw-grpc", "grpc", GRPC_SIZES),
     Row("netq-grpc", "grpc_peer.py", "netq-grpc", "netq", GRPC_SIZES),
     Row("net-queue-grpc", "netqueue_grpc_peer.py", "net-queue-grpc", "net-queue", GRPC_SIZES),
+    # MQTT: each through its own private mosquitto (bench/workers/mqtt_broker.py)
+    Row("mqtt-paho", "paho_peer.py", "mqtt-paho", "mqtt", MQTT_SIZES),
+    Row("netq-mqtt", "netq_mqtt_peer.py", "netq-mqtt", "mqtt", MQTT_SIZES),
+    Row("net-queue-mqtt", "netqueue_mqtt_peer.py", "net-queue-mqtt", "net-queue", MQTT_SIZES),
 ]
 LATENCY = [
     Row("raw-tcp", "raw.py", "raw-tcp"),
@@ -88,6 +94,9 @@ LATENCY = [
     Row("raw-grpc", "grpc_peer.py", "raw-grpc", "grpc"),
     Row("netq-grpc", "grpc_peer.py", "netq-grpc", "netq"),
     Row("net-queue-grpc", "netqueue_grpc_peer.py", "net-queue-grpc", "net-queue"),
+    Row("mqtt-paho", "paho_peer.py", "mqtt-paho", "mqtt"),
+    Row("netq-mqtt", "netq_mqtt_peer.py", "netq-mqtt", "mqtt"),
+    Row("net-queue-mqtt", "netqueue_mqtt_peer.py", "net-queue-mqtt", "net-queue"),
 ]
 SCENARIO_ROW = Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq")   # stall + many clients
 IOPS_ROWS = [Row("netq-tcp", "../iops.py", "netq", "netq"),            # transport = --lib
@@ -315,7 +324,7 @@ PROBE = """
 import json, sys, importlib.metadata as md
 out = {"python": sys.version.split()[0]}
 for module, dist in (("zmq", "pyzmq"), ("numpy", "numpy"), ("psutil", "psutil"),
-                     ("grpc", "grpcio")):
+                     ("grpc", "grpcio"), ("paho.mqtt", "paho-mqtt")):
     try:
         __import__(module)
         out[dist] = md.version(dist)
@@ -388,6 +397,10 @@ class Context:
             self.missing["grpc"] = "grpcio is not importable (pip install 'netq[grpc]')"
         if not info.get("numpy"):
             self.missing["numpy"] = "numpy is not importable (the netq iops rows need it)"
+        if not info.get("paho-mqtt"):
+            self.missing["mqtt"] = "paho-mqtt is not importable"
+        elif not (shutil.which("mosquitto") or os.access("/usr/sbin/mosquitto", os.X_OK)):
+            self.missing["mqtt"] = "mosquitto not found (sudo apt-get install -y mosquitto)"
         if "tls" not in self.missing and self.wants("tls"):
             self.tls = make_certificate(self.tmp)
             if self.tls is None:
@@ -619,6 +632,9 @@ def summarize(records: list[dict]) -> dict:
                 "send_over_base_mib": median([(r["send"]["peak_rss_kb"] - r["send"]["base_rss_kb"]) / KiB for r in rs]),
                 "recv_over_base_mib": median([(r["recv"]["peak_rss_kb"] - r["recv"]["base_rss_kb"]) / KiB for r in rs]),
                 "messages": median([r["count"] for r in rs]),
+                "lost": sum(r["recv"].get("lost") or 0 for r in rs),
+                "broker_peak_mib": median([(r["recv"].get("broker_peak_rss_kb") or 0) / KiB
+                                           for r in rs if r["recv"].get("broker_peak_rss_kb")]),
                 "other_load_cores": median([r["other_load_cores"] for r in rs])}
         elif section == "latency":
             p50 = [r["ping"]["p50_us"] for r in rs]
@@ -712,16 +728,19 @@ def markdown(results: dict) -> str:
                 rows.append([name] + cells)
             L.extend([f"## {title}", ""] + md_table(["row"] + [human(s) for s in sizes], rows))
 
-        thr_table("One-way throughput: GB/s (× raw-tcp of the same rep, median over reps)",
-                  lambda v: f"{fmt(v['gb_per_s'], '.3f')} (×{fmt(v['ratio_to_raw_tcp'], '.2f')})")
+        thr_table("One-way throughput: GB/s (× raw-tcp of the same rep, median over reps; "
+                  "MQTT rows: messages lost, if any)",
+                  lambda v: f"{fmt(v['gb_per_s'], '.3f')} (×{fmt(v['ratio_to_raw_tcp'], '.2f')})"
+                  + (f" **lost {v['lost']}**" if v.get("lost") else ""))
         thr_table("One-way throughput: messages/s", lambda v: f"{v['msgs_per_s']:,.0f}")
         thr_table("Spread of GB/s over reps (min – max) and messages per measurement",
                   lambda v: (f"{v['gb_per_s_min']:.3f} – {v['gb_per_s_max']:.3f}" if v["reps"] > 1
                              else "1 rep") + f", N={v['messages']:,.0f}")
         thr_table("CPU per message, µs (user+sys of sender + receiver over the timed interval / messages)",
                   lambda v: fmt(v["cpu_us_per_msg"], ".3g"))
-        thr_table("Peak RSS, MiB: sender / receiver",
-                  lambda v: f"{v['send_peak_mib']:.0f} / {v['recv_peak_mib']:.0f}")
+        thr_table("Peak RSS, MiB: sender / receiver (MQTT: / broker)",
+                  lambda v: f"{v['send_peak_mib']:.0f} / {v['recv_peak_mib']:.0f}"
+                  + (f" / {v['broker_peak_mib']:.0f}" if v.get("broker_peak_mib") else ""))
         thr_table("Peak RSS over baseline (after imports + connect/bind), MiB: sender / receiver",
                   lambda v: f"{round(v['send_over_base_mib'])} / {round(v['recv_over_base_mib'])}")
     lat = summary["latency"]

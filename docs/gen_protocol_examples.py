@@ -104,11 +104,13 @@ def annotate(direction: str, raw: bytes) -> None:
     elif frame_type == FrameType.AUTH:
         d.row(p, "hmac", "HMAC-SHA256(authkey, ...)")
     elif frame_type == FrameType.SESSION:
-        token, last, resumed = frames.decode_session(p)
+        token, last, resumed, held_bytes, held_messages = frames.decode_session(p)
         d.row(p[0:16], "token", "session token")
         d.row(p[16:24], "last_received", str(last))
         d.row(p[24:25], "flags", "RESUMED" if resumed else "0 (new session)")
         d.row(p[25:32], "reserved", "0")
+        d.row(p[32:40], "held_bytes", f"{held_bytes} bytes of the peer's still held")
+        d.row(p[40:48], "held_messages", str(held_messages))
     elif frame_type == FrameType.DATA and flags & frames.DataFlags.FIRST:
         total, nparts, _ = frames.DESCRIPTOR.unpack_from(p)
         d.row(p[0:8], "total", f"{total} body bytes")

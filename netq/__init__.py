@@ -22,6 +22,7 @@ from . import stream, transports
 from .communicator import Communicator, Message
 from .exceptions import (
     AuthenticationError,
+    BrokerUnavailable,
     ConnectionLost,
     DeserializationError,
     Empty,
@@ -38,6 +39,7 @@ from .exceptions import (
 from .futures import DeliveryFuture
 from .options import (
     CommunicatorOptions,
+    MQTTOptions,
     ConnectionOptions,
     GiB,
     KiB,
@@ -61,6 +63,7 @@ __all__ = [
     "Protocol",
     "Purpose",
     "CommunicatorOptions",
+    "MQTTOptions",
     "NetworkLocation",
     "ConnectionOptions",
     "SerializationOptions",
@@ -83,6 +86,7 @@ __all__ = [
     "DeserializationError",
     "UnsupportedProtocol",
     "AuthenticationError",
+    "BrokerUnavailable",
     "ProtocolError",
     "LocalProtocolError",
     "RemoteProtocolError",

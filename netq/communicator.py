@@ -664,7 +664,7 @@ class Communicator:
             session = self._server_session
             token = session.token
             last = session.last_received if token != _NO_TOKEN else 0
-            link.conn.send_session(token, last, False)
+            self._send_session(session, link, token, last, False)
         return True
 
     def _io_session_opened(self, link, event: proto.SessionOpened) -> None:
@@ -690,7 +690,8 @@ class Communicator:
                 if session.state is not PeerState.CONNECTING:
                     session.reconnects += 1
                 link.conn.expected_seq = session.last_received + 1
-                link.conn.send_session(session.token, session.last_received, resumed)
+                self._send_session(session, link, session.token, session.last_received,
+                                   resumed)
                 self._attach(session, link, now)
         else:
             session = self._server_session
@@ -711,23 +712,26 @@ class Communicator:
                 link.conn.expected_seq = session.last_received + 1
                 self._attach(session, link, now)
 
+    def _send_session(self, session: PeerSession, link, token: bytes, last_received: int,
+                      resumed: bool) -> None:
+        """Our SESSION frame, with what we still hold of the peer's messages.
+
+        The new link's HELLO granted a whole window; the SESSION takes back what earlier links'
+        messages still occupy, so window = credit on this link + held, however often the peer
+        reconnects. From this moment, every consumed message returns its credit on this link.
+        """
+        link.conn.send_session(token, last_received, resumed, session.held_bytes,
+                               session.held_messages)
+        session.credited_bytes = session.consumed_bytes
+        session.credited_messages = session.consumed_messages
+        session.credit_requested = False
+
     def _attach(self, session: PeerSession, link, now: float) -> None:
         session.link = link
         link.session = session
         session.state = PeerState.CONNECTED
         session.connected_at = now
         session.disconnected_at = None
-        # Credit: the peer may have window minus what we still hold; consumption from here on
-        # is returned as usual.
-        held_bytes = session.held_bytes
-        session.credited_bytes = session.consumed_bytes
-        session.credited_messages = session.consumed_messages
-        session.credit_requested = False
-        if held_bytes or (self._recv_messages != UNLIMITED_MESSAGES and session.held_messages):
-            # The HELLO granted the full window; take back what is still held by granting
-            # nothing until it is consumed: count the held part as already returned.
-            session.credited_bytes -= held_bytes
-            session.credited_messages -= session.held_messages
         self._schedule(session)
 
     def _io_bye(self, link) -> None:

@@ -63,13 +63,31 @@ def render(stats, names: dict[uuid.UUID, str]) -> str:
 
 def run(clients: int = 4, seconds: float = 5.0, interval: float = 0.5,
         protocol: str = "tcp", port: int = 0, out=sys.stdout) -> dict:
-    """Run the demo; returns the summary (messages, bytes, seconds, losses)."""
+    """Run the demo; returns the summary (messages, bytes, seconds, losses).
+
+    ``protocol="mqtt"`` starts a private mosquitto (netq.mqtt.local_broker) for the run.
+    """
+    if protocol == "mqtt":
+        from .mqtt import local_broker
+
+        with local_broker(port=port) as broker:
+            return _run(clients, seconds, interval, protocol,
+                        NetworkLocation(broker.host, broker.port, path="demo"), out)
+    return _run(clients, seconds, interval, protocol,
+                NetworkLocation(host="127.0.0.1", port=port), out)
+
+
+def _run(clients: int, seconds: float, interval: float, protocol: str,
+         netloc: NetworkLocation, out) -> dict:
     options = CommunicatorOptions(
-        netloc=NetworkLocation(host="127.0.0.1", port=port),
+        netloc=netloc,
         connection=ConnectionOptions(recv_window=8 << 20, send_window=8 << 20))
     server = new(Protocol(protocol), Purpose.SERVER, options)
     address = server.address
-    client_netloc = NetworkLocation(host="127.0.0.1", port=address[1] if protocol == "tcp" else port)
+    if protocol == "tcp":
+        client_netloc = NetworkLocation(host="127.0.0.1", port=address[1])
+    else:
+        client_netloc = netloc
     stop = threading.Event()
     sent = [0] * clients
     receipts = [0] * clients
@@ -178,8 +196,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4, help="client communicators (default 4)")
     parser.add_argument("--seconds", type=float, default=5.0, help="how long to run (default 5)")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between tables")
-    parser.add_argument("--protocol", choices=("tcp", "unix"), default="tcp")
-    parser.add_argument("--port", type=int, default=0, help="TCP port (default: any free one)")
+    parser.add_argument("--protocol", choices=("tcp", "unix", "mqtt"), default="tcp",
+                        help="mqtt: through a private mosquitto started for the demo")
+    parser.add_argument("--port", type=int, default=0,
+                        help="TCP port, or the broker's for mqtt (default: any free one)")
     args = parser.parse_args(argv)
     width = shutil.get_terminal_size((100, 20)).columns
     if width < 100:

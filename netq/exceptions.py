@@ -15,6 +15,9 @@ The tree, read as "who is to blame"::
     ├── UnsupportedProtocol (+ ValueError)
     │                               no transport is registered under that name
     ├── AuthenticationError         the peer failed (or refused) the authkey challenge
+    ├── BrokerUnavailable (+ OSError)
+    │                               MQTT: no broker to use (mosquitto missing, or it did not
+    │                               start or answer); the message says how to fix it
     └── ProtocolError               the wire protocol was violated
         ├── LocalProtocolError      by this side: netq was used in a way the protocol forbids
         └── RemoteProtocolError     by the peer: malformed, truncated or oversized frames,
@@ -42,6 +45,7 @@ __all__ = (
     "DeserializationError",
     "UnsupportedProtocol",
     "AuthenticationError",
+    "BrokerUnavailable",
     "ProtocolError",
     "LocalProtocolError",
     "RemoteProtocolError",
@@ -111,6 +115,10 @@ class UnsupportedProtocol(NetqError, ValueError):
 
 class AuthenticationError(NetqError):
     """The peer failed the authkey challenge, or one side has a key and the other none."""
+
+
+class BrokerUnavailable(NetqError, OSError):
+    """MQTT: the broker is missing, did not start, or refused us (the text says which)."""
 
 
 class ProtocolError(NetqError):

@@ -27,6 +27,7 @@ __all__ = (
     "SerializationOptions",
     "SecurityOptions",
     "CommunicatorOptions",
+    "MQTTOptions",
     "KiB",
     "MiB",
     "GiB",
@@ -181,6 +182,62 @@ class SecurityOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class MQTTOptions:
+    """Protocol.MQTT only: how netq uses the broker. Sizes in bytes, times in seconds.
+
+    The broker is ``CommunicatorOptions.netloc`` (host, port); ``netloc.path`` names the
+    *service* (default ``"netq"``): a server and its clients share ``<prefix>/<service>/`` topics,
+    so a client finds its server by the service name alone, never by the server's id. One
+    server per service.
+
+    prefix            first topic level (``<prefix>/<service>/c2s/<client-id>`` etc.).
+    qos               MQTT QoS of every publish (1: the broker acknowledges; netq's own link
+                      sequence numbers and acks catch what a broker drops anyway).
+    keepalive         MQTT keepalive; the broker publishes our Last Will 1.5x this after it
+                      loses us without a DISCONNECT.
+    protocol_version  5 (MQTT 5: the broker's Maximum Packet Size is read from CONNACK) or 4
+                      (MQTT 3.1.1: set ``max_packet_size`` if the broker limits packets).
+    max_packet_size   a cap on each MQTT packet we publish (None: the broker's CONNACK limit
+                      on MQTT 5, else unlimited); chunks are cut to fit under it.
+    window_packets    link packets a sender may have unacknowledged in the broker at once, to
+                      start with (it adapts: +1 per clean window, halved when the broker
+                      drops one), between 2 and ``window_packets_max``.
+    window_bytes      bytes a sender may have unacknowledged in the broker at once (per link).
+    connect_timeout   how long a server's ``netq.new`` waits for the broker before raising
+                      :class:`netq.BrokerUnavailable` (clients wait and retry forever).
+    username/password broker credentials, if the broker wants them.
+    """
+
+    prefix: str = "netq"
+    qos: int = 1
+    keepalive: int = 10
+    protocol_version: int = 5
+    max_packet_size: int | None = None
+    window_packets: int = 64
+    window_packets_max: int = 512
+    window_bytes: int = 16 * MiB
+    connect_timeout: float = 10.0
+    username: str | None = None
+    password: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.qos not in (0, 1, 2):
+            raise ValueError("qos must be 0, 1 or 2")
+        if self.protocol_version not in (4, 5):
+            raise ValueError("protocol_version must be 4 (MQTT 3.1.1) or 5")
+        if not self.prefix or any(c in self.prefix for c in "#+"):
+            raise ValueError("prefix must be a non-empty topic without wildcards")
+        if self.max_packet_size is not None and self.max_packet_size < 4096:
+            raise ValueError("max_packet_size must be at least 4 KiB")
+        if not 2 <= self.window_packets <= self.window_packets_max:
+            raise ValueError("need 2 <= window_packets <= window_packets_max")
+        if self.window_bytes < 64 * KiB:
+            raise ValueError("window_bytes must be at least 64 KiB")
+        if self.keepalive < 1 or self.connect_timeout <= 0:
+            raise ValueError("keepalive >= 1 and connect_timeout > 0")
+
+
+@dataclass(frozen=True, slots=True)
 class CommunicatorOptions:
     """Everything a communicator needs; each instance gets a fresh random id."""
 
@@ -190,6 +247,7 @@ class CommunicatorOptions:
     connection: ConnectionOptions = ConnectionOptions()
     serialization: SerializationOptions = SerializationOptions()
     security: SecurityOptions | None = None
+    mqtt: MQTTOptions = MQTTOptions()  # Protocol.MQTT only
 
     def replace(self, **changes: Any) -> CommunicatorOptions:
         return dataclasses.replace(self, **changes)

@@ -42,6 +42,7 @@ import pytest
 import netq as nq
 
 from netq_child import encode_options
+from mqtt_testing import MQTTSpec, mqtt_broker  # noqa: F401 - the session broker fixture
 
 REPO = Path(__file__).resolve().parent.parent
 CHILD_SCRIPT = Path(__file__).resolve().parent / "netq_child.py"
@@ -313,8 +314,8 @@ TRANSPORTS: dict[str, TransportSpec] = {
     "tls": SocketSpec("tls", nq.Protocol.TCP, host="127.0.0.1", tls=True),
     "unix": SocketSpec("unix", nq.Protocol.UNIX),
     "tcp6": SocketSpec("tcp6", nq.Protocol.TCP, host="::1"),
+    "mqtt": MQTTSpec(),
     "grpc": GRPCSpec("grpc"), "grpc-tls": GRPCSpec("grpc-tls", tls=True),
-    # "mqtt": MQTTSpec(...)  -- one entry when it lands
 }
 
 # ============================================================================ options

@@ -59,6 +59,7 @@ def encode_options(protocol, purpose, options: nq.CommunicatorOptions) -> dict:
         "connection": dataclasses.asdict(options.connection),
         "serialization": {name: getattr(serialization, name) for name in _SERIALIZATION_FIELDS},
         "security": security,
+        "mqtt": dataclasses.asdict(options.mqtt),
     }
 
 
@@ -74,6 +75,7 @@ def decode_options(spec: dict) -> tuple[nq.Protocol, nq.Purpose, nq.Communicator
         connection=nq.ConnectionOptions(**spec["connection"]),
         serialization=nq.SerializationOptions(**spec["serialization"]),
         security=security,
+        mqtt=nq.MQTTOptions(**spec.get("mqtt", {})),
     )
     return nq.Protocol(spec["protocol"]), nq.Purpose(spec["purpose"]), options
 

@@ -606,19 +606,19 @@ def test_server_close_with_timeout_tells_attached_clients(transport):
     server = transport.make_server()
     client = transport.connect(server)
     io = server._transport
-    # Socket transports: slow down the wake-up pipe; others (packet carriers): every wait.
-    hook = "_drain_wake" if hasattr(io, "_drain_wake") else "_wait"
-    original = getattr(io, hook)
+    # The I/O thread's wake-up handler: the socket loop's wake pipe, a packet carrier's inbox.
+    hook = "_drain_wake" if hasattr(io, "_drain_wake") else "_drain_inbox"
+    drain_wake = getattr(io, hook)
 
-    def slow_wake_up(*args):
+    def slow_drain_wake():
         # An I/O thread slow to wake up, as on a loaded machine: it resumes once close() has
         # decided to abort, or after 0.3 s (close() with a grace period passes this test).
         deadline = time.monotonic() + 0.3
         while not io._aborted and time.monotonic() < deadline:
             time.sleep(0.001)
-        original(*args)
+        drain_wake()
 
-    setattr(io, hook, slow_wake_up)
+    setattr(io, hook, slow_drain_wake)
     server.close(timeout=0.2)
     wait_for(lambda: client.statistics().peers[0].state == "closed", 3,
              message="the client to learn that the server shut down")
@@ -700,6 +700,30 @@ def test_client_close_gives_up_when_no_server_ever_answers(transport):
 
 
 # ============================================================================ sessions
+
+
+def test_stalled_receiver_holds_one_window_across_reconnects(transport):
+    """A server that never calls get() while its client's link is cut again and again holds
+    at most recv_window + one message of that client's, not a window per link: each new
+    link's SESSION takes back what the server still holds. Then everything drains in order."""
+    window, size = 64 * KiB, 16 * KiB
+    server = transport.make_server(recv_window=window)
+    client = transport.connect(server, send_window=4 * MiB, reconnect_min=0.01,
+                               reconnect_max=0.05)
+    come_back_for_more(server)  # done with the hello
+    futures = [client.put((index, bytes(size))) for index in range(40)]  # 640 KiB
+    held = lambda: peer_row(server, client.id).queue_in_bytes  # noqa: E731
+    wait_for(lambda: held() >= window, T, message="the server's window to fill")
+    for _ in range(3):
+        before = client.statistics().peers[0].reconnects
+        wait_for(lambda: transport.cut(client), T, message="a live link to cut")
+        wait_for(lambda: (row := client.statistics().peers[0]).reconnects > before
+                 and row.state == "connected", T, message="the client to reconnect")
+        time.sleep(0.2)  # room for whatever the new link's credit lets through
+        assert held() <= window + size + 1024, held()
+    assert [server.get(timeout=T).data[0] for _ in range(40)] == list(range(40))
+    for future in futures:
+        assert future.result(T) is None
 
 
 @pytest.mark.timeout(150)

@@ -122,6 +122,8 @@ class SessionOpened(Event):
     token: bytes
     last_received: int
     resumed: bool
+    held_bytes: int = 0  # of our messages, the peer still holds this much (credit starts lower)
+    held_messages: int = 0
 
 
 @dataclass(slots=True)
@@ -341,13 +343,25 @@ class Connection:
             self._pending.append(self._merge)
             self._merge = bytearray()
 
-    def send_session(self, token: bytes, last_received: int, resumed: bool) -> None:
-        """Our SESSION frame: client first (asking), server second (answering)."""
+    def send_session(self, token: bytes, last_received: int, resumed: bool,
+                     held_bytes: int = 0, held_messages: int = 0) -> None:
+        """Our SESSION frame: client first (asking), server second (answering).
+
+        ``held_bytes``/``held_messages``: what we still hold of the peer's messages from
+        earlier links of the session. The window our HELLO granted shrinks by that much on
+        both sides, so a peer reconnecting to a stalled receiver cannot add a window per link.
+        """
         if self.state not in (ConnectionState.SESSION, ConnectionState.OPEN):
             raise LocalProtocolError(f"SESSION cannot be sent in state {self.state.value}")
+        if held_bytes < 0 or held_messages < 0:
+            raise LocalProtocolError("held amounts are never negative")
         if self.local.role is Role.CLIENT:
             self._asked = (token, last_received)
-        self._emit(frames.encode_session(token, last_received, resumed))
+        self.recv_allowance_bytes -= held_bytes
+        if self._count_messages:
+            self.recv_allowance_messages -= held_messages
+        self._emit(frames.encode_session(token, last_received, resumed, held_bytes,
+                                         held_messages))
 
     def send_message(self, seq: int, parts: list[memoryview], total: int, batch: bool) -> None:
         """Queue one message as DATA frames. The caller checked :attr:`can_send_data`.
@@ -740,8 +754,12 @@ class Connection:
                 self._fail(events, RemoteProtocolError(f"SESSION in state {state.value}"),
                            ErrorCode.PROTOCOL)
                 return
-            token, last_received, resumed = frames.decode_session(payload)
+            token, last_received, resumed, held_bytes, held_messages = \
+                frames.decode_session(payload)
             self.state = ConnectionState.OPEN
+            self.send_credit_bytes -= held_bytes
+            if self.peer.recv_messages != frames.UNLIMITED_MESSAGES:
+                self.send_credit_messages -= held_messages
             if self._asked is not None:
                 # The server's DATA may follow its SESSION in the same bytes, before the session
                 # layer has seen this event: decide here where its numbering continues. It
@@ -749,7 +767,8 @@ class Connection:
                 # one (from 1). netq.communicator reaches the same answer.
                 asked_token, asked_last = self._asked
                 self.expected_seq = asked_last + 1 if token == asked_token else 1
-            events.append(SessionOpened(token, last_received, resumed))
+            events.append(SessionOpened(token, last_received, resumed, held_bytes,
+                                        held_messages))
         elif frame_type == FrameType.ERROR:
             # The peer is closing this link and says why; the session layer maps the code.
             self.state = ConnectionState.CLOSED

@@ -65,8 +65,10 @@ HEADER_SIZE = HEADER.size  # 16
 HELLO = struct.Struct("<4sHBB16s16sQIQI")
 HELLO_FLAG_AUTH = 0x01  # the sender holds an authkey and will send AUTH
 
-# SESSION: token, last sequence number received from the peer, flags (bit 0: resumed).
-SESSION = struct.Struct("<16sQB7x")
+# SESSION: token, last sequence number received from the peer, flags (bit 0: resumed), then
+# the bytes and messages of the peer's that the sender still holds (received, not released):
+# the peer's credit on this link starts that much below the window it was granted.
+SESSION = struct.Struct("<16sQB7xQQ")
 SESSION_FLAG_RESUMED = 0x01
 
 # DATA, first chunk: total body size, number of parts, reserved; then one u64 per part.
@@ -198,14 +200,16 @@ def decode_hello(payload: bytes) -> Hello:
     )
 
 
-def encode_session(token: bytes, last_received: int, resumed: bool) -> bytes:
-    payload = SESSION.pack(token, last_received, SESSION_FLAG_RESUMED if resumed else 0)
+def encode_session(token: bytes, last_received: int, resumed: bool, held_bytes: int = 0,
+                   held_messages: int = 0) -> bytes:
+    payload = SESSION.pack(token, last_received, SESSION_FLAG_RESUMED if resumed else 0,
+                           held_bytes, held_messages)
     return encode_header(FrameType.SESSION, 0, len(payload), 0) + payload
 
 
-def decode_session(payload: bytes) -> tuple[bytes, int, bool]:
-    token, last_received, flags = SESSION.unpack(payload)
-    return token, last_received, bool(flags & SESSION_FLAG_RESUMED)
+def decode_session(payload: bytes) -> tuple[bytes, int, bool, int, int]:
+    token, last_received, flags, held_bytes, held_messages = SESSION.unpack(payload)
+    return token, last_received, bool(flags & SESSION_FLAG_RESUMED), held_bytes, held_messages
 
 
 def encode_descriptor(total: int, sizes: list[int]) -> bytes:

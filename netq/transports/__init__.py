@@ -27,6 +27,7 @@ _REGISTRY: dict[str, str] = {
     "tcp": "netq.transports.sockets:TCPTransport",
     "unix": "netq.transports.sockets:UnixTransport",
     "grpc": "netq.transports.grpc_streams:GRPCTransport",  # needs grpcio (extra "grpc")
+    "mqtt": "netq.transports.mqtt:MQTTTransport",
 }
 
 

@@ -308,7 +308,7 @@ def test_hello_bad_magic_and_role():
 
 
 @pytest.mark.parametrize("frame_type, size", [
-    (FrameType.HELLO, 63), (FrameType.AUTH, 31), (FrameType.SESSION, 31), (FrameType.SESSION, 0),
+    (FrameType.HELLO, 63), (FrameType.AUTH, 31), (FrameType.SESSION, 47), (FrameType.SESSION, 0),
     (FrameType.CREDIT, 0), (FrameType.CREDIT, 3),
 ])
 def test_fixed_size_frames_with_short_payload(frame_type, size):
@@ -317,7 +317,7 @@ def test_fixed_size_frames_with_short_payload(frame_type, size):
 
 
 @pytest.mark.parametrize("frame_type, size", [
-    (FrameType.HELLO, 65), (FrameType.AUTH, 33), (FrameType.SESSION, 33), (FrameType.CREDIT, 5),
+    (FrameType.HELLO, 65), (FrameType.AUTH, 33), (FrameType.SESSION, 49), (FrameType.CREDIT, 5),
     (FrameType.ACK, 1), (FrameType.PING, 1), (FrameType.PONG, 8), (FrameType.BYE, 1025),
     (FrameType.ERROR, 1025),
 ])
@@ -1089,6 +1089,34 @@ def test_server_data_right_behind_its_session_reply(same_token):
     for events in (fresh().receive_data(data), feed_bytewise(fresh(), data)):
         assert normalized(events)[-1] == expected_message(first, sent)
         assert not any(isinstance(event, ConnectionFailed) for event in events)
+
+
+def test_held_messages_shrink_the_new_links_credit():
+    """A peer reconnecting to a receiver that still holds its messages gets the window minus
+    what is held (bytes and messages), on both sides of the link, not a fresh window."""
+    client = connection(Role.CLIENT, recv_window=1000, recv_messages=10)
+    server = connection(Role.SERVER, recv_window=5000, recv_messages=50)
+    shuttle(client, server)
+    client.send_session(TOKEN, 0, False, held_bytes=400, held_messages=4)
+    shuttle(client, server)
+    assert client.recv_allowance_bytes == 600 and client.recv_allowance_messages == 6
+    assert server.send_credit_bytes == 600 and server.send_credit_messages == 6
+    server.send_session(TOKEN, 0, False, held_bytes=5000, held_messages=1)
+    events, _ = shuttle(client, server)
+    assert events == [SessionOpened(TOKEN, 0, False, 5000, 1)]
+    assert server.recv_allowance_bytes == 0
+    assert client.send_credit_bytes == 0 and not client.can_send_data  # wait for CREDIT
+    server.send_credit(100, 0)
+    shuttle(client, server)
+    assert client.send_credit_bytes == 100 and client.can_send_data
+
+
+def test_held_amounts_are_never_negative():
+    client = connection(Role.CLIENT)
+    server = connection(Role.SERVER)
+    shuttle(client, server)
+    with pytest.raises(LocalProtocolError):
+        client.send_session(TOKEN, 0, False, held_bytes=-1)
 
 
 # ----------------------------------------------------------------------------- output side

@@ -44,7 +44,7 @@ def test_wire_constants_are_frozen():
     assert MAGIC == b"NETQ"
     assert HEADER_SIZE == 16
     assert HELLO.size == 64
-    assert SESSION.size == 32
+    assert SESSION.size == 48
     assert DESCRIPTOR.size == 16
     assert frames.PART_SIZE.size == 8
     assert frames.CREDIT_PAYLOAD.size == 4
@@ -146,18 +146,21 @@ def test_hello_wrong_length_is_struct_error():
 # ----------------------------------------------------------------------------- SESSION
 
 
-@given(token=st.binary(min_size=16, max_size=16), last=u64, resumed=st.booleans())
+@given(token=st.binary(min_size=16, max_size=16), last=u64, resumed=st.booleans(),
+       held_bytes=u64, held_messages=u64)
 @HYPOTHESIS
-def test_session_round_trip(token, last, resumed):
-    raw = frames.encode_session(token, last, resumed)
-    assert len(raw) == HEADER_SIZE + 32
-    assert HEADER.unpack_from(raw) == (FrameType.SESSION, 0, 0, 32, 0)
+def test_session_round_trip(token, last, resumed, held_bytes, held_messages):
+    raw = frames.encode_session(token, last, resumed, held_bytes, held_messages)
+    assert len(raw) == HEADER_SIZE + 48
+    assert HEADER.unpack_from(raw) == (FrameType.SESSION, 0, 0, 48, 0)
     payload = raw[HEADER_SIZE:]
     assert payload[0:16] == token
     assert payload[16:24] == last.to_bytes(8, "little")
     assert payload[24] == (1 if resumed else 0)
     assert payload[25:32] == bytes(7)
-    assert frames.decode_session(payload) == (token, last, resumed)
+    assert payload[32:40] == held_bytes.to_bytes(8, "little")
+    assert payload[40:48] == held_messages.to_bytes(8, "little")
+    assert frames.decode_session(payload) == (token, last, resumed, held_bytes, held_messages)
 
 
 # ----------------------------------------------------------------------------- descriptor
@@ -194,7 +197,7 @@ def test_empty_descriptor():
 @pytest.mark.parametrize("frame_type, limit", [
     (FrameType.HELLO, 64),
     (FrameType.AUTH, 32),
-    (FrameType.SESSION, 32),
+    (FrameType.SESSION, 48),
     (FrameType.CREDIT, 4),
     (FrameType.ACK, 0),
     (FrameType.BYE, 1024),

@@ -1,0 +1,240 @@
+"""MQTT helpers: a private mosquitto broker for tests, demos and notebooks.
+
+    from netq.mqtt import local_broker
+
+    with local_broker() as broker:                  # mosquitto on a free loopback port
+        options = nq.CommunicatorOptions(netloc=broker.netloc)
+        with nq.new(nq.Protocol.MQTT, nq.Purpose.SERVER, options) as server:
+            ...
+
+:func:`local_broker` writes a mosquitto configuration into a private directory, starts
+``mosquitto -c <conf>`` in the foreground on ``127.0.0.1:<free port>``, waits until it accepts
+connections and stops it by its pid (SIGTERM, then SIGKILL). When the binary is missing it
+raises :class:`netq.BrokerUnavailable` saying how to install it. The broker keeps nothing on
+disk (``persistence false``) and its log goes to ``<directory>/mosquitto.log``.
+
+Broker limits worth knowing (mosquitto 2.0): ``max_inflight_messages`` (20) and
+``max_queued_messages`` (1000) per subscriber; past them the broker *drops* QoS 1 messages
+while the publisher still gets its PUBACK. netq's MQTT transport numbers its packets and
+bounds what it has in the broker, so a drop costs a reconnect and a resend, never a message
+(see ``netq/transports/mqtt.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from .exceptions import BrokerUnavailable
+from .options import NetworkLocation
+
+__all__ = ("LocalBroker", "local_broker", "find_mosquitto", "INSTALL_HINT")
+
+INSTALL_HINT = ("install mosquitto: `sudo apt-get install -y mosquitto` (Debian/Ubuntu), "
+                "`brew install mosquitto` (macOS), or pass binary=/path/to/mosquitto")
+_SEARCH = ("/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto", "/opt/homebrew/sbin/mosquitto",
+           "/usr/local/opt/mosquitto/sbin/mosquitto")
+_START_TIMEOUT = 10.0  # seconds mosquitto gets to start listening
+_STOP_TIMEOUT = 5.0  # seconds between SIGTERM and SIGKILL
+
+
+def find_mosquitto(binary: str | os.PathLike | None = None) -> str:
+    """The mosquitto executable: ``binary``, ``$NETQ_MOSQUITTO``, ``PATH``, or the usual places."""
+    candidates = [binary, os.environ.get("NETQ_MOSQUITTO"), shutil.which("mosquitto"), *_SEARCH]
+    for candidate in candidates:
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return os.fspath(candidate)
+    raise BrokerUnavailable(f"the mosquitto broker was not found; {INSTALL_HINT}")
+
+
+def _free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+class LocalBroker:
+    """A private mosquitto process. Start with :meth:`start` (or ``with``); stop with :meth:`stop`.
+
+    Limits (``None``: mosquitto's default): ``max_inflight_messages`` and
+    ``max_queued_messages`` per client, ``max_queued_bytes`` per client, ``max_packet_size``
+    in bytes (mosquitto refuses 0; below netq's chunk size netq adapts when it speaks MQTT 5).
+    TLS: ``certfile``/``keyfile`` (and ``cafile`` + ``require_certificate`` for client
+    certificates) make the listener TLS-only. ``extra`` lines go into the configuration
+    verbatim. ``port=0`` picks a free port; :meth:`restart` keeps the same one.
+    """
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
+                 max_inflight_messages: int | None = None,
+                 max_queued_messages: int | None = None,
+                 max_queued_bytes: int | None = None,
+                 max_packet_size: int | None = None,
+                 certfile: str | os.PathLike | None = None,
+                 keyfile: str | os.PathLike | None = None,
+                 cafile: str | os.PathLike | None = None,
+                 require_certificate: bool = False,
+                 extra: list[str] | tuple[str, ...] = (),
+                 binary: str | os.PathLike | None = None,
+                 directory: str | os.PathLike | None = None) -> None:
+        self.binary = find_mosquitto(binary)
+        self.host = host
+        self.port = port
+        self.limits = {"max_inflight_messages": max_inflight_messages,
+                       "max_queued_messages": max_queued_messages,
+                       "max_queued_bytes": max_queued_bytes,
+                       "max_packet_size": max_packet_size}
+        self.tls = {"certfile": certfile, "keyfile": keyfile, "cafile": cafile}
+        if (certfile is None) != (keyfile is None):
+            raise ValueError("TLS needs both certfile and keyfile")
+        self.require_certificate = require_certificate
+        self.extra = list(extra)
+        self._own_directory = directory is None
+        self.directory = Path(directory if directory is not None
+                              else tempfile.mkdtemp(prefix="netq-mosquitto-"))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.process: subprocess.Popen | None = None
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def netloc(self) -> NetworkLocation:
+        """The broker's address (``path`` unset: the default service)."""
+        return NetworkLocation(self.host, self.port)
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "mosquitto.conf"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "mosquitto.log"
+
+    def config(self) -> str:
+        """The configuration file's text."""
+        # Run as whoever we are: started as root, mosquitto would switch to the "mosquitto"
+        # user and could no longer read certificates in our private directories.
+        lines = [f"user {pwd.getpwuid(os.getuid()).pw_name}",
+                 f"listener {self.port} {self.host}", "allow_anonymous true",
+                 # Without it mosquitto writes to subscribers with Nagle on: a small packet
+                 # behind another waits for a delayed ACK (40 ms round trips here).
+                 "set_tcp_nodelay true",
+                 "persistence false", "log_dest stderr",
+                 "log_type error", "log_type warning", "log_type notice"]
+        for name, value in self.limits.items():
+            if value is not None:
+                lines.append(f"{name} {int(value)}")
+        if self.tls["certfile"] is not None:
+            lines.append(f"certfile {os.fspath(self.tls['certfile'])}")
+            lines.append(f"keyfile {os.fspath(self.tls['keyfile'])}")
+            if self.tls["cafile"] is not None:
+                lines.append(f"cafile {os.fspath(self.tls['cafile'])}")
+            if self.require_certificate:
+                lines.append("require_certificate true")
+        lines.extend(self.extra)
+        return "\n".join(lines) + "\n"
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self) -> LocalBroker:
+        if self.process is not None and self.process.poll() is None:
+            return self
+        fixed_port = self.port != 0
+        for _attempt in range(5):
+            if not fixed_port:
+                self.port = _free_port(self.host)
+            self.config_path.write_text(self.config())
+            with open(self.log_path, "ab") as log:
+                self.process = subprocess.Popen(
+                    [self.binary, "-c", str(self.config_path)], stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=log, start_new_session=True)
+            if self._wait_listening():
+                return self
+            self._reap()
+            if fixed_port:
+                break  # the port is taken (or the config is wrong): trying again won't help
+        raise BrokerUnavailable(
+            f"mosquitto did not start listening on {self.host}:{self.port}; "
+            f"log {self.log_path}:\n{self._log_tail()}")
+
+    def _wait_listening(self) -> bool:
+        deadline = time.monotonic() + _START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                return False
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.5):
+                    return True
+            except OSError:
+                time.sleep(0.02)
+        return False
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-2000:]
+        except OSError:
+            return ""
+
+    def _reap(self) -> None:
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            try:
+                os.kill(process.pid, signal.SIGTERM)
+                process.wait(_STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait()
+            except ProcessLookupError:
+                process.wait()
+        self.process = None
+
+    def stop(self) -> None:
+        """Stop the broker by its pid (SIGTERM, SIGKILL after 5 s). Idempotent."""
+        self._reap()
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash): clients see their connection reset."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self.process = None
+
+    def restart(self, pause: float = 0.0) -> None:
+        """Stop, wait ``pause`` seconds, start again on the same port."""
+        self.stop()
+        time.sleep(pause)
+        self.start()
+
+    def close(self) -> None:
+        """Stop the broker and remove its private directory."""
+        self.stop()
+        if self._own_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> LocalBroker:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.pid is not None else "stopped"
+        return f"<LocalBroker mosquitto {self.host}:{self.port} {state}>"
+
+
+def local_broker(**settings) -> LocalBroker:
+    """A started :class:`LocalBroker` (use it with ``with``, or call ``close()``)."""
+    return LocalBroker(**settings).start()

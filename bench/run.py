@@ -57,7 +57,7 @@ class Row:
     name: str
     worker: str                 # file in bench/workers/
     transport: str              # spec["transport"] for the worker
-    needs: str | None = None    # capability: zmq | netq | tls | net-queue
+    needs: str | None = None    # capability: zmq | netq | tls | net-queue | grpc
     sizes: tuple | None = None  # throughput sizes it runs at (None: all)
 
     @property
@@ -65,6 +65,7 @@ class Row:
         return "net-queue" if self.needs == "net-queue" else "main"
 
 
+GRPC_SIZES = (64 * KiB, MiB, 16 * MiB)   # the gRPC rows (issue 4): large messages only
 MQTT_SIZES = (4 * KiB, MiB, 16 * MiB)
 
 THROUGHPUT = [
@@ -76,6 +77,9 @@ THROUGHPUT = [
     Row("netq-unix", "netq_peer.py", "netq-unix", "netq"),
     Row("netq-tls", "netq_peer.py", "netq-tls", "tls"),
     Row("net-queue", "netqueue_peer.py", "net-queue", "net-queue"),
+    Row("raw-grpc", "grpc_peer.py", "raw-grpc", "grpc", GRPC_SIZES),
+    Row("netq-grpc", "grpc_peer.py", "netq-grpc", "netq", GRPC_SIZES),
+    Row("net-queue-grpc", "netqueue_grpc_peer.py", "net-queue-grpc", "net-queue", GRPC_SIZES),
     # MQTT: each through its own private mosquitto (bench/workers/mqtt_broker.py)
     Row("mqtt-paho", "paho_peer.py", "mqtt-paho", "mqtt", MQTT_SIZES),
     Row("netq-mqtt", "netq_mqtt_peer.py", "netq-mqtt", "mqtt", MQTT_SIZES),
@@ -87,6 +91,9 @@ LATENCY = [
     Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq"),
     Row("netq-unix", "netq_peer.py", "netq-unix", "netq"),
     Row("net-queue", "netqueue_peer.py", "net-queue", "net-queue"),
+    Row("raw-grpc", "grpc_peer.py", "raw-grpc", "grpc"),
+    Row("netq-grpc", "grpc_peer.py", "netq-grpc", "netq"),
+    Row("net-queue-grpc", "netqueue_grpc_peer.py", "net-queue-grpc", "net-queue"),
     Row("mqtt-paho", "paho_peer.py", "mqtt-paho", "mqtt"),
     Row("netq-mqtt", "netq_mqtt_peer.py", "netq-mqtt", "mqtt"),
     Row("net-queue-mqtt", "netqueue_mqtt_peer.py", "net-queue-mqtt", "net-queue"),
@@ -317,7 +324,7 @@ PROBE = """
 import json, sys, importlib.metadata as md
 out = {"python": sys.version.split()[0]}
 for module, dist in (("zmq", "pyzmq"), ("numpy", "numpy"), ("psutil", "psutil"),
-                     ("paho.mqtt", "paho-mqtt")):
+                     ("grpc", "grpcio"), ("paho.mqtt", "paho-mqtt")):
     try:
         __import__(module)
         out[dist] = md.version(dist)
@@ -386,6 +393,8 @@ class Context:
         if not info.get("netq"):
             self.missing["netq"] = f"netq is not importable yet ({info.get('netq_error')})"
             self.missing["tls"] = self.missing["netq"]
+        if not info.get("grpcio"):
+            self.missing["grpc"] = "grpcio is not importable (pip install 'netq[grpc]')"
         if not info.get("numpy"):
             self.missing["numpy"] = "numpy is not importable (the netq iops rows need it)"
         if not info.get("paho-mqtt"):

@@ -307,13 +307,15 @@ class SocketSpec(TransportSpec):
         return True
 
 
+from grpc_testing import GRPCSpec  # noqa: E402  (imports TransportSpec from here)
+
 TRANSPORTS: dict[str, TransportSpec] = {
     "tcp": SocketSpec("tcp", nq.Protocol.TCP, host="127.0.0.1"),
     "tls": SocketSpec("tls", nq.Protocol.TCP, host="127.0.0.1", tls=True),
     "unix": SocketSpec("unix", nq.Protocol.UNIX),
     "tcp6": SocketSpec("tcp6", nq.Protocol.TCP, host="::1"),
     "mqtt": MQTTSpec(),
-    # "mqtt": MQTTSpec(...), "grpc": GRPCSpec(...)  -- one entry each when they land
+    "grpc": GRPCSpec("grpc"), "grpc-tls": GRPCSpec("grpc-tls", tls=True),
 }
 
 # ============================================================================ options

@@ -1,0 +1,271 @@
+"""gRPC-specific behaviour, beyond the conformance suite (which also runs over gRPC).
+
+Real grpcio servers and clients on loopback: a killed client process is noticed through its
+stream (well before any heartbeat), 200 clients on one server with no thread per stream,
+mutual TLS and untrusted certificates, raw gRPC streams that send garbage or stay silent (the
+counterparts of the byte-stream fault tests), bind failures and the message-size limits.
+"""
+
+from __future__ import annotations
+
+import resource
+import threading
+import time
+
+import pytest
+
+import netq as nq
+from netq.protocol import frames
+from netq_testing import peer_row, rss, wait_for
+from test_conformance import _many_clients
+
+grpc = pytest.importorskip("grpc")
+
+from netq.transports import grpc_streams  # noqa: E402  (needs grpcio)
+
+T = 30.0
+pytestmark = pytest.mark.timeout(90)
+plain = pytest.mark.parametrize("transport", ["grpc"], indirect=True)
+tls = pytest.mark.parametrize("transport", ["grpc-tls"], indirect=True)
+
+
+def raw_stream(server, packets):
+    """A bare gRPC client on netq's stream method: sends ``packets``, returns (channel, the
+    response iterator). No netq on this side."""
+    port = server.address[1]
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    responses = channel.stream_stream(grpc_streams.PATH)(iter(packets))
+    return channel, responses
+
+
+def drain_until_closed(responses, timeout: float, into: bytearray | None = None) -> float:
+    """Read the server's packets (into ``into``) until it ends the stream; when it did."""
+    done = threading.Event()
+    ended = []
+
+    def read():
+        try:
+            for packet in responses:
+                if into is not None:
+                    into.extend(packet)
+        except grpc.RpcError:
+            pass
+        ended.append(time.monotonic())
+        done.set()
+
+    reader = threading.Thread(target=read, name="test-raw-reader", daemon=True)
+    reader.start()
+    assert done.wait(timeout), f"the server kept the stream open for {timeout} s"
+    reader.join()
+    return ended[0]
+
+
+# ============================================================================ liveness
+
+
+@plain
+def test_killed_client_is_noticed_through_its_stream_at_once(transport):
+    """SIGKILL: the kernel closes the TCP connection, gRPC cancels the server's handler and the
+    session is marked disconnected in well under one heartbeat (5 s by default here)."""
+    server = transport.make_server()
+    child = transport.spawn_client(server)
+    child.request("put", data="alive")
+    assert server.get(child.id, timeout=T).data == "alive"
+    child.kill()
+    killed_at = time.monotonic()
+    wait_for(lambda: peer_row(server, child.id).state == "disconnected", T,
+             interval=0.002, message="the server to notice the killed client")
+    noticed_after = time.monotonic() - killed_at
+    assert noticed_after < 1.0, noticed_after  # measured ~10 ms; heartbeats would take 15 s
+    late = transport.connect(server)
+    late.put("still serving").result(T)
+    assert server.get(late.id, timeout=T).data == "still serving"
+
+
+@plain
+def test_silent_raw_stream_dropped_within_three_heartbeats(transport):
+    heartbeat = 0.2
+    server = transport.make_server(heartbeat=heartbeat)
+    blocker = threading.Event()
+
+    def silence():
+        blocker.wait(T)  # the request iterator sends nothing (and never half-closes)
+        return
+        yield  # pragma: no cover - makes this a generator
+
+    channel, responses = raw_stream(server, silence())
+    try:
+        opened = time.monotonic()
+        ended = drain_until_closed(responses, T)
+        assert ended - opened < 3 * heartbeat + 2.0, ended - opened
+    finally:
+        blocker.set()
+        channel.close()
+
+
+def _garbage(kind: str) -> tuple[bytes, int]:
+    """(packet, the ERROR code the server must answer with)"""
+    if kind == "junk":
+        return b"\xff" + bytes(range(256)) * 16, frames.ErrorCode.PROTOCOL
+    if kind == "http":
+        return b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", frames.ErrorCode.PROTOCOL
+    if kind == "header-2**32-1":
+        return (frames.encode_header(frames.FrameType.DATA, 0, 2**32 - 1, 1),
+                frames.ErrorCode.LIMIT)
+    return frames.encode_header(frames.FrameType.HELLO, 0, 2**32 - 1, 0), frames.ErrorCode.LIMIT
+
+
+@plain
+@pytest.mark.parametrize("kind", ["junk", "http", "header-2**32-1", "hello-2**32-1"])
+def test_garbage_on_a_raw_stream_drops_only_that_stream(transport, kind):
+    """Bytes that are not netq, as the first gRPC message of a stream: the server answers
+    ERROR, ends that stream only, and allocates nothing for absurd sizes."""
+    server = transport.make_server()
+    other = transport.connect(server)
+    packet, expected_code = _garbage(kind)
+    blocker = threading.Event()
+    received = bytearray()
+
+    def requests():
+        yield packet
+        blocker.wait(T)
+
+    baseline = rss()
+    channel, responses = raw_stream(server, requests())
+    try:
+        drain_until_closed(responses, T, received)
+    finally:
+        blocker.set()
+        channel.close()
+    codes = [value for kind_, value, _ in _frames(bytes(received))
+             if kind_ == frames.FrameType.ERROR]
+    assert expected_code in codes, codes
+    assert rss() - baseline < 64 * nq.MiB
+    other.put("unaffected").result(T)
+    assert server.get(other.id, timeout=T).data == "unaffected"
+    assert server.peers == (other.id,)
+
+
+def _frames(data: bytes) -> list[tuple[int, int, bytes]]:
+    found, offset = [], 0
+    while offset + frames.HEADER_SIZE <= len(data):
+        kind, _, _, length, value = frames.HEADER.unpack_from(data, offset)
+        end = offset + frames.HEADER_SIZE + length
+        if end > len(data):
+            break
+        found.append((kind, value, data[offset + frames.HEADER_SIZE:end]))
+        offset = end
+    return found
+
+
+# ============================================================================ scale
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@plain
+def test_200_clients_grpc_one_server_thread(transport):
+    """200 client communicators on one gRPC server: every message arrives both ways, and the
+    server holds them without a thread per stream (grpc.aio on its one I/O thread)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 4096:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    count = 200
+    threads_before = threading.active_count()
+    started = time.monotonic()
+    _many_clients(transport, count)
+    elapsed = time.monotonic() - started
+    # Ours: one I/O thread per communicator (200 clients + the server); gRPC adds its
+    # process-wide poller. A thread-per-stream server would add 200 more.
+    assert threading.active_count() - threads_before <= count + 1 + 4
+    assert elapsed < 60, elapsed
+
+
+# ============================================================================ TLS
+
+
+@tls
+def test_mutual_tls_grpc(transport):
+    files = transport.env.tls
+    server = transport.make_server(client_ca=files.ca)
+    anonymous = transport.make_client(server)
+    anonymous.put("no certificate")
+    with pytest.raises(nq.Empty):
+        server.get(timeout=2)
+    anonymous.close(timeout=0.5)  # it retries (the server refused it, nothing is fatal): stop it
+    known = transport.make_client(server, key=files.client_key,
+                                  client_certificate=files.client_cert)
+    known.put("with certificate").result(T)
+    assert server.get(timeout=T) == nq.Message(known.id, "with certificate")
+    with pytest.raises(nq.Empty):
+        server.get(timeout=0.3)
+
+
+@tls
+@pytest.mark.parametrize("mistake", ["untrusted-ca", "wrong-hostname"])
+def test_untrusted_server_certificate_is_fatal(transport, mistake):
+    files = transport.env.tls
+    server = transport.make_server()
+    if mistake == "untrusted-ca":
+        client = transport.make_client(server, certificate=files.client_cert)  # not the CA
+    else:
+        client = transport.make_client(server, server_hostname="not-this-server.example")
+    try:
+        future = client.put("must never be seen")
+    except nq.AuthenticationError:
+        future = None
+    if future is not None:
+        assert isinstance(future.exception(T), nq.AuthenticationError)
+    with pytest.raises(nq.AuthenticationError):
+        client.put("again")
+    with pytest.raises(nq.Empty):
+        server.get(timeout=0.3)
+
+
+@tls
+def test_server_hostname_names_the_certificate(transport):
+    server = transport.make_server()
+    client = transport.make_client(server, server_hostname="localhost")  # a SAN of the cert
+    client.put("checked against localhost").result(T)
+    assert server.get(timeout=T).data == "checked against localhost"
+
+
+# ============================================================================ set-up
+
+
+@plain
+def test_port_zero_reports_the_bound_port_and_a_taken_port_raises(transport):
+    server = transport.make_server()
+    host, port = server.address
+    assert host == "127.0.0.1" and port > 0
+    with pytest.raises(OSError):
+        transport.make_server(netloc=nq.NetworkLocation(host="127.0.0.1", port=port))
+
+
+@plain
+def test_16_mib_message_travels_as_1_mib_grpc_messages(transport):
+    """Nothing meets gRPC's 4 MiB default: packets are at most 1 MiB and both ends accept
+    1 MiB + 64 KiB per gRPC message."""
+    assert grpc_streams.PACKET_SIZE == nq.MiB
+    assert grpc_streams.MESSAGE_LIMIT >= grpc_streams.PACKET_SIZE + 1024
+    server = transport.make_server(max_size=16 * nq.MiB)
+    client = transport.connect(server, max_size=16 * nq.MiB)
+    payload = bytes(range(256)) * (16 * nq.MiB // 256)
+    server.put(payload, client.id).result(T)
+    assert client.get(timeout=T).data == payload
+
+
+@plain
+def test_unix_socket_target(transport):
+    """``NetworkLocation(path=...)``: gRPC over a Unix socket (``unix:`` target); the file is
+    gone after close and the path can be bound again."""
+    path = str(transport.env.unique_path("g", ".sock"))
+    server = transport.make_server(netloc=nq.NetworkLocation(path=path))
+    assert server.address == path
+    client = transport.make_client(nq.NetworkLocation(path=path))
+    client.put("over a unix socket").result(T)
+    assert server.get(timeout=T).data == "over a unix socket"
+    client.close(timeout=T)
+    server.close(timeout=T)
+    again = transport.make_server(netloc=nq.NetworkLocation(path=path))
+    again.close(timeout=T)

@@ -256,11 +256,7 @@ class GRPCTransport(PacketTransport):
             except RuntimeError:
                 pass  # the loop is closed: the I/O thread is gone
 
-    def _post(self, kind: int, link, value) -> None:
-        self._inbox.append((kind, link, value))
-        self.wake()
-
-    def _wait(self, timeout: float) -> None:
+    def _sleep(self, timeout: float) -> None:
         loop = self._loop
         if self._inbox or timeout <= 0:
             # Still give gRPC a turn: queued writes go out, completed reads come in.
@@ -275,12 +271,6 @@ class GRPCTransport(PacketTransport):
                 self._loop_waiting = False
                 timer.cancel()
         self._wake_pending = False
-        self._drain_inbox()
-        for link in self.links():
-            if link.conn.has_output and not link.closing:
-                with link.lock:
-                    self.write_now(link)
-                self._after_io(link)
 
     def _run_until(self, coroutine, timeout: float):
         """Run ``coroutine`` to completion on the loop (thread not in the loop); its result."""

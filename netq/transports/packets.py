@@ -113,7 +113,7 @@ class PacketTransport(Transport):
 
     def _post(self, kind: int, link: Link | None, value) -> None:
         self._inbox.append((kind, link, value))
-        self._signal.set()
+        self.wake()
 
     def wake(self) -> None:
         self._signal.set()
@@ -132,11 +132,20 @@ class PacketTransport(Transport):
         pass
 
     def _wait(self, timeout: float) -> None:
+        self._sleep(timeout)
+        self._after_sleep()
+
+    def _sleep(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for wake() (a carrier running its own event loop, like
+        grpc.aio, overrides this and wake() to run that loop meanwhile)."""
         signal = self._signal
         if not self._inbox:
             signal.wait(timeout)
-        # Clear before draining: anything posted from here on sets the signal again.
+        # Cleared before the inbox is drained: anything posted from here on sets it again.
         signal.clear()
+
+    def _after_sleep(self) -> None:
+        """Feed what the carriers handed over, then write every link that has output."""
         self._drain_inbox()
         for link in self.links():
             if link.conn.has_output and not link.closing:

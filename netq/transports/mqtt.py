@@ -509,8 +509,10 @@ class MQTTTransport(PacketTransport):
         header = mqtt_link.encode(int(Kind.CLOSE), 0, epoch, 0, 0)
         self._client.publish(f"{self._s2c}{cid}", header + b"unknown link", qos=self._mqtt.qos)
 
-    def _end(self, channel: _Channel, error, *, notify: bool, gap: bool = False) -> None:
-        """The link is over (any thread): tell the peer if asked, then the base."""
+    def _end(self, channel: _Channel, error, *, notify: bool, gap: bool = False,
+             tell_base: bool = True) -> None:
+        """The link is over (any thread): tell the peer if asked, then the base (unless the
+        base is the one ending it)."""
         with self._lock:
             if channel.closed:
                 return
@@ -523,7 +525,7 @@ class MQTTTransport(PacketTransport):
             self._client.publish(channel.topic_out,
                                  channel.state.close_header(gap) + str(error).encode()[:200],
                                  qos=self._mqtt.qos)
-        if channel.link is not None:
+        if tell_base and channel.link is not None:
             self.channel_closed(channel.link, error)
 
     def _peer(self, channel: _Channel):
@@ -681,18 +683,7 @@ class MQTTTransport(PacketTransport):
 
     def _close_channel(self, link) -> None:
         channel = link.channel
-        notify = not channel.peer_closed
-        with self._lock:
-            if channel.closed:
-                return
-            channel.closed = True
-            if self._channels.get((channel.cid, channel.epoch)) is channel:
-                del self._channels[(channel.cid, channel.epoch)]
-            if self._current is channel:
-                self._current = None
-        if notify and self._connected:
-            self._client.publish(channel.topic_out, channel.state.close_header(False) + b"closed",
-                                 qos=self._mqtt.qos)
+        self._end(channel, "closed", notify=not channel.peer_closed, tell_base=False)
 
     def _authorize(self, link, peer_id) -> bool:
         if not self._is_server:

@@ -13,7 +13,9 @@ Standard library only: the core package and the demo need none of the widget dep
 from __future__ import annotations
 
 import html
+import sys
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -21,7 +23,7 @@ from .statistics import CommunicatorStatistics, PeerStatistics
 
 __all__ = ("Column", "COLUMNS", "peer_name", "peer_values", "peer_fields", "format_count",
            "format_rate", "format_bytes", "text_table", "html_table", "header_line",
-           "static_bundle")
+           "static_bundle", "in_kernel", "StaticSummary", "monitor", "communicator_bundle")
 
 MB = 1e6  # rates in MB/s (decimal, like network rates)
 MiB = float(1 << 20)  # memory and credit in MiB (binary, like buffers)
@@ -204,3 +206,78 @@ def static_bundle(stats: CommunicatorStatistics,
     """``text/plain`` + ``text/html`` for a display without a live frontend."""
     return {"text/plain": text_table(stats, names, max_rows),
             "text/html": html_table(stats, names, max_rows)}
+
+
+# ---------------------------------------------------------------------------- Jupyter hooks
+
+
+def in_kernel() -> bool:
+    """True inside a Jupyter kernel (an IPython shell with a kernel), where widgets can live.
+
+    False in plain Python and the IPython terminal. (nbval and nbconvert run a kernel too:
+    there the display carries the static text/HTML next to the widget.)
+    """
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return False
+    try:
+        shell = ipython.get_ipython()
+    except Exception:  # noqa: BLE001 - a half-initialized IPython is "no kernel"
+        return False
+    return getattr(shell, "kernel", None) is not None
+
+
+class StaticSummary:
+    """A communicator's summary as text and HTML, fresh at each display; no thread.
+
+    What ``Communicator.monitor()`` returns when the widget dependencies are not installed.
+    """
+
+    def __init__(self, communicator, names: Mapping[uuid.UUID, str] | None = None,
+                 max_rows: int | None = 50, reason: str = "") -> None:
+        self.communicator = communicator
+        self.names = names
+        self.max_rows = max_rows
+        self.reason = reason  # why this is not a live widget
+
+    def __repr__(self) -> str:
+        return text_table(self.communicator.statistics(), self.names, self.max_rows)
+
+    def _repr_html_(self) -> str:
+        return html_table(self.communicator.statistics(), self.names, self.max_rows)
+
+    def start(self) -> StaticSummary:  # the Monitor interface, doing nothing
+        return self
+
+    def stop(self) -> None:
+        pass
+
+
+def widgets_missing() -> str | None:
+    """Why ``netq.widgets`` cannot be imported (None when it can)."""
+    try:
+        import netq.widgets  # noqa: F401
+    except ImportError as error:
+        return (f"live widgets need the netq[widgets] extra "
+                f"(pip install 'netq[widgets]'): {error}")
+    return None
+
+
+def monitor(communicator, **options):
+    """``Communicator.monitor()``: a live ``netq.widgets.Monitor``, or a StaticSummary."""
+    reason = widgets_missing()
+    if reason is not None:
+        warnings.warn(reason, stacklevel=3)
+        return StaticSummary(communicator, options.get("names"), reason=reason)
+    from netq.widgets import Monitor
+
+    return Monitor(communicator, **options)
+
+
+def communicator_bundle(communicator, include=None, exclude=None) -> dict:
+    """``Communicator._repr_mimebundle_``: live in a kernel with the widgets, else static."""
+    if in_kernel() and widgets_missing() is None:
+        from netq.widgets import Monitor
+
+        return Monitor(communicator)._repr_mimebundle_(include, exclude)
+    return static_bundle(communicator.statistics())

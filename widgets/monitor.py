@@ -68,6 +68,7 @@ class Monitor:
         self.table = PeerTable(names, max_rows=max_rows)
         self.plots = PeerPlots(names, history=history, max_peers=max_peers)
         self.bokeh = DisplayOnlyBokehModel(self.plots.root, combine_events=True)
+        self.plots.resync = self.bokeh.resync
         self.widget = ipywidgets.VBox([self.table.root, self.bokeh])
         self.widget.add_class("netq-monitor")
         self._lock = threading.Lock()  # one update at a time (sampler vs. user thread)
@@ -148,6 +149,8 @@ class Monitor:
         bundle = static_bundle(self.stats, self.names, self.table.max_rows)
         if in_kernel():
             load_bokeh()
+            with self._lock:  # the new view renders from the current document
+                self.bokeh.refresh()
             if not self._stopped:
                 self.start()
             bundle.update(self.widget._repr_mimebundle_() or {})

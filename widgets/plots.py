@@ -14,6 +14,7 @@ window. At most ``max_peers`` peers are plotted at a time (the table shows them 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import uuid
 from collections.abc import Mapping
@@ -76,24 +77,33 @@ class PeerPlots:
         self._legend_items: dict[uuid.UUID, LegendItem] = {}
         self._next_index = 0
         self.ticks = 0
+        # Context manager around structure changes; the Monitor sets it to its
+        # DisplayOnlyBokehModel.resync so that they reach the browser as a new document.
+        self.resync = contextlib.nullcontext
 
     # -- updates --------------------------------------------------------------------------
 
     def update(self, stats) -> None:
         """Append one point per plotted peer (NaN for peers that left); add new peers."""
         rows = {row.peer: row for row in stats.peers}
-        self._forget_rolled_out()
-        for peer in list(self.peers):
-            if peer not in rows and peer not in self.departed:
-                self.departed[peer] = self.ticks
-                self._legend_items[peer].label = value(f"{self._name(peer)} (left)")
-            elif peer in rows and peer in self.departed:  # it came back (session resumed)
-                del self.departed[peer]
-                self._legend_items[peer].label = value(self._name(peer))
-        joined = [peer for peer in rows if peer not in self.peers]
-        room = self.max_peers - len(self.peers)
-        if joined and room > 0:
-            self._add(sorted(joined, key=lambda p: (self._name(p), str(p)))[:room])
+        left = [p for p in self.peers if p not in rows and p not in self.departed]
+        back = [p for p in self.peers if p in rows and p in self.departed]
+        joined = [p for p in rows if p not in self.peers]
+        room = self.max_peers - len(self.peers) + len(self._rolled_out())
+        joined = sorted(joined, key=lambda p: (self._name(p), str(p)))[:max(room, 0)]
+        if left or back or joined or self._rolled_out():
+            # Structure changes (rare) go to the browser as one whole new document, not as
+            # patches: a patch sent before a view exists is lost, the document is not.
+            with self.resync():
+                self._forget_rolled_out()
+                for peer in left:
+                    self.departed[peer] = self.ticks
+                    self._legend_items[peer].label = value(f"{self._name(peer)} (left)")
+                for peer in back:  # it came back (session resumed)
+                    del self.departed[peer]
+                    self._legend_items[peer].label = value(self._name(peer))
+                if joined:
+                    self._add(joined)
         point = {"t": [stats.uptime]}
         for peer, index in self.peers.items():
             row = rows.get(peer)
@@ -130,9 +140,12 @@ class PeerPlots:
             self._legend_items[peer] = item
             self.legend.items = [*self.legend.items, item]
 
-    def _forget_rolled_out(self) -> None:
-        gone = [peer for peer, tick in self.departed.items()
+    def _rolled_out(self) -> list[uuid.UUID]:
+        return [peer for peer, tick in self.departed.items()
                 if self.ticks - tick >= self.history]
+
+    def _forget_rolled_out(self) -> None:
+        gone = self._rolled_out()
         if not gone:
             return
         data = dict(self.source.data)
@@ -174,6 +187,28 @@ class DisplayOnlyBokehModel(BokehModel):
     def __init__(self, model, **kwargs) -> None:
         self.ignored_echoes = 0
         super().__init__(model, **kwargs)
+
+    @contextlib.contextmanager
+    def resync(self):
+        """Changes made inside are not sent as patches; the whole document is sent after.
+
+        jupyter_bokeh sends a view the document once (``render_bundle``) and then patches to
+        the views that exist at that moment: a patch sent while no view has rendered yet (just
+        after display, or while the page reloads) is lost for good, and later patches that
+        refer to the models it added fail. Structure changes therefore replace the document,
+        which the browser re-renders; only streamed points travel as patches.
+        """
+        document = self._document
+        if document is not None:
+            document.remove_on_change(self)
+        try:
+            yield
+        finally:
+            self.refresh()
+
+    def refresh(self) -> None:
+        """Send the whole current document (views re-render from it)."""
+        self.update_from_model(self._model)
 
     def _sync_model(self, _model, content, _buffers) -> None:
         if content.get("event") == "jsevent" and _event_kind(content) in self.IGNORED_EVENTS:

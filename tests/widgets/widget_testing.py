@@ -111,6 +111,7 @@ class Frontend:
                 self._patch_payload(comm_id, content, message["buffers"])
 
     def _load_bundle(self, state: dict) -> None:
+        """A new render_bundle: the view re-renders from it (its sources replace ours)."""
         bundle = state.get("render_bundle")
         if not bundle:
             return
@@ -118,19 +119,20 @@ class Frontend:
             bundle = json.loads(bundle)
         for doc in bundle["docs_json"].values():
             for root in doc["roots"]:
-                self._collect_sources(root)
+                self._collect_sources(root, replace=True)
 
-    def _collect_sources(self, node) -> None:
+    def _collect_sources(self, node, replace: bool = False) -> None:
         if isinstance(node, dict):
             if node.get("type") == "object" and node.get("name") == "ColumnDataSource" \
-                    and node["id"] not in self.sources:  # BokehJS keeps a known model as is
+                    and (replace or node["id"] not in self.sources):
+                # (BokehJS keeps a model it knows when a patch mentions it by value)
                 attributes = node.get("attributes", {})
                 self.sources[node["id"]] = _decode(attributes.get("data", {"type": "map"}))
             for value in node.values():
-                self._collect_sources(value)
+                self._collect_sources(value, replace)
         elif isinstance(node, list):
             for value in node:
-                self._collect_sources(value)
+                self._collect_sources(value, replace)
 
     def _patch_payload(self, comm_id: str, content: dict, buffers: list) -> None:
         pending = self._pending.setdefault(comm_id, [])

@@ -163,6 +163,8 @@ def text_table(stats: CommunicatorStatistics,
     return "\n".join(lines)
 
 
+_KEYS = ("peer", *(c.key for c in COLUMNS))
+_TEXT = frozenset({"peer", "state"})  # the cells that need escaping
 _STYLE = ("<style>.netq-table{border-collapse:collapse;font-family:monospace;font-size:12px}"
           ".netq-table th,.netq-table td{padding:1px 8px;text-align:right;"
           "border-bottom:1px solid #ddd}"
@@ -187,8 +189,9 @@ def html_table(stats: CommunicatorStatistics,
     shown = rows if max_rows is None else rows[:max_rows]
 
     def cells(fields: dict[str, str]) -> str:
-        return "".join(f'<td class="{key}">{escape(fields[key])}</td>'
-                       for key in ("peer", *(c.key for c in COLUMNS)))
+        # numbers are formatted by us; only names and states come from elsewhere
+        return "".join(f'<td class="{key}">{escape(fields[key]) if key in _TEXT else fields[key]}</td>'
+                       for key in _KEYS)
 
     for row in shown:
         parts.append(f'<tr class="peer" data-peer="{row.peer}">{cells(peer_fields(row, names))}</tr>')

@@ -38,11 +38,18 @@ class PeerTable:
         self.max_rows = max_rows
         self.root = ipywidgets.HTML(value="", layout=ipywidgets.Layout(overflow="auto"))
         self.root.add_class("netq-monitor-table")
-        self.rows: list[dict[str, str]] = []  # what the table shows, as strings
+        self.stats = None  # the snapshot shown
+
+    @property
+    def rows(self) -> list[dict[str, str]]:
+        """What the table shows, as strings, one dict per peer (sorted by peer id)."""
+        if self.stats is None:
+            return []
+        return [peer_fields(row, self.names)
+                for row in sorted(self.stats.peers, key=lambda r: str(r.peer))]
 
     def update(self, stats) -> None:
-        self.rows = [peer_fields(row, self.names)
-                     for row in sorted(stats.peers, key=lambda r: str(r.peer))]
+        self.stats = stats
         self.root.value = html_table(stats, self.names, self.max_rows)
 
 
@@ -69,6 +76,7 @@ class Monitor:
         self.plots = PeerPlots(names, history=history, max_peers=max_peers)
         self.bokeh = DisplayOnlyBokehModel(self.plots.root, combine_events=True)
         self.plots.resync = self.bokeh.resync
+        self.plots.streamer = self.bokeh.stream
         self.widget = ipywidgets.VBox([self.table.root, self.bokeh])
         self.widget.add_class("netq-monitor")
         self._lock = threading.Lock()  # one update at a time (sampler vs. user thread)

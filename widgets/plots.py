@@ -15,11 +15,13 @@ window. At most ``max_peers`` peers are plotted at a time (the table shows them 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import uuid
 from collections.abc import Mapping
 
 from bokeh.core.properties import value
+from bokeh.core.serialization import make_id
 from bokeh.layouts import column
 from bokeh.models import ColumnDataSource, Legend, LegendItem
 from bokeh.palettes import Category10_10
@@ -80,6 +82,9 @@ class PeerPlots:
         # Context manager around structure changes; the Monitor sets it to its
         # DisplayOnlyBokehModel.resync so that they reach the browser as a new document.
         self.resync = contextlib.nullcontext
+        # How a tick's point is appended: bokeh's own stream() by default; the Monitor uses
+        # DisplayOnlyBokehModel.stream (same message to the browser, much cheaper).
+        self.streamer = lambda source, data, rollover: source.stream(data, rollover=rollover)
 
     # -- updates --------------------------------------------------------------------------
 
@@ -110,7 +115,7 @@ class PeerPlots:
             values = peer_values(row) if row is not None else None
             for suffix, (_, _, get) in METRICS.items():
                 point[f"p{index}_{suffix}"] = [get(values) if values is not None else NAN]
-        self.source.stream(point, rollover=self.history)
+        self.streamer(self.source, point, self.history)
         self.ticks += 1
 
     def _name(self, peer: uuid.UUID) -> str:
@@ -186,6 +191,7 @@ class DisplayOnlyBokehModel(BokehModel):
 
     def __init__(self, model, **kwargs) -> None:
         self.ignored_echoes = 0
+        self.refreshes = 0  # whole documents sent after the first
         super().__init__(model, **kwargs)
 
     @contextlib.contextmanager
@@ -208,13 +214,51 @@ class DisplayOnlyBokehModel(BokehModel):
 
     def refresh(self) -> None:
         """Send the whole current document (views re-render from it)."""
+        self.refreshes += 1
         self.update_from_model(self._model)
+
+    def stream(self, source: ColumnDataSource, data: dict[str, list], rollover: int) -> None:
+        """``source.stream(data, rollover)`` at a fraction of the cost, for the sampler.
+
+        Bokeh's ``stream`` validates the whole column data and serializes each patch with a
+        reference table of every model in the document (about 1.5 ms per tick for 8 peers
+        here). This appends to the kernel-side columns in place, without document events,
+        and sends the browser the same PATCH-DOC / ``ColumnsStreamed`` message bokeh would
+        (header, metadata, content: jupyter_bokeh's "patch" protocol). Only this widget's
+        views see it: the plots are not shared with any other bokeh consumer.
+        """
+        columns = source.data
+        for key, values in data.items():
+            column = dict.__getitem__(columns, key)
+            column.extend(values)
+            if rollover is not None and len(column) > rollover:
+                del column[:len(column) - rollover]
+        if self.comm is None:
+            return
+        event = {"kind": "ColumnsStreamed", "model": {"id": source.id}, "attr": "data",
+                 "data": {"type": "map",
+                          "entries": [[key, [_number(v) for v in values]]
+                                      for key, values in data.items()]},
+                 "rollover": rollover}
+        header = {"msgid": make_id(), "msgtype": "PATCH-DOC", "num_buffers": 0}
+        for payload in (header, {}, {"events": [event]}):
+            self.send({"msg": "patch",
+                       "payload": json.dumps(payload, separators=(",", ":"), allow_nan=False)})
 
     def _sync_model(self, _model, content, _buffers) -> None:
         if content.get("event") == "jsevent" and _event_kind(content) in self.IGNORED_EVENTS:
             self.ignored_echoes += 1
             return
         super()._sync_model(_model, content, _buffers)
+
+
+def _number(value: float):
+    """A float as bokeh serializes it (NaN and infinities are not JSON)."""
+    if value != value:
+        return {"type": "number", "value": "nan"}
+    if value in (math.inf, -math.inf):
+        return {"type": "number", "value": "+inf" if value > 0 else "-inf"}
+    return value
 
 
 def _event_kind(content: dict) -> str | None:

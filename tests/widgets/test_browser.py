@@ -92,7 +92,8 @@ CELLS = [
     ('t = monitor.plots.source.data["t"]\n'
      'print(f"netq-check points={len(t)} unique={len(set(t))} '
      'echoes={monitor.bokeh.ignored_echoes} peers={len(monitor.stats.peers)} '
-     'ticks={monitor.plots.ticks} '
+     'ticks={monitor.plots.ticks} refreshes={monitor.bokeh.refreshes} '
+     'cpu_s={monitor.sampler.cpu_seconds:.3f} '
      'cpu={100 * monitor.sampler.cpu_fraction():.3f}%")\n'
      'assert len(t) == len(set(t))'),
 ]

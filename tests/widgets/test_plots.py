@@ -102,3 +102,23 @@ def test_the_browser_echo_is_ignored(frontend):
     plots, widget, before, echoed = run(BokehModel)
     t = plots.source.data["t"]
     assert len(t) > len(before["t"]) and len(set(t)) < len(t)  # duplicated points
+
+
+def test_the_fast_stream_sends_what_bokeh_would(frontend):
+    plots = PeerPlots(NAMES, history=3)
+    widget = DisplayOnlyBokehModel(plots.root, combine_events=True)
+    tick(plots, 1.0, make_row(A, queue_in=1))  # bokeh's own source.stream()
+    theirs = frontend.patches[-1]["events"][0]
+    plots.streamer = widget.stream
+    for t in range(2, 6):
+        tick(plots, float(t), make_row(A, queue_in=t), *([make_row(B)] if t == 5 else []))
+    ours = [e for p in frontend.patches for e in p["events"] if e["kind"] == "ColumnsStreamed"]
+    assert set(ours[-2]) == set(theirs)
+    assert {k: ours[-2][k] for k in ("kind", "model", "attr", "rollover")} == \
+        {k: theirs[k] for k in ("kind", "model", "attr", "rollover")}
+    assert [k for k, _ in ours[-2]["data"]["entries"]] == [k for k, _ in theirs["data"]["entries"]]
+    # kernel side: rolled over in place; browser side (replayed): the same, NaN included
+    assert plots.source.data["t"] == [3.0, 4.0, 5.0]
+    assert plots.series(A, "queue_in") == [3.0, 4.0, 5.0]
+    assert same_columns(frontend.source(plots.source), dict(plots.source.data))
+    assert math.isnan(frontend.source(plots.source)["p1_queue_in"][0])

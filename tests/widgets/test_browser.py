@@ -5,10 +5,10 @@ displayed as a cell's last expression, then ``server.monitor()``, then a cell th
 client and keeps the kernel busy), starts ``jupyter-lab`` on a free loopback port with a token
 and its own config/data/runtime/settings directories, opens the notebook with ``?reset``,
 runs all cells from the menu and checks in the page: both monitors render their table (one
-row per peer, the late peer included) and their bokeh canvases, the points plotted grow while
-a cell runs, and the console has no errors. It re-runs the check cell once the kernel is idle
+row per peer, the late peer included) and their bokeh canvases, the points plotted grow (also
+while the last cell keeps the kernel busy), and the console has no errors. It re-runs the check cell once the kernel is idle
 (when the browser's echoes have arrived) to see that the kernel-side data has no duplicates.
-A screenshot goes to ``test-artifacts/`` (``$NETQ_TEST_ARTIFACTS``). Kernels are deleted and
+Screenshots go to ``test-artifacts/`` (``$NETQ_TEST_ARTIFACTS``). Kernels are deleted and
 the server is stopped by its pid.
 
 It skips only when chromium (``/usr/bin/chromium``, ``$NETQ_CHROMIUM``) or the playwright
@@ -96,7 +96,9 @@ CELLS = [
      'cpu_s={monitor.sampler.cpu_seconds:.3f} '
      'cpu={100 * monitor.sampler.cpu_fraction():.3f}%")\n'
      'assert len(t) == len(set(t))'),
+    "time.sleep(20)  # the kernel is busy: the monitors keep updating",
 ]
+CHECK_CELL, BUSY_CELL = 4, 5
 
 # JavaScript: the number of points in each bokeh ColumnDataSource with a "t" column.
 POINTS_JS = """() => {
@@ -249,8 +251,17 @@ def _points(page) -> dict[str, int]:
 
 
 def _run_all(page) -> None:
-    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-    page.locator('li.lm-Menu-item[data-command="runmenu:run-all"]').click()
+    """Run > Run All Cells; again if the first cell has not started within 30 s."""
+    first = page.locator(".jp-Cell").first.locator(".jp-InputPrompt")
+    for attempt in range(2):
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.locator('li.lm-Menu-item[data-command="runmenu:run-all"]').click()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if re.search(r"\[(\*|\d+)\]", first.inner_text()):
+                return
+            time.sleep(0.25)
+    raise AssertionError("Run All did not start the first cell")
 
 
 @pytest.mark.timeout(600)  # a loaded 2-core CI machine renders slowly
@@ -277,7 +288,11 @@ def test_monitor_in_jupyterlab_with_chromium():
                 page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
                         if m.type == "error" else None)
                 page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-                _exercise(page, lab)
+                try:
+                    _exercise(page, lab)
+                except BaseException:
+                    _diagnose(page, lab)
+                    raise
             finally:
                 context.close()
     finally:
@@ -314,18 +329,28 @@ def _exercise(page, lab: Lab) -> None:
     _wait_for(lambda: all(len(t) == 4 for t in _tables(page)), 60, "4 peers in both tables")
     later = _wait_for(lambda: (lambda c: sum(c.get(k, 0) > n for k, n in counts.items()) >= 2
                                and c)(_points(page)), 60, "both plots growing")
-    busy = page.locator(".jp-Cell").nth(3).locator(".jp-InputPrompt").inner_text()
+    # while the last cell keeps the kernel busy, the plots still grow
+    busy = page.locator(".jp-Cell").nth(BUSY_CELL).locator(".jp-InputPrompt")
+    _wait_for(lambda: "*" in busy.inner_text(), 90, "the busy cell to start")
+    during = _points(page)
+    grown = _wait_for(lambda: (lambda c: sum(c.get(k, 0) > n for k, n in during.items()) >= 2
+                               and c)(_points(page)), 15, "both plots growing while busy")
+    assert "*" in busy.inner_text(), "the busy cell ended before the plots grew"
     tables = _tables(page)
     assert all("connected" in row for row in tables[0]), tables
     assert any("client-3" in row for row in tables[1]), tables
     page.screenshot(path=str(ARTIFACTS / "widgets-jupyterlab.png"), timeout=120_000)
-    box = page.locator(".netq-monitor").first.bounding_box()
-    if box is not None:  # (an element screenshot would wait for a still element)
-        page.screenshot(path=str(ARTIFACTS / "widgets-monitor.png"), clip=box, timeout=120_000)
+    for index, name in ((0, "widgets-monitor.png"), (1, "widgets-monitor-2.png")):
+        monitor = page.locator(".netq-monitor").nth(index)
+        monitor.evaluate("(element) => element.scrollIntoView()")
+        box = monitor.bounding_box()  # (an element screenshot would wait for a still element)
+        if box is not None:
+            page.screenshot(path=str(ARTIFACTS / name), clip=box, timeout=120_000)
     # once Run All is done and the kernel idle, the browser's echoes have reached the kernel:
     # run the check cell again and read what it printed
-    cell = page.locator(".jp-Cell").nth(4)
+    cell = page.locator(".jp-Cell").nth(CHECK_CELL)
     _wait_for(lambda: "netq-check" in _output(cell), 90, "the check cell's output")
+    _wait_for(lambda: "*" not in busy.inner_text(), 60, "the busy cell to end")
     time.sleep(2)
     cell.locator(".jp-InputArea-editor").click()
     page.keyboard.press("Shift+Enter")
@@ -333,12 +358,25 @@ def _exercise(page, lab: Lab) -> None:
     final = _points(page)
     numbers = dict(re.findall(r"(\w+)=([0-9.]+)", text))
     (ARTIFACTS / "widgets-jupyterlab.txt").write_text(
-        f"{text}\nbrowser points per source: {counts} -> {later} -> {final}\n"
-        f"busy cell prompt while the plots grew: {busy!r}\n"
+        f"{text}\nbrowser points per source: {counts} -> {later}; while a cell ran: "
+        f"{during} -> {grown}; at the end: {final}\n"
         f"seconds from Run All to the end of the checks: {time.monotonic() - start:.1f}\n")
     assert int(numbers["points"]) == int(numbers["unique"]) > 10, text
     assert int(numbers["echoes"]) > 0, text  # the browser did echo, and it was ignored
     assert int(numbers["peers"]) == 4, text
+
+
+def _diagnose(page, lab: Lab) -> None:
+    """On failure: a screenshot, the page's view of the monitors and the server log."""
+    try:
+        page.screenshot(path=str(ARTIFACTS / "widgets-failure.png"), timeout=60_000)
+        prompts = page.locator(".jp-Cell .jp-InputPrompt").all_inner_texts()
+        (ARTIFACTS / "widgets-failure.txt").write_text(
+            f"prompts: {prompts}\ntables: {_tables(page)}\npoints: {_points(page)}\n"
+            f"outputs: {[_output(c) for c in page.locator('.jp-Cell').all()]}\n"
+            f"jupyter-lab log:\n{lab.log()}\n")
+    except Exception as error:  # noqa: BLE001 - diagnostics must not hide the failure
+        (ARTIFACTS / "widgets-failure.txt").write_text(f"diagnostics failed: {error!r}\n")
 
 
 def _check_line(cell, after: int) -> str | None:

@@ -108,3 +108,21 @@ def test_core_netq_works_without_the_widget_dependencies(tmp_path):
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_netq_widgets_importable_when_its_dependencies_are():
+    """With ipywidgets, bokeh and jupyter_bokeh installed, netq.widgets must import (it is
+    mapped from the top-level widgets/ folder; tests/widgets is not collected otherwise)."""
+    import importlib.util
+
+    if not all(importlib.util.find_spec(m) for m in ("ipywidgets", "bokeh", "jupyter_bokeh")):
+        import pytest
+
+        pytest.skip("the [widgets] dependencies are not installed")
+    try:
+        import netq.widgets  # noqa: F401
+    except ImportError as error:
+        raise AssertionError(
+            f"netq.widgets is not importable ({error}): it is mapped from the top-level "
+            "widgets/ folder by pyproject.toml; reinstall this checkout: "
+            "pip install -e '.[widgets]'") from None

@@ -584,6 +584,25 @@ class Communicator:
             closed_totals=tuple(self._totals_closed),
         )
 
+    # ------------------------------------------------------------------ display
+
+    def monitor(self, interval: float = 0.5, **options):
+        """A live Jupyter view of :meth:`statistics` (per-peer table and plots at 1/interval Hz).
+
+        Needs the ``netq[widgets]`` extra (the ``netq.widgets`` package, imported only here);
+        without it, a static text/HTML summary (and a warning). Options: see
+        ``netq.widgets.Monitor``.
+        """
+        from .display import monitor
+
+        return monitor(self, interval=interval, **options)
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        """Jupyter display: a live monitor in a kernel with ``netq[widgets]``, else static."""
+        from .display import communicator_bundle
+
+        return communicator_bundle(self, include, exclude)
+
     # ================================================================== I/O engine
     # Everything below runs on the transport's I/O thread.
 

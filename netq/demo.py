@@ -27,38 +27,15 @@ from . import (
     ResourceClosed,
     new,
 )
+from .display import text_table
 
 SIZES = (64, 4096, 65536, 1 << 20)  # bytes; chosen per message with WEIGHTS
 WEIGHTS = (60, 25, 10, 5)
 
 
-def _format_rate(value: float, unit: str) -> str:
-    for prefix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if value >= scale:
-            return f"{value / scale:6.1f} {prefix}{unit}"
-    return f"{value:6.0f}  {unit}"
-
-
 def render(stats, names: dict[uuid.UUID, str]) -> str:
-    """The per-peer table as text (also used by tests)."""
-    lines = [
-        f"netq {stats.purpose} {stats.protocol} on {stats.address}  up {stats.uptime:5.1f} s  "
-        f"peers {len(stats.peers)}  memory {stats.memory / 2**20:6.1f} MiB",
-        f"{'peer':<10} {'state':<12} {'q-in':>6} {'q-out':>6} {'in msg/s':>12} {'in B/s':>11} "
-        f"{'out msg/s':>12} {'memory':>9} {'credit':>9}",
-    ]
-    for row in sorted(stats.peers, key=lambda r: names.get(r.peer, str(r.peer))):
-        lines.append(
-            f"{names.get(row.peer, str(row.peer)[:8]):<10} {row.state:<12} {row.queue_in:>6} "
-            f"{row.queue_out:>6} {_format_rate(row.messages_in_per_s, 'msg/s'):>12} "
-            f"{_format_rate(row.bytes_in_per_s, 'B/s'):>11} "
-            f"{_format_rate(row.messages_out_per_s, 'msg/s'):>12} "
-            f"{row.memory / 2**20:7.2f}Mi {row.credit_in / 2**20:7.2f}Mi")
-    lines.append(
-        f"{'total':<10} {'':<12} {'':>6} {'':>6} {_format_rate(stats.messages_in_per_s, 'msg/s'):>12} "
-        f"{_format_rate(stats.bytes_in_per_s, 'B/s'):>11} "
-        f"{_format_rate(stats.messages_out_per_s, 'msg/s'):>12}")
-    return "\n".join(lines)
+    """The per-peer table as text: the same fields as the Jupyter widget (netq.display)."""
+    return text_table(stats, names)
 
 
 def run(clients: int = 4, seconds: float = 5.0, interval: float = 0.5,
@@ -202,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="TCP port, or the broker's for mqtt (default: any free one)")
     args = parser.parse_args(argv)
     width = shutil.get_terminal_size((100, 20)).columns
-    if width < 100:
-        print("(widen the terminal to 100 columns for the full table)")
+    if width < 110:
+        print("(widen the terminal to 110 columns for the full table)")
     summary = run(args.clients, args.seconds, args.interval, args.protocol, args.port)
     return 0 if summary["sent"] == summary["received"] and not summary["problems"] else 1

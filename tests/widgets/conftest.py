@@ -1,0 +1,29 @@
+"""Widget tests: skipped without the [widgets] dependencies; ``frontend`` records comms.
+
+When the dependencies are installed but ``netq.widgets`` cannot be imported (this checkout
+is not the installed netq, or was installed before the widgets/ mapping existed), these
+modules are not collected, and ``tests/test_display.py::test_netq_widgets_importable`` fails
+with the fix, so the rest of the suite still runs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+for _module in ("ipywidgets", "bokeh", "jupyter_bokeh"):
+    pytest.importorskip(_module, reason=f"{_module} missing: install netq[widgets]")
+
+try:
+    import netq.widgets  # noqa: F401
+except ImportError:
+    collect_ignore_glob = ["test_*.py"]  # reported by tests/test_display.py
+else:
+    import comm as comm_package
+    from widget_testing import Frontend
+
+    @pytest.fixture
+    def frontend(monkeypatch) -> Frontend:
+        """Every widget comm opened during the test is recorded by this replica of a browser."""
+        recorded = Frontend()
+        monkeypatch.setattr(comm_package, "create_comm", recorded.create_comm)
+        return recorded

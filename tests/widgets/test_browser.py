@@ -1,0 +1,408 @@
+"""The widget in a real browser: JupyterLab + Debian's chromium driven by playwright.
+
+The test writes a notebook (a server and clients on 127.0.0.1 with real traffic, the server
+displayed as a cell's last expression, then ``server.monitor()``, then a cell that adds a
+client and keeps the kernel busy), starts ``jupyter-lab`` on a free loopback port with a token
+and its own config/data/runtime/settings directories, opens the notebook with ``?reset``,
+runs all cells from the menu and checks in the page: both monitors render their table (one
+row per peer, the late peer included) and their bokeh canvases, the points plotted grow (also
+while the last cell keeps the kernel busy), and the console has no errors. It re-runs the check cell once the kernel is idle
+(when the browser's echoes have arrived) to see that the kernel-side data has no duplicates.
+Screenshots go to ``test-artifacts/`` (``$NETQ_TEST_ARTIFACTS``). Kernels are deleted and
+the server is stopped by its pid.
+
+It skips only when chromium (``/usr/bin/chromium``, ``$NETQ_CHROMIUM``) or the playwright
+package is missing; CI installs both (.ci/run, the dev extra). Never ``playwright install``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("NETQ_TEST_ARTIFACTS", REPO / "test-artifacts"))
+CHROMIUM = os.environ.get("NETQ_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--disable-quic"]
+NOTEBOOK = "monitor.ipynb"
+WORKSPACE = "netq-widgets-test"
+
+SETUP = '''\
+import threading, time
+import netq as nq
+
+server = nq.new(purpose=nq.Purpose.SERVER, options=nq.CommunicatorOptions(
+    netloc=nq.NetworkLocation(host="127.0.0.1", port=0)))
+port = server.address[1]
+stop = threading.Event()
+clients, names = [], {}
+
+def add_client():
+    client = nq.new(purpose=nq.Purpose.CLIENT, options=nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation(host="127.0.0.1", port=port)))
+    names[client.id] = f"client-{len(clients)}"
+    clients.append(client)
+    def work():
+        payload = bytes(16384)
+        while not stop.is_set():
+            try:
+                client.put(payload, timeout=1)
+            except nq.Full:
+                continue
+            except nq.NetqError:
+                return
+            time.sleep(0.004)
+    threading.Thread(target=work, daemon=True).start()
+
+def consume():
+    while not stop.is_set():
+        try:
+            server.get_many(max_messages=256, timeout=0.1)
+        except nq.Empty:
+            pass
+        except nq.ResourceClosed:
+            return
+
+threading.Thread(target=consume, daemon=True).start()
+for _ in range(3):
+    add_client()
+time.sleep(1)
+'''
+CELLS = [
+    SETUP,
+    "# NBVAL_IGNORE_OUTPUT\nserver  # a communicator as the last expression: a live monitor",
+    "# NBVAL_IGNORE_OUTPUT\nmonitor = server.monitor(names=names)\nmonitor",
+    "add_client()  # a peer joins while this cell keeps the kernel busy\ntime.sleep(6)",
+    ('t = monitor.plots.source.data["t"]\n'
+     'print(f"netq-check points={len(t)} unique={len(set(t))} '
+     'echoes={monitor.bokeh.ignored_echoes} peers={len(monitor.stats.peers)} '
+     'ticks={monitor.plots.ticks} refreshes={monitor.bokeh.refreshes} '
+     'cpu_s={monitor.sampler.cpu_seconds:.3f} '
+     'cpu={100 * monitor.sampler.cpu_fraction():.3f}%")\n'
+     'assert len(t) == len(set(t))'),
+    ("import os  # the kernel stays busy until the test releases it: the monitors keep updating\n"
+     "deadline = time.monotonic() + 180\n"
+     "while not os.path.exists(\"release\") and time.monotonic() < deadline:\n"
+     "    time.sleep(0.1)"),
+]
+CHECK_CELL, BUSY_CELL = 4, 5
+
+# JavaScript: the number of points in each bokeh ColumnDataSource with a "t" column.
+POINTS_JS = """() => {
+  const B = window.Bokeh;
+  if (B == null || B.documents == null) return null;
+  const counts = {};  // source id -> points (the largest, if stale documents linger)
+  for (const doc of B.documents) {
+    const models = doc._all_models != null ? doc._all_models.values() : doc.all_models;
+    for (const model of models) {
+      const data = model.data;  // a Map in BokehJS 3.9, a plain object in older versions
+      if (data == null || typeof data !== "object") continue;
+      const t = data instanceof Map ? data.get("t") : data.t;
+      if (t != null && typeof t.length === "number")
+        counts[model.id] = Math.max(counts[model.id] ?? 0, t.length);
+    }
+  }
+  return counts;
+}"""
+
+
+def _requirements():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"chromium not found at {CHROMIUM} (Debian: apt-get install chromium; "
+                    ".ci/run installs it)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("the playwright package is missing (pip install -e '.[dev]')")
+    import jupyterlab  # noqa: F401 - required (dev extra): a failure, not a skip
+    import nbformat
+    return sync_playwright, nbformat
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Lab:
+    """jupyter-lab in its own directories, on 127.0.0.1, stopped by pid."""
+
+    def __init__(self, root: Path, home: Path) -> None:
+        self.token = secrets.token_hex(16)
+        self.root = root
+        self.home = home
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        kernels = home / "jupyter-path" / "kernels" / "python3"
+        kernels.mkdir(parents=True)
+        # The kernel is this interpreter, importing this checkout's netq first.
+        (kernels / "kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+            "display_name": "Python 3 (netq test)", "language": "python",
+            "env": {"PYTHONPATH": self._pythonpath()}}))
+        settings = home / "settings"
+        for plugin, values in {
+            "@jupyterlab/notebook-extension/tracker.jupyterlab-settings":
+                {"windowingMode": "none"},  # every cell attached: both monitors render
+            "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
+                {"fetchNews": "false", "checkForUpdates": False},
+        }.items():
+            path = settings / plugin
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(values))
+        env = dict(os.environ)
+        data_paths = [str(home / "jupyter-path")]
+        for prefix in dict.fromkeys([sys.prefix, sys.base_prefix]):  # lab extensions
+            data_paths.append(os.path.join(prefix, "share", "jupyter"))
+        # Server extensions (jupyter_lsp, terminals) are enabled in <prefix>/etc/jupyter; a
+        # venv with system site packages would not see its base interpreter's.
+        config_paths = [os.path.join(prefix, "etc", "jupyter")
+                        for prefix in dict.fromkeys([sys.prefix, sys.base_prefix])]
+        env.update({
+            "JUPYTER_PATH": os.pathsep.join(data_paths),
+            "JUPYTER_CONFIG_PATH": os.pathsep.join(config_paths),
+            "JUPYTER_CONFIG_DIR": str(home / "config"),
+            "JUPYTER_DATA_DIR": str(home / "data"),
+            "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+            "IPYTHONDIR": str(home / "ipython"),
+            "PYTHONPATH": self._pythonpath(),
+        })
+        self.log_path = home / "jupyter-lab.log"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
+             f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
+             f"--ServerApp.token={self.token}", f"--ServerApp.root_dir={root}",
+             f"--LabApp.user_settings_dir={settings}",
+             f"--LabApp.workspaces_dir={home / 'workspaces'}"]
+            + (["--allow-root"] if os.geteuid() == 0 else []),
+            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+            cwd=root)
+        try:
+            self._wait_ready(90)
+        except BaseException:
+            self.stop()
+            raise
+
+    @staticmethod
+    def _pythonpath() -> str:
+        extra = os.environ.get("PYTHONPATH")
+        return os.pathsep.join([str(REPO)] + ([extra] if extra else []))
+
+    def api(self, path: str, method: str = "GET"):
+        request = urllib.request.Request(f"{self.url}{path}", method=method,
+                                         headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body = response.read()
+        return json.loads(body) if body else None
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"jupyter-lab exited ({self.proc.returncode}):\n{self.log()}")
+            try:
+                self.api("/api/status")
+                return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.25)
+        raise RuntimeError(f"jupyter-lab not ready after {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-5000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                for kernel in self.api("/api/kernels"):
+                    self.api(f"/api/kernels/{kernel['id']}", method="DELETE")
+        except (urllib.error.URLError, OSError):
+            pass
+        finally:
+            if self.proc.poll() is None:
+                os.kill(self.proc.pid, signal.SIGTERM)
+                try:
+                    self.proc.wait(20)
+                except subprocess.TimeoutExpired:
+                    os.kill(self.proc.pid, signal.SIGKILL)
+                    self.proc.wait(10)
+            self._log.close()
+
+
+def _points(page) -> dict[str, int]:
+    return page.evaluate(POINTS_JS) or {}
+
+
+def _run_all(page) -> None:
+    """Run > Run All Cells; again if the first cell has not started within 30 s."""
+    first = page.locator(".jp-Cell").first.locator(".jp-InputPrompt")
+    for attempt in range(2):
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.locator('li.lm-Menu-item[data-command="runmenu:run-all"]').click()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if re.search(r"\[(\*|\d+)\]", first.inner_text()):
+                return
+            time.sleep(0.25)
+    raise AssertionError("Run All did not start the first cell")
+
+
+@pytest.mark.timeout(600)  # a loaded 2-core CI machine renders slowly
+def test_monitor_in_jupyterlab_with_chromium():
+    sync_playwright, nbformat = _requirements()
+    home = Path(tempfile.mkdtemp(prefix="nq-lab-"))
+    root = home / "root"
+    root.mkdir()
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                       "language": "python"}
+    nbformat.write(notebook, root / NOTEBOOK)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    lab = Lab(root, home)
+    problems: list[str] = []
+    try:
+        with sync_playwright() as playwright:
+            context = playwright.chromium.launch_persistent_context(
+                str(home / "chromium-profile"), executable_path=CHROMIUM, headless=True,
+                args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 1800})
+            try:
+                page = context.pages[0] if context.pages else context.new_page()
+                page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+                        if m.type == "error" else None)
+                page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+                try:
+                    _exercise(page, lab)
+                except BaseException:
+                    _diagnose(page, lab)
+                    raise
+            finally:
+                context.close()
+    finally:
+        lab.stop()
+        shutil.rmtree(home, ignore_errors=True)
+    assert not problems, "browser console:\n" + "\n".join(problems)
+
+
+TABLES_JS = """() => [...document.querySelectorAll('.netq-monitor .netq-table')].map(
+  (table) => [...table.querySelectorAll('tr.peer')].map((row) => row.innerText))"""
+
+
+def _tables(page) -> list[list[str]]:
+    """Rows of every monitor table, read in one go (the tables are replaced at 2 Hz)."""
+    return page.evaluate(TABLES_JS)
+
+
+def _exercise(page, lab: Lab) -> None:
+    page.goto(f"{lab.url}/lab/workspaces/{WORKSPACE}/tree/{NOTEBOOK}?reset&token={lab.token}")
+    page.locator(".jp-Notebook .jp-Cell").nth(len(CELLS) - 1).wait_for(timeout=90_000)
+    page.get_by_text("Kernel status: Idle").first.wait_for(state="attached", timeout=90_000)
+    _run_all(page)
+    start = time.monotonic()
+    # both monitors: a table with a row per peer, and bokeh canvases (inside shadow roots,
+    # which playwright's CSS selectors pierce)
+    _wait_for(lambda: len(_tables(page)) == 2 and all(len(t) >= 3 for t in _tables(page)),
+              90, "both monitors' tables with 3 peers")
+    _wait_for(lambda: page.locator(".netq-monitor canvas").count() >= 6, 60,
+              "bokeh canvases in both monitors")
+    counts = _wait_for(lambda: (lambda c: len(c) >= 2 and min(c.values()) >= 2 and c)(
+        _points(page)), 60, "points in both monitors' plots")
+    # the late peer (cell 4, while the kernel is busy) shows up in both tables, and the
+    # plots keep growing while that cell runs
+    _wait_for(lambda: all(len(t) == 4 for t in _tables(page)), 60, "4 peers in both tables")
+    later = _wait_for(lambda: (lambda c: sum(c.get(k, 0) > n for k, n in counts.items()) >= 2
+                               and c)(_points(page)), 60, "both plots growing")
+    # while the last cell keeps the kernel busy, the plots still grow
+    busy = page.locator(".jp-Cell").nth(BUSY_CELL).locator(".jp-InputPrompt")
+    _wait_for(lambda: "*" in busy.inner_text(), 90, "the busy cell to start")
+    during = _points(page)
+    grown = _wait_for(lambda: (lambda c: sum(c.get(k, 0) > n for k, n in during.items()) >= 2
+                               and c)(_points(page)), 15, "both plots growing while busy")
+    assert "*" in busy.inner_text(), "the busy cell ended before the plots grew"
+    tables = _tables(page)
+    (lab.root / "release").touch()  # the busy cell may end now
+    assert all("connected" in row for row in tables[0]), tables
+    assert any("client-3" in row for row in tables[1]), tables
+    page.screenshot(path=str(ARTIFACTS / "widgets-jupyterlab.png"), timeout=120_000)
+    for index, name in ((0, "widgets-monitor.png"), (1, "widgets-monitor-2.png")):
+        monitor = page.locator(".netq-monitor").nth(index)
+        monitor.evaluate("(element) => element.scrollIntoView()")
+        box = monitor.bounding_box()  # (an element screenshot would wait for a still element)
+        if box is not None:
+            page.screenshot(path=str(ARTIFACTS / name), clip=box, timeout=120_000)
+    # once Run All is done and the kernel idle, the browser's echoes have reached the kernel:
+    # run the check cell again and read what it printed
+    cell = page.locator(".jp-Cell").nth(CHECK_CELL)
+    _wait_for(lambda: "netq-check" in _output(cell), 90, "the check cell's output")
+    _wait_for(lambda: "*" not in busy.inner_text(), 60, "the busy cell to end")
+    time.sleep(2)
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    text = _wait_for(lambda: _check_line(cell, after=1), 60, "the re-run check cell")
+    final = _points(page)
+    numbers = dict(re.findall(r"(\w+)=([0-9.]+)", text))
+    (ARTIFACTS / "widgets-jupyterlab.txt").write_text(
+        f"{text}\nbrowser points per source: {counts} -> {later}; while a cell ran: "
+        f"{during} -> {grown}; at the end: {final}\n"
+        f"seconds from Run All to the end of the checks: {time.monotonic() - start:.1f}\n")
+    assert int(numbers["points"]) == int(numbers["unique"]) > 10, text
+    assert int(numbers["echoes"]) > 0, text  # the browser did echo, and it was ignored
+    assert int(numbers["peers"]) == 4, text
+
+
+def _diagnose(page, lab: Lab) -> None:
+    """On failure: a screenshot, the page's view of the monitors and the server log."""
+    try:
+        page.screenshot(path=str(ARTIFACTS / "widgets-failure.png"), timeout=60_000)
+        prompts = page.locator(".jp-Cell .jp-InputPrompt").all_inner_texts()
+        (ARTIFACTS / "widgets-failure.txt").write_text(
+            f"prompts: {prompts}\ntables: {_tables(page)}\npoints: {_points(page)}\n"
+            f"outputs: {[_output(c) for c in page.locator('.jp-Cell').all()]}\n"
+            f"jupyter-lab log:\n{lab.log()}\n")
+    except Exception as error:  # noqa: BLE001 - diagnostics must not hide the failure
+        (ARTIFACTS / "widgets-failure.txt").write_text(f"diagnostics failed: {error!r}\n")
+
+
+def _check_line(cell, after: int) -> str | None:
+    prompt = cell.locator(".jp-InputPrompt").inner_text()
+    count = re.search(r"\[(\d+)\]", prompt)
+    if count is None or int(count.group(1)) <= len(CELLS):  # not the re-run yet
+        return None
+    match = re.search(r"netq-check [^\n]*", _output(cell))
+    return match.group(0) if match else None
+
+
+def _output(cell) -> str:
+    outputs = cell.locator(".jp-OutputArea-output")
+    return "\n".join(outputs.all_inner_texts()) if outputs.count() else ""
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.25)

@@ -1,0 +1,24 @@
+"""netq.widgets: live Jupyter views of netq communicators (the ``netq[widgets]`` extra).
+
+This package lives in the repository's top-level ``widgets/`` folder and is installed as
+``netq.widgets`` (a setuptools ``package-dir`` mapping in ``pyproject.toml``). Core netq never
+imports it at import time: ``Communicator.monitor()`` and a communicator displayed in a
+notebook import it lazily and fall back to a static text/HTML summary when ipywidgets, bokeh or
+jupyter_bokeh are missing.
+
+    import netq as nq
+    server = nq.new(purpose=nq.Purpose.SERVER)
+    server              # last expression of a cell: a live monitor
+    server.monitor()    # the same, with options (interval=, names=, history=, ...)
+
+See ``docs/widgets.md``.
+"""
+
+from __future__ import annotations
+
+from .monitor import Monitor, PeerTable
+from .plots import METRICS, DisplayOnlyBokehModel, PeerPlots, load_bokeh
+from .sampler import Sampler
+
+__all__ = ("Monitor", "PeerTable", "PeerPlots", "DisplayOnlyBokehModel", "Sampler",
+           "load_bokeh", "METRICS")

@@ -61,7 +61,7 @@ def _run(clients: int, seconds: float, interval: float, protocol: str,
         connection=ConnectionOptions(recv_window=8 << 20, send_window=8 << 20))
     server = new(Protocol(protocol), Purpose.SERVER, options)
     address = server.address
-    if protocol == "tcp":
+    if protocol in ("tcp", "grpc"):
         client_netloc = NetworkLocation(host="127.0.0.1", port=address[1])
     else:
         client_netloc = netloc
@@ -173,8 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4, help="client communicators (default 4)")
     parser.add_argument("--seconds", type=float, default=5.0, help="how long to run (default 5)")
     parser.add_argument("--interval", type=float, default=0.5, help="seconds between tables")
-    parser.add_argument("--protocol", choices=("tcp", "unix", "mqtt"), default="tcp",
-                        help="mqtt: through a private mosquitto started for the demo")
+    parser.add_argument("--protocol", choices=("tcp", "unix", "mqtt", "grpc"), default="tcp",
+                        help="mqtt: through a private mosquitto started for the demo; "
+                             "mqtt and grpc need the [mqtt] / [grpc] extras")
     parser.add_argument("--port", type=int, default=0,
                         help="TCP port, or the broker's for mqtt (default: any free one)")
     args = parser.parse_args(argv)

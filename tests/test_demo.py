@@ -5,13 +5,16 @@ import subprocess
 import sys
 import uuid
 
+import pytest
+
 from netq import demo
 from netq.statistics import RateMeter, PeerStatistics
 
 
-def test_demo_moves_traffic_and_loses_nothing():
+@pytest.mark.parametrize("protocol", ["tcp", "unix", "mqtt", "grpc"])
+def test_demo_moves_traffic_and_loses_nothing(protocol):
     out = io.StringIO()
-    summary = demo.run(clients=3, seconds=1.5, interval=0.5, out=out)
+    summary = demo.run(clients=3, seconds=1.5, interval=0.5, protocol=protocol, out=out)
     assert summary["received"] == summary["sent"] > 0
     assert summary["problems"] == []
     text = out.getvalue()

@@ -33,6 +33,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from netq_testing import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("NETQ_TEST_ARTIFACTS", REPO / "test-artifacts"))
@@ -321,22 +322,22 @@ def _exercise(page, lab: Lab) -> None:
     start = time.monotonic()
     # both monitors: a table with a row per peer, and bokeh canvases (inside shadow roots,
     # which playwright's CSS selectors pierce)
-    _wait_for(lambda: len(_tables(page)) == 2 and all(len(t) >= 3 for t in _tables(page)),
+    wait_for_page(lambda: len(_tables(page)) == 2 and all(len(t) >= 3 for t in _tables(page)),
               90, "both monitors' tables with 3 peers")
-    _wait_for(lambda: page.locator(".netq-monitor canvas").count() >= 6, 60,
+    wait_for_page(lambda: page.locator(".netq-monitor canvas").count() >= 6, 60,
               "bokeh canvases in both monitors")
-    counts = _wait_for(lambda: (lambda c: len(c) >= 2 and min(c.values()) >= 2 and c)(
+    counts = wait_for_page(lambda: (lambda c: len(c) >= 2 and min(c.values()) >= 2 and c)(
         _points(page)), 60, "points in both monitors' plots")
     # the late peer (cell 4, while the kernel is busy) shows up in both tables, and the
     # plots keep growing while that cell runs
-    _wait_for(lambda: all(len(t) == 4 for t in _tables(page)), 60, "4 peers in both tables")
-    later = _wait_for(lambda: (lambda c: sum(c.get(k, 0) > n for k, n in counts.items()) >= 2
+    wait_for_page(lambda: all(len(t) == 4 for t in _tables(page)), 60, "4 peers in both tables")
+    later = wait_for_page(lambda: (lambda c: sum(c.get(k, 0) > n for k, n in counts.items()) >= 2
                                and c)(_points(page)), 60, "both plots growing")
     # while the last cell keeps the kernel busy, the plots still grow
     busy = page.locator(".jp-Cell").nth(BUSY_CELL).locator(".jp-InputPrompt")
-    _wait_for(lambda: "*" in busy.inner_text(), 90, "the busy cell to start")
+    wait_for_page(lambda: "*" in busy.inner_text(), 90, "the busy cell to start")
     during = _points(page)
-    grown = _wait_for(lambda: (lambda c: sum(c.get(k, 0) > n for k, n in during.items()) >= 2
+    grown = wait_for_page(lambda: (lambda c: sum(c.get(k, 0) > n for k, n in during.items()) >= 2
                                and c)(_points(page)), 15, "both plots growing while busy")
     assert "*" in busy.inner_text(), "the busy cell ended before the plots grew"
     tables = _tables(page)
@@ -353,12 +354,12 @@ def _exercise(page, lab: Lab) -> None:
     # once Run All is done and the kernel idle, the browser's echoes have reached the kernel:
     # run the check cell again and read what it printed
     cell = page.locator(".jp-Cell").nth(CHECK_CELL)
-    _wait_for(lambda: "netq-check" in _output(cell), 90, "the check cell's output")
-    _wait_for(lambda: "*" not in busy.inner_text(), 60, "the busy cell to end")
+    wait_for_page(lambda: "netq-check" in _output(cell), 90, "the check cell's output")
+    wait_for_page(lambda: "*" not in busy.inner_text(), 60, "the busy cell to end")
     time.sleep(2)
     cell.locator(".jp-InputArea-editor").click()
     page.keyboard.press("Shift+Enter")
-    text = _wait_for(lambda: _check_line(cell, after=1), 60, "the re-run check cell")
+    text = wait_for_page(lambda: _check_line(cell, after=1), 60, "the re-run check cell")
     final = _points(page)
     numbers = dict(re.findall(r"(\w+)=([0-9.]+)", text))
     (ARTIFACTS / "widgets-jupyterlab.txt").write_text(
@@ -392,17 +393,11 @@ def _check_line(cell, after: int) -> str | None:
     return match.group(0) if match else None
 
 
+def wait_for_page(predicate, timeout: float, what: str):
+    """The page changes at human speed: poll it four times a second."""
+    return wait_for(predicate, timeout, 0.25, what)
+
+
 def _output(cell) -> str:
     outputs = cell.locator(".jp-OutputArea-output")
     return "\n".join(outputs.all_inner_texts()) if outputs.count() else ""
-
-
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.25)

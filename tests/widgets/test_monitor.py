@@ -15,7 +15,8 @@ import threading
 import netq
 from netq.display import html_table, peer_fields
 from netq.widgets import Monitor, Sampler
-from widget_testing import Traffic, same_columns, wait_until
+from netq_testing import wait_for
+from widget_testing import Traffic, same_columns
 
 ROW = re.compile(r'<tr class="peer" data-peer="([0-9a-f-]+)">(.*?)</tr>')
 CELL = re.compile(r'<td class="([a-z_]+)">(.*?)</td>')
@@ -50,7 +51,7 @@ def test_live_view_follows_real_traffic(frontend):
         def flowing():
             stats = monitor.stats
             return len(stats.peers) == 3 and all(r.messages_in_per_s > 0 for r in stats.peers)
-        wait_until(flowing, what="3 peers sending")
+        wait_for(flowing, message="3 peers sending")
         markup, source, stats, kernel_source = frontend_view(frontend, monitor)
         # the browser's table is the snapshot's table, row by row
         assert markup == html_table(stats, names, 50)
@@ -62,7 +63,7 @@ def test_live_view_follows_real_traffic(frontend):
             assert rows[str(row.peer)]["msg_in"] not in ("0", "-")
         # the browser's plot data is the kernel's, and rolls over at `history` points
         assert same_columns(source, kernel_source)
-        wait_until(lambda: len(monitor.plots.source.data["t"]) == 15, what="rollover")
+        wait_for(lambda: len(monitor.plots.source.data["t"]) == 15, message="rollover")
         _, source, stats, kernel_source = frontend_view(frontend, monitor)
         assert len(source["t"]) == 15 and same_columns(source, kernel_source)
         assert source["t"] == sorted(source["t"]) and len(set(source["t"])) == 15
@@ -71,9 +72,9 @@ def test_live_view_follows_real_traffic(frontend):
 
         # a peer joining at runtime gets a row and lines
         late = traffic.add_client()
-        wait_until(lambda: str(late.id) in table_rows(frontend.state(monitor.table.root)["value"]),
-                   what="the new peer's row")
-        wait_until(lambda: late.id in monitor.plots.peers, what="the new peer's lines")
+        wait_for(lambda: str(late.id) in table_rows(frontend.state(monitor.table.root)["value"]),
+                   message="the new peer's row")
+        wait_for(lambda: late.id in monitor.plots.peers, message="the new peer's lines")
         markup, source, stats, kernel_source = frontend_view(frontend, monitor)
         assert "client-3" in markup and same_columns(source, kernel_source)
         index = monitor.plots.peers[late.id]
@@ -81,10 +82,10 @@ def test_live_view_follows_real_traffic(frontend):
 
         # a peer leaving loses its row; its lines end (NaN) and its legend says so
         traffic.remove_client(first)
-        wait_until(lambda: str(first.id) not in table_rows(
-            frontend.state(monitor.table.root)["value"]), what="the departed peer's row gone")
-        wait_until(lambda: math.isnan(monitor.plots.series(first.id, "mb_in")[-1]),
-                   what="the departed peer's lines ending")
+        wait_for(lambda: str(first.id) not in table_rows(
+            frontend.state(monitor.table.root)["value"]), message="the departed peer's row gone")
+        wait_for(lambda: math.isnan(monitor.plots.series(first.id, "mb_in")[-1]),
+                   message="the departed peer's lines ending")
         labels = [item.label.value for item in monitor.plots.legend.items]
         assert "client-0 (left)" in labels
         assert sampler.errors == type(sampler.errors)()  # nothing went wrong on the thread
@@ -105,16 +106,16 @@ def test_two_views_share_one_sampler_and_both_update(frontend):
         assert isinstance(second, Monitor) and first.sampler is second.sampler
         assert len(monitor_threads()) == 1
         for monitor in (first, second):
-            wait_until(lambda m=monitor: len(frontend.source(m.plots.source)["t"]) >= 5,
-                       what="both views updating")
+            wait_for(lambda m=monitor: len(frontend.source(m.plots.source)["t"]) >= 5,
+                       message="both views updating")
         # same snapshots: the same points in both
         with first._lock, second._lock:
             assert first.plots.source.data["t"][-1] == second.plots.source.data["t"][-1]
         first.stop()
         assert not first.running and second.running
         count = len(second.plots.source.data["t"])
-        wait_until(lambda: len(second.plots.source.data["t"]) > count + 2,
-                   what="the other view still updating")
+        wait_for(lambda: len(second.plots.source.data["t"]) > count + 2,
+                   message="the other view still updating")
         frozen = len(first.plots.source.data["t"])
         sampler = second.sampler
         second.stop()
@@ -128,10 +129,10 @@ def test_restart_after_stop_and_after_close(frontend):
     with Traffic(clients=1) as traffic:
         monitor = Monitor(traffic.server, interval=0.1, start=True)
         monitor.stop()
-        wait_until(lambda: not monitor_threads(), what="the thread to end")
+        wait_for(lambda: not monitor_threads(), message="the thread to end")
         monitor.start()
         assert monitor.running and len(monitor_threads()) == 1
-    wait_until(lambda: not monitor_threads(), what="the thread to end with the server")
+    wait_for(lambda: not monitor_threads(), message="the thread to end with the server")
     monitor.start()  # closed communicator: shows the final state, starts nothing
     assert not monitor.running and monitor.stats.state == "closed" and not monitor_threads()
 
@@ -152,8 +153,8 @@ def test_displayed_in_a_kernel_it_is_live(frontend, monkeypatch):
         sampler = Sampler.running(traffic.server)
         assert sampler is not None and loads
         (monitor,) = sampler.views
-        wait_until(lambda: len(frontend.source(monitor.plots.source)["t"]) >= 3,
-                   what="updates after display")
+        wait_for(lambda: len(frontend.source(monitor.plots.source)["t"]) >= 3,
+                   message="updates after display")
         assert set(frontend.states[view["model_id"]]["children"]) == {
             f"IPY_MODEL_{monitor.table.root.model_id}", f"IPY_MODEL_{monitor.bokeh.model_id}"}
         again = traffic.server.monitor(interval=0.1)  # not displayed yet: not running
@@ -166,7 +167,7 @@ def test_displayed_in_a_kernel_it_is_live(frontend, monkeypatch):
 
 def test_without_a_kernel_the_display_is_static(frontend):
     with Traffic(clients=2) as traffic:
-        wait_until(lambda: len(traffic.server.peers) == 2, what="2 peers")
+        wait_for(lambda: len(traffic.server.peers) == 2, message="2 peers")
         bundle = traffic.server._repr_mimebundle_()
         assert set(bundle) == {"text/plain", "text/html"}
         assert len(table_rows(bundle["text/html"])) == 2

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from netq.widgets import Monitor
-from widget_testing import Traffic, wait_until
+from netq_testing import wait_for
+from widget_testing import Traffic
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("NETQ_TEST_ARTIFACTS", REPO / "test-artifacts"))
@@ -21,7 +22,7 @@ SECONDS = 6.0
 
 def test_sampler_costs_well_under_one_percent_of_a_core_for_8_peers(frontend):
     with Traffic(clients=PEERS, pause=0.01) as traffic:
-        wait_until(lambda: len(traffic.server.peers) == PEERS, what="8 peers")
+        wait_for(lambda: len(traffic.server.peers) == PEERS, message="8 peers")
         monitor = Monitor(traffic.server, interval=0.5, start=True)  # 2 Hz
         sampler = monitor.sampler
         time.sleep(SECONDS)

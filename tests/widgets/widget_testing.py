@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import threading
-import time
 import uuid
 
 import netq as nq
@@ -327,15 +326,3 @@ class Traffic:
         self._stop.set()
         self.server.close(timeout=5)
         self._consumer.join(10)
-
-
-def wait_until(predicate, timeout: float = 15.0, interval: float = 0.02, what: str = ""):
-    """Poll ``predicate`` until it is truthy; its value, or AssertionError after timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
-        time.sleep(interval)

@@ -42,6 +42,7 @@ import pytest
 import netq as nq
 
 from netq_child import encode_options
+from netq_testing import shut_down_below
 from mqtt_testing import MQTTSpec, mqtt_broker  # noqa: F401 - the session broker fixture
 
 REPO = Path(__file__).resolve().parent.parent
@@ -215,6 +216,14 @@ class TransportSpec:
     def security(self, env: Env, purpose: nq.Purpose) -> nq.SecurityOptions | None:
         return None
 
+    @staticmethod
+    def tls_security(env: Env, purpose: nq.Purpose) -> nq.SecurityOptions:
+        """The test CA's server certificate for a server; trust in that CA for a client."""
+        files = env.tls
+        if purpose is nq.Purpose.SERVER:
+            return nq.SecurityOptions(key=files.server_key, certificate=files.server_cert)
+        return nq.SecurityOptions(certificate=files.ca)
+
     def raw_connect(self, env: Env, netloc: nq.NetworkLocation, *, wrap: bool = True):
         """A blocking socket carrying netq frames to the server (TLS done when ``wrap``)."""
         raise NotImplementedError
@@ -265,12 +274,7 @@ class SocketSpec(TransportSpec):
         return nq.NetworkLocation(host=self.host, port=address[1])
 
     def security(self, env: Env, purpose: nq.Purpose) -> nq.SecurityOptions | None:
-        if not self.tls:
-            return None
-        files = env.tls
-        if purpose is nq.Purpose.SERVER:
-            return nq.SecurityOptions(key=files.server_key, certificate=files.server_cert)
-        return nq.SecurityOptions(certificate=files.ca)
+        return self.tls_security(env, purpose) if self.tls else None
 
     def raw_connect(self, env: Env, netloc: nq.NetworkLocation, *, wrap: bool = True):
         if self.protocol is nq.Protocol.UNIX:
@@ -291,20 +295,9 @@ class SocketSpec(TransportSpec):
             return False
         try:
             fd = link.sock.fileno()
-            if fd < 0:
-                return False
-            # A duplicate descriptor of the same connection: shutting it down cuts the
-            # connection for every descriptor, below TLS, without touching netq's objects.
-            duplicate = socket.socket(fileno=os.dup(fd))
         except OSError:
             return False
-        try:
-            duplicate.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            return False
-        finally:
-            duplicate.close()
-        return True
+        return fd >= 0 and shut_down_below(fd)
 
 
 from grpc_testing import GRPCSpec  # noqa: E402  (imports TransportSpec from here)

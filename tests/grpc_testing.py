@@ -39,12 +39,7 @@ class GRPCSpec(TransportSpec):
         return nq.NetworkLocation(host="127.0.0.1", port=address[1])
 
     def security(self, env: Env, purpose: nq.Purpose) -> nq.SecurityOptions | None:
-        if not self.tls:
-            return None
-        files = env.tls
-        if purpose is nq.Purpose.SERVER:
-            return nq.SecurityOptions(key=files.server_key, certificate=files.server_cert)
-        return nq.SecurityOptions(certificate=files.ca)
+        return self.tls_security(env, purpose) if self.tls else None
 
     def cut(self, client: nq.Communicator) -> bool:
         session = client._server_session

@@ -8,14 +8,13 @@ netq resumes the session over a new link epoch.
 
 from __future__ import annotations
 
-import os
-import socket
 import uuid
 
 import pytest
 
 import netq as nq
 from netq.exceptions import BrokerUnavailable
+from netq_testing import shut_down_below
 
 
 @pytest.fixture(scope="session")
@@ -68,16 +67,4 @@ class MQTTSpec:
         if transport._current is None or transport._current.closed:
             return False
         sock = transport._client.socket()
-        if sock is None:
-            return False
-        try:
-            duplicate = socket.socket(fileno=os.dup(sock.fileno()))
-        except OSError:
-            return False
-        try:
-            duplicate.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            return False
-        finally:
-            duplicate.close()
-        return True
+        return sock is not None and shut_down_below(sock.fileno())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 import threading
 import time
 
@@ -19,6 +21,23 @@ def wait_for(predicate, timeout: float = 20, interval: float = 0.01, message: st
             raise AssertionError(f"timed out after {timeout} s waiting for "
                                  f"{message or predicate}")
         time.sleep(interval)
+
+
+def shut_down_below(fd: int) -> bool:
+    """Cut the connection behind ``fd`` as a network failure would: shut down a duplicate
+    descriptor (for every descriptor, below TLS or a library's socket object, touching none
+    of them). False if that is no longer possible."""
+    try:
+        duplicate = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return False
+    try:
+        duplicate.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        return False
+    finally:
+        duplicate.close()
+    return True
 
 
 def rss() -> int:

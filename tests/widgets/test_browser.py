@@ -258,8 +258,10 @@ def _run_all(page) -> None:
     """Run > Run All Cells; again if the first cell has not started within 30 s."""
     first = page.locator(".jp-Cell").first.locator(".jp-InputPrompt")
     for attempt in range(2):
-        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-        page.locator('li.lm-Menu-item[data-command="runmenu:run-all"]').click()
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click(
+            no_wait_after=True, timeout=120_000)
+        page.locator('li.lm-Menu-item[data-command="runmenu:run-all"]').click(
+            no_wait_after=True, timeout=120_000)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if re.search(r"\[(\*|\d+)\]", first.inner_text()):
@@ -357,7 +359,9 @@ def _exercise(page, lab: Lab) -> None:
     wait_for_page(lambda: "netq-check" in _output(cell), 90, "the check cell's output")
     wait_for_page(lambda: "*" not in busy.inner_text(), 60, "the busy cell to end")
     time.sleep(2)
-    cell.locator(".jp-InputArea-editor").click()
+    # A click in JupyterLab never navigates: do not wait for navigations after it (a loaded
+    # machine kept playwright waiting for "scheduled navigations" past its 30 s timeout).
+    cell.locator(".jp-InputArea-editor").click(no_wait_after=True, timeout=120_000)
     page.keyboard.press("Shift+Enter")
     text = wait_for_page(lambda: _check_line(cell, after=1), 60, "the re-run check cell")
     final = _points(page)

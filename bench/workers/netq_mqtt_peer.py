@@ -19,6 +19,7 @@ from netq.transports.mqtt import link_statistics
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import mqtt_broker  # noqa: E402
+import netq_peer  # noqa: E402  (the echo and ping loops every netq row shares)
 
 RECV_WINDOW = 32 * 1024 * 1024
 FUTURE_TIMEOUT = 120.0
@@ -75,31 +76,14 @@ def send(spec: dict) -> None:
 
 def echo(spec: dict) -> None:
     broker, server, addr = _serve(spec)
-    common.ready(addr)
-    get, put = server.get, server.put
-    for i in range(common.WARMUP_PINGS + spec["count"]):
-        common.PROGRESS["echoed"] = i
-        m = get()
-        put(m.data, m.peer)
-    common.result(role="echo", peak_rss_kb=common.maxrss_kb(), **broker.stats())
-    server.close()
-    broker.stop()
+    try:
+        netq_peer.echo(spec, serve=lambda _spec: (server, addr), report=broker.stats)
+    finally:
+        broker.stop()
 
 
 def ping(spec: dict) -> None:
-    size = spec["size"]
-    payload = common.payload_of(size)
-    client = _connect(spec)
-    base = common.rss_kb()
-    put, get = client.put, client.get
-
-    def roundtrip():
-        put(payload)
-        get()
-
-    samples = common.ping_loop(roundtrip, spec["count"])
-    client.close()
-    common.latency_report(samples, size, base)
+    netq_peer.ping(spec, connect=_connect)
 
 
 if __name__ == "__main__":

@@ -156,22 +156,24 @@ def send(spec: dict) -> None:
 
 
 # ----------------------------------------------------------------------------- round trip
-def echo(spec: dict) -> None:
-    server, addr = _serve(spec)
+def echo(spec: dict, serve=None, report=dict) -> None:
+    """``serve(spec) -> (server, addr)`` and ``report() -> dict`` (extra result fields) let
+    other netq workers (netq_mqtt_peer.py) run this same loop."""
+    server, addr = (serve or _serve)(spec)
     common.ready(addr)
     get, put = server.get, server.put
     for i in range(common.WARMUP_PINGS + spec["count"]):
         common.PROGRESS["echoed"] = i
         m = get()
         put(m.data, m.peer)
-    common.result(role="echo", peak_rss_kb=common.maxrss_kb())
+    common.result(role="echo", peak_rss_kb=common.maxrss_kb(), **report())
     server.close()
 
 
-def ping(spec: dict) -> None:
+def ping(spec: dict, connect=None) -> None:
     size = spec["size"]
     payload = common.payload_of(size)
-    client = _connect(spec)
+    client = (connect or _connect)(spec)
     base = common.rss_kb()
     put, get = client.put, client.get
 

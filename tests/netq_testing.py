@@ -9,6 +9,8 @@ import time
 
 import psutil
 
+from netq.protocol import frames
+
 
 def wait_for(predicate, timeout: float = 20, interval: float = 0.01, message: str = ""):
     """Poll until ``predicate()`` is truthy; its value, or AssertionError after ``timeout``."""
@@ -85,3 +87,20 @@ def peer_row(comm, peer):
         if row.peer == peer:
             return row
     return None
+
+
+def frames_in(data: bytes) -> list[tuple[int, int, bytes]]:
+    """(type, value, payload) of each whole frame in ``data``."""
+    found, offset = [], 0
+    while offset + frames.HEADER_SIZE <= len(data):
+        kind, _, _, length, value = frames.HEADER.unpack_from(data, offset)
+        end = offset + frames.HEADER_SIZE + length
+        if end > len(data):
+            break
+        found.append((kind, value, data[offset + frames.HEADER_SIZE:end]))
+        offset = end
+    return found
+
+
+def error_codes(data: bytes) -> list[int]:
+    return [value for kind, value, _ in frames_in(data) if kind == frames.FrameType.ERROR]

@@ -928,7 +928,7 @@ def test_matching_authkey_delivers(transport):
     assert server.get(timeout=T).data == "authenticated"
 
 
-@pytest.mark.parametrize("transport", ["tls"], indirect=True)
+@pytest.mark.parametrize("transport", ["tls", "grpc-tls"], indirect=True)
 def test_mutual_tls(transport):
     files = transport.env.tls
     server = transport.make_server(client_ca=files.ca)
@@ -936,7 +936,7 @@ def test_mutual_tls(transport):
     anonymous.put("no certificate")
     with pytest.raises(nq.Empty):
         server.get(timeout=2)
-    anonymous.close(timeout=0.5)  # it retries (a TLS failure is not fatal): stop it
+    anonymous.close(timeout=0.5)  # it retries (a refused handshake is not fatal): stop it
     known = transport.make_client(server, key=files.client_key,
                                   client_certificate=files.client_cert)
     known.put("with certificate").result(T)

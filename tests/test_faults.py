@@ -26,7 +26,7 @@ import pytest
 import netq as nq
 from netq import protocol as proto
 from netq.protocol import frames
-from netq_testing import Sampler, peer_row, rss, sequence_payload, wait_for
+from netq_testing import Sampler, error_codes, frames_in, peer_row, rss, sequence_payload, wait_for
 
 KiB, MiB = nq.KiB, nq.MiB
 T = 30.0
@@ -59,23 +59,6 @@ def read_until_closed(sock, timeout: float) -> tuple[bytes, float]:
         if not data:
             return bytes(received), time.monotonic()
         received += data
-
-
-def frames_in(data: bytes) -> list[tuple[int, int, bytes]]:
-    """(type, value, payload) of each whole frame in ``data``."""
-    found, offset = [], 0
-    while offset + frames.HEADER_SIZE <= len(data):
-        kind, _, _, length, value = frames.HEADER.unpack_from(data, offset)
-        end = offset + frames.HEADER_SIZE + length
-        if end > len(data):
-            break
-        found.append((kind, value, data[offset + frames.HEADER_SIZE:end]))
-        offset = end
-    return found
-
-
-def error_codes(data: bytes) -> list[int]:
-    return [value for kind, value, _ in frames_in(data) if kind == frames.FrameType.ERROR]
 
 
 def client_hello(**limits) -> bytes:

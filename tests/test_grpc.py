@@ -16,7 +16,7 @@ import pytest
 
 import netq as nq
 from netq.protocol import frames
-from netq_testing import peer_row, rss, wait_for
+from netq_testing import error_codes, peer_row, rss, wait_for
 from test_conformance import _many_clients
 
 grpc = pytest.importorskip("grpc")
@@ -137,25 +137,12 @@ def test_garbage_on_a_raw_stream_drops_only_that_stream(transport, kind):
     finally:
         blocker.set()
         channel.close()
-    codes = [value for kind_, value, _ in _frames(bytes(received))
-             if kind_ == frames.FrameType.ERROR]
+    codes = error_codes(bytes(received))
     assert expected_code in codes, codes
     assert rss() - baseline < 64 * nq.MiB
     other.put("unaffected").result(T)
     assert server.get(other.id, timeout=T).data == "unaffected"
     assert server.peers == (other.id,)
-
-
-def _frames(data: bytes) -> list[tuple[int, int, bytes]]:
-    found, offset = [], 0
-    while offset + frames.HEADER_SIZE <= len(data):
-        kind, _, _, length, value = frames.HEADER.unpack_from(data, offset)
-        end = offset + frames.HEADER_SIZE + length
-        if end > len(data):
-            break
-        found.append((kind, value, data[offset + frames.HEADER_SIZE:end]))
-        offset = end
-    return found
 
 
 # ============================================================================ scale
@@ -182,23 +169,6 @@ def test_200_clients_grpc_one_server_thread(transport):
 
 
 # ============================================================================ TLS
-
-
-@tls
-def test_mutual_tls_grpc(transport):
-    files = transport.env.tls
-    server = transport.make_server(client_ca=files.ca)
-    anonymous = transport.make_client(server)
-    anonymous.put("no certificate")
-    with pytest.raises(nq.Empty):
-        server.get(timeout=2)
-    anonymous.close(timeout=0.5)  # it retries (the server refused it, nothing is fatal): stop it
-    known = transport.make_client(server, key=files.client_key,
-                                  client_certificate=files.client_cert)
-    known.put("with certificate").result(T)
-    assert server.get(timeout=T) == nq.Message(known.id, "with certificate")
-    with pytest.raises(nq.Empty):
-        server.get(timeout=0.3)
 
 
 @tls

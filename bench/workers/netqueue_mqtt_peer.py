@@ -19,7 +19,7 @@ import net_queue as nq
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import mqtt_broker  # noqa: E402
-from paho_peer import IDLE_END, report_lossy  # noqa: E402  (paho is in the venv too)
+from paho_peer import receive_lossy  # noqa: E402  (paho is in the venv too)
 
 
 def _options(port: int) -> nq.CommunicatorOptions:
@@ -50,21 +50,7 @@ def recv(spec: dict) -> None:
     threading.Thread(target=pump, daemon=True).start()
     rec = common.Recorder(count, size)
     common.ready(addr)
-    last = arrivals.get()
-    rec.start()
-    nbytes, nmsgs = len(last), 1
-    last_at = common.now()
-    while nmsgs < count + 1:
-        try:
-            last = arrivals.get(timeout=IDLE_END)
-        except queue.Empty:
-            break
-        nmsgs += 1
-        nbytes += len(last)
-        last_at = common.now()
-    rec.stop()
-    rec.t1 = last_at
-    report_lossy(rec, nmsgs, nbytes, last, **broker.stats())
+    receive_lossy(rec, arrivals, count, **broker.stats())
     broker.stop()
     os._exit(0)  # net-queue's close() waits for peers that a lossy run may never satisfy
 

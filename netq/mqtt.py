@@ -30,12 +30,17 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .exceptions import BrokerUnavailable
 from .options import NetworkLocation
 
-__all__ = ("LocalBroker", "local_broker", "find_mosquitto", "INSTALL_HINT")
+__all__ = ("LocalBroker", "local_broker", "broker", "environment_broker", "find_mosquitto",
+           "BROKER_VARIABLE", "INSTALL_HINT")
+
+BROKER_VARIABLE = "NETQ_MQTT_BROKER"  # "host:port" of a running broker (binder/start sets it)
 
 INSTALL_HINT = ("install mosquitto: `sudo apt-get install -y mosquitto` (Debian/Ubuntu), "
                 "`brew install mosquitto` (macOS), or pass binary=/path/to/mosquitto")
@@ -238,3 +243,35 @@ class LocalBroker:
 def local_broker(**settings) -> LocalBroker:
     """A started :class:`LocalBroker` (use it with ``with``, or call ``close()``)."""
     return LocalBroker(**settings).start()
+
+
+def environment_broker() -> NetworkLocation | None:
+    """The broker named by ``$NETQ_MQTT_BROKER`` (``host:port``, ``[::1]:port``), or None.
+
+    A malformed value raises ValueError rather than silently starting another broker.
+    """
+    value = os.environ.get(BROKER_VARIABLE, "").strip()
+    if not value:
+        return None
+    host, separator, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not separator or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"${BROKER_VARIABLE} must be host:port, got {value!r}")
+    return NetworkLocation(host, int(port))
+
+
+@contextmanager
+def broker(**settings) -> Iterator[NetworkLocation]:
+    """A broker to talk to, as a context manager yielding its :class:`NetworkLocation`.
+
+    Without ``settings`` and with ``$NETQ_MQTT_BROKER`` set (``binder/start`` runs a loopback
+    mosquitto and sets it), that broker is used and left running. Otherwise a private
+    :func:`local_broker` with these settings (limits, TLS) is started and stopped on exit:
+    experiments that need special broker limits always get their own.
+    """
+    shared = None if settings else environment_broker()
+    if shared is not None:
+        yield shared
+        return
+    with local_broker(**settings) as private:
+        yield private.netloc

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import os
 import subprocess
 import sys
@@ -191,6 +192,29 @@ def test_local_broker_config_and_stop_by_pid(tmp_path):
         assert f"listener {broker.port} 127.0.0.1" in broker.config_path.read_text()
     assert broker.pid is None
     wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", 5)
+
+
+def test_broker_uses_the_environment_broker_unless_limits_are_asked_for(mqtt_broker, monkeypatch):
+    from netq.mqtt import broker
+
+    monkeypatch.setenv("NETQ_MQTT_BROKER", f"{mqtt_broker.host}:{mqtt_broker.port}")
+    with broker() as shared:
+        assert (shared.host, shared.port) == (mqtt_broker.host, mqtt_broker.port)
+    assert mqtt_broker.process.poll() is None  # a shared broker is left running
+    with broker(max_queued_messages=10) as private:
+        assert private.port != mqtt_broker.port  # special limits: a private broker
+        with socket.create_connection((private.host, private.port), timeout=5):
+            pass
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((private.host, private.port), timeout=5).close()
+    for malformed in ("localhost", "127.0.0.1:http", "127.0.0.1:70000", ":1883"):
+        monkeypatch.setenv("NETQ_MQTT_BROKER", malformed)
+        with pytest.raises(ValueError, match="NETQ_MQTT_BROKER"):
+            with broker():
+                pass
+    monkeypatch.setenv("NETQ_MQTT_BROKER", "[::1]:1883")
+    from netq.mqtt import environment_broker
+    assert environment_broker() == nq.NetworkLocation("::1", 1883)
 
 
 def test_missing_mosquitto_says_how_to_install(monkeypatch):

@@ -8,7 +8,9 @@ counterparts of the byte-stream fault tests), bind failures and the message-size
 
 from __future__ import annotations
 
+import asyncio
 import resource
+import socket
 import threading
 import time
 
@@ -210,6 +212,28 @@ def test_port_zero_reports_the_bound_port_and_a_taken_port_raises(transport):
     assert host == "127.0.0.1" and port > 0
     with pytest.raises(OSError):
         transport.make_server(netloc=nq.NetworkLocation(host="127.0.0.1", port=port))
+
+
+@plain
+def test_server_starts_and_binds_on_a_thread_running_an_event_loop(transport):
+    """A Jupyter kernel runs every cell inside its asyncio loop, and so does a coroutine that
+    calls ``netq.aio.new``: asyncio allows one running loop per thread, so the transport's own
+    loop must not run on the caller's thread there. A server starts, serves and closes, and a
+    taken port still raises OSError (not asyncio's RuntimeError from the clean-up)."""
+    async def inside_a_running_loop():
+        server = transport.make_server()
+        client = transport.connect(server)
+        server.put("from inside a loop", client.id).result(T)
+        assert client.get(timeout=T).data == "from inside a loop"
+        client.close(timeout=T)
+        server.close(timeout=T)
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            with pytest.raises(OSError):
+                transport.make_server(netloc=nq.NetworkLocation("127.0.0.1", taken.getsockname()[1]))
+
+    asyncio.run(inside_a_running_loop())
 
 
 @plain

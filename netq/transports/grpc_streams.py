@@ -86,6 +86,35 @@ _UNTRUSTED = ("CERTIFICATE_VERIFY_FAILED", "certificate verify failed",
 _END = None  # outbound marker: no more packets, finish the stream
 
 
+def _outside_running_loop(function):
+    """``function()``, on a helper thread when the calling thread is inside an event loop.
+
+    The transport's own loop runs on the constructor's thread once (the server binds) and on
+    a closing thread once (shutdown). asyncio lets only one loop run per thread, and a Jupyter
+    kernel runs every cell inside its loop (so does a coroutine calling ``netq.aio.new``):
+    there our loop runs on a short-lived thread that the caller waits for.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return function()
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, function()))
+        except BaseException as error:  # noqa: BLE001 - re-raised on the caller's thread
+            outcome.append((False, error))
+
+    helper = threading.Thread(target=run, name="netq-grpc-setup", daemon=True)
+    helper.start()
+    helper.join()
+    succeeded, value = outcome[0]
+    if not succeeded:
+        raise value
+    return value
+
+
 def _channel_options(connection, server: bool) -> list[tuple[str, object]]:
     options = [
         ("grpc.max_send_message_length", MESSAGE_LIMIT),
@@ -321,7 +350,7 @@ class GRPCTransport(PacketTransport):
     def _listen(self) -> None:
         self._probe_port()
         # The constructor's thread runs the loop this once; the I/O thread takes over later.
-        self._run_until(self._start_server(), _STOP_TIMEOUT)
+        _outside_running_loop(lambda: self._run_until(self._start_server(), _STOP_TIMEOUT))
 
     def _probe_port(self) -> None:
         """Raise OSError now if the port is taken. gRPC reports a failed bind too, but its
@@ -562,8 +591,11 @@ class GRPCTransport(PacketTransport):
             self._loop.call_later(_CLOSE_GRACE, call.cancel)
 
     def _stop_carrier(self) -> None:
-        if self._loop_closed:
-            return
+        if not self._loop_closed:
+            # The I/O thread at the end, or the constructor's thread when binding failed.
+            _outside_running_loop(self._stop_loop)
+
+    def _stop_loop(self) -> None:
         try:
             self._run_until(self._shutdown_grpc(), _STOP_TIMEOUT)
         except Exception as error:  # noqa: BLE001 - closing must go on

@@ -172,6 +172,35 @@ def test_half_open_link_dropped_within_three_heartbeats(transport, behaviour):
     assert server.peers == (other.id,)
 
 
+def test_tls_handshake_with_a_silent_peer_does_not_spin(transport):
+    """A TLS handshake waiting for a peer that accepted TCP and says nothing (a frozen
+    process, a silent network) waits in select, on both sides: < 10 % of a core, until
+    the heartbeat drops the link."""
+    if not (transport.spec.byte_stream and getattr(transport.spec, "tls", False)):
+        pytest.skip("only TLS over a byte stream")
+    heartbeat = 1.0
+    server = transport.make_server(heartbeat=heartbeat)
+    raw = transport.raw_connect(server, wrap=False)  # the server's handshake waits for us
+    family = socket.AF_INET6 if ":" in transport.location(server).host else socket.AF_INET
+    silent = socket.socket(family, socket.SOCK_STREAM)  # accepts (backlog), never answers
+    try:
+        silent.bind((transport.location(server).host, 0))
+        silent.listen(8)
+        transport.make_client(nq.NetworkLocation(*silent.getsockname()[:2]), heartbeat=heartbeat)
+        time.sleep(0.2)  # both handshakes started
+        process = psutil.Process()
+        before = process.cpu_times()
+        started = time.monotonic()
+        time.sleep(1.5 * heartbeat)
+        after = process.cpu_times()
+        elapsed = time.monotonic() - started
+    finally:
+        raw.close()
+        silent.close()
+    used = (after.user - before.user) + (after.system - before.system)
+    assert used / elapsed < 0.10, f"{used:.3f} s of CPU in {elapsed:.2f} s"
+
+
 def _garbage_cases():
     return ["junk", "http", "header-2**32-1", "hello-2**32-1", "data-1-TiB", "plaintext-to-tls"]
 

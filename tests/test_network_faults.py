@@ -327,7 +327,19 @@ def test_network_fault_loses_and_duplicates_nothing(transport, fault):
         reconnects_before = client.statistics().peers[0].reconnects
         if fault == "delay":
             proxy.delay(0.05, jitter=0.15)  # 50-200 ms per chunk, order kept
-            traffic.flowing(100)
+            try:
+                traffic.flowing(100)
+            except AssertionError:
+                import sys
+                print("DEBUG proxy", proxy.stats(), file=sys.stderr)
+                for relay in proxy._relays:
+                    for d in relay.directions:
+                        print("DEBUG dir", d.up, d.pending_bytes, len(d.pending), d.eof, d.shut, [round(e[0]-time.monotonic(),3) for e in list(d.pending)[:3]], file=sys.stderr)
+                print("DEBUG registered", {k.fileno(): v for k, v in proxy._registered.items()}, file=sys.stderr)
+                print("DEBUG client", client.statistics(), file=sys.stderr)
+                print("DEBUG server", server.statistics(), file=sys.stderr)
+                print("DEBUG received", {k: len(v) for k, v in traffic.received.items()}, traffic.sent, file=sys.stderr)
+                raise
             proxy.delay(0)
             traffic.flowing()
             # A slow network is not a dead one: the link never dropped.

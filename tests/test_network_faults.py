@@ -308,6 +308,50 @@ def _setup(transport):
     return server, proxy, client
 
 
+def test_resume_with_messages_waiting_takes_one_reconnect(transport):
+    """Messages the server queued for a disconnected client follow its SESSION frame on the
+    new link, often in the same read: the client must number them from where the session
+    resumes (a bug reset its expected sequence number after reading them, failed the new link
+    with "message N out of order" and needed another reconnect, again and again under load)."""
+    server, proxy, client = _setup(transport)
+    # The client's I/O thread pauses 50 ms after writing its SESSION frame, as a loaded
+    # machine would: the server's SESSION and the messages behind it are all in the socket
+    # when it reads again, so one read carries them all.
+    engine, transport_ = client, client._transport
+    authenticated, write_now = engine._io_authenticated, transport_.write_now
+    session_written = threading.Event()
+
+    def io_authenticated(link, hello):
+        session_written.set()
+        return authenticated(link, hello)
+
+    def slow_write_now(link):
+        write_now(link)
+        if session_written.is_set():
+            session_written.clear()
+            time.sleep(0.05)
+
+    engine._io_authenticated = io_authenticated
+    transport_.write_now = slow_write_now
+    for attempt in range(3):
+        client_before = client.statistics().peers[0].reconnects
+        server_before = peer_row(server, client.id).reconnects
+        proxy.refuse()
+        proxy.reset()
+        wait_for(lambda: server_state(server, client) != "connected", T,
+                 message="the server to lose the link")
+        futures = [server.put((attempt, index), client.id) for index in range(20)]
+        proxy.restore()
+        for index in range(20):
+            assert client.get(timeout=T).data == (attempt, index)
+        futures.append(server.put((attempt, "after"), client.id))  # numbered after them
+        assert client.get(timeout=T).data == (attempt, "after")
+        for future in futures:
+            assert future.result(T) is None
+        assert client.statistics().peers[0].reconnects == client_before + 1
+        assert peer_row(server, client.id).reconnects == server_before + 1
+
+
 FAULTS = ["delay", "blackhole", "reset", "truncate", "refuse"]
 
 

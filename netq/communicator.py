@@ -728,7 +728,10 @@ class Communicator:
                     session.id = link.peer_id
                 if session.connected_at is not None:
                     session.reconnects += 1
-                link.conn.expected_seq = session.last_received + 1
+                # No expected_seq here: the protocol core set it when it read the SESSION
+                # frame (the same answer as above), and the server's messages that followed it
+                # in the same read have advanced it since; resetting it made the next message
+                # "out of order" and cost the new link.
                 self._attach(session, link, now)
 
     def _send_session(self, session: PeerSession, link, token: bytes, last_received: int,

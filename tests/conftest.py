@@ -232,6 +232,19 @@ class TransportSpec:
         """Break the client's live link without a goodbye (a network cut). False if no link."""
         raise NotImplementedError
 
+    def upstream(self, netloc: nq.NetworkLocation):
+        """The byte-stream endpoint a client configured with ``netloc`` connects to:
+        ``(host, port)`` or a Unix path (what a fault proxy forwards to)."""
+        if self.protocol is nq.Protocol.UNIX:
+            return netloc.unix_path()
+        return (netloc.host, netloc.port)
+
+    def through(self, netloc: nq.NetworkLocation, address) -> nq.NetworkLocation:
+        """``netloc`` with its endpoint replaced by ``address`` (a proxy's, same family)."""
+        if isinstance(address, tuple):
+            return netloc._replace(host=address[0], port=address[1])
+        return netloc._replace(path=address)
+
 
 class SocketSpec(TransportSpec):
     """TCP over IPv4/IPv6 (optionally TLS), or Unix domain sockets."""
@@ -439,6 +452,7 @@ class Harness:
         self.servers: list[nq.Communicator] = []
         self.clients: list[nq.Communicator] = []
         self.children: list[Child] = []
+        self.proxies: list = []
 
     def __repr__(self) -> str:
         return f"<Harness {self.name}>"
@@ -504,6 +518,21 @@ class Harness:
             pytest.skip(f"{self.name} is not a byte stream")
         return self.spec.raw_connect(self.env, self.location(server), wrap=wrap)
 
+    def proxy(self, server):
+        """A fault_proxy.FaultProxy in front of what clients of ``server`` connect to (the
+        broker for MQTT); closed at teardown, after the communicators."""
+        from fault_proxy import FaultProxy
+
+        proxy = FaultProxy(self.spec.upstream(self.location(server)),
+                           path=self.env.unique_path("proxy", ".sock"))
+        self.proxies.append(proxy)
+        return proxy
+
+    def connect_via(self, proxy, server, timeout: float = 20, **overrides) -> nq.Communicator:
+        """:meth:`connect`, but the client reaches ``server`` through ``proxy``."""
+        netloc = self.spec.through(self.location(server), proxy.address)
+        return self.connect(server, timeout, netloc=netloc, **overrides)
+
     def cut(self, client: nq.Communicator) -> bool:
         if not self.spec.supports_cut:
             pytest.skip(f"{self.name} cannot cut a link")
@@ -532,6 +561,8 @@ class Harness:
                 thread.join(max(0.0, deadline - time.monotonic()))
                 if thread.is_alive():
                     problems.append(f"{comm!r}.close(timeout={timeout}) did not return")
+        for proxy in self.proxies:
+            proxy.close()
         return problems
 
 

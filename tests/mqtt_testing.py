@@ -62,6 +62,13 @@ class MQTTSpec:
     def raw_connect(self, env, netloc, *, wrap: bool = True):
         raise NotImplementedError("MQTT is not a byte stream")
 
+    def upstream(self, netloc: nq.NetworkLocation):
+        """The broker: an MQTT client connects to it, never to the netq server."""
+        return (netloc.host, netloc.port)
+
+    def through(self, netloc: nq.NetworkLocation, address) -> nq.NetworkLocation:
+        return nq.NetworkLocation(address[0], address[1], path=netloc.path)  # same service
+
     def cut(self, client: nq.Communicator) -> bool:
         transport = client._transport
         if transport._current is None or transport._current.closed:

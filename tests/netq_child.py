@@ -13,8 +13,11 @@ It exits when stdin closes (so an orphan never outlives the test run).
 Commands (``{"op": NAME, ...}``):
 
     put        data, wait=true        put a JSON-able object (wait: until delivered)
-    put_bytes  size, wait=false       put ``bytes`` of ``size`` (pattern filled; without wait,
-                                      from a thread: the answer comes at once)
+    put_bytes  size, wait=false,      put ``bytes`` of ``size`` (pattern filled; without wait,
+               zeros=false            from a thread: the answer comes at once; ``zeros``:
+                                      zero-filled, which costs no memory until it is read, and
+                                      reading only maps the kernel's zero page: a 256 MiB
+                                      message that is killed early never needs 256 MiB)
     throttle   chunk, pause           make every socket write at most ``chunk`` bytes and
                                       sleep ``pause`` s before it (a slow link, in this process)
     get        count, timeout         get ``count`` messages; result: their data
@@ -122,7 +125,7 @@ def _serve(comm, command: dict):
         return None
     if op == "put_bytes":
         size = command["size"]
-        data = (b"netq" * (size // 4 + 1))[:size]
+        data = bytes(size) if command.get("zeros") else (b"netq" * (size // 4 + 1))[:size]
         if command.get("wait", False):
             comm.put(data).result(command.get("timeout", 30))
         else:

@@ -104,10 +104,11 @@ def all_threads_stopped(pid: int) -> bool:
 
 @pytest.mark.timeout(120)
 def test_client_killed_mid_large_message(transport):
-    """SIGKILL a client process while a 48 MiB message of it is half received: the server
-    stays healthy, another client is unaffected, nothing of the partial message surfaces, the
-    dead peer's session expires after session_timeout (1 s) and the server's futures to it
-    fail with ConnectionLost."""
+    """SIGKILL a client process in the middle of a 256 MiB message to the server (about
+    8-16 MiB of it received): the server stays healthy, another client is unaffected, nothing
+    of the partial message surfaces, the server's memory grew by what it received, not by
+    the announced 256 MiB, the dead peer's session expires after session_timeout (1 s) and
+    the server's futures to it fail with ConnectionLost."""
     session_timeout = 1.0
     server = transport.make_server(session_timeout=session_timeout)
     other = transport.connect(server)
@@ -117,15 +118,19 @@ def test_client_killed_mid_large_message(transport):
     server.put("first", child.id).result(T)  # the child's netq holds it (it never gets)
     stuck = server.put("second", child.id)  # no message credit left: waits at the server
 
-    # A slow link in the child (64 KiB per write, 4 ms apart: ~16 MB/s): 48 MiB take ~3 s.
+    # A slow link in the child (64 KiB per write, 4 ms apart: ~16 MB/s): 256 MiB would take
+    # ~16 s; zero-filled, so the child does not need 256 MiB to hold it either.
+    baseline = rss()
     child.request("throttle", chunk=64 * KiB, pause=0.004)
-    child.request("put_bytes", size=48 * MiB, wait=False)
-    # The server has accepted the message's descriptor (its credit went negative) ...
-    wait_for(lambda: peer_row(server, child.id).credit_in < 0, T,
-             message="the large message to start arriving")
-    time.sleep(0.3)  # ... and is receiving its body
-    round_trip(server, other, "during")
-    child.kill()
+    child.request("put_bytes", size=256 * MiB, wait=False, zeros=True)
+    with Sampler(rss, 0.02) as resident:
+        # The server has accepted the message's descriptor (its credit went negative) ...
+        wait_for(lambda: peer_row(server, child.id).credit_in < 0, T,
+                 message="the large message to start arriving")
+        # ... and is receiving its body into the message's buffer.
+        wait_for(lambda: rss() - baseline >= 8 * MiB, T, message="8 MiB of the body")
+        round_trip(server, other, "during")
+        child.kill()
     killed_at = time.monotonic()
     after_kill = server.put("third", child.id)  # queued for a session that will expire
 
@@ -141,10 +146,68 @@ def test_client_killed_mid_large_message(transport):
         server.get(timeout=0.5)
     assert child.id not in server.peers
     wait_for(lambda: server.statistics().memory == 0, T, message="the partial message freed")
+    # What arrived (8 MiB and a bit: ~16 MB/s) plus slack, never the announced 256 MiB.
+    assert resident.peak - baseline < 96 * MiB, resident.peak - baseline
     # The server still accepts newcomers.
     late = transport.connect(server)
     round_trip(server, late, "late")
     round_trip(server, other, "end")
+
+
+@pytest.mark.timeout(120)
+def test_server_killed_mid_large_message_to_a_client(transport):
+    """SIGKILL the server process in the middle of a 256 MiB message to a client (8 MiB and
+    a bit of it received): the client never surfaces the partial message, holds no more
+    memory than it received, reconnects to a server restarted at the same address, and each
+    of its put futures resolves exactly once (delivered; none hangs); what it put while no
+    server was up reaches the new server once, in order."""
+    old = transport.spawn_server()
+    location = transport.location(old)
+    client = transport.make_client(location, reconnect_max=0.2)
+    client.put("hello").result(T)
+    assert old.request("get", count=1) == ["hello"]
+    calls: dict = {}
+
+    def put(data):
+        future = client.put(data)
+        calls[future] = 0
+
+        def resolved(done):
+            calls[done] += 1
+        future.add_done_callback(resolved)
+        return future
+
+    old.request("throttle", chunk=64 * KiB, pause=0.004)  # ~16 MB/s: 256 MiB would take 16 s
+    baseline = rss()
+    with Sampler(rss, 0.02) as resident:
+        old.request("put_bytes", size=256 * MiB, wait=False, zeros=True)
+        wait_for(lambda: rss() - baseline >= 8 * MiB, T, message="8 MiB of the body")
+        before = [put(("before", index)) for index in range(5)]
+        old.kill()
+        during = [put(("during", index)) for index in range(5)]
+        wait_for(lambda: client.statistics().peers[0].state != "connected", T,
+                 message="the client to notice the crash")
+        with pytest.raises(nq.Empty):
+            client.get(timeout=0.5)  # nothing of the half-received message
+        new = transport.make_server(netloc=location)
+        got = []
+        while True:
+            try:
+                got.append(new.get(timeout=2).data)
+            except nq.Empty:
+                break
+    assert [item for item in got if item[0] == "during"] == [("during", i) for i in range(5)]
+    resent = [item for item in got if item[0] == "before"]
+    assert resent == sorted(set(resent)), resent  # unacknowledged ones again, once, in order
+    for future in before + during:
+        assert future.result(T) is None
+    wait_for(lambda: all(count == 1 for count in calls.values()), T,
+             message="every done-callback")
+    assert client.statistics().peers[0].reconnects >= 1
+    new.put("welcome back", client.id).result(T)
+    assert client.get(timeout=T).data == "welcome back"  # the first thing it ever got
+    assert client.statistics().memory == 0
+    assert resident.peak - baseline < 96 * MiB, resident.peak - baseline
 
 
 # ============================================================================ hostile sockets
@@ -170,6 +233,35 @@ def test_half_open_link_dropped_within_three_heartbeats(transport, behaviour):
     assert heartbeat <= elapsed <= 3 * heartbeat + 5, elapsed  # ~3 heartbeats, load-tolerant
     round_trip(server, other, "after")
     assert server.peers == (other.id,)
+
+
+def test_tls_handshake_with_a_silent_peer_does_not_spin(transport):
+    """A TLS handshake waiting for a peer that accepted TCP and says nothing (a frozen
+    process, a silent network) waits in select, on both sides: < 10 % of a core, until
+    the heartbeat drops the link."""
+    if not (transport.spec.byte_stream and getattr(transport.spec, "tls", False)):
+        pytest.skip("only TLS over a byte stream")
+    heartbeat = 1.0
+    server = transport.make_server(heartbeat=heartbeat)
+    raw = transport.raw_connect(server, wrap=False)  # the server's handshake waits for us
+    family = socket.AF_INET6 if ":" in transport.location(server).host else socket.AF_INET
+    silent = socket.socket(family, socket.SOCK_STREAM)  # accepts (backlog), never answers
+    try:
+        silent.bind((transport.location(server).host, 0))
+        silent.listen(8)
+        transport.make_client(nq.NetworkLocation(*silent.getsockname()[:2]), heartbeat=heartbeat)
+        time.sleep(0.2)  # both handshakes started
+        process = psutil.Process()
+        before = process.cpu_times()
+        started = time.monotonic()
+        time.sleep(1.5 * heartbeat)
+        after = process.cpu_times()
+        elapsed = time.monotonic() - started
+    finally:
+        raw.close()
+        silent.close()
+    used = (after.user - before.user) + (after.system - before.system)
+    assert used / elapsed < 0.10, f"{used:.3f} s of CPU in {elapsed:.2f} s"
 
 
 def _garbage_cases():
@@ -301,7 +393,14 @@ def test_server_restarted_on_same_address_client_reconnects(transport):
     wait_for(lambda: client.statistics().peers[0].state != "connected", T,
              message="the client to notice the crash")
     during = [client.put(("during", index)) for index in range(10)]
-    time.sleep(0.2)
+    # Waiting for a server with work pending, the client (this process) stays near idle.
+    process = psutil.Process()
+    before = process.cpu_times()
+    started = time.monotonic()
+    time.sleep(1.5)
+    after = process.cpu_times()
+    used = (after.user - before.user) + (after.system - before.system)
+    assert used / (time.monotonic() - started) < 0.10, f"{used:.3f} s of CPU in 1.5 s"
 
     new = transport.make_server(netloc=location)
     expected = [("in flight", i) for i in range(20)] + [("during", i) for i in range(10)]

@@ -524,3 +524,37 @@ def test_only_lone_acks_and_credits_are_held_back():
     assert _only_acks(conn)
     conn.send_ping(7)
     assert not _only_acks(conn)
+
+
+@needs_broker
+def test_link_broken_while_its_ack_is_held_leaves_no_busy_loop(mqtt_broker, monkeypatch):
+    """A lone ACK/CREDIT waits ``_ACK_DELAY`` for a reply to share its publish. If its link
+    breaks meanwhile, the I/O thread must forget it: it once kept the dead link's deadline
+    and, once that passed, woke at once, forever (a core busy on both ends, found by the
+    network-fault tests refusing a client's reconnects)."""
+    import netq.transports.mqtt as mqtt_transport
+    from netq_testing import shut_down_below
+
+    monkeypatch.setattr(mqtt_transport, "_ACK_DELAY", 0.3)  # wide enough to break the link in
+    server, client = _pair_on(mqtt_broker, heartbeat=5, reconnect_max=0.2)
+    try:
+        client.put("hello").result(T)
+        assert server.get(timeout=T).data == "hello"
+        delivered = server.put("held ack", client.id)
+        assert client.get(timeout=T).data == "held ack"  # its ACK now waits 0.3 s ...
+        sock = client._transport._client.socket()
+        assert sock is not None and shut_down_below(sock.fileno())  # ... on a broken link
+        assert delivered.result(T) is None  # resent and acknowledged on the next link
+        wait_for(lambda: (row := client.statistics().peers[0]).reconnects >= 1
+                 and row.state == "connected", T, message="the client to reconnect")
+        time.sleep(0.5)  # every hold deadline has passed
+        process = psutil.Process()
+        before = process.cpu_times()
+        started = time.monotonic()
+        time.sleep(1.0)
+        after = process.cpu_times()
+        used = (after.user - before.user) + (after.system - before.system)
+        assert used / (time.monotonic() - started) < 0.10, f"{used:.3f} s of CPU in 1 s, idle"
+    finally:
+        client.close(timeout=5)
+        server.close(timeout=5)

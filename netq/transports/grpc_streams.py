@@ -115,6 +115,11 @@ def _outside_running_loop(function):
     return value
 
 
+def _connect_timeout(connection) -> float:
+    """Seconds a new channel may take to become ready (a frozen server must not hold us)."""
+    return max(1.0, 3 * connection.heartbeat)
+
+
 def _channel_options(connection, server: bool) -> list[tuple[str, object]]:
     options = [
         ("grpc.max_send_message_length", MESSAGE_LIMIT),
@@ -135,13 +140,18 @@ def _channel_options(connection, server: bool) -> list[tuple[str, object]]:
         ]
     else:
         reconnect_ms = max(1, int(connection.reconnect_min * 1000))
+        # gRPC gives a connection attempt (TCP, TLS, HTTP/2 settings) max(backoff, its
+        # "min reconnect backoff") to complete: that option is its minimum connect timeout.
+        # Set to our backoff, a handshake needing more than reconnect_max (a TLS channel over
+        # a 300 ms round trip) never completed. Give it what the I/O thread waits for.
+        connect_ms = int(_connect_timeout(connection) * 1000)
         options += [
             # One TCP connection per client communicator, even with many in one process
             # (gRPC would otherwise multiplex every channel to one target over one connection,
             # and one broken connection would take every client down at once).
             ("grpc.use_local_subchannel_pool", 1),
             ("grpc.initial_reconnect_backoff_ms", reconnect_ms),
-            ("grpc.min_reconnect_backoff_ms", reconnect_ms),
+            ("grpc.min_reconnect_backoff_ms", max(reconnect_ms, connect_ms)),
             ("grpc.max_reconnect_backoff_ms",
              max(reconnect_ms, int(connection.reconnect_max * 1000))),
         ]
@@ -449,8 +459,7 @@ class GRPCTransport(PacketTransport):
         call = channel.stream_stream(PATH)()
         try:
             # A server that accepted TCP but never answers (frozen) must not hold us forever.
-            await asyncio.wait_for(call.wait_for_connection(),
-                                   max(1.0, 3 * connection.heartbeat))
+            await asyncio.wait_for(call.wait_for_connection(), _connect_timeout(connection))
         except (grpc.aio.AioRpcError, asyncio.TimeoutError) as failure:
             _forget_traceback(failure)
             call.cancel()

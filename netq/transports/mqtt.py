@@ -682,6 +682,9 @@ class MQTTTransport(PacketTransport):
         channel.published_seq = channel.state.next_seq - 1
 
     def _close_channel(self, link) -> None:
+        # A lone ACK held back on this link will never be written: forget its deadline, or
+        # _wait() keeps waking for it (at once, once it has passed) for ever.
+        self._held.discard(link)
         channel = link.channel
         self._end(channel, "closed", notify=not channel.peer_closed, tell_base=False)
 

@@ -235,7 +235,14 @@ class SocketTransport(Transport):
     def _tls_handshake(self, link: Link) -> None:
         try:
             link.sock.do_handshake()
-        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError) as want:
+            # Wait for what the handshake needs, and only that: a socket registered for
+            # writing is always writable, so waiting for a silent peer's answer that way
+            # would spin this thread until the heartbeat drops the link.
+            needs_write = isinstance(want, ssl.SSLWantWriteError)
+            if needs_write != link.write_registered:
+                self._selector.modify(link.sock, _READ | _WRITE if needs_write else _READ, link)
+                link.write_registered = needs_write
             return
         except (ssl.SSLError, OSError) as error:
             LOGGER.warning("netq %s: TLS handshake with %s failed: %s",

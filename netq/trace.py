@@ -26,6 +26,7 @@ client then reconnects through the recorder and resumes its session, which the t
 
 from __future__ import annotations
 
+import html
 import selectors
 import socket
 import threading
@@ -38,7 +39,8 @@ from .options import NetworkLocation
 from .protocol import frames
 from .protocol.frames import HEADER, HEADER_SIZE, READONLY_BIT, DataFlags, ErrorCode, FrameType
 
-__all__ = ("Recorder", "TracedFrame", "describe", "CLIENT_TO_SERVER", "SERVER_TO_CLIENT")
+__all__ = ("Recorder", "TracedFrame", "describe", "html_table", "sequence_svg", "CLIENT_TO_SERVER",
+           "SERVER_TO_CLIENT")
 
 CLIENT_TO_SERVER = "client->server"
 SERVER_TO_CLIENT = "server->client"
@@ -69,6 +71,30 @@ class TracedFrame:
     def size(self) -> int:
         """Bytes on the wire: header + payload."""
         return HEADER_SIZE + self.length
+
+    @property
+    def summary(self) -> str:
+        """The frame in a few words: ``DATA seq=3 FIRST|LAST 30042 B``."""
+        f = self.fields
+        kind = self.type
+        if kind is FrameType.HELLO and f:
+            return (f"HELLO {f['role']} auth={f['auth']} max_frame={f['max_frame']} "
+                    f"recv_window={f['recv_window']}")
+        if kind is FrameType.AUTH:
+            return f"AUTH hmac={f.get('hmac', '')[:12]}..."
+        if kind is FrameType.SESSION and f:
+            return (f"SESSION token={f['token'][:8]}... last_received={f['last_received']}"
+                    + (" RESUMED" if f["resumed"] else ""))
+        if kind is FrameType.DATA:
+            total = f" of {f['total']} B" if "total" in f else ""
+            return f"DATA seq={f['seq']} {f['flags']} {f['body']} B{total}"
+        if kind is FrameType.CREDIT and f:
+            return f"CREDIT +{f['bytes']} B"
+        if kind is FrameType.ACK:
+            return f"ACK seq<={f['seq']}"
+        if kind in (FrameType.BYE, FrameType.ERROR):
+            return f"{kind.name} {f.get('code', '')} {f['text']!r}".replace("  ", " ")
+        return f"{kind.name} {self.value}"
 
 
 def describe(frame_type: int, flags: int, value: int, payload: bytes, length: int) -> dict:
@@ -120,6 +146,63 @@ def describe(frame_type: int, flags: int, value: int, payload: bytes, length: in
                 else value
         fields["text"] = payload.decode(errors="replace")
     return fields
+
+
+def html_table(rows: list[TracedFrame]) -> str:
+    """An HTML table of frames: time, link, direction, type, size, summary, delivered."""
+    head = "".join(f"<th>{h}</th>" for h in
+                   ("#", "ms", "link", "direction", "type", "bytes", "fields", "delivered"))
+    body = []
+    for row in rows:
+        arrow = "client &rarr; server" if row.direction == CLIENT_TO_SERVER \
+            else "client &larr; server"
+        style = "" if row.delivered else ' style="color:#b00"'
+        body.append(
+            f"<tr{style}><td>{row.index}</td><td>{row.time * 1e3:.2f}</td><td>{row.link}</td>"
+            f"<td>{arrow}</td><td>{row.type.name}</td><td>{row.size}</td>"
+            f"<td style='text-align:left'>{html.escape(row.summary)}</td>"
+            f"<td>{'yes' if row.delivered else 'LOST'}</td></tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def sequence_svg(rows: list[TracedFrame], width: int = 760, step: int = 24) -> str:
+    """A sequence diagram of frames as SVG: client on the left, server on the right.
+
+    One arrow per frame, top to bottom in the order the relay saw them; a frame that never
+    reached the other side stops halfway, in red. A dotted line marks each new connection.
+    """
+    left, right = 90, width - 90
+    height = step * (len(rows) + 2)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="monospace" font-size="11">',
+           '<defs><marker id="netq-arrow" viewBox="0 0 10 10" refX="10" refY="5" '
+           'markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
+           '<path d="M0,0 L10,5 L0,10 z"/></marker></defs>',
+           f'<text x="{left}" y="14" text-anchor="middle" font-weight="bold">client</text>',
+           f'<text x="{right}" y="14" text-anchor="middle" font-weight="bold">server</text>',
+           f'<line x1="{left}" y1="20" x2="{left}" y2="{height}" stroke="#888"/>',
+           f'<line x1="{right}" y1="20" x2="{right}" y2="{height}" stroke="#888"/>']
+    link = None
+    for n, row in enumerate(rows):
+        y = step * (n + 1) + 12
+        if row.link != link:
+            if link is not None:
+                out.append(f'<line x1="0" y1="{y - step // 2}" x2="{width}" y2="{y - step // 2}" '
+                           f'stroke="#999" stroke-dasharray="2,3"/>')
+                out.append(f'<text x="{width - 4}" y="{y - step // 2 - 2}" text-anchor="end" '
+                           f'fill="#666">connection {row.link}</text>')
+            link = row.link
+        start, end = (left, right) if row.direction == CLIENT_TO_SERVER else (right, left)
+        colour = "#000" if row.delivered else "#b00"
+        if not row.delivered:
+            end = (start + end) // 2
+        out.append(f'<line x1="{start}" y1="{y}" x2="{end}" y2="{y}" stroke="{colour}" '
+                   f'marker-end="url(#netq-arrow)"/>')
+        out.append(f'<text x="{(left + right) // 2}" y="{y - 3}" text-anchor="middle" '
+                   f'fill="{colour}">{html.escape(row.summary)}</text>')
+        out.append(f'<text x="4" y="{y + 4}" fill="#666">{row.time * 1e3:8.2f} ms</text>')
+    out.append("</svg>")
+    return "".join(out)
 
 
 class _Splitter:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import socket
+import xml.etree.ElementTree as ET
 
 import pytest
 
 import netq as nq
 from netq.protocol import frames
 from netq.protocol.frames import FrameType
-from netq.trace import CLIENT_TO_SERVER, SERVER_TO_CLIENT, Recorder, _Splitter, describe
+from netq.trace import (CLIENT_TO_SERVER, SERVER_TO_CLIENT, Recorder, _Splitter, describe,
+                        html_table, sequence_svg)
 
 KEY = b"trace-test-key"
 
@@ -62,6 +64,11 @@ def test_handshake_data_ack_credit_and_bye_in_order():
     credits = [r for r in rows if r.type is FrameType.CREDIT]
     assert credits and credits[0].fields["bytes"] > 0
     assert data[2].index < credits[0].index < data[3].index
+    assert data[0].summary.startswith("DATA seq=1 FIRST|LAST ")
+    assert html_table(rows).count("<tr>") == len(rows) + 1  # + the header row
+    arrows = ET.fromstring(sequence_svg(rows)).findall(
+        "{http://www.w3.org/2000/svg}line[@marker-end]")
+    assert len(arrows) == len(rows)
 
 
 def test_cut_and_resume_resends_only_what_was_lost():
@@ -99,6 +106,8 @@ def test_cut_and_resume_resends_only_what_was_lost():
     for old in undelivered:
         again = next(r for r in second_link if r.value == old.value)
         assert again.raw[16:] == old.raw[16:]
+    assert html_table(rows).count("LOST") == len(undelivered)
+    assert sequence_svg(rows).count('stroke="#b00"') == len(undelivered)
 
 
 def test_splitter_cuts_frames_at_any_split_and_keeps_a_prefix():

@@ -65,7 +65,7 @@ class TracedFrame:
     fields: dict = field(repr=False)  # describe(): the decoded header and payload
     raw: bytes = field(repr=False)  # header + the first `keep` payload bytes
     end: int  # offset just past this frame in its direction's byte stream
-    delivered: bool = True  # every byte was passed on to the other side (False: lost)
+    delivered: bool = True  # False: dropped by stall(), or its connection broke first
 
     @property
     def size(self) -> int:
@@ -278,7 +278,9 @@ class Recorder:
         self._lock = threading.Lock()
         self._rows: list[TracedFrame] = []
         self._pipes: list[_Pipe] = []
-        self._reached: dict[tuple[int, str], int] = {}  # (link, direction): bytes delivered
+        # (link, direction): bytes written to the other side, or waiting to be while the
+        # connection lives; the frames ending beyond it were lost.
+        self._reached: dict[tuple[int, str], int] = {}
         self._registered: set[socket.socket] = set()
         self._links = 0
         self._stalled = False
@@ -453,6 +455,8 @@ class Recorder:
             pass  # lost in transit: recorded below, never delivered
         else:
             pipe.backlog += data
+            with self._lock:  # on its way: delivered unless the connection breaks first
+                self._reached[pipe.link, pipe.direction] = pipe.delivered + len(pipe.backlog)
         rows = []
         for header, raw, end in pipe.splitter.feed(memoryview(data)):
             frame_type, flags, _, length, value = header
@@ -476,8 +480,6 @@ class Recorder:
                 sent = 0
             del pipe.backlog[:sent]
             pipe.delivered += sent
-            with self._lock:
-                self._reached[pipe.link, pipe.direction] = pipe.delivered
         if pipe.eof and not pipe.backlog and not pipe.shut:
             pipe.shut = True
             try:
@@ -511,6 +513,8 @@ class Recorder:
     def _drop_link(self, link: int) -> None:
         """Close both sockets of a connection: what was not delivered is lost."""
         for pipe in [p for p in self._pipes if p.link == link]:
+            with self._lock:
+                self._reached[link, pipe.direction] = pipe.delivered
             self._pipes.remove(pipe)
             self._unregister(pipe.source)
             pipe.source.close()

@@ -293,6 +293,7 @@ class Recorder:
         self._listener.setblocking(False)
         self._wake_reader, self._wake_writer = socket.socketpair()
         self._wake_reader.setblocking(False)
+        self._wake_writer.setblocking(False)
         self._selector.register(self._listener, selectors.EVENT_READ)
         self._selector.register(self._wake_reader, selectors.EVENT_READ)
         self._thread = threading.Thread(target=self._run, name="netq-trace", daemon=True)

@@ -40,8 +40,12 @@ class DeliveryFuture(Future):
     wins and later acknowledgements are ignored, so the future resolves exactly once.
 
     ``cancel()`` and the I/O thread's :meth:`_start` race for a one-item ticket list:
-    ``list.pop`` is atomic, so exactly one of them wins without a lock.
+    ``list.pop`` is atomic, so exactly one of them wins without a lock. A successful
+    ``cancel()`` then calls ``_on_cancel`` (set by ``put``), which takes the message out of the
+    peers' queues at once: a cancelled put holds no memory and no room in the send window.
     """
+
+    _on_cancel = None  # class default: put() sets it per future, adapters never do
 
     def __init__(self, remaining: int = 1) -> None:  # no super(): no Condition up front
         self._state = PENDING
@@ -144,6 +148,9 @@ class DeliveryFuture(Future):
         except IndexError:
             return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED)
         self._finish(CANCELLED_AND_NOTIFIED, None)
+        withdraw, self._on_cancel = self._on_cancel, None
+        if withdraw is not None:
+            withdraw(self)
         return True
 
     def set_running_or_notify_cancel(self) -> bool:

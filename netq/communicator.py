@@ -29,6 +29,7 @@ from .exceptions import (
     DeserializationError,
     Empty,
     Full,
+    LocalProtocolError,
     MessageTooLarge,
     NetqError,
     RemoteProtocolError,
@@ -37,7 +38,7 @@ from .exceptions import (
 )
 from .futures import DeliveryFuture
 from .options import CommunicatorOptions, Protocol, Purpose
-from .protocol.frames import UNLIMITED_MESSAGES, ErrorCode, Role
+from .protocol.frames import MAX_PARTS, UNLIMITED_MESSAGES, ErrorCode, Role
 from .protocol.connection import MessageReceived as Incoming  # what waits in an inbox
 from .session import Outgoing, PeerSession, PeerState
 from .statistics import CommunicatorStatistics, PeerStatistics, RateMeter
@@ -236,6 +237,12 @@ class Communicator:
         future = DeliveryFuture(len(targets))
         if size > self._message_limit:
             future._fail(MessageTooLarge(size, self._message_limit))
+            return future
+        if len(parts) > MAX_PARTS:
+            # A custom dump() made more parts than a message can carry. Caught here, on the
+            # caller's thread: in the pump it would end the link or the I/O thread.
+            future._fail(LocalProtocolError(
+                f"dump() made {len(parts)} parts; a message carries at most {MAX_PARTS}"))
             return future
         if not targets:
             future._start()

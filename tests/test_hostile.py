@@ -18,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import ipaddress
 import os
+import pickle
 import socket
 import sys
 import threading
@@ -424,3 +425,39 @@ def test_server_close_after_broadcast_loses_none(transport):
         assert got[client.id] == list(range(count)), "lost, duplicated or out of order"
     assert all(future.done() and future.exception() is None for future in futures)
     assert closed_in < 55, f"close() ran into its timeout ({closed_in:.1f} s)"
+
+
+# ============================================================================ careless input
+
+
+def test_more_buffers_than_a_message_carries(transport):
+    """A message carries at most 1024 parts (the pickle and its out-of-band buffers). An
+    object with 1100 out-of-band buffers still travels (the buffers past 1023 go in band), on
+    the caller's thread and the I/O thread alike; a custom ``dump`` that makes more parts than
+    that fails only its own future with LocalProtocolError, and the link goes on."""
+    from netq.protocol.frames import MAX_PARTS
+    from netq.stream import MAX_OUT_OF_BAND, Stream
+
+    assert MAX_OUT_OF_BAND == MAX_PARTS - 1
+    eager = PickleSerializer(copy_threshold=16)  # every buffer of 16 B or more out of band
+    server = transport.make_server()
+    client = transport.connect(server, dump=eager.dump)
+    arrays = [bytearray(sequence_payload(index, 100)) for index in range(1100)]
+    many = [pickle.PickleBuffer(array) for array in arrays]  # out of band, back as bytearray
+    assert len(eager.dump_parts(many)) == MAX_PARTS
+    # The first put finds an idle link (written by this thread), the others queue behind it
+    # (written by the I/O thread).
+    futures = [client.put(many) for _ in range(3)]
+    for future in futures:
+        assert future.result(T) is None
+    for _ in futures:
+        assert server.get(timeout=T).data == arrays
+
+    def too_many_parts(obj) -> Stream:
+        return Stream([memoryview(bytes([index % 256])) for index in range(MAX_PARTS + 1)])
+
+    careless = transport.make_client(server, dump=too_many_parts)
+    error = careless.put("anything").exception(T)
+    assert isinstance(error, nq.LocalProtocolError), error
+    client.put("still fine").result(T)
+    assert server.get(timeout=T).data == "still fine"

@@ -1,7 +1,7 @@
 """Load: 500 client communicators on one server, mixed sizes, every message checked, fairness.
 
-The clients live in 5 child processes of 100 (``tests/load_child.py``); the server is in this
-process. Each client sends 20 messages of 64 B .. 1 MiB (``load_child.size_of``: log-uniform
+The clients live in 5 child processes of 100 (``tests/load_child.py``); the server is in
+this process. Each client sends 20 messages of 64 B .. 1 MiB (``load_child.size_of``: log-uniform
 64 B .. 64 KiB, plus a 1 MiB message from every tenth client and a 256 KiB one from every tenth
 other: ~160 MiB in all), all clients at once.
 
@@ -30,6 +30,7 @@ import uuid
 import zlib
 from pathlib import Path
 
+import psutil
 import pytest
 
 import netq as nq
@@ -40,8 +41,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 T = 60.0
 
-PROCESSES = 5
-PER_PROCESS = 100
+CLIENTS = 500
 MESSAGES = 20
 BACKLOG = 10  # k: messages every peer has queued when the fairness window starts
 
@@ -104,6 +104,16 @@ class LoadChild:
         self._log.close()
 
 
+def _cpu(children) -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by this process and by the children."""
+    own = psutil.Process().cpu_times()
+    theirs = 0.0
+    for child in children:
+        times = psutil.Process(child.proc.pid).cpu_times()
+        theirs += times.user + times.system
+    return own.user + own.system, theirs
+
+
 def spread(counts: dict) -> float:
     mean = sum(counts.values()) / len(counts)
     return max(abs(count - mean) for count in counts.values()) / mean
@@ -111,12 +121,16 @@ def spread(counts: dict) -> float:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("protocol", [nq.Protocol.TCP], ids=["tcp"])
-def test_500_clients_mixed_sizes_all_delivered_fairly(tmp_path, protocol):
-    # gRPC is not listed: with 500 gRPC clients in 5 processes, connecting took over 60 s and
-    # the flood had not put 10 messages behind every peer after 120 s (see the report). The
-    # 200-client gRPC test is tests/test_grpc.py::test_200_clients_grpc_one_server_thread.
-    clients = PROCESSES * PER_PROCESS
+@pytest.mark.parametrize("protocol,processes", [(nq.Protocol.TCP, 5)], ids=["tcp"])
+def test_500_clients_mixed_sizes_all_delivered_fairly(tmp_path, protocol, processes):
+    """TCP only. gRPC passed this test with 5 x 100 clients on a quiet machine in 72-78 s but
+    timed out waiting for the backlog on a loaded one (5 x 100 and 10 x 50): with grpc.aio,
+    each communicator runs its own event loop and the CPU cost per message grows with the
+    number of gRPC communicators in one process (1 KiB messages: 0.02 ms with one client,
+    0.3 ms with 20, 1.6 ms with 100). 200 gRPC clients in one process:
+    tests/test_grpc.py::test_200_clients_grpc_one_server_thread."""
+    per_process = CLIENTS // processes
+    clients = processes * per_process
     total = clients * MESSAGES
     server = nq.new(protocol, nq.Purpose.SERVER,
                     nq.CommunicatorOptions(netloc=nq.NetworkLocation("127.0.0.1", 0)))
@@ -126,9 +140,9 @@ def test_500_clients_mixed_sizes_all_delivered_fairly(tmp_path, protocol):
         base = rss()
         with Sampler(rss, interval=0.05) as server_memory:
             started = time.monotonic()
-            children = [LoadChild(protocol, server.address, index * PER_PROCESS,
-                                  PER_PROCESS, MESSAGES, tmp_path / f"load{index}.log")
-                        for index in range(PROCESSES)]
+            children = [LoadChild(protocol, server.address, index * per_process,
+                                  per_process, MESSAGES, tmp_path / f"load{index}.log")
+                        for index in range(processes)]
             for child in children:
                 child.ready(T)
             index_of = {peer: child.first + offset
@@ -142,12 +156,13 @@ def test_500_clients_mixed_sizes_all_delivered_fairly(tmp_path, protocol):
             figures["server_connected_growth_mib"] = round((rss() - base) / nq.MiB, 1)
 
             flood_started = time.monotonic()
+            cpu_before = _cpu(children)
             for child in children:
                 child.send("go")
             # The fairness window: every peer backlogged with >= BACKLOG messages.
             wait_for(lambda: all(row.queue_in >= BACKLOG
                                  for row in server.statistics().peers)
-                     and len(server.statistics().peers) == clients, 2 * T, interval=0.1,
+                     and len(server.statistics().peers) == clients, 3 * T, interval=0.1,
                      message=f"every peer to have {BACKLOG} messages queued")
             received = {index: [] for index in range(clients)}
             window = {index: 0 for index in range(clients)}
@@ -164,6 +179,9 @@ def test_500_clients_mixed_sizes_all_delivered_fairly(tmp_path, protocol):
             flood_s = time.monotonic() - flood_started
             for child in children:
                 figures.setdefault("client_s", []).append(round(child.read(T)["seconds"], 2))
+            cpu_after = _cpu(children)
+            figures["server_cpu_s"] = round(cpu_after[0] - cpu_before[0], 1)
+            figures["children_cpu_s"] = round(cpu_after[1] - cpu_before[1], 1)
             for index in range(clients):
                 assert received[index] == list(range(MESSAGES)), \
                     f"client {index}: lost, duplicated or out of order"
@@ -176,7 +194,7 @@ def test_500_clients_mixed_sizes_all_delivered_fairly(tmp_path, protocol):
             wait_for(lambda: not server.peers, T, message="every client to leave")
         total_bytes = sum(size_of(c, s) for c in range(clients) for s in range(MESSAGES))
         figures.update(
-            protocol=protocol.value, clients=clients,
+            protocol=protocol.value, clients=clients, processes=processes,
             delivered_msgs_per_s=round(total / max(figures["client_s"])), messages=total, payload_mib=round(total_bytes / nq.MiB, 1),
             flood_s=round(flood_s, 2), msgs_per_s=round(total / flood_s),
             mib_per_s=round(total_bytes / nq.MiB / flood_s, 1),
@@ -186,7 +204,7 @@ def test_500_clients_mixed_sizes_all_delivered_fairly(tmp_path, protocol):
             fairness_spread=fairness, total_s=round(time.monotonic() - started, 2),
             connect_s=round(figures["connect_s"], 2))
         print("\nload figures:", json.dumps(figures))
-        assert figures["total_s"] < 150  # target < 90 s; fail only when far off
+        assert figures["total_s"] < 150  # target < 90 s (takes ~4-20 s); fail only when far off
     finally:
         for child in children:
             child.close()

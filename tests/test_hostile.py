@@ -10,7 +10,8 @@
 * the close handshake: ``close()`` right after 10 000 puts loses none of them, on both ends.
 
 Random bytes and oversize length fields at the listening port are in ``test_faults.py`` (byte
-streams) and ``test_grpc.py`` (gRPC); MQTT's raw-packet cases are in ``test_mqtt.py``.
+streams) and ``test_grpc.py`` (gRPC); their MQTT counterpart through the broker is here, next
+to ``test_mqtt.py::test_impersonation_is_refused``.
 """
 
 from __future__ import annotations
@@ -461,3 +462,66 @@ def test_more_buffers_than_a_message_carries(transport):
     assert isinstance(error, nq.LocalProtocolError), error
     client.put("still fine").result(T)
     assert server.get(timeout=T).data == "still fine"
+
+
+# ============================================================================ MQTT: hostile packets
+
+
+@pytest.mark.parametrize("transport", ["mqtt"], indirect=True)
+def test_mqtt_garbage_and_oversize_headers_through_the_broker(transport):
+    """The MQTT counterpart of the byte-stream garbage tests: a raw broker client publishes
+    random bytes on a connected client's topic and on a new one, a 1 MiB random packet, and a
+    link OPEN whose netq bytes are a HELLO header claiming 2**32 - 1 bytes. The server
+    answers the last one with ERROR LIMIT on that topic, allocates nothing for the claim,
+    counts the rest as invalid, and the real client never notices."""
+    import paho.mqtt.client as paho
+    from paho.mqtt.enums import CallbackAPIVersion
+
+    from netq.transports import mqtt_link
+    from netq.transports.mqtt_link import Kind
+
+    server = transport.make_server()
+    victim = transport.connect(server)
+    base = f"{server.options.mqtt.prefix}/{server.options.netloc.path}"
+    intruder = uuid.uuid4()
+    answers: list[bytes] = []
+    broker = server.options.netloc
+    raw = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"hostile-{uuid.uuid4().hex[:6]}")
+    raw.on_message = lambda client, userdata, message: answers.append(bytes(message.payload))
+    raw.connect(broker.host, broker.port)
+    raw.loop_start()
+    try:
+        raw.subscribe(f"{base}/s2c/{intruder}", qos=1)
+        time.sleep(0.2)  # the subscription is in place before the server could answer
+        invalid = server._transport.counters["invalid_packets"]
+        baseline = psutil.Process().memory_info().rss
+        for topic, payload in [
+            # 0xff first: never a link header's version byte, so these are always invalid.
+            (f"{base}/c2s/{victim.id}", b"\xff" + os.urandom(4095)),
+            (f"{base}/c2s/{intruder}", b"\xff" + os.urandom(4095)),
+            (f"{base}/c2s/{uuid.uuid4()}", b"\xff" + os.urandom(1 * MiB - 1)),
+        ]:
+            raw.publish(topic, payload, qos=1).wait_for_publish(T)
+        open_packet = mqtt_link.encode(int(Kind.OPEN), 0, 0x77 << 32 | 1, 1, 0)
+        claim = frames.encode_header(frames.FrameType.HELLO, 0, 2**32 - 1, 0)
+        raw.publish(f"{base}/c2s/{intruder}", open_packet + claim, qos=1).wait_for_publish(T)
+
+        def limit_error_seen() -> bool:
+            return any(frames.ErrorCode.LIMIT in error_codes(answer[mqtt_link.HEADER_SIZE:])
+                       for answer in list(answers))
+
+        wait_for(limit_error_seen, T, message="ERROR LIMIT on the intruder's topic")
+        wait_for(lambda: server._transport.counters["invalid_packets"] >= invalid + 3, T,
+                 message="the server to count the random packets as invalid")
+        assert psutil.Process().memory_info().rss - baseline < 64 * MiB
+        with pytest.raises(nq.Empty):
+            server.get(timeout=0.5)
+        assert server.peers == (victim.id,)
+        victim.put("still here").result(T)
+        assert server.get(timeout=T) == nq.Message(victim.id, "still here")
+        server.put("and back", victim.id).result(T)
+        assert victim.get(timeout=T).data == "and back"
+        assert victim.statistics().peers[0].reconnects == 0
+    finally:
+        raw.disconnect()
+        raw.loop_stop()

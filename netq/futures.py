@@ -92,6 +92,8 @@ class DeliveryFuture(Future):
                     else:
                         waiter.add_exception(self)
                 cond.notify_all()
+        # A finished future no longer pins its communicator and sessions (put's cancel hook).
+        self._on_cancel = None
         callbacks, self._done_callbacks = self._done_callbacks, []
         for callback in callbacks:
             try:
@@ -147,10 +149,13 @@ class DeliveryFuture(Future):
             self._ticket.pop()
         except IndexError:
             return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED)
-        self._finish(CANCELLED_AND_NOTIFIED, None)
-        withdraw, self._on_cancel = self._on_cancel, None
-        if withdraw is not None:
-            withdraw(self)
+        # Out of the queues first, so done-callbacks already see it gone from statistics().
+        withdraw = self._on_cancel
+        try:
+            if withdraw is not None:
+                withdraw(self)
+        finally:
+            self._finish(CANCELLED_AND_NOTIFIED, None)
         return True
 
     def set_running_or_notify_cancel(self) -> bool:

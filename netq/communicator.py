@@ -13,7 +13,6 @@ and falls back to waking the I/O thread when the lock is taken or the socket is 
 from __future__ import annotations
 
 import collections
-import functools
 import itertools
 import logging
 import threading
@@ -249,34 +248,10 @@ class Communicator:
             future._delivered()
             return future
         message = Outgoing(parts, size, batch, future)
-        # No reference to the message itself: a future kept by the caller must not keep the
-        # payload alive once it is sent (and no cycle future -> message -> future).
-        future._on_cancel = functools.partial(self._withdraw, targets)
+        future._sessions = targets  # where cancel() withdraws it from (PeerSession.withdraw)
         for session in targets:
             self._enqueue(session, message, block, timeout)
         return future
-
-    def _withdraw(self, targets: list[PeerSession], future: DeliveryFuture) -> None:
-        """A put was cancelled before reaching the wire: drop it from every peer's outbox.
-
-        Without this the message (its payload, its share of ``send_window``) would stay
-        queued until credit let the pump reach it and skip it: behind a stalled receiver,
-        forever. Runs on the cancelling thread, under the session's send lock (the pump's
-        lock), so it never races a pump popping the same message.
-        """
-        for session in targets:
-            with session.send_lock:
-                # put_lock too: put() appends under it, and a deque must not change while we
-                # look through it. (Lock order send_lock -> put_lock, as in the pump.)
-                with session.put_lock:
-                    for message in session.outbox:
-                        if message.future is future:
-                            session.outbox.remove(message)
-                            session.dequeued_bytes += message.size
-                            break
-                    else:
-                        continue  # not queued here any more: on the wire, or failed
-                session.wake_putters()
 
     def _enqueue(self, session: PeerSession, message: Outgoing, block: bool,
                  timeout: float | None) -> None:

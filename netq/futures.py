@@ -41,11 +41,11 @@ class DeliveryFuture(Future):
 
     ``cancel()`` and the I/O thread's :meth:`_start` race for a one-item ticket list:
     ``list.pop`` is atomic, so exactly one of them wins without a lock. A successful
-    ``cancel()`` then calls ``_on_cancel`` (set by ``put``), which takes the message out of the
-    peers' queues at once: a cancelled put holds no memory and no room in the send window.
+    ``cancel()`` then takes the message out of the queues of ``_sessions`` (the peers ``put``
+    addressed) at once: a cancelled put holds no memory and no room in the send window.
     """
 
-    _on_cancel = None  # class default: put() sets it per future, adapters never do
+    _sessions = ()  # class default: put() sets the addressed PeerSessions, adapters never do
 
     def __init__(self, remaining: int = 1) -> None:  # no super(): no Condition up front
         self._state = PENDING
@@ -92,8 +92,7 @@ class DeliveryFuture(Future):
                     else:
                         waiter.add_exception(self)
                 cond.notify_all()
-        # A finished future no longer pins its communicator and sessions (put's cancel hook).
-        self._on_cancel = None
+        self._sessions = ()  # a finished future does not keep the peers' sessions alive
         callbacks, self._done_callbacks = self._done_callbacks, []
         for callback in callbacks:
             try:
@@ -150,10 +149,9 @@ class DeliveryFuture(Future):
         except IndexError:
             return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED)
         # Out of the queues first, so done-callbacks already see it gone from statistics().
-        withdraw = self._on_cancel
         try:
-            if withdraw is not None:
-                withdraw(self)
+            for session in self._sessions:
+                session.withdraw(self)
         finally:
             self._finish(CANCELLED_AND_NOTIFIED, None)
         return True

@@ -131,6 +131,7 @@ class Communicator:
         self._arrival_listeners: list = []  # called on the I/O thread when messages arrive
         self._closing = False  # close() called: no new puts
         self._stopping = False  # the I/O loop should finish once goodbyes are done
+        self._stopping_since = 0.0  # monotonic time close() set _stopping
         self._closed = threading.Event()  # the I/O thread has ended
         self._failure: BaseException | None = None  # why the I/O thread died, if it did
         self._fatal: NetqError | None = None  # a client that cannot go on (wrong authkey)
@@ -502,6 +503,7 @@ class Communicator:
             if deadline is not None and time.monotonic() >= deadline:
                 break
             time.sleep(_CLOSE_POLL)
+        self._stopping_since = time.monotonic()
         self._stopping = True
         self._transport.wake()
         # Even when the timeout has run out, give the I/O thread a moment to tell peers that
@@ -943,6 +945,14 @@ class Communicator:
         for link in self._transport.links():
             session = link.session
             if session is None:
+                if (self._role is Role.CLIENT and not link.closing
+                        and time.monotonic() - self._stopping_since < _GOODBYE_GRACE):
+                    # Mid-handshake: the server may have opened our session already (it
+                    # does on our SESSION frame). Let the handshake finish so that we can
+                    # say goodbye; cut now, the server would keep that session for
+                    # session_timeout, and its close() would wait for it.
+                    done = False
+                    continue
                 self._transport.close_link(link, flush=False)
                 continue
             with link.lock:

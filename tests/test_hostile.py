@@ -527,3 +527,20 @@ def test_mqtt_garbage_and_oversize_headers_through_the_broker(transport):
     finally:
         raw.disconnect()
         raw.loop_stop()
+
+
+def test_client_closed_during_its_handshake_leaves_no_session(transport):
+    """Clients closed a moment after they were created (some before, some during, some after
+    their handshake): none leaves the server a disconnected session to wait for, so the
+    server's close() (no timeout) returns at once instead of after session_timeout (20 s)."""
+    server = transport.make_server(session_timeout=20.0)
+    for index in range(24):
+        client = nq.new(transport.protocol, nq.Purpose.CLIENT, transport.client_options(server))
+        time.sleep(0.002 * (index % 8))
+        client.close()
+    time.sleep(0.2)  # a BYE or EOF still on its way
+    left = [row.state for row in server.statistics().peers]
+    assert "disconnected" not in left, left
+    started = time.monotonic()
+    server.close()
+    assert time.monotonic() - started < 10

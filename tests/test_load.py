@@ -195,7 +195,8 @@ def test_500_clients_mixed_sizes_all_delivered_fairly(tmp_path, protocol, proces
         total_bytes = sum(size_of(c, s) for c in range(clients) for s in range(MESSAGES))
         figures.update(
             protocol=protocol.value, clients=clients, processes=processes,
-            delivered_msgs_per_s=round(total / max(figures["client_s"])), messages=total, payload_mib=round(total_bytes / nq.MiB, 1),
+            delivered_msgs_per_s=round(total / max(figures["client_s"])), messages=total,
+            payload_mib=round(total_bytes / nq.MiB, 1),
             flood_s=round(flood_s, 2), msgs_per_s=round(total / flood_s),
             mib_per_s=round(total_bytes / nq.MiB / flood_s, 1),
             server_peak_rss_mib=round(server_memory.peak / nq.MiB, 1),

@@ -28,6 +28,7 @@ from .exceptions import (
     DeserializationError,
     Empty,
     Full,
+    LocalProtocolError,
     MessageTooLarge,
     NetqError,
     RemoteProtocolError,
@@ -36,7 +37,7 @@ from .exceptions import (
 )
 from .futures import DeliveryFuture
 from .options import CommunicatorOptions, Protocol, Purpose
-from .protocol.frames import UNLIMITED_MESSAGES, ErrorCode, Role
+from .protocol.frames import MAX_PARTS, UNLIMITED_MESSAGES, ErrorCode, Role
 from .protocol.connection import MessageReceived as Incoming  # what waits in an inbox
 from .session import Outgoing, PeerSession, PeerState
 from .statistics import CommunicatorStatistics, PeerStatistics, RateMeter
@@ -130,6 +131,7 @@ class Communicator:
         self._arrival_listeners: list = []  # called on the I/O thread when messages arrive
         self._closing = False  # close() called: no new puts
         self._stopping = False  # the I/O loop should finish once goodbyes are done
+        self._stopping_since = 0.0  # monotonic time close() set _stopping
         self._closed = threading.Event()  # the I/O thread has ended
         self._failure: BaseException | None = None  # why the I/O thread died, if it did
         self._fatal: NetqError | None = None  # a client that cannot go on (wrong authkey)
@@ -236,11 +238,18 @@ class Communicator:
         if size > self._message_limit:
             future._fail(MessageTooLarge(size, self._message_limit))
             return future
+        if len(parts) > MAX_PARTS:
+            # A custom dump() made more parts than a message can carry. Caught here, on the
+            # caller's thread: in the pump it would end the link or the I/O thread.
+            future._fail(LocalProtocolError(
+                f"dump() made {len(parts)} parts; a message carries at most {MAX_PARTS}"))
+            return future
         if not targets:
             future._start()
             future._delivered()
             return future
         message = Outgoing(parts, size, batch, future)
+        future._sessions = targets  # where cancel() withdraws it from (PeerSession.withdraw)
         for session in targets:
             self._enqueue(session, message, block, timeout)
         return future
@@ -494,6 +503,7 @@ class Communicator:
             if deadline is not None and time.monotonic() >= deadline:
                 break
             time.sleep(_CLOSE_POLL)
+        self._stopping_since = time.monotonic()
         self._stopping = True
         self._transport.wake()
         # Even when the timeout has run out, give the I/O thread a moment to tell peers that
@@ -938,6 +948,14 @@ class Communicator:
         for link in self._transport.links():
             session = link.session
             if session is None:
+                if (self._role is Role.CLIENT and not link.closing
+                        and time.monotonic() - self._stopping_since < _GOODBYE_GRACE):
+                    # Mid-handshake: the server may have opened our session already (it
+                    # does on our SESSION frame). Let the handshake finish so that we can
+                    # say goodbye; cut now, the server would keep that session for
+                    # session_timeout, and its close() would wait for it.
+                    done = False
+                    continue
                 self._transport.close_link(link, flush=False)
                 continue
             with link.lock:

@@ -40,8 +40,12 @@ class DeliveryFuture(Future):
     wins and later acknowledgements are ignored, so the future resolves exactly once.
 
     ``cancel()`` and the I/O thread's :meth:`_start` race for a one-item ticket list:
-    ``list.pop`` is atomic, so exactly one of them wins without a lock.
+    ``list.pop`` is atomic, so exactly one of them wins without a lock. A successful
+    ``cancel()`` then takes the message out of the queues of ``_sessions`` (the peers ``put``
+    addressed) at once: a cancelled put holds no memory and no room in the send window.
     """
+
+    _sessions = ()  # class default: put() sets the addressed PeerSessions, adapters never do
 
     def __init__(self, remaining: int = 1) -> None:  # no super(): no Condition up front
         self._state = PENDING
@@ -88,6 +92,7 @@ class DeliveryFuture(Future):
                     else:
                         waiter.add_exception(self)
                 cond.notify_all()
+        self._sessions = ()  # a finished future does not keep the peers' sessions alive
         callbacks, self._done_callbacks = self._done_callbacks, []
         for callback in callbacks:
             try:
@@ -143,7 +148,12 @@ class DeliveryFuture(Future):
             self._ticket.pop()
         except IndexError:
             return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED)
-        self._finish(CANCELLED_AND_NOTIFIED, None)
+        # Out of the queues first, so done-callbacks already see it gone from statistics().
+        try:
+            for session in self._sessions:
+                session.withdraw(self)
+        finally:
+            self._finish(CANCELLED_AND_NOTIFIED, None)
         return True
 
     def set_running_or_notify_cancel(self) -> bool:

@@ -143,6 +143,26 @@ class PeerSession:
         self.dequeued_bytes -= sum(message.size for message in again)
         self.next_seq = acknowledged + 1
 
+    def withdraw(self, future: DeliveryFuture) -> None:
+        """The caller cancelled a put before it reached the wire: drop it from the outbox now.
+
+        Without this the message (its payload, its share of ``send_window``) would stay queued
+        until credit let the pump reach it and skip it: behind a stalled receiver, forever.
+        Runs on the cancelling thread, under ``send_lock`` (the pump's lock) and ``put_lock``
+        (put() appends under it; a deque must not change while we look through it). Lock
+        order send_lock -> put_lock, as in the pump.
+        """
+        with self.send_lock:
+            with self.put_lock:
+                for message in self.outbox:
+                    if message.future is future:
+                        self.outbox.remove(message)
+                        self.dequeued_bytes += message.size
+                        break
+                else:
+                    return  # not queued here any more: on the wire, or failed
+            self.wake_putters()
+
     def fail_outbound(self, error: BaseException) -> int:
         """Fail every queued and unacknowledged message (peer or communicator gone)."""
         failed = 0

@@ -391,6 +391,10 @@ class BytesSerializer:
         return "BytesSerializer()"
 
 
+# A netq message carries at most 1024 parts (netq.protocol.frames.MAX_PARTS): the pickle and
+# this many out-of-band buffers. Buffers past it are pickled in band (copied) instead.
+MAX_OUT_OF_BAND = 1023
+
 # Containers and bytes are built by pickle opcodes, never by calling these globals; leaving
 # `bytes`, `bytearray`, `list`, ... out stops a tiny pickle from calling bytearray(10**12).
 _SAFE_BUILTIN_NAMES = (
@@ -557,8 +561,8 @@ class PickleSerializer:
         def out_of_band(buffer: pickle.PickleBuffer) -> bool:
             view = buffer.raw()
             nbytes = view.nbytes
-            if nbytes < threshold or not nbytes:
-                return True  # in band
+            if nbytes < threshold or not nbytes or len(views) >= MAX_OUT_OF_BAND:
+                return True  # in band (a copy, but a message has room for only so many parts)
             views.append(view)
             return False
 

@@ -42,6 +42,18 @@ def shut_down_below(fd: int) -> bool:
     return True
 
 
+def cpu_fraction(seconds: float, pid: int | None = None) -> float:
+    """CPU use of a process (default: this one) over the next ``seconds``, in cores (1.0 = one
+    core busy). Idle-while-waiting checks assert it stays small (a spinning thread shows ~1)."""
+    process = psutil.Process(pid)
+    before = process.cpu_times()
+    started = time.monotonic()
+    time.sleep(seconds)
+    after = process.cpu_times()
+    used = (after.user - before.user) + (after.system - before.system)
+    return used / (time.monotonic() - started)
+
+
 def rss() -> int:
     return psutil.Process().memory_info().rss
 

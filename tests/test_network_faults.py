@@ -28,12 +28,11 @@ import socket
 import threading
 import time
 
-import psutil
 import pytest
 
 import netq as nq
 from fault_proxy import FaultProxy
-from netq_testing import Sampler, peer_row, rss, sequence_payload, wait_for
+from netq_testing import Sampler, cpu_fraction, peer_row, rss, sequence_payload, wait_for
 
 KiB, MiB = nq.KiB, nq.MiB
 T = 30.0
@@ -178,17 +177,6 @@ class Traffic:
         wait_for(lambda: all(calls == 1 for _, calls in self.futures), T,
                  message="every done-callback to have run")
         assert all(calls == 1 for _, calls in self.futures)
-
-
-def cpu_fraction(seconds: float = CPU_WINDOW) -> float:
-    """This process's CPU use over ``seconds``, as a fraction of one core."""
-    process = psutil.Process()
-    before = process.cpu_times()
-    started = time.monotonic()
-    time.sleep(seconds)
-    after = process.cpu_times()
-    used = (after.user - before.user) + (after.system - before.system)
-    return used / (time.monotonic() - started)
 
 
 def client_state(client) -> str:
@@ -406,7 +394,7 @@ def test_network_fault_loses_and_duplicates_nothing(transport, fault):
             assert 2 * HEARTBEAT <= client_detected <= bound, client_detected
             assert 2 * HEARTBEAT <= server_detected <= bound, server_detected
             traffic.pause()
-            figures["cpu_while_cut"] = cpu = cpu_fraction()
+            figures["cpu_while_cut"] = cpu = cpu_fraction(CPU_WINDOW)
             assert cpu < IDLE_LIMIT, f"{cpu:.1%} of a core while the network is silent"
             traffic.resume()
             proxy.restore()
@@ -438,7 +426,7 @@ def test_network_fault_loses_and_duplicates_nothing(transport, fault):
                      message="the client to lose its link")
             refused = proxy.stats().refused
             traffic.pause()
-            figures["cpu_while_cut"] = cpu = cpu_fraction()
+            figures["cpu_while_cut"] = cpu = cpu_fraction(CPU_WINDOW)
             assert cpu < IDLE_LIMIT, f"{cpu:.1%} of a core while every connect is refused"
             traffic.resume()
             wait_for(lambda: proxy.stats().refused > refused, T,

@@ -855,8 +855,12 @@ def readme_block(results: dict) -> str:
     meta, records = results["meta"], results["records"]
     m = meta["machine"]
     sizes = meta["sizes"]
-    failed = {(r["section"], r["row"], r.get("size")) for r in records
-              if r.get("failed") or not r.get("ok", True)}
+    failures: dict = {}  # (section, row, size) -> reps that failed (timed out or wrong)
+    for r in records:
+        if (r.get("failed") or not r.get("ok", True)) and not r.get("calibration"):
+            failures.setdefault((r["section"], r["row"], r.get("size")), set()).add(r["rep"])
+    failed = set(failures) | {(r["section"], r["row"], r.get("size")) for r in records
+                              if r.get("failed") or not r.get("ok", True)}
     date = meta["date"][:10]
     lines = [README_START, "",
              f"Measured {date} by `python3 bench/run.py --reps {meta['reps']}` ({meta['mode']} mode,"
@@ -899,6 +903,8 @@ def readme_block(results: dict) -> str:
                 text += f" ×{median(ratios):.2f}"
             if lost:
                 text += f" **{lost} lost**"
+            if failures.get(("throughput", row, size)):
+                text += f" (**failed in {len(failures[('throughput', row, size)])} of {meta['reps']} reps**)"
             cells.append(text)
         if any(cells):
             rows.append([label] + cells)
@@ -914,6 +920,8 @@ def readme_block(results: dict) -> str:
             continue
         p50 = [r["ping"]["p50_us"] for r in ours.values()]
         ratios = [r["ping"]["p50_us"] / raw[rep]["ping"]["p50_us"] for rep, r in ours.items() if rep in raw]
+        if failures.get(("latency", row, PING_SIZE)):
+            label += f" (**failed in {len(failures[('latency', row, PING_SIZE)])} of {meta['reps']} reps**)"
         rows.append([label, f"{median(p50):.0f} ({min(p50):.0f}–{max(p50):.0f})",
                      f"{median([r['ping']['p99_us'] for r in ours.values()]):.0f}",
                      f"×{median(ratios):.2f}" if ratios else ""])

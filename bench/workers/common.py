@@ -232,6 +232,26 @@ def ping_loop(roundtrip, count: int) -> list[float]:
     return samples
 
 
+def echo_messages(server, count: int) -> None:
+    """A put()/get() queue server (netq, net-queue) answers WARMUP_PINGS + count messages."""
+    get, put = server.get, server.put
+    for i in range(WARMUP_PINGS + count):
+        PROGRESS["echoed"] = i
+        message = get()
+        put(message.data, message.peer)
+
+
+def queue_round_trips(client, payload, count: int) -> list[float]:
+    """ping_loop() over a put()/get() queue client (netq, net-queue): put, then get the echo."""
+    put, get = client.put, client.get
+
+    def roundtrip():
+        put(payload)
+        get()
+
+    return ping_loop(roundtrip, count)
+
+
 # ----------------------------------------------------------------------------- entry point
 def main(handlers: dict) -> None:
     """handlers: {(transport, role): fn(spec)} or {role: fn(spec)} (transport-agnostic)."""

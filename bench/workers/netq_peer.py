@@ -161,11 +161,7 @@ def echo(spec: dict, serve=None, report=dict) -> None:
     other netq workers (netq_mqtt_peer.py) run this same loop."""
     server, addr = (serve or _serve)(spec)
     common.ready(addr)
-    get, put = server.get, server.put
-    for i in range(common.WARMUP_PINGS + spec["count"]):
-        common.PROGRESS["echoed"] = i
-        m = get()
-        put(m.data, m.peer)
+    common.echo_messages(server, spec["count"])
     common.result(role="echo", peak_rss_kb=common.maxrss_kb(), **report())
     server.close()
 
@@ -175,13 +171,7 @@ def ping(spec: dict, connect=None) -> None:
     payload = common.payload_of(size)
     client = (connect or _connect)(spec)
     base = common.rss_kb()
-    put, get = client.put, client.get
-
-    def roundtrip():
-        put(payload)
-        get()
-
-    samples = common.ping_loop(roundtrip, spec["count"])
+    samples = common.queue_round_trips(client, payload, spec["count"])
     client.close()
     common.latency_report(samples, size, base)
 

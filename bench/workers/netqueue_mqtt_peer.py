@@ -83,9 +83,7 @@ def send(spec: dict) -> None:
 def echo(spec: dict) -> None:
     broker, server, addr = _server(spec)
     common.ready(addr)
-    for _ in range(common.WARMUP_PINGS + spec["count"]):
-        m = server.get()
-        server.put(m.data, m.peer)
+    common.echo_messages(server, spec["count"])
     common.result(role="echo", peak_rss_kb=common.maxrss_kb(), **broker.stats())
     broker.stop()
     os._exit(0)
@@ -96,12 +94,7 @@ def ping(spec: dict) -> None:
     payload = common.payload_of(size)
     client = _client(spec["addr"])
     base = common.rss_kb()
-
-    def roundtrip():
-        client.put(payload)
-        client.get()
-
-    samples = common.ping_loop(roundtrip, spec["count"])
+    samples = common.queue_round_trips(client, payload, spec["count"])
     common.latency_report(samples, size, base)
     os._exit(0)
 

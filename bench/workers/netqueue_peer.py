@@ -65,9 +65,7 @@ def send(spec: dict) -> None:
 def echo(spec: dict) -> None:
     server, addr = _server()
     common.ready(addr)
-    for _ in range(common.WARMUP_PINGS + spec["count"]):
-        m = server.get()
-        server.put(m.data, m.peer)
+    common.echo_messages(server, spec["count"])
     common.result(role="echo", peak_rss_kb=common.maxrss_kb())
     server.close()
 
@@ -77,12 +75,7 @@ def ping(spec: dict) -> None:
     payload = common.payload_of(size)
     client = _client(spec["addr"])
     base = common.rss_kb()
-
-    def roundtrip():
-        client.put(payload)
-        client.get()
-
-    samples = common.ping_loop(roundtrip, spec["count"])
+    samples = common.queue_round_trips(client, payload, spec["count"])
     client.close()
     common.latency_report(samples, size, base)
 

@@ -8,9 +8,13 @@ thread resolves a future nobody waits for with a few attribute writes. It stays 
 ``as_completed`` accept it, because every path that needs the condition goes through the lazy
 ``_condition`` property.
 
-Ordering argument for the lock-free resolve: the resolver writes ``_state`` before it looks for
-a condition; a waiter creates the condition before it reads ``_state`` under that condition.
-Either the resolver sees the condition (and notifies under it) or the waiter sees the new state.
+State changes out of PENDING (started, cancelled, resolved) are made under one module lock,
+held for a few attribute writes and never while calling out: a broadcast message is started by
+several threads at once (the I/O thread and a caller writing directly to an idle socket), and
+each of them must see at once whether it was cancelled. Waiting is lock-free for the resolver:
+it writes ``_state`` before it looks for a condition, and a waiter creates the condition (under
+the same lock) before it reads ``_state`` under that condition, so either the resolver sees the
+condition (and notifies under it) or the waiter sees the new state.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from concurrent.futures._base import (  # the states Future's own methods compar
 __all__ = ("DeliveryFuture",)
 
 LOGGER = logging.getLogger("netq")
-_CREATE = threading.Lock()  # only taken the first time a future's condition is needed
+# Guards every future's state changes and condition creation. Held for a few attribute writes,
+# never while calling out (callbacks, waiters, session locks), so it cannot deadlock.
+_LOCK = threading.Lock()
 
 
 class DeliveryFuture(Future):
@@ -37,12 +43,13 @@ class DeliveryFuture(Future):
 
     ``remaining`` counts the peers still to acknowledge (a broadcast is one future). The I/O
     thread calls :meth:`_delivered` once per peer and :meth:`_fail` on loss; the first failure
-    wins and later acknowledgements are ignored, so the future resolves exactly once.
+    wins and later outcomes are ignored, so the future resolves exactly once (``_claimed``).
 
-    ``cancel()`` and the I/O thread's :meth:`_start` race for a one-item ticket list:
-    ``list.pop`` is atomic, so exactly one of them wins without a lock. A successful
-    ``cancel()`` then takes the message out of the queues of ``_sessions`` (the peers ``put``
-    addressed) at once: a cancelled put holds no memory and no room in the send window.
+    A failure does not stop the message: a broadcast whose future failed because one peer
+    left still goes to every other peer it was queued for. Only ``cancel()`` withdraws it, and
+    only before any peer's copy went on the wire; after a successful ``cancel()`` the message
+    leaves the queues of ``_sessions`` (the peers ``put`` addressed) at once, so a cancelled
+    put holds no memory and no room in the send window.
     """
 
     _sessions = ()  # class default: put() sets the addressed PeerSessions, adapters never do
@@ -54,36 +61,38 @@ class DeliveryFuture(Future):
         self._waiters = []
         self._done_callbacks = []
         self._cond = None
-        self._ticket = [None]
+        self._claimed = False  # someone took the one right to resolve or cancel
         self.remaining = remaining
 
     @property
     def _condition(self) -> threading.Condition:
         cond = self._cond
         if cond is None:
-            with _CREATE:
+            with _LOCK:
                 cond = self._cond
                 if cond is None:
                     cond = self._cond = threading.Condition()
         return cond
 
-    def _finish(self, state: str, exception: BaseException | None) -> None:
-        """Move to a final state (called by whoever holds the ticket or the RUNNING state)."""
-        # Publish the state atomically with respect to condition creation: with no condition
-        # (checked under the creation lock) nobody can be waiting or installing a waiter;
-        # with one, the state changes under it, so concurrent.futures.wait() never counts
-        # this future both as already done and through its waiter.
-        cond = self._cond
-        if cond is None:
-            with _CREATE:
-                cond = self._cond
-                if cond is None:
-                    self._exception = exception
-                    self._state = state
-        if cond is not None:
-            with cond:
+    def _finish(self, state: str, exception: BaseException | None) -> bool:
+        """Resolve (FINISHED) or complete a cancel; False if someone else resolved it first."""
+        with _LOCK:
+            if self._claimed and state is FINISHED:
+                return False
+            self._claimed = True
+            cond = self._cond
+            if cond is None:
+                # No condition (checked under the lock that creates it): nobody is waiting or
+                # installing a waiter, so the state is published here.
                 self._exception = exception
                 self._state = state
+        if cond is not None:
+            # With a condition, the state changes under it, so concurrent.futures.wait()
+            # never counts this future both as already done and through its waiter.
+            with cond:
+                with _LOCK:
+                    self._exception = exception
+                    self._state = state
                 for waiter in self._waiters:
                     if state is not FINISHED:
                         waiter.add_cancelled(self)
@@ -99,6 +108,7 @@ class DeliveryFuture(Future):
                 callback(self)
             except Exception:  # the stdlib logs and carries on; so do we
                 LOGGER.exception("exception calling callback for %r", self)
+        return True
 
     def add_done_callback(self, fn) -> None:
         with self._condition:
@@ -113,41 +123,40 @@ class DeliveryFuture(Future):
     # -- the I/O thread's side ----------------------------------------------------------
 
     def _start(self) -> bool:
-        """The message goes on the wire; False if the caller cancelled it first."""
-        if self._state is RUNNING:
+        """A copy goes on the wire; False only if the caller cancelled the put first."""
+        state = self._state
+        if state is RUNNING:
             return True
-        try:
-            self._ticket.pop()
-        except IndexError:
-            return self._state is RUNNING
-        self._state = RUNNING
-        return True
+        with _LOCK:
+            state = self._state
+            if state is PENDING:
+                if self._claimed:
+                    return True  # failing elsewhere right now: this peer still gets it
+                self._state = RUNNING
+                return True
+        return state is not CANCELLED and state is not CANCELLED_AND_NOTIFIED
 
     def _delivered(self) -> None:
         """One addressed peer acknowledged the message."""
         self.remaining -= 1
-        if self.remaining <= 0 and self._state is RUNNING:
+        if self.remaining <= 0:
             self._finish(FINISHED, None)
 
     def _fail(self, exception: BaseException) -> None:
-        if self._state is not RUNNING:
-            try:
-                self._ticket.pop()
-            except IndexError:
-                if self._state is not RUNNING:
-                    return  # cancelled by the caller, or already final
         self._finish(FINISHED, exception)
 
     # -- the caller's side ----------------------------------------------------------------
 
     def cancel(self) -> bool:
-        """Withdraw a put that is not on the wire yet; False once it is."""
-        if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
-            return True
-        try:
-            self._ticket.pop()
-        except IndexError:
-            return self._state in (CANCELLED, CANCELLED_AND_NOTIFIED)
+        """Withdraw a put that no peer's copy of is on the wire yet; False once one is."""
+        with _LOCK:
+            state = self._state
+            if state is CANCELLED or state is CANCELLED_AND_NOTIFIED:
+                return True
+            if state is not PENDING or self._claimed:
+                return False
+            self._claimed = True
+            self._state = CANCELLED  # from here on, _start() refuses it
         # Out of the queues first, so done-callbacks already see it gone from statistics().
         try:
             for session in self._sessions:

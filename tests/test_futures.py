@@ -2,6 +2,7 @@
 
 import asyncio
 import concurrent.futures as cf
+import sys
 import threading
 
 import pytest
@@ -103,3 +104,62 @@ def test_asyncio_can_await_it():
         return await asyncio.wrap_future(future)
 
     assert asyncio.run(main()) is None
+
+
+def test_a_failed_broadcast_still_goes_to_the_other_peers():
+    """One peer's failure resolves the future; the copies queued for other peers still go."""
+    future = DeliveryFuture(remaining=3)
+    future._fail(ConnectionError("one peer left"))
+    assert future._start() and future._start()
+    assert not future.cancel()
+    future._delivered()
+    with pytest.raises(ConnectionError):
+        future.result(timeout=1)
+
+
+def test_concurrent_starts_all_send():
+    """A broadcast started by the I/O thread and a directly writing caller at once: both
+    copies go out (neither may mistake the other's start for a cancel)."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as CPython allows
+    try:
+        for _ in range(3000):
+            future = DeliveryFuture(remaining=2)
+            results = []
+            barrier = threading.Barrier(2)
+
+            def start():
+                barrier.wait()
+                results.append(future._start())
+
+            thread = threading.Thread(target=start)
+            thread.start()
+            start()
+            thread.join()
+            assert results == [True, True]
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def test_concurrent_fail_and_start_never_reopen_a_resolved_future():
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(3000):
+            future = DeliveryFuture(remaining=2)
+            barrier = threading.Barrier(2)
+
+            def fail():
+                barrier.wait()
+                future._fail(ConnectionError("peer left"))
+
+            thread = threading.Thread(target=fail)
+            thread.start()
+            barrier.wait()
+            assert future._start()
+            thread.join()
+            assert future.done(), future
+            with pytest.raises(ConnectionError):
+                future.result(timeout=1)
+    finally:
+        sys.setswitchinterval(previous)

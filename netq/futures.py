@@ -8,13 +8,19 @@ thread resolves a future nobody waits for with a few attribute writes. It stays 
 ``as_completed`` accept it, because every path that needs the condition goes through the lazy
 ``_condition`` property.
 
-State changes out of PENDING (started, cancelled, resolved) are made under one module lock,
-held for a few attribute writes and never while calling out: a broadcast message is started by
-several threads at once (the I/O thread and a caller writing directly to an idle socket), and
-each of them must see at once whether it was cancelled. Waiting is lock-free for the resolver:
-it writes ``_state`` before it looks for a condition, and a waiter creates the condition (under
-the same lock) before it reads ``_state`` under that condition, so either the resolver sees the
-condition (and notifies under it) or the waiter sees the new state.
+Start and cancel race lock-free for the right to decide a message's fate: each of them
+appends its kind to the future's ``_gate`` list and reads the first entry back (``list.append``
+is atomic), so every thread agrees on who came first, whether another start (send it too) or
+a cancel (skip it). A broadcast is started by several threads at once (the I/O thread and a
+caller writing directly to an idle socket), so "someone else was first" must never be taken
+for "cancelled". Resolving is claimed once, by popping the one-item ``_ticket`` list, and only
+the claimant writes ``_state``; nothing else ever writes it, so a late start cannot reopen a
+resolved future.
+
+Ordering argument for waiting: the resolver writes ``_state`` before it looks for a
+condition; a waiter creates the condition before it reads ``_state`` under that condition.
+Either the resolver sees the condition (and notifies under it) or the waiter sees the new
+state.
 """
 
 from __future__ import annotations
@@ -33,9 +39,9 @@ from concurrent.futures._base import (  # the states Future's own methods compar
 __all__ = ("DeliveryFuture",)
 
 LOGGER = logging.getLogger("netq")
-# Guards every future's state changes and condition creation. Held for a few attribute writes,
-# never while calling out (callbacks, waiters, session locks), so it cannot deadlock.
-_LOCK = threading.Lock()
+_CREATE = threading.Lock()  # only taken the first time a future's condition is needed
+_STARTED = "started"  # _gate entries
+_CANCELLED = "cancelled"
 
 
 class DeliveryFuture(Future):
@@ -43,13 +49,16 @@ class DeliveryFuture(Future):
 
     ``remaining`` counts the peers still to acknowledge (a broadcast is one future). The I/O
     thread calls :meth:`_delivered` once per peer and :meth:`_fail` on loss; the first failure
-    wins and later outcomes are ignored, so the future resolves exactly once (``_claimed``).
+    wins and later outcomes are ignored, so the future resolves exactly once.
 
     A failure does not stop the message: a broadcast whose future failed because one peer
     left still goes to every other peer it was queued for. Only ``cancel()`` withdraws it, and
     only before any peer's copy went on the wire; after a successful ``cancel()`` the message
     leaves the queues of ``_sessions`` (the peers ``put`` addressed) at once, so a cancelled
     put holds no memory and no room in the send window.
+
+    ``_state`` stays PENDING until the future resolves (``running()`` is answered from the
+    gate instead): the resolver is then the only writer of ``_state``.
     """
 
     _sessions = ()  # class default: put() sets the addressed PeerSessions, adapters never do
@@ -61,38 +70,41 @@ class DeliveryFuture(Future):
         self._waiters = []
         self._done_callbacks = []
         self._cond = None
-        self._claimed = False  # someone took the one right to resolve or cancel
+        self._gate = []  # _STARTED / _CANCELLED, in the order they came: the first one decides
+        self._ticket = [None]  # popped by whoever resolves the future
         self.remaining = remaining
 
     @property
     def _condition(self) -> threading.Condition:
         cond = self._cond
         if cond is None:
-            with _LOCK:
+            with _CREATE:
                 cond = self._cond
                 if cond is None:
                     cond = self._cond = threading.Condition()
         return cond
 
     def _finish(self, state: str, exception: BaseException | None) -> bool:
-        """Resolve (FINISHED) or complete a cancel; False if someone else resolved it first."""
-        with _LOCK:
-            if self._claimed and state is FINISHED:
-                return False
-            self._claimed = True
-            cond = self._cond
-            if cond is None:
-                # No condition (checked under the lock that creates it): nobody is waiting or
-                # installing a waiter, so the state is published here.
-                self._exception = exception
-                self._state = state
-        if cond is not None:
-            # With a condition, the state changes under it, so concurrent.futures.wait()
-            # never counts this future both as already done and through its waiter.
-            with cond:
-                with _LOCK:
+        """Resolve (FINISHED or CANCELLED_AND_NOTIFIED); False if it was resolved already."""
+        try:
+            self._ticket.pop()
+        except IndexError:
+            return False
+        # Publish the state atomically with respect to condition creation: with no condition
+        # (checked under the creation lock) nobody can be waiting or installing a waiter;
+        # with one, the state changes under it, so concurrent.futures.wait() never counts
+        # this future both as already done and through its waiter.
+        cond = self._cond
+        if cond is None:
+            with _CREATE:
+                cond = self._cond
+                if cond is None:
                     self._exception = exception
                     self._state = state
+        if cond is not None:
+            with cond:
+                self._exception = exception
+                self._state = state
                 for waiter in self._waiters:
                     if state is not FINISHED:
                         waiter.add_cancelled(self)
@@ -120,21 +132,18 @@ class DeliveryFuture(Future):
         except Exception:
             LOGGER.exception("exception calling callback for %r", self)
 
+    def running(self) -> bool:
+        gate = self._gate
+        return bool(gate) and gate[0] is _STARTED and self._state is PENDING
+
     # -- the I/O thread's side ----------------------------------------------------------
 
     def _start(self) -> bool:
         """A copy goes on the wire; False only if the caller cancelled the put first."""
-        state = self._state
-        if state is RUNNING:
-            return True
-        with _LOCK:
-            state = self._state
-            if state is PENDING:
-                if self._claimed:
-                    return True  # failing elsewhere right now: this peer still gets it
-                self._state = RUNNING
-                return True
-        return state is not CANCELLED and state is not CANCELLED_AND_NOTIFIED
+        gate = self._gate
+        if not gate:
+            gate.append(_STARTED)
+        return gate[0] is _STARTED
 
     def _delivered(self) -> None:
         """One addressed peer acknowledged the message."""
@@ -149,21 +158,21 @@ class DeliveryFuture(Future):
 
     def cancel(self) -> bool:
         """Withdraw a put that no peer's copy of is on the wire yet; False once one is."""
-        with _LOCK:
-            state = self._state
-            if state is CANCELLED or state is CANCELLED_AND_NOTIFIED:
-                return True
-            if state is not PENDING or self._claimed:
-                return False
-            self._claimed = True
-            self._state = CANCELLED  # from here on, _start() refuses it
-        # Out of the queues first, so done-callbacks already see it gone from statistics().
+        gate = self._gate
+        if not gate:
+            gate.append(_CANCELLED)
+        if gate[0] is not _CANCELLED:
+            return False  # started first: it is on the wire
+        if self._state is not PENDING:
+            return self._state is CANCELLED_AND_NOTIFIED  # cancelled before, or failed first
+        # From here on no peer sends it. Out of the queues first, so done-callbacks already
+        # see it gone from statistics(); a failure that resolved it meanwhile keeps its word.
         try:
             for session in self._sessions:
                 session.withdraw(self)
         finally:
-            self._finish(CANCELLED_AND_NOTIFIED, None)
-        return True
+            cancelled = self._finish(CANCELLED_AND_NOTIFIED, None)
+        return cancelled or self._state is CANCELLED_AND_NOTIFIED
 
     def set_running_or_notify_cancel(self) -> bool:
         return self._start()

@@ -56,10 +56,13 @@ def test_cancel_before_the_wire_wins_and_the_sender_skips_it():
 
 def test_cancel_after_the_wire_is_refused():
     future = DeliveryFuture()
+    assert not future.running()
     assert future._start()
+    assert future.running()
     assert not future.cancel()
     future._delivered()
     assert future.result() is None
+    assert not future.running() and future.done()
 
 
 def test_cancel_and_start_race_has_exactly_one_winner():

@@ -33,7 +33,6 @@ from concurrent.futures._base import (  # the states Future's own methods compar
     CANCELLED_AND_NOTIFIED,
     FINISHED,
     PENDING,
-    RUNNING,
 )
 
 __all__ = ("DeliveryFuture",)
@@ -163,16 +162,15 @@ class DeliveryFuture(Future):
             gate.append(_CANCELLED)
         if gate[0] is not _CANCELLED:
             return False  # started first: it is on the wire
-        if self._state is not PENDING:
-            return self._state is CANCELLED_AND_NOTIFIED  # cancelled before, or failed first
         # From here on no peer sends it. Out of the queues first, so done-callbacks already
-        # see it gone from statistics(); a failure that resolved it meanwhile keeps its word.
+        # see it gone from statistics(). A failure that resolved it first keeps its word (and
+        # _finish has emptied _sessions: a second cancel() withdraws nothing).
         try:
             for session in self._sessions:
                 session.withdraw(self)
         finally:
-            cancelled = self._finish(CANCELLED_AND_NOTIFIED, None)
-        return cancelled or self._state is CANCELLED_AND_NOTIFIED
+            self._finish(CANCELLED_AND_NOTIFIED, None)
+        return self._state is CANCELLED_AND_NOTIFIED
 
     def set_running_or_notify_cancel(self) -> bool:
         return self._start()

@@ -2,12 +2,41 @@
 
 import asyncio
 import concurrent.futures as cf
+import contextlib
 import sys
 import threading
 
 import pytest
 
 from netq.futures import DeliveryFuture
+
+
+def race(first, second):
+    """Run ``first()`` on a new thread and ``second()`` on this one, released together by a
+    barrier; returns their results in that order."""
+    barrier = threading.Barrier(2)
+    results = {}
+
+    def run(name, fn):
+        barrier.wait()
+        results[name] = fn()
+
+    thread = threading.Thread(target=run, args=("first", first))
+    thread.start()
+    run("second", second)
+    thread.join()
+    return results["first"], results["second"]
+
+
+@contextlib.contextmanager
+def fast_thread_switching():
+    """Switch threads as often as CPython allows (1 us), so that races show up."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
 
 
 def test_is_a_stdlib_future_without_an_eager_condition():
@@ -68,19 +97,8 @@ def test_cancel_after_the_wire_is_refused():
 def test_cancel_and_start_race_has_exactly_one_winner():
     for _ in range(2000):
         future = DeliveryFuture()
-        outcome = {}
-        barrier = threading.Barrier(2)
-
-        def cancel():
-            barrier.wait()
-            outcome["cancelled"] = future.cancel()
-
-        thread = threading.Thread(target=cancel)
-        thread.start()
-        barrier.wait()
-        started = future._start()
-        thread.join()
-        assert started != outcome["cancelled"]
+        cancelled, started = race(future.cancel, future._start)
+        assert started != cancelled
 
 
 def test_callbacks_run_once_and_wait_helpers_work():
@@ -123,46 +141,36 @@ def test_a_failed_broadcast_still_goes_to_the_other_peers():
 def test_concurrent_starts_all_send():
     """A broadcast started by the I/O thread and a directly writing caller at once: both
     copies go out (neither may mistake the other's start for a cancel)."""
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # switch threads as often as CPython allows
-    try:
-        for _ in range(3000):
+    with fast_thread_switching():
+        for _ in range(10_000):  # the old code lost a copy here in about 1 run of 3
             future = DeliveryFuture(remaining=2)
-            results = []
-            barrier = threading.Barrier(2)
+            assert race(future._start, future._start) == (True, True)
 
-            def start():
-                barrier.wait()
-                results.append(future._start())
 
-            thread = threading.Thread(target=start)
-            thread.start()
-            start()
-            thread.join()
-            assert results == [True, True]
-    finally:
-        sys.setswitchinterval(previous)
+def test_a_start_right_after_another_start_claimed_the_gate_sends_too():
+    """The interleaving the race above hunts for, forced: a second start runs between the
+    first start's claim and its answer (the old code's window: ticket popped, RUNNING not yet
+    written)."""
+    future = DeliveryFuture(remaining=2)
+    second = []
+
+    class SecondStartArrives(list):
+        def append(self, item):
+            super().append(item)
+            if not second:
+                second.append(future._start())
+
+    future._gate = SecondStartArrives()
+    assert future._start()
+    assert second == [True]
 
 
 def test_concurrent_fail_and_start_never_reopen_a_resolved_future():
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
+    with fast_thread_switching():
         for _ in range(3000):
             future = DeliveryFuture(remaining=2)
-            barrier = threading.Barrier(2)
-
-            def fail():
-                barrier.wait()
-                future._fail(ConnectionError("peer left"))
-
-            thread = threading.Thread(target=fail)
-            thread.start()
-            barrier.wait()
-            assert future._start()
-            thread.join()
+            _, started = race(lambda: future._fail(ConnectionError("peer left")), future._start)
+            assert started
             assert future.done(), future
             with pytest.raises(ConnectionError):
                 future.result(timeout=1)
-    finally:
-        sys.setswitchinterval(previous)

@@ -77,7 +77,7 @@ class AsyncCommunicator:
         def signal() -> None:
             loop.call_soon_threadsafe(arrived.set)
 
-        communicator._arrival_listeners.append(signal)
+        communicator.add_arrival_listener(signal)
         try:
             deadline = None if timeout is None else loop.time() + timeout
             while True:
@@ -94,7 +94,7 @@ class AsyncCommunicator:
                 except TimeoutError:
                     raise Empty() from None
         finally:
-            communicator._arrival_listeners.remove(signal)
+            communicator.remove_arrival_listener(signal)
 
     def get_nowait(self, *peers: uuid.UUID) -> Message:
         return self.communicator.get_nowait(*peers)

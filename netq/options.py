@@ -84,13 +84,22 @@ class ConnectionOptions:
     merge_size      largest buffer that small frames are coalesced into before a write.
     efficient_size  buffers below this are copied into the merge buffer; larger ones are
                     written straight from the caller's memory (scatter-gather, zero copy).
-    recv_window     bytes of credit granted to each peer: what it may have in flight to us
-                    plus what waits in our receive queue (and the message the caller took
-                    last: its credit returns when the caller comes back for the next one). A
-                    message may start while credit is positive, so memory per peer stays under
-                    recv_window + one message.
-    send_window     bytes queued for one peer and not yet on the wire above which ``put``
+    recv_budget     bytes this communicator holds for all its peers together: messages received
+                    and not yet taken by ``get()``, plus credit granted and not yet used. When
+                    it is full, peers get no more credit until ``get()`` frees some; each peer
+                    may still hold 16 KiB (so one peer's backlog cannot starve another), and a
+                    message may start on any positive credit: received memory stays under
+                    recv_budget + per peer (16 KiB + one message). See docs/guarantees.md.
+    send_budget     bytes queued for one peer and not yet on the wire above which ``put``
                     blocks (or raises ``Full``).
+    window_min      the credit a peer starts with (each link's HELLO grant, while the budget
+                    has room; None: 256 KiB, or recv_budget if smaller); the window then grows while the sender is starved for credit
+                    and the consumer keeps up, like TCP receive autotuning.
+    window_max      the largest a peer's window grows to (None: recv_budget // 2).
+    stall_warning   seconds a wait for something that is not coming lasts before netq logs a
+                    WARNING on the ``netq`` logger saying what it waits for (a put() past
+                    send_budget, close() waiting for acknowledgements, a client that cannot
+                    connect, a full receive budget); repeated every 30 s while it lasts.
     session_timeout how long a disconnected peer's session (its queues, unacknowledged
                     messages) waits for a reconnect before its futures fail.
     heartbeat       idle time after which a PING is sent; a link silent for 3 heartbeats is
@@ -106,13 +115,16 @@ class ConnectionOptions:
     max_size: int = 4 * MiB
     merge_size: int | None = None  # None: max_size
     efficient_size: int | None = None  # None: max_size // 64
-    recv_window: int = 4 * MiB
-    send_window: int = 16 * MiB
+    recv_budget: int = 64 * MiB
+    send_budget: int = 32 * MiB
+    window_min: int | None = None  # None: 256 KiB, or recv_budget if that is smaller
+    window_max: int | None = None  # None: recv_budget // 2
     session_timeout: float = 10.0
     heartbeat: float = 5.0
     reconnect_min: float = 0.02
     reconnect_max: float = 1.0
     spin: float = 0.0
+    stall_warning: float = 5.0
 
     def __post_init__(self) -> None:
         if self.max_size < 1024:
@@ -121,8 +133,22 @@ class ConnectionOptions:
             object.__setattr__(self, "merge_size", self.max_size)
         if self.efficient_size is None:
             object.__setattr__(self, "efficient_size", self.max_size // 64)
-        if self.recv_window < 1 or self.send_window < 1:
-            raise ValueError("windows must be positive")
+        if self.recv_budget < 1 or self.send_budget < 1:
+            raise ValueError("budgets must be positive")
+        if self.window_min is None:
+            object.__setattr__(self, "window_min", min(256 * KiB, self.recv_budget))
+        assert self.window_min is not None
+        if self.window_min < 1:
+            raise ValueError("window_min must be positive")
+        if self.window_max is None:
+            object.__setattr__(self, "window_max", max(self.window_min, self.recv_budget // 2))
+        assert self.window_max is not None
+        if self.window_max < self.window_min:
+            raise ValueError("window_max must be >= window_min")
+        if self.recv_budget < self.window_min:
+            raise ValueError("recv_budget must be >= window_min")
+        if self.stall_warning <= 0:
+            raise ValueError("stall_warning must be > 0")
         if self.spin < 0:
             raise ValueError("spin must be >= 0")
         if self.session_timeout < 0 or self.heartbeat <= 0:
@@ -140,7 +166,7 @@ class SerializationOptions:
                     that stops a peer from claiming an absurd size). A larger put fails its
                     future with MessageTooLarge; it is never split into several messages.
     queue_size      most messages from one peer waiting in our receive queue (-1: bounded
-                    only by recv_window bytes). Enforced with message credits.
+                    only by recv_budget bytes). Enforced with message credits.
     load / dump     ``dump(obj) -> Stream`` and ``load(Stream) -> obj``; the default is
                     :class:`netq.stream.PickleSerializer`.
     """

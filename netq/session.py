@@ -21,12 +21,14 @@ import collections
 import enum
 import os
 import threading
-import time
 import uuid
+from typing import Any
 
 from .futures import DeliveryFuture
 
-__all__ = ("Outgoing", "PeerSession", "PeerState")
+__all__ = ("NO_TOKEN", "Outgoing", "PeerSession", "PeerState")
+
+NO_TOKEN = bytes(16)  # a client's session token before the server has answered
 
 
 class PeerState(enum.StrEnum):
@@ -53,11 +55,12 @@ class Outgoing:
 class PeerSession:
     """One peer, as seen from this communicator."""
 
-    def __init__(self, peer_id: uuid.UUID, token: bytes | None = None) -> None:
+    def __init__(self, peer_id: uuid.UUID, token: bytes | None = None,
+                 window: int = 256 * 1024) -> None:
         self.id = peer_id
         self.token = token or os.urandom(16)
         self.state = PeerState.CONNECTING
-        self.link = None  # the attached transport link, or None
+        self.link: Any = None  # the attached transport Link, or None
         self.disconnected_at: float | None = None
         self.connected_at: float | None = None
         self.reconnects = 0
@@ -80,6 +83,9 @@ class PeerSession:
         self.scheduled = False  # queued in the I/O thread's attention list
         self.goodbye_sent = False
         self.goodbye_received = False
+        # Why put() may be waiting (statistics() and warnings): monotonic times or None.
+        self.blocked_since: float | None = None  # a put() waits for send budget
+        self.credit_exhausted_since: float | None = None  # messages queued, no credit left
 
         # Inbound: MessageReceived events (deserialized lazily by get(), on the user thread),
         # and the remaining elements of an opened put_many batch.
@@ -90,9 +96,10 @@ class PeerSession:
         self.received_bytes = 0
         self.consumed_messages = 0  # get() side, under the receive lock
         self.consumed_bytes = 0
-        self.credited_messages = 0  # I/O side: consumption already returned as CREDIT
-        self.credited_bytes = 0
-        self.credit_requested = False  # get() asked the I/O thread to return credit
+        self.credited_messages = 0  # I/O side: message consumption returned as CREDIT
+        self.credit_requested = False  # get() asked the I/O thread to return message credit
+        self.window = window  # receive credit we aim to keep outstanding (netq.flow)
+        self.credit_waiting = False  # the receive budget capped this peer's last grant
 
     # --------------------------------------------------------------- accounting
 
@@ -108,6 +115,13 @@ class PeerSession:
     @property
     def held_messages(self) -> int:
         return self.received_messages - self.consumed_messages
+
+    def inflight_bytes(self) -> int:
+        """Bytes on the wire to the peer and not yet acknowledged."""
+        total = 0
+        for _, message in list(self.inflight):
+            total += message.size
+        return total
 
     @property
     def connected(self) -> bool:
@@ -146,7 +160,7 @@ class PeerSession:
     def withdraw(self, future: DeliveryFuture) -> None:
         """The caller cancelled a put before it reached the wire: drop it from the outbox now.
 
-        Without this the message (its payload, its share of ``send_window``) would stay queued
+        Without this the message (its payload, its share of ``send_budget``) would stay queued
         until credit let the pump reach it and skip it: behind a stalled receiver, forever.
         Runs on the cancelling thread, under ``send_lock`` (the pump's lock) and ``put_lock``
         (put() appends under it; a deque must not change while we look through it). Lock
@@ -183,6 +197,3 @@ class PeerSession:
             with self.space:
                 self.space.notify_all()
 
-
-def monotonic() -> float:
-    return time.monotonic()

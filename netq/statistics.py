@@ -9,7 +9,17 @@ Direction: "in" is received from the peer, "out" is sent to it and acknowledged.
 ``queue_in`` waits for ``get()``; ``queue_out`` waits for the wire (credit or a link);
 ``inflight`` is on the wire and not yet acknowledged. ``memory`` is the payload bytes this
 communicator holds for the peer: received and unconsumed + unsent + unacknowledged.
-``credit_out`` is what the peer still lets us send, ``credit_in`` what we still let it send.
+``credit_out`` is what the peer still lets us send, ``credit_in`` what we still let it send
+(both may dip below zero by up to one message: a message may start on any positive credit);
+``window`` is the receive credit we aim to keep outstanding with the peer (it grows with the
+path's bandwidth-delay product, see :mod:`netq.flow`).
+
+Waiting: ``blocked`` is empty while traffic with the peer flows; otherwise it says, in a
+sentence, what it waits for and what would change it (the same text as the WARNING netq logs),
+and ``blocked_for`` for how many seconds. On the communicator, ``recv_held`` is what all peers'
+messages occupy of ``recv_budget`` (received, not yet taken by ``get()``), ``recv_outstanding``
+the credit granted and not yet used, and ``connect_error`` (clients) what the last failed
+connection attempt ran into ("" once connected).
 """
 
 from __future__ import annotations
@@ -47,6 +57,9 @@ class PeerStatistics:
     bytes_in_per_s: float
     messages_out_per_s: float
     bytes_out_per_s: float
+    window: int = 0
+    blocked: str = ""
+    blocked_for: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +81,11 @@ class CommunicatorStatistics:
     messages_out_per_s: float
     bytes_out_per_s: float
     memory: int
+    recv_budget: int = 0
+    recv_held: int = 0
+    recv_outstanding: int = 0
+    send_budget: int = 0
+    connect_error: str = ""
 
     def peer(self, peer: uuid.UUID) -> PeerStatistics:
         for row in self.peers:
@@ -75,12 +93,20 @@ class CommunicatorStatistics:
                 return row
         raise KeyError(peer)
 
+    @property
+    def blocked(self) -> tuple[PeerStatistics, ...]:
+        """The peers whose traffic is waiting (``blocked`` says why)."""
+        return tuple(row for row in self.peers if row.blocked)
+
     def summary(self) -> str:
         """One line, for terminals and logs."""
-        return (f"{self.purpose} {self.protocol} {self.address} {self.state}: "
+        line = (f"{self.purpose} {self.protocol} {self.address} {self.state}: "
                 f"{len(self.peers)} peers, in {self.messages_in} msg "
                 f"({self.bytes_in_per_s / 1e6:.1f} MB/s), out {self.messages_out} msg "
                 f"({self.bytes_out_per_s / 1e6:.1f} MB/s), memory {self.memory / 2**20:.1f} MiB")
+        if self.connect_error:
+            line += f"; cannot connect: {self.connect_error}"
+        return line
 
 
 _COUNTERS = ("messages_in", "bytes_in", "messages_out", "bytes_out")

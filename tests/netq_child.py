@@ -21,7 +21,8 @@ Commands (``{"op": NAME, ...}``):
     throttle   chunk, pause           make every socket write at most ``chunk`` bytes and
                                       sleep ``pause`` s before it (a slow link, in this process)
     get        count, timeout         get ``count`` messages; result: their data
-    stats                             a few statistics() fields
+    stats                             a few statistics() fields (recv_held: received bytes
+                                      not yet taken by get())
     close      timeout                close the communicator
 """
 
@@ -143,7 +144,8 @@ def _serve(comm, command: dict):
         return messages
     if op == "stats":
         stats = comm.statistics()
-        return {"state": stats.state,
+        return {"state": stats.state, "recv_held": stats.recv_held,
+                "recv_outstanding": stats.recv_outstanding,
                 "peers": [{"peer": str(row.peer), "state": row.state,
                            "reconnects": row.reconnects} for row in stats.peers]}
     if op == "close":

@@ -595,6 +595,13 @@ class Connection:
             if end - start < HEADER_SIZE:
                 break
             frame_type, flags, reserved, length, value = _HEADER_UNPACK_FROM(view, start)
+            if self._state is ConnectionState.HELLO and (frame_type not in _KNOWN_TYPES
+                                                         or reserved):
+                # Not even a netq frame header: say what the other end is not.
+                self._fail(events, RemoteProtocolError(
+                    f"the other end is not a netq peer: its first bytes "
+                    f"{bytes(view[start:start + 8])!r} are not a netq HELLO"), ErrorCode.PROTOCOL)
+                break
             if frame_type not in _KNOWN_TYPES:
                 self._fail(events, RemoteProtocolError(f"unknown frame type {frame_type}"),
                            ErrorCode.PROTOCOL)
@@ -797,7 +804,9 @@ class Connection:
         try:
             hello = frames.decode_hello(payload)
         except ValueError as error:
-            self._fail(events, RemoteProtocolError(f"malformed HELLO: {error}"), ErrorCode.PROTOCOL)
+            self._fail(events, RemoteProtocolError(
+                f"the other end is not a netq peer (malformed HELLO: {error})"),
+                ErrorCode.PROTOCOL)
             return
         if hello.version != frames.VERSION:
             self._fail(events, RemoteProtocolError(

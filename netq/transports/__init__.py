@@ -1,9 +1,10 @@
 """Transports, registered by name. Each module carries netq frames over one kind of link.
 
-A transport class is constructed with the communicator (its engine) and provides::
+A transport class is constructed with its engine (:class:`netq.engine.EngineAPI`, the only
+thing it calls back) and provides::
 
     start()                 start the I/O thread (the constructor must not block on the network)
-    wake()                  any thread: make the I/O loop call engine._io_service() soon
+    wake()                  any thread: make the I/O loop call engine.service() soon
     write_now(link)         write the link's queued output as far as possible (link lock held)
     close_link(link, flush) drop a link, after flushing its output when flush is true
     links()                 the live links (I/O thread)

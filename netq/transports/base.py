@@ -2,24 +2,30 @@
 
 A transport owns one I/O thread per communicator. The loop is the same for all of them:
 
-    run the engine's periodic work (``engine._io_service``: pump queued messages, return credit,
+    run the engine's periodic work (``engine.service``: pump queued messages, grant credit,
     heartbeats) -> wait for the transport's own events (``_wait``) -> reconnect when due ->
     drop closing links that are flushed or out of time
 
 What differs is how a transport waits and moves bytes: a ``selectors`` loop over sockets
 (:mod:`netq.transports.sockets`), or an inbox fed by a carrier library's threads
 (:mod:`netq.transports.packets`, for MQTT and gRPC). Subclasses implement the hooks marked
-"subclass" below; the engine (``netq.communicator.Communicator``) calls only the public
-methods: ``start, wake, write_now, close_link, links, abort, join, authorize, address,
-direct_writes``.
+"subclass" below. A transport calls its engine only through
+:class:`netq.engine.EngineAPI`; the engine (:class:`netq.engine.SessionEngine`) calls only the
+public methods here: ``start, wake, write_now, close_link, links, abort, join, authorize,
+address, direct_writes``.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 from ..options import Purpose
+from ..protocol import Connection
+
+if TYPE_CHECKING:
+    from ..engine import EngineAPI
 
 __all__ = ("Link", "Transport", "CLOSE_FLUSH_LIMIT")
 
@@ -38,17 +44,17 @@ class Link:
     __slots__ = ("sock", "channel", "conn", "session", "own_lock", "error", "peer_id",
                  "closing", "close_deadline", "write_blocked", "write_registered",
                  "last_received_at", "ping_sent_at", "rtt", "replaced", "tls_handshaking",
-                 "dropped", "address", "direct_ok")
+                 "dropped", "address", "direct_ok", "credit_counted")
 
-    def __init__(self, sock, conn, address, tls_handshaking: bool = False,
-                 channel=None) -> None:
+    def __init__(self, sock: Any, conn: Connection, address: Any,
+                 tls_handshaking: bool = False, channel: Any = None) -> None:
         self.sock = sock
         self.channel = channel
         self.conn = conn
-        self.session = None
+        self.session: Any = None  # the netq.session.PeerSession, once the handshake is done
         self.own_lock = threading.RLock()
         self.error: BaseException | None = None
-        self.peer_id = None
+        self.peer_id: Any = None  # the peer's uuid, from its HELLO
         self.closing = False
         self.close_deadline = 0.0
         self.write_blocked = False
@@ -65,9 +71,12 @@ class Link:
         # section in which it attached the link to a session (before that, the I/O thread
         # holds the link's own lock, not the session's).
         self.direct_ok = False
+        # The receive credit of this link the engine counts against its budget (the HELLO
+        # grant from the start: netq.engine.SessionEngine.new_connection counted it).
+        self.credit_counted = max(conn.recv_allowance_bytes, 0)
 
     @property
-    def lock(self):
+    def lock(self) -> Any:
         """The lock guarding ``conn``: the session's send lock once attached."""
         session = self.session
         return session.send_lock if session is not None else self.own_lock
@@ -83,7 +92,7 @@ class Transport:
     family_name = "transport"
     direct_writes = False  # True when a user thread may write on an idle link itself
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine: EngineAPI) -> None:
         self.engine = engine
         self._options = engine.options
         self._server = engine.purpose is Purpose.SERVER
@@ -92,8 +101,8 @@ class Transport:
         self._idle = False  # the I/O thread is (about to be) waiting: wake() must signal it
         self._reconnect_at: float | None = None
         self._backoff = self._options.connection.reconnect_min
-        self.address = None
-        self._io_ident = None
+        self.address: Any = None
+        self._io_ident: int | None = None
         self._thread = threading.Thread(
             target=self._run,
             name=f"netq-io-{engine.purpose.value}-{str(engine.id)[:8]}", daemon=True)
@@ -110,6 +119,10 @@ class Transport:
 
     def _abandon_connect(self) -> None:
         """Subclass, client: give up an attempt still in progress (closing)."""
+
+    def _connect_timeout(self) -> float:
+        """Seconds a connection attempt may take before it is given up and retried."""
+        return 3 * self._options.connection.heartbeat
 
     def _stop_listening(self) -> None:
         """Subclass, server: refuse newcomers from now on. Idempotent."""
@@ -129,7 +142,7 @@ class Transport:
         raise NotImplementedError
 
     def wake(self) -> None:
-        """Subclass: any thread; make the I/O loop run ``engine._io_service`` soon."""
+        """Subclass: any thread; make the I/O loop run ``engine.service`` soon."""
         raise NotImplementedError
 
     # ----------------------------------------------------------------- thread API
@@ -166,10 +179,10 @@ class Transport:
                 self._connect()
             while not self._aborted:
                 now = time.monotonic()
-                if engine._closing:
+                if engine.closing:
                     self._stop_listening()  # close() refuses newcomers from its first moment
-                timeout = engine._io_service(now)
-                if engine._stopping:
+                timeout = engine.service(now)
+                if engine.stopping:
                     if self._stop_step():
                         break
                     timeout = min(timeout, 0.01)
@@ -181,7 +194,7 @@ class Transport:
                 # Set before looking at the engine's queue: a user thread that queues work
                 # after the look sees _idle and signals the wait (no lost wake-up).
                 self._idle = True
-                if engine._attention:
+                if engine.has_work:
                     timeout = 0
                 self._wait(timeout)
                 self._idle = False
@@ -189,21 +202,22 @@ class Transport:
                 if self._reconnect_at is not None and now >= self._reconnect_at:
                     self._reconnect_at = None
                     self._connect()
+                self._check_connect(now)
                 for link in self.links():
                     if link.closing and (not link.conn.has_output or now >= link.close_deadline):
                         self._drop(link)
         except BaseException as error:  # noqa: BLE001 - must reach futures and get()
-            engine._io_failed(error)
+            engine.failed(error)
         finally:
             self._shutdown()
-            engine._closed.set()
+            engine.finished()
 
     def _stop_step(self) -> bool:
         """One step of closing; True when the loop may end."""
         self._stop_listening()
         self._abandon_connect()
         self._reconnect_at = None
-        done = self.engine._io_goodbyes()
+        done = self.engine.goodbyes()
         return done and not self.links()
 
     def _shutdown(self) -> None:
@@ -217,11 +231,7 @@ class Transport:
 
     def _after_io(self, link: Link) -> None:
         """After reading or writing a link: let the engine move more of its session's queue."""
-        session = link.session
-        if session is not None:
-            link.direct_ok = True
-            if session.outbox and not session.scheduled:
-                self.engine._schedule(session)
+        self.engine.after_io(link)
 
     def close_link(self, link: Link, flush: bool) -> None:
         if link.dropped:
@@ -249,29 +259,21 @@ class Transport:
         self._links.discard(link)
         self._release(link)
         with link.lock:
-            self.engine._io_link_closed(link)
+            self.engine.link_closed(link)
         if not self._server and not link.replaced:
-            session = self.engine._server_session
             if link.session is not None:
                 self._backoff = self._options.connection.reconnect_min
-            if session is not None and session.state.value != "closed":
-                self._schedule_reconnect()
+            self._schedule_reconnect()
 
     def _schedule_reconnect(self) -> None:
-        if self._server or self.engine._stopping or self._aborted:
-            return
-        session = self.engine._server_session
-        if session is not None and session.state.value == "closed":
+        if self._server or self._aborted or not self.engine.wants_connection():
             return
         self._reconnect_at = time.monotonic() + self._backoff
         self._backoff = min(self._backoff * 2, self._options.connection.reconnect_max)
 
     def _wants_connection(self) -> bool:
         """Client: connect now? Not once stopping, nor while closing with nothing to send."""
-        engine = self.engine
-        if engine._stopping:
-            return False
-        if engine._closing:
-            session = engine._server_session
-            return session is not None and bool(session.outbox or session.inflight)
-        return True
+        return self.engine.wants_connection()
+
+    def _check_connect(self, now: float) -> None:
+        """Subclass, client: give up an attempt that has taken too long (I/O thread)."""

@@ -564,7 +564,7 @@ class GRPCTransport(PacketTransport):
                 return False  # still nothing but the held ACK frames
             self._release_hold(stream)
             return True
-        if link.direct_ok and self.engine._getters and _only_acknowledgements(link.conn):
+        if link.direct_ok and self.engine.consumer_waiting and _only_acknowledgements(link.conn):
             # Delayed acknowledgement: someone is blocked in get() for the message this ACK
             # answers and will likely reply at once; the reply then carries the ACK in the
             # same gRPC message (one write and one read fewer each way, and the reply does

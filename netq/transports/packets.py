@@ -95,7 +95,7 @@ class PacketTransport(Transport):
 
     def channel_opened(self, channel, address) -> Link:
         """A new channel: returns its link, which the I/O thread registers (HELLO goes out)."""
-        link = Link(None, self.engine._io_new_connection(), address, channel=channel)
+        link = Link(None, self.engine.new_connection(), address, channel=channel)
         self._post(_OPENED, link, None)
         return link
 
@@ -166,7 +166,7 @@ class PacketTransport(Transport):
                     conn = link.conn
                     events = conn.receive_data(value)
                     if events:
-                        engine._io_events(link, events)
+                        engine.handle_events(link, events)
                     if link.dropped:
                         continue
                     if conn.state is ConnectionState.CLOSED:
@@ -187,17 +187,19 @@ class PacketTransport(Transport):
                 with link.lock:
                     events = link.conn.receive_eof()
                     if events:
-                        engine._io_events(link, events)
+                        engine.handle_events(link, events)
                 self._drop(link)
             else:  # _CONNECT_FAILED
                 self._connecting = False
+                engine.connect_failed(str(self._options.netloc),
+                                      str(value) if value is not None else "the attempt failed")
                 self._schedule_reconnect()
 
     def _open(self, link: Link) -> None:
         if not self._server:
             self._connecting = False
         engine = self.engine
-        refuse = engine._stopping or (self._server and engine._closing) or self._aborted
+        refuse = engine.stopping or (self._server and engine.closing) or self._aborted
         if not refuse and not self._server:
             refuse = not self._wants_connection()
         if refuse:

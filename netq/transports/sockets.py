@@ -11,14 +11,13 @@ closing) is :class:`netq.transports.base.Transport`'s.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import selectors
 import socket
 import ssl
 import stat
 import time
-
-import logging
 
 from ..exceptions import AuthenticationError, ConnectionLost, RemoteProtocolError
 from ..protocol import ConnectionState
@@ -48,6 +47,7 @@ class SocketTransport(Transport):
         self._wake_pending = False
         self._listener: socket.socket | None = None
         self._connecting: socket.socket | None = None
+        self._connect_started = 0.0
         self._ssl = self._make_ssl_context()
         self.direct_writes = self._ssl is None
         if self._server:
@@ -167,7 +167,7 @@ class SocketTransport(Transport):
                     return  # out of descriptors: try again on the next event
                 raise
             sock.setblocking(False)
-            if self.engine._closing:
+            if self.engine.closing:
                 sock.close()
                 continue
             self._open_link(sock, address, server_side=True)
@@ -183,7 +183,7 @@ class SocketTransport(Transport):
             sock = self._ssl.wrap_socket(sock, server_side=server_side,
                                          do_handshake_on_connect=False,
                                          server_hostname=hostname)
-        link = Link(sock, self.engine._io_new_connection(), address, tls)
+        link = Link(sock, self.engine.new_connection(), address, tls)
         self._links.add(link)
         self._selector.register(sock, _READ | _WRITE, link)
         link.write_registered = True
@@ -195,34 +195,48 @@ class SocketTransport(Transport):
     def _connect(self) -> None:
         if not self._wants_connection():
             return
+        where = str(self._options.netloc)
         try:
             family, address = self._address()
             sock = self._new_socket(family)
-        except OSError:
-            self._schedule_reconnect()
+        except OSError as error:
+            self._attempt_failed(where, f"cannot resolve or open a socket: {error}")
             return
         code = sock.connect_ex(address)
         if code not in (0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
             sock.close()
-            self._schedule_reconnect()
+            self._attempt_failed(where, _connect_error(code))
             return
         self._connecting = sock
+        self._connect_started = time.monotonic()
         self._selector.register(sock, _WRITE, "connect")
+
+    def _attempt_failed(self, where: str, reason: str) -> None:
+        self.engine.connect_failed(where, reason)
+        self._schedule_reconnect()
+
+    def _check_connect(self, now: float) -> None:
+        if self._connecting is not None and now - self._connect_started > self._connect_timeout():
+            self._abandon_connect()
+            self._attempt_failed(str(self._options.netloc),
+                                 f"timed out after {self._connect_timeout():.0f} s "
+                                 f"(no answer: a firewall or an unreachable host?)")
 
     def _connected(self) -> None:
         sock = self._connecting
         self._selector.unregister(sock)
         self._connecting = None
         code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        where = str(self._options.netloc)
         if code:
             sock.close()
-            self._schedule_reconnect()
+            self._attempt_failed(where, _connect_error(code))
             return
         try:
             self._open_link(sock, sock.getpeername(), server_side=False)
-        except OSError:
+        except OSError as error:
             sock.close()
-            self._schedule_reconnect()
+            self._attempt_failed(where, str(error))
 
     def _abandon_connect(self) -> None:
         if self._connecting is not None:
@@ -245,8 +259,11 @@ class SocketTransport(Transport):
                 link.write_registered = needs_write
             return
         except (ssl.SSLError, OSError) as error:
-            LOGGER.warning("netq %s: TLS handshake with %s failed: %s",
-                           self.engine.purpose.value, link.address, error)
+            # A server says so each time; a client retries, and its engine reports the
+            # failing attempts at a bounded rate (the error reaches it through link_closed).
+            LOGGER.log(logging.WARNING if self._server else logging.DEBUG,
+                       "netq %s: TLS handshake with %s failed: %s",
+                       self.engine.purpose.value, link.address, error)
             if isinstance(error, ssl.SSLCertVerificationError) and not self._server:
                 # The server is not who the trusted certificate says: retrying cannot help.
                 link.error = AuthenticationError(f"TLS: {error.verify_message}")
@@ -296,13 +313,13 @@ class SocketTransport(Transport):
             if count == 0:
                 events = conn.receive_eof()
                 if events:
-                    engine._io_events(link, events)
+                    engine.handle_events(link, events)
                 self._drop(link)
                 return
             link.last_received_at = time.monotonic()
             events = conn.receive_done(count)
             if events:
-                engine._io_events(link, events)
+                engine.handle_events(link, events)
             if link.dropped:
                 return
             if conn.state is ConnectionState.CLOSED:
@@ -369,6 +386,18 @@ class SocketTransport(Transport):
             link.sock.close()
         except OSError:
             pass
+
+
+def _connect_error(code: int) -> str:
+    """A connect() errno as a sentence that says what it means for a netq client."""
+    text = os.strerror(code).lower()
+    if code == errno.ECONNREFUSED:
+        return f"{text} (nothing listens there: is the server running, on this port?)"
+    if code in (errno.ENOENT,):
+        return f"{text} (no socket file: is the server running?)"
+    if code in (errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH):
+        return f"{text} (the host does not answer)"
+    return text
 
 
 class TCPTransport(SocketTransport):

@@ -1,0 +1,974 @@
+"""The session engine: sessions, credit, acknowledgements, timers and liveness.
+
+The engine sits between the transports and the queue API (:class:`netq.Communicator`):
+
+* transports call it through :class:`EngineAPI` (a ``typing.Protocol``): a new link's
+  :class:`~netq.protocol.Connection`, the events a link produced, a link that closed, a failed
+  connection attempt, and the periodic :meth:`SessionEngine.service`;
+* the queue API calls :meth:`SessionEngine.submit` (queue a serialized message for some peers,
+  waiting for send budget), :meth:`SessionEngine.consumed` (``get()`` took a message) and the
+  closing and reporting methods;
+* received messages go to the queue API through the :class:`Inbox` it passes in.
+
+Each decision lives here once: what credit to grant (through :mod:`netq.flow`), which message
+goes on the wire under which sequence number, what an acknowledgement resolves, where numbering
+resumes after a reconnect, when a silent link is dead, and what to say when something waits.
+
+Threads: the I/O thread runs every ``handle_*``/``service`` method. User threads run
+``submit`` (appending under the session's ``put_lock``; writing an idle link themselves when
+the transport allows), ``consumed`` (under the inbox's lock) and the close/report methods. See
+:mod:`netq.session` for which thread writes which field.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Protocol
+
+from . import flow
+from . import protocol as proto
+from .exceptions import (
+    AuthenticationError,
+    ConnectionLost,
+    Full,
+    MessageTooLarge,
+    NetqError,
+    RemoteProtocolError,
+    ResourceClosed,
+)
+from .options import CommunicatorOptions, Purpose
+from .protocol.frames import UNLIMITED_MESSAGES, ErrorCode, Role
+from .session import NO_TOKEN, Outgoing, PeerSession, PeerState
+
+if TYPE_CHECKING:
+    from .transports.base import Link, Transport
+
+__all__ = ("EngineAPI", "Inbox", "SessionEngine", "format_bytes")
+
+LOGGER = logging.getLogger("netq")
+
+_GOODBYE_GRACE = 1.0  # seconds close(timeout) still allows for goodbyes after the timeout
+_DEPARTED_MEMORY = 65536  # ids of departed peers remembered (ResourceClosed, not UnknownPeer)
+_CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an ACK is due
+_QUIET = 50e-6  # seconds since the previous put after which a put counts as a lone request
+_REPEAT_WARNING = 30.0  # seconds between repeated warnings about the same ongoing wait
+_SPACE_POLL = 0.1  # seconds between checks while put() waits for send budget
+_clock = time.perf_counter
+
+
+def format_bytes(count: float) -> str:
+    """``1536`` -> ``"1.5 KiB"``: sizes in log lines and error messages."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(count) < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} GiB"  # pragma: no cover - the loop always returns
+
+
+class Inbox(Protocol):
+    """What the engine hands received messages to (the queue API's receive side)."""
+
+    def deliver(self, session: PeerSession, messages: list[proto.MessageReceived]) -> None:
+        """Append complete messages to the session's inbox and wake getters (I/O thread)."""
+
+    def wake_all(self) -> None:
+        """Wake every waiting get(): something changed that may end their wait."""
+
+    @property
+    def consumer_waiting(self) -> bool:
+        """True while a get() is blocked waiting for a message."""
+
+
+class EngineAPI(Protocol):
+    """What a transport may call on its engine (and nothing else)."""
+
+    options: CommunicatorOptions
+    purpose: Purpose
+    id: uuid.UUID
+
+    @property
+    def closing(self) -> bool:
+        """close() was called: refuse newcomers."""
+
+    @property
+    def stopping(self) -> bool:
+        """The I/O loop should say goodbye and end."""
+
+    @property
+    def has_work(self) -> bool:
+        """User threads queued work for the I/O thread (do not sleep)."""
+
+    @property
+    def consumer_waiting(self) -> bool:
+        """A get() is blocked waiting (a reply is likely to follow what arrives)."""
+
+    def new_connection(self) -> proto.Connection:
+        """The protocol state for a new link (its HELLO is queued)."""
+
+    def handle_events(self, link: Link, events: list[proto.Event]) -> None:
+        """What the link's Connection produced from received bytes (link lock held)."""
+
+    def after_io(self, link: Link) -> None:
+        """A link was read or written: pump its session's queue if it has one."""
+
+    def link_closed(self, link: Link) -> None:
+        """The link's socket or channel is gone (link lock held)."""
+
+    def connect_failed(self, address: str, reason: str) -> None:
+        """Client: an attempt to reach the server failed; the transport retries."""
+
+    def wants_connection(self) -> bool:
+        """Client: should the transport (re)connect now?"""
+
+    def service(self, now: float) -> float:
+        """Periodic and requested work; returns seconds until it wants to run again."""
+
+    def goodbyes(self) -> bool:
+        """Closing: say goodbye on every link; True when nothing is left to wait for."""
+
+    def failed(self, error: BaseException) -> None:
+        """The I/O thread is dying of ``error``."""
+
+    def finished(self) -> None:
+        """The I/O thread has ended."""
+
+
+class SessionEngine:
+    """The I/O side of one communicator. Create through :class:`netq.Communicator`."""
+
+    def __init__(self, options: CommunicatorOptions, purpose: Purpose, inbox: Inbox,
+                 transport_class: type[Transport]) -> None:
+        self.options = options
+        self.purpose = purpose
+        self.id = options.id
+        self._inbox = inbox
+        self._role = Role.SERVER if purpose is Purpose.SERVER else Role.CLIENT
+        self._server = purpose is Purpose.SERVER
+        serialization = options.serialization
+        self.message_limit = serialization.message_limit
+        queue_size = serialization.queue_size
+        self._recv_messages = UNLIMITED_MESSAGES if queue_size < 0 else max(1, queue_size)
+        self._credit_message_threshold = max(1, self._recv_messages // 4)
+        connection = options.connection
+        self.limits = flow.FlowLimits(connection.recv_budget, connection.window_min,
+                                      connection.window_max or connection.recv_budget // 2)
+        self._send_budget = connection.send_budget
+        self._stall_warning = connection.stall_warning
+        security = options.security
+        self._authkey = security.authkey if security is not None else None
+
+        self.sessions: dict[uuid.UUID, PeerSession] = {}
+        self._departed: dict[uuid.UUID, None] = {}
+        # Client: the one session, created up front so that put() can queue before the first
+        # connection (the server's id is learnt in the handshake).
+        self.server_session: PeerSession | None = None
+        if not self._server:
+            self.server_session = PeerSession(uuid.UUID(int=0), token=NO_TOKEN,
+                                              window=self.limits.window_min)
+
+        # Receive budget accounting: held = received - consumed (two writers, one each);
+        # outstanding = the credit live links still have from us (I/O thread).
+        self._received_total = 0
+        self._consumed_total = 0
+        self._outstanding = 0
+        self._credit_waiters: collections.deque[PeerSession] = collections.deque()
+        self._consumed_at_wake = 0  # _consumed_total when credit waiters were last served
+        self._budget_full_since: float | None = None
+        self._budget_warned_at = 0.0
+
+        self._attention: collections.deque[PeerSession] = collections.deque()
+        self._closing = False
+        self._stopping = False
+        self._stopping_since = 0.0
+        self.closed = threading.Event()  # the I/O thread has ended
+        self.failure: BaseException | None = None  # why the I/O thread died, if it did
+        self.fatal: NetqError | None = None  # a client that cannot go on (wrong authkey)
+        self._ping_tokens = itertools.count(1)
+        self.created = time.monotonic()
+        self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
+
+        # Client connection trouble, for warnings and statistics().
+        self.connect_error = ""  # what the last failed attempt ran into ("" once connected)
+        self._unreachable_since: float | None = time.monotonic() if not self._server else None
+        self._unreachable_warned_at: float | None = None
+        self._connect_attempts = 0
+
+        self.transport: Transport = transport_class(self)
+
+    # ================================================================== flags
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._attention)
+
+    @property
+    def consumer_waiting(self) -> bool:
+        return self._inbox.consumer_waiting
+
+    def start(self) -> None:
+        self.transport.start()
+
+    def all_sessions(self) -> list[PeerSession]:
+        sessions = list(self.sessions.values())
+        if self.server_session is not None:
+            sessions.append(self.server_session)
+        return sessions
+
+    def departed(self, peer: uuid.UUID) -> bool:
+        return peer in self._departed
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes received from all peers and not yet taken by get()."""
+        return self._received_total - self._consumed_total
+
+    @property
+    def outstanding_bytes(self) -> int:
+        """Credit our peers still have (what may still arrive without a new grant)."""
+        return self._outstanding
+
+    # ================================================================== user threads: send
+
+    def submit(self, targets: list[PeerSession], message: Outgoing, block: bool,
+               timeout: float | None) -> None:
+        """Queue ``message`` for every target, waiting for send budget as allowed."""
+        for session in targets:
+            self._enqueue(session, message, block, timeout)
+
+    def _enqueue(self, session: PeerSession, message: Outgoing, block: bool,
+                 timeout: float | None) -> None:
+        with session.put_lock:
+            if session.queued_bytes - session.dequeued_bytes >= self._send_budget:
+                self._wait_for_space(session, block, timeout)
+            session.queued_bytes += message.size
+            session.outbox.append(message)
+        now = _clock()
+        quiet = now - session.last_put >= _QUIET
+        session.last_put = now
+        transport = self.transport
+        if session.inflight:
+            if session.queued_bytes - session.dequeued_bytes < _CORK_BYTES:
+                # Autocork: messages are on the wire unacknowledged, so an ACK is coming and
+                # the I/O thread pumps the outbox when it arrives (it checks the outbox after
+                # popping acknowledged messages, and we checked inflight after appending: no
+                # message is stranded). Meanwhile puts pile up into one batch, one sendmsg.
+                return
+        elif quiet and transport.direct_writes and session.send_lock.acquire(False):
+            # Request/response: nothing in flight and no put just before this one. Writing
+            # from this thread saves waking the I/O thread on the way out.
+            try:
+                link = session.link
+                if link is not None and link.direct_ok and not link.write_blocked:
+                    self._pump(session, link)
+                    if link.conn.has_output:
+                        transport.write_now(link)
+                    if not session.outbox and not link.conn.has_output:
+                        return
+            finally:
+                session.send_lock.release()
+        if not session.scheduled:
+            self.schedule(session)
+            transport.wake()
+
+    def schedule(self, session: PeerSession) -> None:
+        """Ask the I/O thread to service ``session`` (pump, grant credit) on its next turn."""
+        session.scheduled = True
+        self._attention.append(session)
+
+    def _wait_for_space(self, session: PeerSession, block: bool, timeout: float | None) -> None:
+        """Called with put_lock held: wait until the peer's unsent bytes drop under budget."""
+        if not block:
+            raise Full(f"put() would wait: {self.explain_send_wait(session)}")
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        self.schedule(session)
+        self.transport.wake()
+        session.space_waiters += 1
+        if session.blocked_since is None:
+            session.blocked_since = start
+        progress = session.dequeued_bytes
+        progress_at = start
+        warned_at: float | None = None
+        try:
+            while session.queued_bytes - session.dequeued_bytes >= self._send_budget:
+                if self._closing or session.state is PeerState.CLOSED:
+                    raise ResourceClosed(None if self._closing else session.id)
+                now = time.monotonic()
+                if session.dequeued_bytes != progress:
+                    progress, progress_at = session.dequeued_bytes, now
+                elif now - progress_at >= self._stall_warning and (
+                        warned_at is None or now - warned_at >= _REPEAT_WARNING):
+                    warned_at = now
+                    LOGGER.warning("netq %s: put() has waited %.0f s: %s", self.purpose.value,
+                                   now - start, self.explain_send_wait(session))
+                remaining = None if deadline is None else deadline - now
+                if remaining is not None and remaining <= 0:
+                    raise Full(f"put() waited {timeout:g} s: {self.explain_send_wait(session)}")
+                session.space.wait(_SPACE_POLL if remaining is None
+                                   else min(remaining, _SPACE_POLL))
+        finally:
+            session.space_waiters -= 1
+            if not session.space_waiters:
+                session.blocked_since = None
+
+    # ================================================================== explanations
+
+    def explain_send_wait(self, session: PeerSession) -> str:
+        """Why messages to ``session`` are not moving, and what would change it."""
+        now = time.monotonic()
+        unsent = format_bytes(session.unsent_bytes)
+        budget = format_bytes(self._send_budget)
+        link = session.link
+        if session.state is PeerState.CLOSED:
+            return f"peer {session.id} is gone"
+        if link is None or session.state is not PeerState.CONNECTED:
+            if not self._server:
+                return (f"{unsent} unsent (send_budget {budget}): "
+                        f"{self.explain_unreachable(now)}")
+            since = session.disconnected_at or now
+            return (f"{unsent} unsent to peer {session.id} (send_budget {budget}), whose link "
+                    f"broke {now - since:.0f} s ago; its session waits session_timeout="
+                    f"{self.options.connection.session_timeout:g} s for it to reconnect")
+        conn = link.conn
+        if not conn.can_send_data:
+            since = session.credit_exhausted_since or now
+            return (f"peer {session.id} has granted no credit for {now - since:.0f} s: it "
+                    f"holds what we sent unread, because its code is not calling get() (or "
+                    f"its recv_budget is full of other peers' messages); {unsent} wait here "
+                    f"(send_budget {budget}). It changes when the peer calls get(); "
+                    f"put(timeout=) or put(block=False) raise Full instead of waiting")
+        return (f"{unsent} unsent to peer {session.id} (send_budget {budget}): the link "
+                f"takes them slower than put() queues them")
+
+    def explain_unreachable(self, now: float) -> str:
+        """Client: what connecting to the server has run into so far."""
+        where = str(self.options.netloc)
+        since = self._unreachable_since or now
+        what = self.connect_error or "no answer yet"
+        return (f"not connected to the server at {where} for {now - since:.0f} s "
+                f"({self._connect_attempts} attempts; last: {what}); netq keeps retrying "
+                f"every {self.options.connection.reconnect_max:g} s at most")
+
+    def explain_close_wait(self) -> str:
+        """What close() is still waiting for."""
+        now = time.monotonic()
+        waiting = [s for s in self.all_sessions()
+                   if s.state is not PeerState.CLOSED and (s.outbox or s.inflight)]
+        if waiting:
+            unacked = sum(s.unsent_bytes + s.inflight_bytes() for s in waiting)
+            first = waiting[0]
+            reason = (self.explain_send_wait(first) if first.outbox
+                      else f"peer {first.id} has not acknowledged what is on the wire")
+            return (f"waiting for {len(waiting)} peer(s) to acknowledge "
+                    f"{format_bytes(unacked)}; {reason}. close(timeout=) gives up after "
+                    f"that many seconds")
+        if self._server:
+            live = [s for s in self.all_sessions() if s.state is not PeerState.CLOSED]
+            if live:
+                return (f"waiting for {len(live)} client(s) to close (a client that "
+                        f"vanished is given up after session_timeout="
+                        f"{self.options.connection.session_timeout:g} s); close(timeout=) "
+                        f"ends them sooner")
+        return "saying goodbye"
+
+    def peer_blocked(self, session: PeerSession, now: float) -> tuple[str, float]:
+        """For statistics(): ("" or why traffic with this peer waits, for how many seconds)."""
+        if session.blocked_since is not None:
+            return self.explain_send_wait(session), now - session.blocked_since
+        exhausted = session.credit_exhausted_since
+        if exhausted is not None and session.outbox and now - exhausted >= self._stall_warning:
+            return self.explain_send_wait(session), now - exhausted
+        if session.credit_waiting and self._budget_full_since is not None:
+            return (f"recv_budget full: {format_bytes(self.held_bytes)} received and not "
+                    f"taken by get()", now - self._budget_full_since)
+        if not self._server and session.state is not PeerState.CONNECTED \
+                and self._unreachable_since is not None \
+                and now - self._unreachable_since >= self._stall_warning:
+            return self.explain_unreachable(now), now - self._unreachable_since
+        return "", 0.0
+
+    # ================================================================== user threads: receive
+
+    def consumed(self, session: PeerSession, nbytes: int) -> None:
+        """get() finished with a message of ``nbytes`` from ``session`` (inbox lock held).
+
+        Message credit (``queue_size``) returns here; byte credit returned when the message
+        arrived, so this only has to wake peers the budget held back once enough is free.
+        """
+        session.consumed_messages += 1
+        session.consumed_bytes += nbytes
+        self._consumed_total += nbytes
+        wake = False
+        if not session.credit_requested and (
+                session.consumed_messages - session.credited_messages
+                >= self._credit_message_threshold
+                and self._recv_messages != UNLIMITED_MESSAGES):
+            session.credit_requested = True
+            self.schedule(session)
+            wake = True
+        if self._credit_waiters and (
+                self._consumed_total - self._consumed_at_wake >= self.limits.window_min
+                or session.credit_waiting):
+            self._consumed_at_wake = self._consumed_total
+            for waiter in list(self._credit_waiters):
+                if not waiter.scheduled:
+                    self.schedule(waiter)
+            wake = True
+        if wake:
+            self.transport.wake()
+
+    # ================================================================== I/O thread: links
+
+    def new_connection(self) -> proto.Connection:
+        connection = self.options.connection
+        grant = flow.initial_grant(self.limits, self._room())
+        self._outstanding += grant  # the Link built around it counts it (Link.credit_counted)
+        hello = proto.make_hello(
+            self._role, self.id,
+            auth=self._authkey is not None,
+            max_message=self.message_limit,
+            max_frame=connection.max_size,
+            recv_window=grant,
+            recv_messages=self._recv_messages,
+        )
+        return proto.Connection(hello, self._authkey, max_size=connection.max_size,
+                                merge_size=connection.merge_size,
+                                efficient_size=connection.efficient_size)
+
+    def _room(self) -> int:
+        return self.limits.budget - self.held_bytes - self._outstanding
+
+    def _share(self) -> int:
+        """Each peer's share of the receive budget (netq.flow)."""
+        return self.limits.budget // max(1, len(self.sessions))
+
+    def _recount(self, link: Link) -> None:
+        """Bring the outstanding-credit total up to date with this link's allowance."""
+        allowance = max(link.conn.recv_allowance_bytes, 0)
+        self._outstanding += allowance - link.credit_counted
+        link.credit_counted = allowance
+
+    def handle_events(self, link: Link, events: list[proto.Event]) -> None:
+        arrived: list[proto.MessageReceived] | None = None
+        session = link.session
+        for event in events:
+            kind = type(event)
+            if kind is proto.MessageReceived:
+                assert session is not None and isinstance(event, proto.MessageReceived)
+                session.last_received = event.seq
+                session.received_messages += 1
+                session.received_bytes += event.size
+                self._received_total += event.size
+                if arrived is None:
+                    arrived = []
+                arrived.append(event)  # the event itself waits in the inbox: no new object
+            elif kind is proto.AckReceived:
+                assert session is not None and isinstance(event, proto.AckReceived)
+                session.acknowledge(event.seq)
+                if session.outbox and not session.scheduled:
+                    self.schedule(session)
+            elif kind is proto.CreditReceived:
+                assert session is not None
+                session.credit_exhausted_since = None
+                self.schedule(session)
+            elif kind is proto.PeerAuthenticated:
+                assert isinstance(event, proto.PeerAuthenticated)
+                if not self._authenticated(link, event.hello):
+                    return  # refused: nothing after the HELLO is looked at
+            elif kind is proto.SessionOpened:
+                assert isinstance(event, proto.SessionOpened)
+                self._session_opened(link, event)
+                session = link.session
+            elif kind is proto.ByeReceived:
+                self._bye(link)
+            elif kind is proto.ErrorReceived:
+                assert isinstance(event, proto.ErrorReceived)
+                self._error_frame(link, event)
+            elif kind is proto.ConnectionFailed:
+                assert isinstance(event, proto.ConnectionFailed)
+                link.error = event.error
+                # A client's failed handshake is reported by link_closed (connect_failed).
+                if (link.session is not None or self._server) \
+                        and not isinstance(event.error, AuthenticationError):
+                    LOGGER.info("netq %s: link to %s failed: %s", self.purpose.value,
+                                link.peer_name, event.error)
+            elif kind is proto.PongReceived:
+                link.rtt = time.monotonic() - link.ping_sent_at
+        if arrived:
+            assert session is not None
+            conn = link.conn
+            conn.send_ack(session.last_received)
+            self._grant(session, link, sum(message.size for message in arrived))
+            self._inbox.deliver(session, arrived)
+
+    def _grant(self, session: PeerSession, link: Link, arrived: int = 0) -> None:
+        """Top the peer's credit up as the flow policy says (send lock held).
+
+        ``arrived``: bytes of the messages this top-up answers (not yet seen by get()).
+        """
+        conn = link.conn
+        self._recount(link)
+        allowance = conn.recv_allowance_bytes
+        held = session.held_bytes
+        plan = flow.plan_grant(self.limits, window=session.window, allowance=allowance,
+                               held=held, room=self._room(), starved=allowance <= 0,
+                               backlog=held - arrived, share=self._share())
+        session.window = plan.window
+        messages = 0
+        if session.credit_requested or session.consumed_messages != session.credited_messages:
+            session.credit_requested = False
+            messages = max(0, session.consumed_messages - session.credited_messages)
+            session.credited_messages += messages
+            if self._recv_messages == UNLIMITED_MESSAGES:
+                messages = 0
+        if plan.nbytes or messages:
+            conn.send_credit(plan.nbytes, messages)
+            self._recount(link)
+        if plan.limited:
+            if not session.credit_waiting:
+                session.credit_waiting = True
+                self._credit_waiters.append(session)
+        elif session.credit_waiting:
+            session.credit_waiting = False
+            try:
+                self._credit_waiters.remove(session)
+            except ValueError:
+                pass
+
+    def after_io(self, link: Link) -> None:
+        session = link.session
+        if session is not None:
+            link.direct_ok = True
+            if session.outbox and not session.scheduled:
+                self.schedule(session)
+
+    def _authenticated(self, link: Link, hello: proto.frames.Hello) -> bool:
+        """The peer proved who it is (or needs no proof). False if the transport refuses it."""
+        transport = self.transport
+        if not transport.authorize(link, hello.id):
+            link.error = AuthenticationError(f"{hello.id} may not use this link")
+            link.conn.send_error(ErrorCode.AUTHENTICATION, "peer id not allowed on this link")
+            transport.close_link(link, flush=True)
+            return False
+        link.peer_id = hello.id
+        if self._role is Role.CLIENT:
+            session = self.server_session
+            assert session is not None
+            token = session.token
+            last = session.last_received if token != NO_TOKEN else 0
+            self._send_session(session, link, token, last, False)
+        return True
+
+    def _session_opened(self, link: Link, event: proto.SessionOpened) -> None:
+        now = time.monotonic()
+        if self._role is Role.SERVER:
+            assert link.peer_id is not None
+            session = self.sessions.get(link.peer_id)
+            resumed = session is not None and session.state is not PeerState.CLOSED
+            if session is None or not resumed:
+                session = PeerSession(link.peer_id, window=self.limits.window_min)
+                self.sessions[link.peer_id] = session
+            old = session.link
+            if old is not None and old is not link:
+                old.conn.send_error(ErrorCode.REPLACED, "a newer connection took over")
+                self.transport.close_link(old, flush=True)
+            with session.send_lock:
+                if resumed and event.token == session.token:
+                    session.requeue_inflight(event.last_received)
+                else:
+                    # A new client process reusing the id: its queues survive, numbering
+                    # restarts on both sides.
+                    session.requeue_inflight(0)
+                    session.last_received = 0
+                if session.state is not PeerState.CONNECTING:
+                    session.reconnects += 1
+                link.conn.expected_seq = session.last_received + 1
+                self._send_session(session, link, session.token, session.last_received,
+                                   resumed)
+                self._attach(session, link, now)
+        else:
+            session = self.server_session
+            assert session is not None
+            with session.send_lock:
+                if event.token == session.token:
+                    session.requeue_inflight(event.last_received)
+                else:
+                    if session.token != NO_TOKEN:
+                        # The server lost our session (restart or expiry): send everything
+                        # unacknowledged again, numbering from 1 both ways.
+                        session.requeue_inflight(0)
+                        session.last_received = 0
+                    session.token = event.token
+                if session.id.int == 0 or session.id != link.peer_id:
+                    assert link.peer_id is not None
+                    session.id = link.peer_id
+                if session.connected_at is not None:
+                    session.reconnects += 1
+                # No expected_seq here: the protocol core set it when it read the SESSION
+                # frame, and the server's messages that followed it in the same read have
+                # advanced it since.
+                self._attach(session, link, now)
+            if self._unreachable_since is not None:
+                waited = now - self._unreachable_since
+                if self._unreachable_warned_at is not None:
+                    LOGGER.info("netq client: connected to %s after %.0f s",
+                                self.options.netloc, waited)
+                self._unreachable_since = None
+                self._unreachable_warned_at = None
+                self.connect_error = ""
+                self._connect_attempts = 0
+
+    def _send_session(self, session: PeerSession, link: Link, token: bytes, last_received: int,
+                      resumed: bool) -> None:
+        """Our SESSION frame: what we hold of the peer's messages, and the credit we take back.
+
+        The link's HELLO granted credit before the peer was known; the SESSION takes back what
+        the flow policy does not allow this peer now (its unread messages from earlier links
+        count), so a peer reconnecting to a stalled receiver cannot add a grant per link.
+        """
+        conn = link.conn
+        self._recount(link)
+        granted = max(conn.recv_allowance_bytes, 0)
+        takeback = flow.takeback(self.limits, granted=granted, window=session.window,
+                                 held=session.held_bytes, room=self._room() + granted,
+                                 share=self._share())
+        conn.send_session(token, last_received, resumed, takeback, session.held_messages)
+        self._recount(link)
+        session.credited_messages = session.consumed_messages
+        session.credit_requested = False
+
+    def _attach(self, session: PeerSession, link: Link, now: float) -> None:
+        session.link = link
+        link.session = session
+        session.state = PeerState.CONNECTED
+        session.connected_at = now
+        session.disconnected_at = None
+        self.schedule(session)
+
+    def _bye(self, link: Link) -> None:
+        session = link.session
+        if session is None:
+            return
+        session.goodbye_received = True
+        if self._role is Role.SERVER:
+            # The client leaves: nothing more goes to it. Messages already on the wire still
+            # get acknowledged (it reads until our BYE); queued ones fail now.
+            with session.send_lock:
+                error = ResourceClosed(session.id, "the peer closed")
+                while session.outbox:
+                    message = session.outbox.popleft()
+                    session.dequeued_bytes += message.size
+                    message.future._fail(error)
+                session.wake_putters()
+                session.state = PeerState.CLOSING
+                link.conn.send_bye("goodbye")
+                session.goodbye_sent = True
+            self.transport.close_link(link, flush=True)
+        else:
+            session.state = PeerState.CLOSED
+            if not session.goodbye_sent:  # the server shut us out
+                link.conn.send_bye("goodbye")
+                session.goodbye_sent = True
+            with session.send_lock:
+                session.fail_outbound(ResourceClosed(session.id, "the server closed"))
+            self.transport.close_link(link, flush=True)
+
+    def _error_frame(self, link: Link, event: proto.ErrorReceived) -> None:
+        code = event.code
+        if code == ErrorCode.REPLACED:
+            link.error = ConnectionLost(link.peer_id, "replaced by a newer connection")
+            link.replaced = True
+        elif code == ErrorCode.SHUTDOWN:
+            link.error = ResourceClosed(link.peer_id, "the peer shut down")
+            session = link.session
+            if session is not None:
+                session.state = PeerState.CLOSED
+        elif code == ErrorCode.AUTHENTICATION:
+            link.error = AuthenticationError(f"peer rejected us: {event.text}")
+        else:
+            link.error = RemoteProtocolError(f"peer reported error {code}: {event.text}")
+
+    def link_closed(self, link: Link) -> None:
+        session = link.session
+        now = time.monotonic()
+        self._outstanding -= link.credit_counted
+        link.credit_counted = 0
+        if isinstance(link.error, AuthenticationError):
+            LOGGER.warning("netq %s: %s", self.purpose.value, link.error)
+            if self._role is Role.CLIENT:
+                # Retrying cannot help (wrong key, untrusted server certificate): fail
+                # everything with the reason.
+                self.fatal = link.error
+                server = self.server_session
+                assert server is not None
+                server.state = PeerState.CLOSED
+                with server.send_lock:
+                    server.fail_outbound(link.error)
+                self._inbox.wake_all()
+                return
+        if session is None or session.link is not link:
+            if session is None and not self._server and link.error is not None \
+                    and not isinstance(link.error, AuthenticationError):
+                self.connect_failed(link.peer_name, str(link.error))
+            return
+        if session.goodbye_received or session.state is PeerState.CLOSED:
+            session.link = None
+            self._end_session(session, ResourceClosed(session.id, "the peer closed"))
+            return
+        session.mark_disconnected(now)
+        if not self._server and self._unreachable_since is None:
+            self._unreachable_since = now
+
+    def connect_failed(self, address: str, reason: str) -> None:
+        self._connect_attempts += 1
+        self.connect_error = reason if address == str(self.options.netloc) \
+            else f"{address}: {reason}"
+        if self._unreachable_since is None:
+            self._unreachable_since = time.monotonic()
+        LOGGER.debug("netq client: connecting to %s failed: %s", address, reason)
+
+    def wants_connection(self) -> bool:
+        if self._stopping:
+            return False
+        session = self.server_session
+        if session is None or session.state is PeerState.CLOSED:
+            return False
+        if self._closing:
+            return bool(session.outbox or session.inflight)
+        return True
+
+    def _end_session(self, session: PeerSession, error: BaseException) -> None:
+        session.state = PeerState.CLOSED
+        with session.send_lock:
+            session.fail_outbound(error)
+        if self._server and not session.inbox:
+            self._forget(session)
+
+    def _forget(self, session: PeerSession) -> None:
+        if self.sessions.get(session.id) is session:
+            del self.sessions[session.id]
+            if session.credit_waiting:
+                session.credit_waiting = False
+                try:
+                    self._credit_waiters.remove(session)
+                except ValueError:
+                    pass
+            self._departed[session.id] = None
+            while len(self._departed) > _DEPARTED_MEMORY:
+                del self._departed[next(iter(self._departed))]
+            totals = self.totals_closed
+            totals[0] += session.received_messages
+            totals[1] += session.received_bytes
+            totals[2] += session.acked_messages
+            totals[3] += session.acked_bytes
+
+    # ================================================================== I/O thread: sending
+
+    def _pump(self, session: PeerSession, link: Link) -> None:
+        """Move queued messages onto the link while credit lasts (send_lock held)."""
+        conn = link.conn
+        outbox = session.outbox
+        inflight = session.inflight
+        moved = 0
+        while outbox and conn.can_send_data:
+            message = outbox.popleft()
+            moved += message.size
+            if not message.future._start():
+                continue  # cancelled before it reached the wire
+            peer = conn.peer
+            assert peer is not None
+            if message.size > peer.max_message:
+                # Within our limit, over the peer's: only this message fails.
+                message.future._fail(MessageTooLarge(message.size, peer.max_message))
+                continue
+            seq = session.next_seq
+            session.next_seq = seq + 1
+            conn.send_message(seq, message.parts, message.size, message.batch)
+            inflight.append((seq, message))
+            session.sent_messages += 1
+        if outbox and session.credit_exhausted_since is None \
+                and conn.state is proto.ConnectionState.OPEN and not conn.can_send_data:
+            session.credit_exhausted_since = time.monotonic()
+        if moved:
+            session.dequeued_bytes += moved
+            if session.space_waiters:
+                session.wake_putters()
+
+    # ================================================================== I/O thread: periodic
+
+    def service(self, now: float) -> float:
+        attention = self._attention
+        transport = self.transport
+        # One pass over what is queued now: a session rescheduled meanwhile waits for the next
+        # pass (it is in the deque again), so user threads cannot keep this loop spinning.
+        for _ in range(len(attention)):
+            session = attention.popleft()
+            session.scheduled = False  # before pumping: later puts must schedule again
+            link = session.link
+            if link is None or link.closing:
+                continue
+            with session.send_lock:
+                if link.conn.state is proto.ConnectionState.OPEN:
+                    self._grant(session, link)
+                self._pump(session, link)
+                if link.conn.has_output:
+                    transport.write_now(link)
+        return self._timers(now)
+
+    def _timers(self, now: float) -> float:
+        connection = self.options.connection
+        heartbeat = connection.heartbeat
+        wait = heartbeat
+        for session in self.all_sessions():
+            state = session.state
+            if state is PeerState.DISCONNECTED:
+                assert session.disconnected_at is not None
+                waited = now - session.disconnected_at
+                if waited >= connection.session_timeout:
+                    session.disconnected_at = now  # client: a fresh period for later puts
+                    error = ConnectionLost(session.id, "no reconnect within session_timeout")
+                    if self._server:
+                        self._end_session(session, error)
+                    else:
+                        with session.send_lock:
+                            session.fail_outbound(error)
+                else:
+                    wait = min(wait, connection.session_timeout - waited)
+            elif state is PeerState.CLOSED and self._server and not session.inbox \
+                    and session.link is None:
+                self._forget(session)
+        for link in self.transport.links():
+            silent = now - link.last_received_at
+            if silent >= 3 * heartbeat:
+                link.error = ConnectionLost(link.peer_id, f"silent for {silent:.1f} s")
+                if link.session is None and not self._server:
+                    link.error = ConnectionLost(
+                        None, f"connected, but no netq handshake in {silent:.0f} s: the other "
+                              f"end is not a netq server, or it is stuck")
+                self.transport.close_link(link, flush=False)
+            elif silent >= heartbeat and now - link.ping_sent_at >= heartbeat:
+                link.ping_sent_at = now
+                with link.lock:
+                    link.conn.send_ping(next(self._ping_tokens))
+                    self.transport.write_now(link)
+            else:
+                wait = min(wait, heartbeat - max(silent, now - link.ping_sent_at))
+        return max(min(wait, self._watch(now)), 0.001)
+
+    def _watch(self, now: float) -> float:
+        """Say what waits for too long: a client with no server, a full receive budget."""
+        next_check = self._stall_warning
+        if not self._server and self._unreachable_since is not None and not self._stopping:
+            waited = now - self._unreachable_since
+            if waited >= self._stall_warning:
+                warned = self._unreachable_warned_at
+                if warned is None or now - warned >= _REPEAT_WARNING:
+                    self._unreachable_warned_at = now
+                    LOGGER.warning("netq client: %s; put() and get() wait for it",
+                                   self.explain_unreachable(now))
+            else:
+                next_check = self._stall_warning - waited
+        waiters = self._credit_waiters
+        if waiters and self._room() < flow.CREDIT_FLOOR:
+            if self._budget_full_since is None:
+                self._budget_full_since = now
+            full_for = now - self._budget_full_since
+            if full_for >= self._stall_warning and now - self._budget_warned_at >= _REPEAT_WARNING:
+                self._budget_warned_at = now
+                LOGGER.warning("netq %s: %s", self.purpose.value, self.explain_budget(full_for))
+            elif full_for < self._stall_warning:
+                next_check = min(next_check, self._stall_warning - full_for)
+        else:
+            self._budget_full_since = None
+        return max(next_check, 0.05)
+
+    def explain_budget(self, full_for: float) -> str:
+        sessions = sorted(self.all_sessions(), key=lambda s: s.held_bytes, reverse=True)
+        top = ", ".join(f"{s.id}: {format_bytes(s.held_bytes)}" for s in sessions[:3]
+                        if s.held_bytes)
+        return (f"the receive budget has been full for {full_for:.0f} s: "
+                f"{format_bytes(self.held_bytes)} received and not taken by get() "
+                f"(recv_budget {format_bytes(self.limits.budget)}; most from {top}); "
+                f"{len(self._credit_waiters)} peer(s) wait for credit until get() takes "
+                f"messages, or raise ConnectionOptions.recv_budget")
+
+    # ================================================================== closing
+
+    def begin_close(self) -> None:
+        self._closing = True
+
+    def stop(self) -> None:
+        self._stopping_since = time.monotonic()
+        self._stopping = True
+        self.transport.wake()
+
+    def flushed(self) -> bool:
+        """Everything put has been acknowledged (or failed), and for a server: peers left."""
+        if self.failure is not None:
+            return True
+        for session in self.all_sessions():
+            if session.state is PeerState.CLOSED:
+                continue
+            if session.outbox or session.inflight:
+                if not self._server and session.state is not PeerState.CONNECTED \
+                        and session.token == NO_TOKEN and session.reconnects == 0 \
+                        and time.monotonic() - self.created \
+                        > self.options.connection.session_timeout:
+                    continue  # never connected within session_timeout: give up
+                return False
+            if self._server:
+                return False  # still there: the server waits for its clients to leave
+        return True
+
+    def goodbyes(self) -> bool:
+        done = True
+        transport = self.transport
+        for link in transport.links():
+            session = link.session
+            if session is None:
+                if (not self._server and not link.closing
+                        and time.monotonic() - self._stopping_since < _GOODBYE_GRACE):
+                    # Mid-handshake: the server may have opened our session already (it
+                    # does on our SESSION frame). Let the handshake finish so that we can
+                    # say goodbye; cut now, the server would keep that session for
+                    # session_timeout, and its close() would wait for it.
+                    done = False
+                    continue
+                transport.close_link(link, flush=False)
+                continue
+            with link.lock:
+                if not self._server:
+                    if not session.goodbye_sent:
+                        session.goodbye_sent = True
+                        session.state = PeerState.CLOSING
+                        link.conn.send_bye("goodbye")
+                        transport.write_now(link)
+                    done = False  # wait for the server's BYE (or EOF)
+                else:
+                    # Server stopping with clients still attached (close timeout ran out).
+                    link.conn.send_error(ErrorCode.SHUTDOWN, "server closing")
+                    transport.close_link(link, flush=True)
+        return done
+
+    def failed(self, error: BaseException) -> None:
+        self.failure = error
+        lost = ConnectionLost(None, f"I/O thread failed: {error!r}")
+        for session in self.all_sessions():
+            session.fail_outbound(lost)
+        self._inbox.wake_all()
+
+    def finished(self) -> None:
+        self.closed.set()

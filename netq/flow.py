@@ -1,0 +1,126 @@
+"""Receive-side credit policy: how much a peer may send us, decided in one place.
+
+A communicator has one receive budget (``ConnectionOptions.recv_budget`` bytes) shared by all
+its peers. It covers two things: bytes received and not yet taken by ``get()`` ("held"), and
+credit granted to peers and not yet used ("outstanding": what may still arrive). The engine
+keeps both totals; this module only decides, from numbers, what to grant. No I/O, no clock.
+
+Each peer has a *window*: the credit we aim to keep outstanding with it, so that the pipe
+stays full while its messages are being received. Credit returns as soon as a message
+*arrives* (not when ``get()`` takes it), so the credit loop runs on the I/O thread alone and
+the window only has to cover the path's bandwidth-delay product. The window starts at
+``window_min`` and doubles whenever the peer ran out of credit before our top-up reached it
+(the sender was starved, so the window was smaller than the path needs) while the consumer
+keeps up (what the peer had waiting before its latest messages is no larger than its window) and the budget can afford it;
+it never exceeds ``window_max``. This is TCP receive autotuning's rule (grow when the sender
+fills the window within a round trip) applied to netq's credit.
+
+Unread data piles up into the budget, not into the window: a consumer that is slow or absent
+makes ``held`` grow until the budget is full, and from then on the peers get no more credit
+(the window stops growing because held exceeds it) until ``get()`` frees room. Each peer's
+held + outstanding credit stays within its *share* of the budget (``recv_budget`` divided by
+the number of peers), so one peer's backlog cannot crowd out the others, and a peer may always
+have :data:`CREDIT_FLOOR` bytes, so that no peer is starved completely (``get(other_peer)``
+still makes progress).
+
+Memory bound (receive side): held + outstanding <= ``recv_budget`` + per peer
+(:data:`CREDIT_FLOOR` + one message), because a message may start on any positive credit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ("CREDIT_FLOOR", "FlowLimits", "Grant", "plan_grant", "initial_grant")
+
+CREDIT_FLOOR = 16 * 1024  # bytes every peer may hold + have outstanding, whatever the budget
+
+
+@dataclass(frozen=True, slots=True)
+class FlowLimits:
+    """The receive budget and a peer window's range, in bytes."""
+
+    budget: int
+    window_min: int
+    window_max: int
+    floor: int = CREDIT_FLOOR
+
+    def __post_init__(self) -> None:
+        if not 0 < self.window_min <= self.window_max:
+            raise ValueError("need 0 < window_min <= window_max")
+        if self.budget < self.window_min:
+            raise ValueError("the receive budget must hold at least one window_min")
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What to grant now (bytes, possibly 0) and the peer's window from now on."""
+
+    nbytes: int
+    window: int
+    limited: bool  # the budget, not the window, capped the grant: top up when room frees
+
+
+def plan_grant(limits: FlowLimits, *, window: int, allowance: int, held: int, room: int,
+               starved: bool, backlog: int | None = None, share: int | None = None) -> Grant:
+    """Credit to grant one peer now.
+
+    ``window``     the peer's current window.
+    ``allowance``  credit the peer still has from us (granted - received; negative when a
+                   message started on positive credit ran past it).
+    ``held``       bytes of this peer's we hold, received and not yet taken by ``get()``.
+    ``room``       recv_budget - held (all peers) - outstanding (all peers, this one included).
+    ``share``      this peer's share of the budget (default: all of it).
+    ``starved``    the peer used up its credit before this top-up (it was waiting for us).
+    ``backlog``    of ``held``, what was there before the messages that just arrived (default:
+                   all of it). The consumer keeps up while this stays within the window or
+                   within what just arrived (the message the caller is holding, taken by the
+                   last get() and released by the next, counts as held).
+    """
+    if backlog is None:
+        backlog = held
+    share = limits.budget if share is None else share
+    arrived = held - backlog
+    largest = max(limits.window_min, min(limits.window_max, share))
+    if starved and backlog <= max(window, arrived) and window < largest and room >= window:
+        window = min(window * 2, largest)
+    # A negative allowance is the tail of a message that started on positive credit: those
+    # bytes have arrived and are counted in ``held``, so paying the debt back lets nothing new
+    # arrive. Only credit above zero costs room in the budget.
+    debt = max(-allowance, 0)
+    credit = max(allowance, 0)
+    want = window - credit
+    if want <= 0:
+        return Grant(0, window, False)
+    floor_room = limits.floor - held - credit
+    grant = min(want, max(min(room, share - held - credit), floor_room))
+    limited = grant < want
+    if grant <= 0:
+        return Grant(0, window, True)
+    if credit and grant < window // 4 and not limited:
+        return Grant(0, window, False)  # the peer has credit left: not worth a frame yet
+    return Grant(debt + grant, window, limited)
+
+
+def initial_grant(limits: FlowLimits, room: int) -> int:
+    """Credit a new link's HELLO grants, before we know which peer it is.
+
+    A connection storm must not promise more than the budget: each new link gets a window's
+    start only while there is room for it, and :data:`CREDIT_FLOOR` at least (so the links of
+    a storm add at most a floor each beyond the budget, the same bound as the floors).
+    """
+    return max(limits.floor, min(limits.window_min, room))
+
+
+def takeback(limits: FlowLimits, *, granted: int, window: int, held: int, room: int,
+             share: int | None = None) -> int:
+    """How much of a new link's HELLO grant the SESSION frame takes back, for this peer.
+
+    The HELLO was sent before the peer was known; once it is, the link's credit must be what
+    :func:`plan_grant` would allow a peer with ``held`` bytes unread and no credit. ``room``
+    excludes the HELLO grant itself. Without this, a peer that reconnects again and again to a
+    stalled receiver would add a fresh grant per link.
+    """
+    allowed = plan_grant(limits, window=window, allowance=0, held=held, room=room,
+                         starved=False, share=share).nbytes
+    return max(0, granted - allowed)

@@ -1,0 +1,162 @@
+"""An in-memory transport for engine tests: no thread, no socket, no clock of its own.
+
+:class:`MemoryNetwork` connects client communicators to a server communicator through links
+whose bytes move only when the test calls :meth:`MemoryNetwork.run`: every engine's
+``service`` runs, then every link's queued output is fed to the other end's Connection, until
+nothing moves. So a test decides exactly when bytes travel, and every step is deterministic.
+
+Only the transport's public contract (:class:`netq.transports.base.Transport`'s methods that
+the engine calls) is implemented; the engine is the real one, behind the real
+:class:`netq.Communicator` facade.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import netq as nq
+from netq.communicator import Communicator
+from netq.protocol import ConnectionState
+from netq.transports.base import Link
+
+
+class MemoryTransport:
+    """The engine's view of a transport; the network moves the bytes."""
+
+    direct_writes = False
+    network: MemoryNetwork  # set by MemoryNetwork before the communicator is built
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.address = "memory"
+        self.wakes = 0
+        self._links: list[Link] = []
+        self.network.register(self)
+
+    # -- what the engine calls
+    def start(self) -> None:
+        pass
+
+    def wake(self) -> None:
+        self.wakes += 1
+
+    def write_now(self, link: Link) -> None:
+        pass  # the network moves output in run()
+
+    def close_link(self, link: Link, flush: bool) -> None:
+        if flush and link.conn.has_output:
+            self.network.move(link)
+        self.drop(link)
+
+    def links(self) -> list[Link]:
+        return [link for link in self._links if not link.dropped]
+
+    def abort(self) -> None:
+        pass
+
+    def join(self) -> None:
+        pass
+
+    def authorize(self, link: Link, peer_id: Any) -> bool:
+        return True
+
+    # -- what the network calls
+    def open_link(self) -> Link:
+        link = Link(None, self.engine.new_connection(), "memory")
+        self._links.append(link)
+        return link
+
+    def drop(self, link: Link) -> None:
+        if link.dropped:
+            return
+        link.dropped = True
+        with link.lock:
+            self.engine.link_closed(link)
+        peer = self.network.peer_of(link)
+        if peer is not None and not peer.dropped:
+            owner = self.network.owner_of(peer)
+            events = peer.conn.receive_eof()
+            if events:
+                with peer.lock:
+                    owner.engine.handle_events(peer, events)
+            owner.drop(peer)
+
+
+class MemoryNetwork:
+    """One server and its clients, connected by links that move bytes on :meth:`run`."""
+
+    def __init__(self) -> None:
+        self.transports: list[MemoryTransport] = []
+        self._pairs: dict[int, Link] = {}
+        self._owners: dict[int, MemoryTransport] = {}
+        self.server: Communicator | None = None
+        self.clients: list[Communicator] = []
+
+    def register(self, transport: MemoryTransport) -> None:
+        self.transports.append(transport)
+
+    def transport_class(self) -> type[MemoryTransport]:
+        return type("BoundMemoryTransport", (MemoryTransport,), {"network": self})
+
+    def communicator(self, purpose: nq.Purpose, **connection: Any) -> Communicator:
+        options = nq.CommunicatorOptions(connection=nq.ConnectionOptions(**connection))
+        communicator = Communicator(nq.Protocol.TCP, purpose, options, self.transport_class())
+        if purpose is nq.Purpose.SERVER:
+            self.server = communicator
+        else:
+            self.clients.append(communicator)
+        return communicator
+
+    def connect(self, client: Communicator) -> tuple[Link, Link]:
+        """A new link between ``client`` and the server (bytes move on the next run)."""
+        assert self.server is not None
+        client_link = client._transport.open_link()
+        server_link = self.server._transport.open_link()
+        for a, b, owner in ((client_link, server_link, client._transport),
+                            (server_link, client_link, self.server._transport)):
+            self._pairs[id(a)] = b
+            self._owners[id(a)] = owner
+        return client_link, server_link
+
+    def cut(self, link: Link) -> None:
+        """The network fails under both ends of ``link``."""
+        self.owner_of(link).drop(link)
+
+    def peer_of(self, link: Link) -> Link | None:
+        return self._pairs.get(id(link))
+
+    def owner_of(self, link: Link) -> MemoryTransport:
+        return self._owners[id(link)]
+
+    def move(self, link: Link) -> bool:
+        """Feed ``link``'s queued output to the other end; True if any bytes moved."""
+        if not link.conn.has_output:
+            return False
+        data = link.conn.data_to_send()
+        peer = self.peer_of(link)
+        if peer is None or peer.dropped or link.dropped:
+            return bool(data)
+        owner = self.owner_of(peer)
+        peer.last_received_at = time.monotonic()
+        with peer.lock:
+            events = peer.conn.receive_data(data)
+            if events:
+                owner.engine.handle_events(peer, events)
+        if peer.conn.state is ConnectionState.CLOSED and not peer.dropped:
+            owner.drop(peer)
+        else:
+            owner.engine.after_io(peer)
+        return True
+
+    def run(self, rounds: int = 10_000) -> int:
+        """Service every engine and move bytes until nothing moves; returns rounds taken."""
+        for count in range(rounds):
+            moved = False
+            for transport in self.transports:
+                transport.engine.service(time.monotonic())
+                for link in transport.links():
+                    moved |= self.move(link)
+            if not moved and not any(t.engine.has_work for t in self.transports):
+                return count
+        raise AssertionError(f"still moving after {rounds} rounds")

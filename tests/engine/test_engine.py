@@ -1,0 +1,171 @@
+"""The session engine, driven through the real facade over an in-memory network.
+
+No thread, socket or sleep: bytes move only when the test runs the network
+(:class:`MemoryNetwork.run`), so each step below is deterministic.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import netq as nq
+from netq.flow import CREDIT_FLOOR
+
+from .memory_transport import MemoryNetwork
+
+KiB = 1024
+MiB = 1024 * KiB
+
+
+def pair(**connection):
+    network = MemoryNetwork()
+    server = network.communicator(nq.Purpose.SERVER, **connection)
+    client = network.communicator(nq.Purpose.CLIENT, **connection)
+    network.connect(client)
+    network.run()
+    assert server.peers == (client.id,) and client.peers == (server.id,)
+    return network, server, client
+
+
+def put_until_full(network, client, payload) -> int:
+    count = 0
+    while True:
+        try:
+            client.put(payload, block=False)
+        except nq.Full:
+            return count
+        count += 1
+        network.run()
+
+
+def test_handshake_grants_window_min_and_statistics_show_the_budget():
+    network, server, client = pair(recv_budget=8 * MiB, window_min=128 * KiB)
+    stats = server.statistics()
+    assert stats.recv_budget == 8 * MiB and stats.recv_held == 0
+    assert stats.peers[0].window == 128 * KiB
+    assert client.statistics().peers[0].credit_out == 128 * KiB
+    assert stats.recv_outstanding == 128 * KiB  # what the client may still send us
+
+
+def test_one_thread_puts_64_mib_of_mixed_sizes_then_gets_them_all():
+    """The notebook pattern with default options: no put() has to wait."""
+    network, server, client = pair()
+    rng = random.Random(7)
+    sizes, total = [], 0
+    while total < 64 * MiB:
+        size = rng.randrange(0, MiB)
+        client.put(bytes(size), block=False)  # raises Full if it would have to wait
+        network.run()
+        sizes.append(size)
+        total += size
+    stats = server.statistics()
+    connection = server.options.connection
+    assert stats.recv_held <= connection.recv_budget + MiB + CREDIT_FLOOR
+    assert client.statistics().peers[0].queue_out_bytes <= connection.send_budget
+    for size in sizes:
+        assert len(server.get_nowait().data) == size
+        network.run()
+    with pytest.raises(nq.Empty):
+        server.get_nowait()  # done with the last one: its bytes are free
+    network.run()
+    assert server.statistics().recv_held == 0
+    assert client.statistics().peers[0].queue_out == 0
+
+
+def test_a_stalled_receiver_bounds_both_ends_and_says_why():
+    network, server, client = pair(recv_budget=4 * MiB, send_budget=2 * MiB)
+    accepted = put_until_full(network, client, bytes(256 * KiB))
+    assert accepted * 256 * KiB >= 6 * MiB - 256 * KiB  # budget + send budget, nearly
+    server_stats, client_stats = server.statistics(), client.statistics()
+    assert server_stats.recv_held <= 4 * MiB + 256 * KiB + CREDIT_FLOOR
+    assert client_stats.peers[0].queue_out_bytes <= 2 * MiB + 256 * KiB
+    why = client._engine.explain_send_wait(client._engine.server_session)
+    assert "not calling get()" in why and "granted no credit" in why
+    assert "recv_budget" in server._engine.explain_budget(5.0)
+    with pytest.raises(nq.Full, match="not calling get"):
+        client.put(b"x", block=False)
+    for _ in range(accepted):
+        assert len(server.get_nowait().data) == 256 * KiB
+        network.run()
+    network.run()
+    assert client.statistics().peers[0].queue_out == 0
+
+
+def test_the_window_grows_while_the_consumer_keeps_up():
+    network, server, client = pair(recv_budget=64 * MiB, window_min=64 * KiB)
+    held_peak = 0
+    for _ in range(40):
+        client.put(bytes(MiB))
+        network.run()
+        held_peak = max(held_peak, server.statistics().recv_held)
+        server.get_nowait()
+    window = server.statistics().peers[0].window
+    assert window >= 1 * MiB, window  # grew from 64 KiB: each 1 MiB message starved it
+    assert window <= server.options.connection.window_max
+    assert held_peak <= 2 * MiB + 64  # the consumer kept up: the message in hand + one
+
+
+def test_the_window_stays_put_while_data_piles_up_unread():
+    network, server, client = pair(recv_budget=64 * MiB, window_min=64 * KiB)
+    for _ in range(8):
+        client.put(bytes(MiB))
+        network.run()
+    # The first message found nothing waiting and the second only the first (the caller may
+    # have been about to take it); from the third on the backlog says nobody reads.
+    assert server.statistics().peers[0].window <= 4 * 64 * KiB
+    assert 8 * MiB <= server.statistics().recv_held <= 8 * MiB + 8 * 64  # + pickle headers
+
+
+def test_one_peers_backlog_cannot_starve_another():
+    network = MemoryNetwork()
+    server = network.communicator(nq.Purpose.SERVER, recv_budget=1 * MiB)
+    flooder = network.communicator(nq.Purpose.CLIENT, recv_budget=1 * MiB)
+    quiet = network.communicator(nq.Purpose.CLIENT, recv_budget=1 * MiB)
+    network.connect(flooder)
+    network.connect(quiet)
+    network.run()
+    put_until_full(network, flooder, bytes(64 * KiB))
+    stats = server.statistics()
+    flooded = stats.peer(flooder.id)
+    # The flooder fills its share of the budget (half: two peers) and no more.
+    assert 512 * KiB - 64 * KiB <= flooded.queue_in_bytes + flooded.credit_in
+    assert flooded.queue_in_bytes + max(flooded.credit_in, 0) <= 512 * KiB + 64 * KiB
+    future = quiet.put("still gets through")
+    network.run()
+    assert future.done()
+    assert server.get(quiet.id, block=False).data == "still gets through"
+
+
+def test_reconnecting_to_a_stalled_receiver_adds_no_credit():
+    network, server, client = pair(recv_budget=1 * MiB, send_budget=8 * MiB)
+    for _ in range(64):
+        client.put(bytes(64 * KiB), block=False)
+    network.run()
+    held = server.statistics().recv_held
+    assert 1 * MiB - 64 * KiB <= held <= 1 * MiB + 64 * KiB + CREDIT_FLOOR
+    for _ in range(5):
+        link = client._engine.server_session.link
+        network.cut(link)
+        network.connect(client)
+        network.run()
+        assert server.statistics().recv_held == held  # not one more message per link
+    received = 0
+    while received < 64:
+        server.get_nowait()
+        received += 1
+        network.run()
+    assert client.statistics().peers[0].queue_out == 0
+
+
+def test_close_is_flushed_once_the_server_netq_has_everything_unread():
+    network, server, client = pair(recv_budget=8 * MiB)
+    for _ in range(20):
+        client.put(bytes(200_000))
+    network.run()
+    client._engine.begin_close()
+    network.run()
+    assert client._engine.flushed()  # acknowledged although the server's code read nothing
+    assert 20 * 200_000 <= server.statistics().recv_held <= 20 * 200_100
+

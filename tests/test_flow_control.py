@@ -1,0 +1,225 @@
+"""Flow control on every transport: the receive budget, a close that finishes, no silent wait.
+
+The patterns a new user meets first, with default options unless a test says otherwise: one
+thread puts a batch and then gets it; clients close before the server has read; a receiver
+that stops reading; a client with no server. Each ends, or says within ``stall_warning``
+seconds what it waits for.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+
+import psutil
+import pytest
+
+import netq as nq
+from netq.flow import CREDIT_FLOOR
+from netq_testing import rss, wait_for
+
+KiB = nq.KiB
+MiB = nq.MiB
+T = 60.0
+
+
+def payload(index: int, size: int) -> bytes:
+    head = index.to_bytes(4, "little")
+    return head + bytes(max(size - 4, 0))
+
+
+@pytest.mark.timeout(240)
+def test_one_thread_puts_64_mib_of_mixed_sizes_then_gets_them_all(transport):
+    """The notebook cell: put a batch, then get it, on one thread, with default options."""
+    server = transport.make_server()
+    client = transport.connect(server)
+    rng = random.Random(12)
+    sizes: list[int] = []
+    while sum(sizes) < 64 * MiB:
+        sizes.append(rng.randrange(4, MiB))
+    started = time.monotonic()
+    # A put that had to wait would raise Full after T seconds instead of hanging the suite.
+    futures = [client.put(payload(index, size), timeout=T) for index, size in enumerate(sizes)]
+    for index, size in enumerate(sizes):
+        data = server.get(timeout=T).data
+        assert len(data) == size and int.from_bytes(data[:4], "little") == index
+    for future in futures:
+        assert future.result(T) is None
+    print(f"\n{transport.spec.name}: {len(sizes)} messages, {sum(sizes) / MiB:.0f} MiB put "
+          f"then got in {time.monotonic() - started:.1f} s")
+
+
+@pytest.mark.timeout(240)
+def test_clients_close_before_the_server_reads_and_lose_nothing(transport):
+    """Three clients put 40 x 200 kB (24 MB in all) and close: close() returns once the
+    server's netq holds their messages, before the server's code has read one."""
+    server = transport.make_server()
+    clients = [transport.connect(server) for _ in range(3)]
+    futures = []
+    for number, client in enumerate(clients):
+        futures += [client.put((number, index, bytes(200_000))) for index in range(40)]
+    for client in clients:
+        started = time.monotonic()
+        client.close(timeout=T)
+        assert time.monotonic() - started < T - 5, "close() ran into its timeout"
+    for future in futures:
+        assert future.result(0) is None  # delivered to the server's netq, not failed
+    assert server.statistics().recv_held >= 24_000_000
+    seen: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    for _ in range(120):
+        number, index, data = server.get(timeout=T).data
+        assert len(data) == 200_000
+        seen[number].append(index)
+    assert all(indices == list(range(40)) for indices in seen.values())
+
+
+def _warnings(caplog, text: str) -> list[str]:
+    return [record.getMessage() for record in caplog.records
+            if record.name == "netq" and record.levelno == logging.WARNING
+            and text in record.getMessage()]
+
+
+@pytest.mark.timeout(120)
+def test_a_blocked_put_and_a_blocked_close_say_why(transport, caplog):
+    caplog.set_level(logging.WARNING, logger="netq")
+    server = transport.make_server(recv_budget=256 * KiB, stall_warning=1.0)
+    client = transport.connect(server, send_budget=256 * KiB, stall_warning=1.0)
+    block = bytes(64 * KiB)
+    started = time.monotonic()
+    with pytest.raises(nq.Full) as raised:
+        for _ in range(1000):
+            client.put(block, timeout=3.0)
+    waited = time.monotonic() - started
+    assert "not calling get()" in str(raised.value)
+    said = _warnings(caplog, "put() has waited")
+    assert said and "not calling get()" in said[0], caplog.text
+    row = client.statistics().peers[0]
+    assert "not calling get()" in row.blocked and row.blocked_for > 1.0
+    assert waited < 30
+    wait_for(lambda: _warnings(caplog, "receive budget has been full"), 10,
+             message="the server to warn that its budget is full")
+    assert "not taken by get()" in _warnings(caplog, "receive budget has been full")[0]
+    caplog.clear()
+    closer = threading.Thread(target=client.close, kwargs={"timeout": 4.0}, name="test-close")
+    closer.start()
+    wait_for(lambda: _warnings(caplog, "close() has waited"), 10,
+             message="close() to warn that it waits")
+    assert "acknowledge" in _warnings(caplog, "close() has waited")[0]
+    closer.join(T)
+    assert not closer.is_alive()
+
+
+@pytest.mark.timeout(60)
+def test_a_client_with_no_server_says_so(transport, caplog):
+    caplog.set_level(logging.WARNING, logger="netq")
+    server = transport.make_server()
+    options = transport.client_options(server, stall_warning=1.0)
+    server.close(timeout=5)  # nobody will answer there now
+    client = nq.new(transport.spec.protocol, nq.Purpose.CLIENT, options)
+    try:
+        future = client.put("anyone?")
+        wait_for(lambda: _warnings(caplog, "not connected to the server"), 10,
+                 message="a warning that the client cannot connect")
+        said = _warnings(caplog, "not connected to the server")[0]
+        assert str(options.netloc) in said
+        assert not future.done()
+        row = client.statistics().peers[0]
+        assert "not connected" in row.blocked
+    finally:
+        client.close(timeout=1)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("transport", ["tcp"], indirect=True)
+def test_what_a_refused_connection_says(transport, caplog):
+    caplog.set_level(logging.WARNING, logger="netq")
+    server = transport.make_server()
+    options = transport.client_options(server, stall_warning=1.0)
+    server.close(timeout=5)
+    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, options)
+    try:
+        wait_for(lambda: client.statistics().connect_error, 10)
+        assert "refused" in client.statistics().connect_error
+        wait_for(lambda: _warnings(caplog, "refused"), 10, message="the refusal in a warning")
+    finally:
+        client.close(timeout=1)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("transport", ["tcp"], indirect=True)
+def test_a_peer_that_is_not_netq_is_named_as_such(transport, caplog):
+    """A client pointed at something that answers, but not in netq frames."""
+    import socket
+
+    caplog.set_level(logging.WARNING, logger="netq")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def answer_http() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                continue
+            accepted.append(sock)
+            sock.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=answer_http, name="test-http")
+    thread.start()
+    options = nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation("127.0.0.1", listener.getsockname()[1]),
+        connection=nq.ConnectionOptions(stall_warning=1.0))
+    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, options)
+    try:
+        wait_for(lambda: _warnings(caplog, "not a netq"), 10,
+                 message="a warning that the other end is not netq")
+    finally:
+        client.close(timeout=1)
+        stop.set()
+        thread.join(T)
+        listener.close()
+        for sock in accepted:
+            sock.close()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport", ["tcp", "mqtt", "grpc"], indirect=True)
+def test_a_stalled_receiver_keeps_both_processes_within_their_budgets(transport):
+    budget = 16 * MiB
+    message = 1 * MiB
+    child = transport.spawn_server(recv_budget=budget)
+    client = transport.make_client(child, send_budget=budget)
+    process = psutil.Process(child.pid)
+    for _ in range(4):  # warm up the allocators and the link, then measure from there
+        client.put(bytes(message)).result(T)
+    child.request("get", count=4, timeout=T)
+    child_base, own_base = process.memory_info().rss, rss()
+    accepted = 0
+    deadline = time.monotonic() + T
+    while time.monotonic() < deadline:
+        try:
+            client.put(bytes(message), block=False)
+            accepted += 1
+        except nq.Full:
+            held = child.request("stats")["recv_held"]
+            if held >= budget - message and client.statistics().peers[0].queue_out_bytes \
+                    >= budget - message:
+                break
+            time.sleep(0.05)  # pacing the retry of a non-blocking put; the loop is bounded
+    child_growth = process.memory_info().rss - child_base
+    own_growth = rss() - own_base
+    stats = child.request("stats")
+    assert stats["recv_held"] <= budget + message + CREDIT_FLOOR
+    # Both sides within their budget plus a message or two, and allocator slack.
+    assert child_growth <= budget + 2 * message + 24 * MiB, child_growth / MiB
+    assert own_growth <= budget + 2 * message + 24 * MiB, own_growth / MiB
+    print(f"\n{transport.spec.name}: {accepted} MiB accepted; receiver RSS +"
+          f"{child_growth / MiB:.0f} MiB, sender RSS +{own_growth / MiB:.0f} MiB "
+          f"(budgets {budget // MiB} MiB each)")
+    child.request("get", count=accepted, timeout=T)

@@ -114,7 +114,7 @@ def run_netq(broker, args) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests")]))
     script = os.path.join(REPO, "tests", "mqtt_loss_peer.py")
     spec = {"host": broker.host, "port": broker.port, "service": "loss", "count": args.count,
-            "size": args.size, "delay": args.delay, "recv_window": 32 * 2**20, "timeout": 120}
+            "size": args.size, "delay": args.delay, "recv_budget": 32 * 2**20, "timeout": 120}
     consumer = subprocess.Popen([sys.executable, script, json.dumps({**spec, "role": "consumer"})],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     consumer.stdout.readline()

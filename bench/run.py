@@ -651,8 +651,8 @@ def summarize(records: list[dict]) -> dict:
                 "first_full_s": median([r["send"]["first_full_s"] for r in rs]),
                 "send_over_base_mib": median([r["send_over_base_mib"] for r in rs]),
                 "recv_over_base_mib": median([r["recv_over_base_mib"] for r in rs]),
-                "send_window_mib": rs[0]["send"]["send_window"] / MiB,
-                "recv_window_mib": rs[0]["send"]["recv_window"] / MiB,
+                "send_budget_mib": rs[0]["send"]["send_budget"] / MiB,
+                "recv_budget_mib": rs[0]["send"]["recv_budget"] / MiB,
                 "in_order": all(r["recv"]["in_order"] for r in rs),
                 "send_tracked_mib": median([(r["send"].get("netq_memory_bytes") or 0) / MiB for r in rs]),
                 "recv_tracked_mib": median([(r["recv"].get("netq_memory_bytes") or 0) / MiB for r in rs]),
@@ -760,8 +760,8 @@ def markdown(results: dict) -> str:
     st = summary["stall"]
     if st or any(k[0] == "stall" for k in failed_keys):
         rows = [[v["row"], f"{v['accepted']:.0f}", fmt(v["first_full_s"], ".2f", "never"),
-                 f"{v['send_over_base_mib']:.0f} (netq holds {v['send_tracked_mib']:.0f}, window {v['send_window_mib']:.0f})",
-                 f"{v['recv_over_base_mib']:.0f} (netq holds {v['recv_tracked_mib']:.0f}, window {v['recv_window_mib']:.0f})",
+                 f"{v['send_over_base_mib']:.0f} (netq holds {v['send_tracked_mib']:.0f}, window {v['send_budget_mib']:.0f})",
+                 f"{v['recv_over_base_mib']:.0f} (netq holds {v['recv_tracked_mib']:.0f}, window {v['recv_budget_mib']:.0f})",
                  f"{v['send_peak_mib']:.0f} / {v['recv_peak_mib']:.0f}",
                  f"{'yes' if v['ok'] else '**NO**'}, {'in order' if v['in_order'] else '**out of order**'}"
                  f" ({v['drain_s']:.2f} s)"] for v in st.values()]

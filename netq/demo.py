@@ -58,7 +58,7 @@ def _run(clients: int, seconds: float, interval: float, protocol: str,
          netloc: NetworkLocation, out) -> dict:
     options = CommunicatorOptions(
         netloc=netloc,
-        connection=ConnectionOptions(recv_window=8 << 20, send_window=8 << 20))
+        connection=ConnectionOptions(recv_budget=8 << 20, send_budget=8 << 20))
     server = new(Protocol(protocol), Purpose.SERVER, options)
     address = server.address
     if protocol in ("tcp", "grpc"):

@@ -302,7 +302,7 @@ class SocketSpec(TransportSpec):
         return sock
 
     def cut(self, client: nq.Communicator) -> bool:
-        session = client._server_session
+        session = client._engine.server_session
         link = session.link if session is not None else None
         if link is None or link.dropped:
             return False

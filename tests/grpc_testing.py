@@ -42,7 +42,7 @@ class GRPCSpec(TransportSpec):
         return self.tls_security(env, purpose) if self.tls else None
 
     def cut(self, client: nq.Communicator) -> bool:
-        session = client._server_session
+        session = client._engine.server_session
         link = session.link if session is not None else None
         if link is None or link.dropped:
             return False

@@ -3,7 +3,7 @@
     python3 tests/mqtt_loss_peer.py '<json>'
 
 json: role ("consumer" = netq server, "producer" = netq client), host, port, service, count,
-size, delay (seconds the consumer sleeps per message), recv_window, timeout. The producer puts
+size, delay (seconds the consumer sleeps per message), recv_budget, timeout. The producer puts
 ``count`` messages ``(index, payload)`` as fast as put() lets it; the consumer checks each one
 (index in order, payload intact) and sleeps ``delay``. Each prints one JSON line at the end:
 what it saw, its peak RSS and the link counters (gaps = broker drops it detected).
@@ -29,7 +29,7 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     options = nq.CommunicatorOptions(
         netloc=nq.NetworkLocation(spec["host"], spec["port"], path=spec["service"]),
-        connection=nq.ConnectionOptions(recv_window=spec["recv_window"],
+        connection=nq.ConnectionOptions(recv_budget=spec["recv_budget"],
                                         session_timeout=spec["timeout"]),
         mqtt=nq.MQTTOptions(**spec.get("mqtt", {})),
     )

@@ -393,7 +393,7 @@ def test_future_resolves_on_delivery_not_on_get(transport):
     """Delivery = received by the peer's netq. With queue_size=1 the peer's netq holds one
     unconsumed message at most (the one in its queue, or the one get() returned last, until
     the caller comes back for the next), so a second put stays pending until then."""
-    server = transport.make_server(recv_window=64 * KiB, queue_size=1)
+    server = transport.make_server(recv_budget=64 * KiB, queue_size=1)
     client = transport.connect(server)
     come_back_for_more(server)  # done with the hello
     big = bytes(256 * KiB)
@@ -419,7 +419,7 @@ def test_put_landing_during_an_io_pump_is_not_stranded(transport):
     here by putting from another thread inside the I/O thread's pump."""
     server = transport.make_server()
     client = transport.connect(server)
-    original = client._pump
+    original = client._engine._pump
     fired = threading.Event()
     helpers: list = []
 
@@ -434,7 +434,7 @@ def test_put_landing_during_an_io_pump_is_not_stranded(transport):
             helper.start()
             helper.join(T)
 
-    client._pump = pump
+    client._engine._pump = pump
     first = client.put(("first", bytes(100 * KiB)))
     second = client.put(("second", bytes(100 * KiB)))  # in flight behind `first`: I/O thread
     wait_for(fired.is_set, T, message="the I/O thread to pump")
@@ -446,8 +446,8 @@ def test_put_landing_during_an_io_pump_is_not_stranded(transport):
 
 
 def test_backpressure_full(transport):
-    server = transport.make_server(recv_window=1 * KiB, queue_size=1)
-    client = transport.connect(server, send_window=64 * KiB)
+    server = transport.make_server(recv_budget=1 * KiB, queue_size=1)
+    client = transport.connect(server, send_budget=64 * KiB)
     come_back_for_more(server)  # done with the hello
     message = bytes(32 * KiB)
     futures = [client.put(message)]
@@ -485,8 +485,8 @@ def test_memory_bounded_200_mib_through_slow_consumer(transport):
     window = 4 * MiB
     size = 1 * MiB
     count = 200
-    server = transport.make_server(recv_window=window)
-    client = transport.connect(server, send_window=window)
+    server = transport.make_server(recv_budget=window)
+    client = transport.connect(server, send_budget=window)
     block = np.random.default_rng(7).bytes(size)
     consumed: list = []
     errors: list = []
@@ -600,7 +600,7 @@ def test_server_close_with_timeout_fails_pending_futures(transport):
     """The server gives up on an attached client after ``timeout``: its own pending puts fail
     with ResourceClosed, and so, one way or another, do the client's (ConnectionLost, a
     ResourceClosed, after the client's session_timeout if it is not told the server left)."""
-    server = transport.make_server(recv_window=1 * KiB, queue_size=1)
+    server = transport.make_server(recv_budget=1 * KiB, queue_size=1)
     client = transport.connect(server, queue_size=1, session_timeout=2.0)
     come_back_for_more(server)  # done with the hello
     server.put(("to client", 0), client.id).result(T)  # takes the client's only slot
@@ -725,11 +725,11 @@ def test_client_close_gives_up_when_no_server_ever_answers(transport):
 
 def test_stalled_receiver_holds_one_window_across_reconnects(transport):
     """A server that never calls get() while its client's link is cut again and again holds
-    at most recv_window + one message of that client's, not a window per link: each new
+    at most recv_budget + one message of that client's, not a window per link: each new
     link's SESSION takes back what the server still holds. Then everything drains in order."""
     window, size = 64 * KiB, 16 * KiB
-    server = transport.make_server(recv_window=window)
-    client = transport.connect(server, send_window=4 * MiB, reconnect_min=0.01,
+    server = transport.make_server(recv_budget=window)
+    client = transport.connect(server, send_budget=4 * MiB, reconnect_min=0.01,
                                reconnect_max=0.05)
     come_back_for_more(server)  # done with the hello
     futures = [client.put((index, bytes(size))) for index in range(40)]  # 640 KiB
@@ -758,8 +758,8 @@ def test_session_resume_after_network_cuts_loses_and_duplicates_nothing(transpor
         return 1 * MiB if index % 300 == 150 else (index * 37) % 3000
 
     fixed = uuid.UUID("0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f0")
-    server = transport.make_server(recv_window=256 * KiB)
-    client = transport.connect(server, id=fixed, recv_window=256 * KiB)
+    server = transport.make_server(recv_budget=256 * KiB)
+    client = transport.connect(server, id=fixed, recv_budget=256 * KiB)
     assert client.id == fixed
     futures: list = []
     received = {"server": [], "client": []}

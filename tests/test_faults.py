@@ -322,8 +322,8 @@ def test_slow_receiver_fast_sender_memory_bounded_nothing_lost(transport):
     window = 1 * MiB
     size = 64 * KiB
     count = 200
-    server = transport.make_server(recv_window=window)
-    client = transport.connect(server, send_window=window)
+    server = transport.make_server(recv_budget=window)
+    client = transport.connect(server, send_budget=window)
     futures: list = []
     errors: list = []
 

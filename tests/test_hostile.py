@@ -268,7 +268,7 @@ def test_cancel_behind_a_stalled_receiver(transport):
     cancel() on one already on the wire returns False, and it arrives. Everything not
     cancelled arrives, in order, once the server reads."""
     size, count = 96 * KiB, 24
-    server = transport.make_server(recv_window=256 * KiB)
+    server = transport.make_server(recv_budget=256 * KiB)
     client = transport.connect(server)
     payloads = [sequence_payload(index, size) for index in range(count)]
     baseline = [sys.getrefcount(payload) for payload in payloads]

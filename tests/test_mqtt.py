@@ -274,7 +274,7 @@ def test_tiny_broker_limits_slow_consumer_loses_nothing_memory_bounded(tmp_path)
     with local_broker(max_inflight_messages=2, max_queued_messages=10,
                       directory=tmp_path / "broker") as broker:
         spec = {"host": broker.host, "port": broker.port, "service": "loss", "count": count,
-                "size": size, "delay": 0.02, "recv_window": 32 * MiB, "timeout": 60}
+                "size": size, "delay": 0.02, "recv_budget": 32 * MiB, "timeout": 60}
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), str(HERE)]))
         script = str(HERE / "mqtt_loss_peer.py")
         consumer = subprocess.Popen(

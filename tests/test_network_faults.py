@@ -40,19 +40,19 @@ T = 30.0
 HEARTBEAT = 0.3  # s: a silent link is dropped after 3 of them (0.9 s)
 DETECTION_MARGIN = 2.5  # s on top of 3 heartbeats: scheduling delays on a loaded machine
 PACE = 0.004  # s between two puts of one sender (~250 messages/s each way)
-SEND_WINDOW = 1 * MiB
-RECV_WINDOW = 256 * KiB
+SEND_BUDGET = 1 * MiB
+RECV_BUDGET = 256 * KiB
 LARGE = 64 * KiB  # every 50th message: several chunks, out-of-band buffer
 CPU_WINDOW = 1.5  # s over which "idle while cut" is measured
 IDLE_LIMIT = 0.10  # fraction of one core
-# Each end holds at most send_window unsent + what the peer granted (recv_window, in flight)
-# + its own recv_window of received messages + one message started on positive credit: about
+# Each end holds at most send_budget unsent + what the peer granted (recv_budget, in flight)
+# + its own recv_budget of received messages + one message started on positive credit: about
 # 1.6 MiB per end, 3.3 MiB for both. The RSS limit adds the proxy's buffers (1 MiB per
 # direction, at most a few connections), interpreter and library arenas that grow on first
 # use after the baseline (TLS records, gRPC and paho buffers, thread stacks of reconnects):
 # 32 MiB is ~10x what netq may hold, and far below what an unbounded queue would reach (the
 # senders put ~1.5 MiB/s each way; a stall that buffered everything for the test would show).
-NETQ_MEMORY_LIMIT = 2 * (SEND_WINDOW + 2 * RECV_WINDOW + 2 * LARGE)
+NETQ_MEMORY_LIMIT = 2 * (SEND_BUDGET + 2 * RECV_BUDGET + 2 * LARGE)
 RSS_GROWTH_LIMIT = 32 * MiB
 
 pytestmark = pytest.mark.timeout(120)
@@ -289,10 +289,10 @@ def test_proxy_blackhole_reset_truncate_refuse(echo_upstream):
 
 def _setup(transport):
     server = transport.make_server(heartbeat=HEARTBEAT, session_timeout=30,
-                                   recv_window=RECV_WINDOW, send_window=SEND_WINDOW)
+                                   recv_budget=RECV_BUDGET, send_budget=SEND_BUDGET)
     proxy = transport.proxy(server)
     client = transport.connect_via(proxy, server, heartbeat=HEARTBEAT, reconnect_max=0.2,
-                                   recv_window=RECV_WINDOW, send_window=SEND_WINDOW)
+                                   recv_budget=RECV_BUDGET, send_budget=SEND_BUDGET)
     return server, proxy, client
 
 
@@ -305,8 +305,8 @@ def test_resume_with_messages_waiting_takes_one_reconnect(transport):
     # The client's I/O thread pauses 50 ms after writing its SESSION frame, as a loaded
     # machine would: the server's SESSION and the messages behind it are all in the socket
     # when it reads again, so one read carries them all.
-    engine, transport_ = client, client._transport
-    authenticated, write_now = engine._io_authenticated, transport_.write_now
+    engine, transport_ = client._engine, client._transport
+    authenticated, write_now = engine._authenticated, transport_.write_now
     session_written = threading.Event()
 
     def io_authenticated(link, hello):
@@ -319,7 +319,7 @@ def test_resume_with_messages_waiting_takes_one_reconnect(transport):
             session_written.clear()
             time.sleep(0.05)
 
-    engine._io_authenticated = io_authenticated
+    engine._authenticated = io_authenticated
     transport_.write_now = slow_write_now
     for attempt in range(3):
         client_before = client.statistics().peers[0].reconnects

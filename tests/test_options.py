@@ -30,7 +30,7 @@ def test_connection_defaults_follow_max_size():
 
 
 @pytest.mark.parametrize("kwargs", [
-    {"max_size": 10}, {"recv_window": 0}, {"send_window": 0}, {"heartbeat": 0},
+    {"max_size": 10}, {"recv_budget": 0}, {"send_budget": 0}, {"heartbeat": 0},
     {"session_timeout": -1}, {"spin": -1},
 ])
 def test_connection_options_reject_nonsense(kwargs):

@@ -27,7 +27,7 @@ def _types(rows, link, direction):
 
 def test_handshake_data_ack_credit_and_bye_in_order():
     server = nq.new(purpose=nq.Purpose.SERVER,
-                    options=_options(nq.NetworkLocation("127.0.0.1", 0), recv_window=64 * 1024))
+                    options=_options(nq.NetworkLocation("127.0.0.1", 0), recv_budget=64 * 1024))
     with server, Recorder(server.address) as recorder:
         client = nq.new(options=_options(recorder.netloc))
         payloads = [bytes([i]) * 30_000 for i in range(4)]  # 4 x 30 KB > the 64 KiB window

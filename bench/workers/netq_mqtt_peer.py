@@ -1,7 +1,7 @@
 """netq over MQTT: netq's client and server as clients of a private mosquitto.
 
 netq-mqtt  put() per message -> get() per message through mosquitto (QoS 1, MQTT 5), with
-           netq's link window and credit flow control on. ``recv_window`` is 32 MiB (the
+           netq's link window and credit flow control on. ``recv_budget`` is 32 MiB (the
            default 4 MiB is sized for TCP: through a broker the credit round trip is ~10x
            longer, and a 4 MiB window caps 1 MiB messages at ~70/s here). The receiver (or
            echo) starts the broker and reports its peak RSS and CPU time; the sender checks
@@ -21,14 +21,14 @@ import common  # noqa: E402
 import mqtt_broker  # noqa: E402
 import netq_peer  # noqa: E402  (the echo and ping loops every netq row shares)
 
-RECV_WINDOW = 32 * 1024 * 1024
+RECV_BUDGET = 32 * 1024 * 1024
 FUTURE_TIMEOUT = 120.0
 
 
 def _options(port: int) -> nq.CommunicatorOptions:
     return nq.CommunicatorOptions(
         netloc=nq.NetworkLocation("127.0.0.1", port, path="bench"),
-        connection=nq.ConnectionOptions(recv_window=RECV_WINDOW))
+        connection=nq.ConnectionOptions(recv_budget=RECV_BUDGET))
 
 
 def _serve(spec: dict):

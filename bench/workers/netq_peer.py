@@ -182,7 +182,7 @@ SEQ = struct.Struct("!Q")   # the stall sender numbers its messages; the drain c
 
 def _windows() -> dict:
     c = nq.ConnectionOptions()
-    return {"send_window": c.send_window, "recv_window": c.recv_window, "max_size": c.max_size}
+    return {"send_budget": c.send_budget, "recv_budget": c.recv_budget, "max_size": c.max_size}
 
 
 def _tracked_bytes(comm) -> int | None:

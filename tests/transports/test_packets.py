@@ -68,7 +68,7 @@ class InProcessTransport(PacketTransport):
 
     def _start_connect(self) -> None:
         server = _SERVERS.get(self._options.netloc.path)
-        if server is None or server.engine._closing:
+        if server is None or server.engine.closing:
             self.connect_failed()
             return
         channel = Channel()

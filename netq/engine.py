@@ -522,7 +522,7 @@ class SessionEngine:
         conn = link.conn
         self._recount(link)
         allowance = conn.recv_allowance_bytes
-        held = session.held_bytes
+        held = session.held_bytes + conn.incoming_bytes  # a message under way counts already
         plan = flow.plan_grant(self.limits, window=session.window, allowance=allowance,
                                held=held, room=self._room(), starved=allowance <= 0,
                                backlog=held - arrived, share=self._share())

@@ -1,7 +1,7 @@
 """Many netq clients in one process, for the load test (tests/test_load.py).
 
     python3 tests/load_child.py '{"protocol": "tcp", "host": ..., "port": ..., "first": 0,
-                                  "clients": 100, "messages": 20}'
+                                  "clients": 100, "messages": 20, "size": null}'
 
 Builds ``clients`` client communicators (global indexes ``first`` .., see :func:`size_of`),
 answers ``{"ready": ...}``, then obeys one line per command on stdin, answering one JSON line:
@@ -11,7 +11,7 @@ answers ``{"ready": ...}``, then obeys one line per command on stdin, answering 
     close   closes every client (in parallel); answers with this process's peak RSS
 
 Each message is ``(client index, sequence number, crc32 of payload, payload)``; the payload's
-size is ``size_of(client, sequence)`` and its first 4 bytes stamp the sequence number.
+size is ``size_of(client, sequence)`` (or ``size`` when given) and its first 4 bytes stamp the sequence number.
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ def size_of(client: int, seq: int) -> int:
     return int(64 * 2 ** rng.uniform(0, 10))
 
 
-def payload_of(client: int, seq: int) -> bytes:
-    size = size_of(client, seq)
+def payload_of(client: int, seq: int, size: int | None = None) -> bytes:
+    size = size_of(client, seq) if size is None else size
     stamp = (client << 8 | seq).to_bytes(4, "little")
     return (stamp * (size // 4 + 1))[:size]
 
 
-def message_of(client: int, seq: int) -> tuple:
-    payload = payload_of(client, seq)
+def message_of(client: int, seq: int, size: int | None = None) -> tuple:
+    payload = payload_of(client, seq, size)
     return client, seq, zlib.crc32(payload), payload
 
 
@@ -63,6 +63,7 @@ def main() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     netloc = nq.NetworkLocation(spec["host"], spec["port"])
     first, count, messages = spec["first"], spec["clients"], spec["messages"]
+    size = spec.get("size")  # every message this size, instead of size_of()
     clients = [nq.new(nq.Protocol(spec["protocol"]), nq.Purpose.CLIENT,
                       nq.CommunicatorOptions(netloc=netloc)) for _ in range(count)]
     _reply(ready=True, ids=[str(client.id) for client in clients])
@@ -73,7 +74,7 @@ def main() -> None:
             futures = []
             for seq in range(messages):
                 for index, client in enumerate(clients):
-                    futures.append(client.put(message_of(first + index, seq)))
+                    futures.append(client.put(message_of(first + index, seq, size)))
             for future in futures:
                 future.result(120)
             _reply(ok=True, seconds=time.perf_counter() - started)

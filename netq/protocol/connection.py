@@ -324,6 +324,12 @@ class Connection:
     def receiving_message(self) -> bool:
         return self._incoming is not None
 
+    @property
+    def incoming_bytes(self) -> int:
+        """Size of the message being received: its credit is spent, it is not complete yet."""
+        incoming = self._incoming
+        return incoming.size if incoming is not None else 0
+
     # ------------------------------------------------------------------ sending
 
     def _emit(self, data) -> None:

@@ -508,24 +508,6 @@ def test_status_topics_surface_join_and_leave(mqtt_broker):
         server.close(timeout=5)
 
 
-def test_only_lone_acks_and_credits_are_held_back():
-    """The transport delays a publish that carries nothing but netq ACK/CREDIT frames (a
-    reply usually follows within the delay); anything else goes at once."""
-    from netq.transports.mqtt import _only_acks
-
-    hello = make_hello(Role.CLIENT, uuid.uuid4(), auth=False, max_message=MiB, max_frame=MiB,
-                       recv_window=MiB, recv_messages=2 ** 32 - 1)
-    conn = Connection(hello)
-    assert not _only_acks(conn)  # the HELLO
-    conn.data_to_send()
-    assert not _only_acks(conn)  # nothing at all
-    conn.send_ack(1)
-    conn.send_credit(4096, 0)
-    assert _only_acks(conn)
-    conn.send_ping(7)
-    assert not _only_acks(conn)
-
-
 @needs_broker
 def test_link_broken_while_its_ack_is_held_leaves_no_busy_loop(mqtt_broker, monkeypatch):
     """A lone ACK/CREDIT waits ``_ACK_DELAY`` for a reply to share its publish. If its link

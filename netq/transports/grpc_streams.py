@@ -58,7 +58,6 @@ except ImportError as missing:  # pragma: no cover - depends on the installation
                       f"(grpcio==1.85.1): {missing}") from missing
 
 from ..exceptions import AuthenticationError, ConnectionLost  # noqa: E402
-from ..protocol.frames import HEADER, HEADER_SIZE, FrameType  # noqa: E402
 from .packets import PACKET_SIZE, PacketTransport  # noqa: E402
 
 __all__ = ("GRPCTransport", "SERVICE", "METHOD", "OUTBOUND_LIMIT", "MESSAGE_LIMIT", "PACKET_LIMIT")
@@ -74,7 +73,6 @@ MESSAGE_LIMIT = PACKET_SIZE + 64 * 1024  # bytes per gRPC message, both ways, bo
 PACKET_LIMIT = PACKET_SIZE + 4096
 OUTBOUND_LIMIT = 4 * PACKET_SIZE  # bytes queued per stream before the engine holds back
 ACK_DELAY = 250e-6  # seconds an ACK may wait for a reply to ride along (delayed ACK)
-_ACK_PEEK = 256  # bytes: more queued than this is never acknowledgements only
 _CLOSE_GRACE = 1.0  # seconds a client's closing stream gets before it is cancelled
 _STOP_GRACE = 0.5  # seconds server.stop() lets handlers finish before cancelling them
 _STOP_TIMEOUT = 10.0  # seconds the final shutdown of the carrier may take at most
@@ -174,23 +172,6 @@ def _forget_traceback(error: BaseException) -> None:
             return
         error.__traceback__ = None
         error = error.__context__ or error.__cause__
-
-
-def _only_acknowledgements(conn) -> bool:
-    """Is everything queued on ``conn`` ACK frames? (CREDIT is never held: a sender may be
-    waiting for it.)"""
-    if conn.bytes_queued > _ACK_PEEK:
-        return False
-    data = b"".join(conn.outgoing())
-    offset = 0
-    while offset < len(data):
-        if len(data) - offset < HEADER_SIZE:
-            return False
-        kind, _, _, length, _ = HEADER.unpack_from(data, offset)
-        if kind != FrameType.ACK:
-            return False
-        offset += HEADER_SIZE + length
-    return offset == len(data)
 
 
 class _Stream:
@@ -564,12 +545,12 @@ class GRPCTransport(PacketTransport):
                 return False  # still nothing but the held ACK frames
             self._release_hold(stream)
             return True
-        if link.direct_ok and self.engine._getters and _only_acknowledgements(link.conn):
+        if link.direct_ok and self.engine._getters and link.conn.output_is_only_acks():
             # Delayed acknowledgement: someone is blocked in get() for the message this ACK
             # answers and will likely reply at once; the reply then carries the ACK in the
             # same gRPC message (one write and one read fewer each way, and the reply does
             # not queue behind the ACK's write). Never longer than ACK_DELAY, and only while
-            # nothing but ACK frames is queued.
+            # nothing but ACK frames is queued (never CREDIT: a sender may be waiting for it).
             stream.hold_until = self._loop.time() + ACK_DELAY
             stream.hold_bytes = link.conn.bytes_queued
             stream.hold_timer = self._loop.call_later(ACK_DELAY, self.wake)

@@ -53,7 +53,6 @@ from paho.mqtt.properties import Properties
 
 from ..exceptions import BrokerUnavailable, ConnectionLost
 from ..mqtt import INSTALL_HINT
-from ..protocol.frames import CREDIT_PAYLOAD, HEADER, FrameType
 from . import mqtt_link
 from .mqtt_link import HEADER_SIZE, Kind, LinkState, Verdict, Window, parse_header
 from .packets import PACKET_SIZE, PacketTransport
@@ -70,20 +69,6 @@ _MQTT_OVERHEAD = 64  # fixed header, packet id, property lengths: a generous upp
 _OPEN, _DATA = int(Kind.OPEN), int(Kind.DATA)
 _ZERO_COPY_FROM = 64 * 1024  # publishes at least this large skip paho's copying decoder
 _ACK_DELAY = 0.001  # seconds a lone netq ACK/CREDIT waits for a reply to share its publish
-_ACK_TYPES = frozenset((int(FrameType.ACK), int(FrameType.CREDIT)))
-
-
-def _only_acks(conn) -> bool:
-    """True when the connection's whole output is a few ACK/CREDIT frames."""
-    if conn._pending or conn.bytes_queued > 4 * (HEADER.size + CREDIT_PAYLOAD.size):
-        return False
-    merge = conn._merge
-    position, end = 0, len(merge)
-    while position < end:
-        if merge[position] not in _ACK_TYPES or end - position < HEADER.size:
-            return False
-        position += HEADER.size + int.from_bytes(merge[position + 4:position + 8], "little")
-    return end > 0
 
 
 class _Channel:
@@ -604,7 +589,7 @@ class MQTTTransport(PacketTransport):
         ``_ACK_DELAY`` for a reply to ride with it (each publish is a broker round of its own;
         a request/response pair costs two publishes instead of four)."""
         channel = link.channel
-        if not link.closing and link.conn.has_output and _only_acks(link.conn):
+        if not link.closing and link.conn.output_is_only_acks(credit=True):
             now = time.monotonic()
             if channel.hold_until == 0.0:
                 channel.hold_until = now + _ACK_DELAY

@@ -52,7 +52,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from ..exceptions import BrokerUnavailable, ConnectionLost
-from ..mqtt import INSTALL_HINT
+from ..brokers import INSTALL_HINT
 from . import mqtt_link
 from .mqtt_link import HEADER_SIZE, Kind, LinkState, Verdict, Window, parse_header
 from .packets import PACKET_SIZE, PacketTransport
@@ -629,7 +629,7 @@ class MQTTTransport(PacketTransport):
             raise BrokerUnavailable(
                 f"no MQTT broker at {netloc.host}:{netloc.port} within "
                 f"{self._mqtt.connect_timeout:g} s ({why}); start one with "
-                f"netq.mqtt.local_broker(), or {INSTALL_HINT}")
+                f"netq.brokers.local_broker(), or {INSTALL_HINT}")
 
     def _start_connect(self) -> None:
         with self._lock:

@@ -33,9 +33,9 @@ from netq.brokers import LocalBroker, find_mosquitto, local_broker  # noqa: E402
 from netq.protocol import make_hello  # noqa: E402
 from netq.protocol.connection import Connection  # noqa: E402
 from netq.protocol.frames import Role  # noqa: E402
-from netq.transports import mqtt_link  # noqa: E402
+from netq.transports.mqtt import link as mqtt_link  # noqa: E402
 from netq.transports.mqtt import link_statistics  # noqa: E402
-from netq.transports.mqtt_link import (  # noqa: E402
+from netq.transports.mqtt.link import (  # noqa: E402
     ACK_REQUEST, GAP, HEADER_SIZE, Kind, LinkState, Verdict, Window)
 from netq_testing import cpu_fraction, wait_for  # noqa: E402
 
@@ -514,7 +514,7 @@ def test_link_broken_while_its_ack_is_held_leaves_no_busy_loop(mqtt_broker, monk
     breaks meanwhile, the I/O thread must forget it: it once kept the dead link's deadline
     and, once that passed, woke at once, forever (a core busy on both ends, found by the
     network-fault tests refusing a client's reconnects)."""
-    import netq.transports.mqtt as mqtt_transport
+    import netq.transports.mqtt.transport as mqtt_transport
     from netq_testing import shut_down_below
 
     monkeypatch.setattr(mqtt_transport, "_ACK_DELAY", 0.3)  # wide enough to break the link in

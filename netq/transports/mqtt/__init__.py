@@ -1,4 +1,4 @@
-"""Protocol.MQTT: netq links through an MQTT broker (paho-mqtt 2.2, ``CallbackAPIVersion.VERSION2``).
+"""Protocol.MQTT: netq links through an MQTT broker (paho-mqtt, ``CallbackAPIVersion.VERSION2``).
 
 Server and clients are all clients of the broker (``CommunicatorOptions.netloc``). Topics, under
 ``<prefix>/<service>`` (``MQTTOptions.prefix``, default ``netq``; service ``netloc.path``,

@@ -112,7 +112,7 @@ def _watch_broker(broker, consumer) -> float:
 
 def run_netq(broker, args) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests")]))
-    script = os.path.join(REPO, "tests", "mqtt_loss_peer.py")
+    script = os.path.join(REPO, "tests", "transports", "mqtt_loss_peer.py")
     spec = {"host": broker.host, "port": broker.port, "service": "loss", "count": args.count,
             "size": args.size, "delay": args.delay, "recv_window": 32 * 2**20, "timeout": 120}
     consumer = subprocess.Popen([sys.executable, script, json.dumps({**spec, "role": "consumer"})],

@@ -275,7 +275,7 @@ def test_tiny_broker_limits_slow_consumer_loses_nothing_memory_bounded(tmp_path)
                       directory=tmp_path / "broker") as broker:
         spec = {"host": broker.host, "port": broker.port, "service": "loss", "count": count,
                 "size": size, "delay": 0.02, "recv_window": 32 * MiB, "timeout": 60}
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), str(HERE)]))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parents[1]), str(HERE)]))
         script = str(HERE / "mqtt_loss_peer.py")
         consumer = subprocess.Popen(
             [sys.executable, script, json.dumps({**spec, "role": "consumer"})],

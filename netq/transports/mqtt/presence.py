@@ -63,6 +63,7 @@ class PresenceMixin:
         self._set_will(client)
 
     def _on_status(self, rest: str, payload: bytes) -> None:
+        """A status message (paho's thread); ``rest`` is the topic after ``status/``."""
         who, _, instance_text = rest.partition("/")
         try:
             instance = int(instance_text, 16)

@@ -30,7 +30,7 @@ sys.path.insert(0, REPO)
 
 import psutil  # noqa: E402
 
-from netq.mqtt import local_broker  # noqa: E402
+from netq.brokers import local_broker  # noqa: E402
 
 LIMITS = {"max_inflight_messages": 2, "max_queued_messages": 10}
 IDLE_END = 3.0  # seconds without a message after which the raw consumer stops waiting
@@ -112,7 +112,7 @@ def _watch_broker(broker, consumer) -> float:
 
 def run_netq(broker, args) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests")]))
-    script = os.path.join(REPO, "tests", "mqtt_loss_peer.py")
+    script = os.path.join(REPO, "tests", "transports", "mqtt_loss_peer.py")
     spec = {"host": broker.host, "port": broker.port, "service": "loss", "count": args.count,
             "size": args.size, "delay": args.delay, "recv_budget": 32 * 2**20, "timeout": 120}
     consumer = subprocess.Popen([sys.executable, script, json.dumps({**spec, "role": "consumer"})],

@@ -42,10 +42,10 @@ def run(clients: int = 4, seconds: float = 5.0, interval: float = 0.5,
         protocol: str = "tcp", port: int = 0, out=sys.stdout) -> dict:
     """Run the demo; returns the summary (messages, bytes, seconds, losses).
 
-    ``protocol="mqtt"`` starts a private mosquitto (netq.mqtt.local_broker) for the run.
+    ``protocol="mqtt"`` starts a private mosquitto (netq.brokers.local_broker) for the run.
     """
     if protocol == "mqtt":
-        from .mqtt import local_broker
+        from .brokers import local_broker
 
         with local_broker(port=port) as broker:
             return _run(clients, seconds, interval, protocol,

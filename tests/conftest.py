@@ -43,7 +43,7 @@ import netq as nq
 
 from netq_child import encode_options
 from netq_testing import shut_down_below
-from mqtt_testing import MQTTSpec, mqtt_broker  # noqa: F401 - the session broker fixture
+from transports.mqtt_testing import MQTTSpec, mqtt_broker  # noqa: F401 - the session broker fixture
 
 REPO = Path(__file__).resolve().parent.parent
 CHILD_SCRIPT = Path(__file__).resolve().parent / "netq_child.py"
@@ -313,7 +313,7 @@ class SocketSpec(TransportSpec):
         return fd >= 0 and shut_down_below(fd)
 
 
-from grpc_testing import GRPCSpec  # noqa: E402  (imports TransportSpec from here)
+from transports.grpc_testing import GRPCSpec  # noqa: E402  (imports TransportSpec from here)
 
 TRANSPORTS: dict[str, TransportSpec] = {
     "tcp": SocketSpec("tcp", nq.Protocol.TCP, host="127.0.0.1"),

@@ -474,8 +474,8 @@ def test_mqtt_garbage_and_oversize_headers_through_the_broker(transport):
     import paho.mqtt.client as paho
     from paho.mqtt.enums import CallbackAPIVersion
 
-    from netq.transports import mqtt_link
-    from netq.transports.mqtt_link import Kind
+    from netq.transports.mqtt import link as mqtt_link
+    from netq.transports.mqtt.link import Kind
 
     server = transport.make_server()
     victim = transport.connect(server)

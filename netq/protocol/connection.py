@@ -280,6 +280,11 @@ class Connection:
         self._pending: collections.deque = collections.deque()
         self._merge = bytearray()
         self.bytes_queued = 0  # not yet reported as sent
+        # Stream offsets (counted over every byte ever queued) of the last run of ACK frames
+        # and of the last run of ACK/CREDIT frames, for output_is_only_acks().
+        self._sent_total = 0
+        self._acks_start = self._acks_end = -1
+        self._replies_start = self._replies_end = -1
 
         # Input.
         self._buffer = bytearray(STAGING_SIZE)
@@ -448,10 +453,20 @@ class Connection:
             messages = 0
         self.recv_allowance_bytes += nbytes
         self.recv_allowance_messages += messages
+        start = self._sent_total + self.bytes_queued
+        if start != self._replies_end:
+            self._replies_start = start
         self._emit(_HEADER_PACK(FrameType.CREDIT, 0, 0, 4, nbytes) + frames.CREDIT_PAYLOAD.pack(messages))
+        self._replies_end = start + HEADER_SIZE + frames.CREDIT_PAYLOAD.size
 
     def send_ack(self, seq: int) -> None:
+        start = self._sent_total + self.bytes_queued
+        if start != self._acks_end:
+            self._acks_start = start
+        if start != self._replies_end:
+            self._replies_start = start
         self._emit(_HEADER_PACK(FrameType.ACK, 0, 0, 0, seq))
+        self._acks_end = self._replies_end = start + HEADER_SIZE
 
     def send_ping(self, token: int) -> None:
         self._emit(_HEADER_PACK(FrameType.PING, 0, 0, 0, token))
@@ -488,6 +503,7 @@ class Connection:
     def sent(self, count: int) -> None:
         """``count`` bytes of :meth:`outgoing` were written."""
         self.bytes_queued -= count
+        self._sent_total += count
         pending = self._pending
         while count:
             head = pending[0]
@@ -502,6 +518,24 @@ class Connection:
     @property
     def has_output(self) -> bool:
         return bool(self._pending) or bool(self._merge)
+
+    def output_is_only_acks(self, *, credit: bool = False) -> bool:
+        """True when there is output and every unsent byte belongs to ACK frames (with
+        ``credit``: ACK or CREDIT frames); a partly written one counts.
+
+        For transports that delay acknowledgements: a write carrying nothing but ACKs may
+        wait a moment for the reply the application is about to send, so that one write
+        carries both. Anything else queued (DATA, PING, PONG, BYE, ...) must go at once.
+        Constant time: it compares stream offsets recorded by :meth:`send_ack`,
+        :meth:`send_credit` and :meth:`sent`, never scans the output.
+        """
+        if credit:
+            start, end = self._replies_start, self._replies_end
+        else:
+            start, end = self._acks_start, self._acks_end
+        sent = self._sent_total
+        queued = self.bytes_queued
+        return queued > 0 and end == sent + queued and sent >= start
 
     # ------------------------------------------------------------------ receiving
 

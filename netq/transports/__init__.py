@@ -27,7 +27,7 @@ __all__ = ("register", "lookup", "available")
 _REGISTRY: dict[str, str] = {
     "tcp": "netq.transports.sockets:TCPTransport",
     "unix": "netq.transports.sockets:UnixTransport",
-    "grpc": "netq.transports.grpc_streams:GRPCTransport",  # needs grpcio (extra "grpc")
+    "grpc": "netq.transports.grpc:GRPCTransport",  # needs grpcio (extra "grpc")
     "mqtt": "netq.transports.mqtt:MQTTTransport",
 }
 

@@ -1281,3 +1281,102 @@ def test_data_to_send_and_has_output():
     assert not c.has_output and c.outgoing() == [] and c.data_to_send() == b""
     c.send_ping(5)
     assert c.has_output and c.bytes_queued == HEADER_SIZE
+
+
+# ----------------------------------------------------------------------------- output_is_only_acks
+
+
+def _write(conn: Connection, count: int) -> bytes:
+    """Take ``count`` bytes of the output as a transport would (a partial write)."""
+    data = b"".join(bytes(b) for b in conn.outgoing())[:count]
+    conn.sent(len(data))
+    return data
+
+
+def test_output_is_only_acks_empty_and_lone_frames():
+    c = connection(Role.CLIENT, recv_messages=10)
+    assert not c.output_is_only_acks() and not c.output_is_only_acks(credit=True)  # the HELLO
+    c.data_to_send()
+    assert not c.output_is_only_acks() and not c.output_is_only_acks(credit=True)  # nothing
+    c.send_ack(1)
+    assert c.output_is_only_acks() and c.output_is_only_acks(credit=True)
+    assert frame_types(c.data_to_send()) == [FrameType.ACK]
+    assert not c.output_is_only_acks()  # written: empty again
+    c.send_credit(4096, 1)
+    assert not c.output_is_only_acks() and c.output_is_only_acks(credit=True)
+    c.send_ack(2)
+    assert not c.output_is_only_acks() and c.output_is_only_acks(credit=True)
+    assert frame_types(c.data_to_send()) == [FrameType.CREDIT, FrameType.ACK]
+    for _ in range(100):  # no size limit: a long run of ACKs is still only ACKs
+        c.send_ack(3)
+    assert c.output_is_only_acks() and c.bytes_queued == 100 * HEADER_SIZE
+
+
+@pytest.mark.parametrize("other", ["ping", "bye", "error", "data"])
+def test_output_is_only_acks_is_false_with_anything_else_queued(other):
+    def queue_other(c):
+        if other == "ping":
+            c.send_ping(7)
+        elif other == "bye":
+            c.send_bye("done")
+        elif other == "error":
+            c.send_error(ErrorCode.LIMIT, "no")
+        else:
+            send(c, 1, [(10, True)])
+
+    c = open_pair().client
+    queue_other(c)
+    c.send_ack(1)  # ACK after something else
+    assert not c.output_is_only_acks() and not c.output_is_only_acks(credit=True)
+    c = open_pair().client
+    c.send_ack(1)
+    c.send_credit(100, 0)
+    queue_other(c)  # something else after ACK and CREDIT
+    assert not c.output_is_only_acks() and not c.output_is_only_acks(credit=True)
+
+
+def test_output_is_only_acks_pong_reply_is_not_an_ack():
+    pair = open_pair()
+    c, s = pair.client, pair.server
+    s.send_ping(9)
+    c.send_ack(1)
+    assert c.output_is_only_acks()
+    c.receive_data(s.data_to_send())  # the PONG goes after the ACK
+    assert not c.output_is_only_acks()
+
+
+def test_output_is_only_acks_when_other_frames_are_written_partially():
+    pair = open_pair()
+    c = pair.client
+    send(c, 1, [(100, True)])  # one DATA frame
+    data_size = c.bytes_queued
+    c.send_ack(5)
+    c.send_ack(6)
+    assert not c.output_is_only_acks()
+    _write(c, data_size - 3)  # DATA not finished
+    assert not c.output_is_only_acks()
+    _write(c, 3)  # DATA written: two ACKs left
+    assert c.output_is_only_acks()
+    _write(c, HEADER_SIZE + 5)  # into the second ACK: what is left is still ACK bytes
+    assert c.output_is_only_acks() and c.bytes_queued == HEADER_SIZE - 5
+    c.send_ping(1)
+    assert not c.output_is_only_acks()
+    _write(c, c.bytes_queued - HEADER_SIZE)  # the ACK's tail, not the PING
+    assert not c.output_is_only_acks()
+    assert frame_types(c.data_to_send()) == [FrameType.PING]
+    assert not c.output_is_only_acks()
+
+
+def test_output_is_only_acks_across_a_credit_and_sealed_buffers():
+    pair = open_pair(client_conn={"merge_size": HEADER_SIZE})  # every frame its own buffer
+    c = pair.client
+    c.send_ack(1)
+    c.send_credit(100, 0)
+    c.send_ack(2)
+    assert len(c.outgoing()) == 3
+    assert not c.output_is_only_acks() and c.output_is_only_acks(credit=True)
+    _write(c, HEADER_SIZE + HEADER_SIZE + frames.CREDIT_PAYLOAD.size)  # ACK and CREDIT out
+    assert c.output_is_only_acks() and c.output_is_only_acks(credit=True)
+    c.send_ack(3)
+    assert c.output_is_only_acks()
+    assert frame_types(c.data_to_send()) == [FrameType.ACK, FrameType.ACK]

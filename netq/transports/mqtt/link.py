@@ -39,7 +39,7 @@ import struct
 import threading
 
 __all__ = ("HEADER", "HEADER_SIZE", "VERSION", "Kind", "ACK_REQUEST", "GAP", "Window",
-           "LinkState", "Verdict", "parse_header")
+           "LinkState", "Verdict", "parse_header", "encode")
 
 HEADER = struct.Struct("<BBHQQQ")
 HEADER_SIZE = HEADER.size

@@ -20,7 +20,7 @@ from netq_testing import shut_down_below
 @pytest.fixture(scope="session")
 def mqtt_broker():
     """A mosquitto on a free loopback port for the whole session (default limits)."""
-    from netq.mqtt import local_broker
+    from netq.brokers import local_broker
 
     broker = local_broker()
     try:
@@ -43,7 +43,7 @@ class MQTTSpec:
     def unavailable(self) -> str | None:
         try:
             import paho.mqtt  # noqa: F401
-            from netq.mqtt import find_mosquitto
+            from netq.brokers import find_mosquitto
             find_mosquitto()
         except (ImportError, BrokerUnavailable) as error:
             return f"MQTT not usable here: {error}"

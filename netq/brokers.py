@@ -1,6 +1,7 @@
-"""MQTT helpers: a private mosquitto broker for tests, demos and notebooks.
+"""MQTT brokers for tests, demos and notebooks: a private mosquitto, or the one named by
+``$NETQ_MQTT_BROKER``. (The MQTT *transport* is :mod:`netq.transports.mqtt`.)
 
-    from netq.mqtt import local_broker
+    from netq.brokers import local_broker
 
     with local_broker() as broker:                  # mosquitto on a free loopback port
         options = nq.CommunicatorOptions(netloc=broker.netloc)
@@ -17,7 +18,7 @@ Broker limits worth knowing (mosquitto 2.0): ``max_inflight_messages`` (20) and
 ``max_queued_messages`` (1000) per subscriber; past them the broker *drops* QoS 1 messages
 while the publisher still gets its PUBACK. netq's MQTT transport numbers its packets and
 bounds what it has in the broker, so a drop costs a reconnect and a resend, never a message
-(see ``netq/transports/mqtt.py``).
+(see :mod:`netq.transports.mqtt.link`).
 """
 
 from __future__ import annotations

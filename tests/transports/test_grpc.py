@@ -23,7 +23,8 @@ from test_conformance import _many_clients
 
 grpc = pytest.importorskip("grpc")
 
-from netq.transports import grpc_streams  # noqa: E402  (needs grpcio)
+from netq.transports.grpc import streams as grpc_streams  # noqa: E402  (needs grpcio)
+from netq.transports.packets import PACKET_SIZE  # noqa: E402
 
 T = 30.0
 pytestmark = pytest.mark.timeout(90)
@@ -240,8 +241,8 @@ def test_server_starts_and_binds_on_a_thread_running_an_event_loop(transport):
 def test_16_mib_message_travels_as_1_mib_grpc_messages(transport):
     """Nothing meets gRPC's 4 MiB default: packets are at most 1 MiB and both ends accept
     1 MiB + 64 KiB per gRPC message."""
-    assert grpc_streams.PACKET_SIZE == nq.MiB
-    assert grpc_streams.MESSAGE_LIMIT >= grpc_streams.PACKET_SIZE + 1024
+    assert PACKET_SIZE == nq.MiB
+    assert grpc_streams.MESSAGE_LIMIT >= PACKET_SIZE + 1024
     server = transport.make_server(max_size=16 * nq.MiB)
     client = transport.connect(server, max_size=16 * nq.MiB)
     payload = bytes(range(256)) * (16 * nq.MiB // 256)

@@ -1,6 +1,6 @@
 """One side of the MQTT loss test, in its own process (so its RSS is its own).
 
-    python3 tests/mqtt_loss_peer.py '<json>'
+    python3 tests/transports/mqtt_loss_peer.py '<json>'
 
 json: role ("consumer" = netq server, "producer" = netq client), host, port, service, count,
 size, delay (seconds the consumer sleeps per message), recv_budget, timeout. The producer puts

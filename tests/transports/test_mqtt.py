@@ -29,13 +29,13 @@ import pytest
 pytest.importorskip("paho.mqtt", reason="Protocol.MQTT needs paho-mqtt")
 
 import netq as nq  # noqa: E402
-from netq.mqtt import LocalBroker, find_mosquitto, local_broker  # noqa: E402
+from netq.brokers import LocalBroker, find_mosquitto, local_broker  # noqa: E402
 from netq.protocol import make_hello  # noqa: E402
 from netq.protocol.connection import Connection  # noqa: E402
 from netq.protocol.frames import Role  # noqa: E402
-from netq.transports import mqtt_link  # noqa: E402
+from netq.transports.mqtt import link as mqtt_link  # noqa: E402
 from netq.transports.mqtt import link_statistics  # noqa: E402
-from netq.transports.mqtt_link import (  # noqa: E402
+from netq.transports.mqtt.link import (  # noqa: E402
     ACK_REQUEST, GAP, HEADER_SIZE, Kind, LinkState, Verdict, Window)
 from netq_testing import cpu_fraction, wait_for  # noqa: E402
 
@@ -195,7 +195,7 @@ def test_local_broker_config_and_stop_by_pid(tmp_path):
 
 
 def test_broker_uses_the_environment_broker_unless_limits_are_asked_for(mqtt_broker, monkeypatch):
-    from netq.mqtt import broker
+    from netq.brokers import broker
 
     monkeypatch.setenv("NETQ_MQTT_BROKER", f"{mqtt_broker.host}:{mqtt_broker.port}")
     with broker() as shared:
@@ -213,12 +213,12 @@ def test_broker_uses_the_environment_broker_unless_limits_are_asked_for(mqtt_bro
             with broker():
                 pass
     monkeypatch.setenv("NETQ_MQTT_BROKER", "[::1]:1883")
-    from netq.mqtt import environment_broker
+    from netq.brokers import environment_broker
     assert environment_broker() == nq.NetworkLocation("::1", 1883)
 
 
 def test_missing_mosquitto_says_how_to_install(monkeypatch):
-    import netq.mqtt as helpers
+    import netq.brokers as helpers
 
     monkeypatch.setattr(helpers, "_SEARCH", ())
     monkeypatch.setenv("PATH", "/nonexistent")
@@ -275,7 +275,7 @@ def test_tiny_broker_limits_slow_consumer_loses_nothing_memory_bounded(tmp_path)
                       directory=tmp_path / "broker") as broker:
         spec = {"host": broker.host, "port": broker.port, "service": "loss", "count": count,
                 "size": size, "delay": 0.02, "recv_budget": 32 * MiB, "timeout": 60}
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), str(HERE)]))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parents[1]), str(HERE)]))
         script = str(HERE / "mqtt_loss_peer.py")
         consumer = subprocess.Popen(
             [sys.executable, script, json.dumps({**spec, "role": "consumer"})],
@@ -508,31 +508,13 @@ def test_status_topics_surface_join_and_leave(mqtt_broker):
         server.close(timeout=5)
 
 
-def test_only_lone_acks_and_credits_are_held_back():
-    """The transport delays a publish that carries nothing but netq ACK/CREDIT frames (a
-    reply usually follows within the delay); anything else goes at once."""
-    from netq.transports.mqtt import _only_acks
-
-    hello = make_hello(Role.CLIENT, uuid.uuid4(), auth=False, max_message=MiB, max_frame=MiB,
-                       recv_window=MiB, recv_messages=2 ** 32 - 1)
-    conn = Connection(hello)
-    assert not _only_acks(conn)  # the HELLO
-    conn.data_to_send()
-    assert not _only_acks(conn)  # nothing at all
-    conn.send_ack(1)
-    conn.send_credit(4096, 0)
-    assert _only_acks(conn)
-    conn.send_ping(7)
-    assert not _only_acks(conn)
-
-
 @needs_broker
 def test_link_broken_while_its_ack_is_held_leaves_no_busy_loop(mqtt_broker, monkeypatch):
     """A lone ACK/CREDIT waits ``_ACK_DELAY`` for a reply to share its publish. If its link
     breaks meanwhile, the I/O thread must forget it: it once kept the dead link's deadline
     and, once that passed, woke at once, forever (a core busy on both ends, found by the
     network-fault tests refusing a client's reconnects)."""
-    import netq.transports.mqtt as mqtt_transport
+    import netq.transports.mqtt.transport as mqtt_transport
     from netq_testing import shut_down_below
 
     monkeypatch.setattr(mqtt_transport, "_ACK_DELAY", 0.3)  # wide enough to break the link in

@@ -1,0 +1,68 @@
+"""gRPC transport: one bidirectional stream of raw-bytes messages per link (``Protocol.GRPC``).
+
+The service is ``netq.Link/Stream``, served through a generic method handler with no
+(de)serializers: no protobuf, no generated code. Each gRPC message carries a slice of the
+link's netq byte stream: a packet of 1 MiB of body plus its frame header (:data:`PACKET_LIMIT`),
+or small packets joined up to :data:`MESSAGE_LIMIT` (1 MiB + 64 KiB), the message-size limit set
+on both ends, so nothing ever meets gRPC's 4 MiB default.
+
+Push, never poll: a client opens one long-lived stream and the server writes to it as soon as
+netq has a packet for it. A new stream is a new link (the engine resumes the session); a stream
+that ends is a closed link: cleanly when the peer half-closes, as :class:`ConnectionLost` when
+it is cancelled or its connection breaks (a killed client's TCP connection closes and the
+server's handler is cancelled within milliseconds; gRPC keepalive and netq's heartbeat catch a
+peer that goes silent without closing).
+
+Threads: none of our own beyond the base's I/O thread. ``grpc.aio`` runs on an asyncio loop
+that the I/O thread itself drives while it waits (``_wait`` runs the loop until the carrier
+posts something, a user thread wakes it, or the engine's timeout expires). Packets therefore go
+from the engine to ``call.write`` and from ``call.read`` to the engine without a thread
+hand-off, and a server holds any number of clients on its one thread (a synchronous grpc server
+would pin one pool thread per open stream). gRPC's own C-core threads and its aio poller thread
+are gRPC's, process-wide, and not ours to stop.
+
+Flow control: ``_send_packet`` appends to the stream's outbound deque; a writer task awaits
+``write()``, which waits for HTTP/2 flow control. The engine stops handing packets to a stream
+whose deque holds :data:`OUTBOUND_LIMIT` bytes and is woken when it drains below half. Each
+write waits for its completion; packets that queue up meanwhile go out joined as one gRPC
+message (a packet is a byte-stream slice, so joining neighbours is lossless). netq's credits
+bound what a peer may have in flight, so memory stays bounded on both ends.
+
+Security: TLS and mutual TLS from :class:`netq.SecurityOptions` (server: ``certificate``/``key``,
+``client_ca`` requires client certificates; client: trusts ``certificate``, presents
+``client_certificate``/``key``, checks ``server_hostname``). A server certificate the client
+does not trust is fatal (:class:`AuthenticationError`, as on TCP). The authkey handshake is the
+protocol core's, inside the stream. ``NetworkLocation(path=...)`` listens/connects on a Unix
+socket (``unix:`` target) instead of TCP.
+Files::
+
+    transport.py   GRPCTransport: the server (bind, one handler per stream), the client (one
+                   stream per connection attempt), delayed ACKs, the packet-transport hooks,
+                   shutdown
+    streams.py     one stream's outbound deque and its writer (Stream), the message limits
+    loop.py        the asyncio loop the I/O thread drives while it waits (LoopDrivenTransport)
+    config.py      channel and server options, TLS credentials, targets, connect errors
+"""
+
+from __future__ import annotations
+
+import os
+
+# gRPC's C core logs connection events (GOAWAY, ...) to stderr at INFO; keep it to errors unless
+# the user asked for more. Only effective if grpc was not imported before this package.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
+try:
+    # Absolute imports: grpcio's package, never this one (its submodules import it the same way).
+    import grpc  # noqa: E402, F401
+    import grpc.aio  # noqa: E402, F401
+except ImportError as missing:  # pragma: no cover - depends on the installation
+    raise ImportError("Protocol.GRPC needs grpcio: pip install 'netq[grpc]' "
+                      f"(grpcio==1.85.1): {missing}") from missing
+
+from .streams import (MESSAGE_LIMIT, METHOD, OUTBOUND_LIMIT, PACKET_LIMIT, PATH,  # noqa: E402
+                      SERVICE)
+from .transport import GRPCTransport  # noqa: E402
+
+__all__ = ("GRPCTransport", "SERVICE", "METHOD", "PATH", "OUTBOUND_LIMIT", "MESSAGE_LIMIT",
+           "PACKET_LIMIT")

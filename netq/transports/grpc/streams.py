@@ -1,0 +1,106 @@
+"""One gRPC stream's outbound side: the deque the engine fills and the writer that drains it.
+
+A link is one call of ``/netq.Link/Stream`` (:data:`PATH`), bidirectional, raw bytes. The I/O
+thread pushes packets (:meth:`Stream.push`) and a writer coroutine on the same thread's loop
+awaits ``write()`` for each (:meth:`Stream.drain`), which waits for HTTP/2 flow control. Packets
+that queue up while a write is in flight go out joined as one gRPC message of at most
+:data:`MESSAGE_LIMIT` bytes. The engine stops handing packets to a stream whose deque holds
+:data:`OUTBOUND_LIMIT` bytes (:meth:`Stream.has_room`) and is woken when it drains below half.
+:data:`END` in the deque ends the stream once everything before it is written.
+
+The stream also carries the state the transport keeps per link: the gRPC call and channel
+(client), the writer task, and the delayed-ACK hold (see ``GRPCTransport._can_send``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+from ..packets import PACKET_SIZE
+
+__all__ = ("Stream", "END", "SERVICE", "METHOD", "PATH", "MESSAGE_LIMIT", "PACKET_LIMIT",
+           "OUTBOUND_LIMIT")
+
+SERVICE = "netq.Link"
+METHOD = "Stream"
+PATH = f"/{SERVICE}/{METHOD}"
+MESSAGE_LIMIT = PACKET_SIZE + 64 * 1024  # bytes per gRPC message, both ways, both ends
+# A packet carries 1 MiB of message body plus the frame header and descriptor in front of it,
+# so a 1 MiB message is one gRPC message rather than 1 MiB and a 40-byte tail.
+PACKET_LIMIT = PACKET_SIZE + 4096
+OUTBOUND_LIMIT = 4 * PACKET_SIZE  # bytes queued per stream before the engine holds back
+END = None  # outbound marker: no more packets, finish the stream
+
+
+class Stream:
+    """One gRPC stream carrying one link, and its outbound deque (all on the I/O thread)."""
+
+    __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",
+                 "link", "ended", "closing", "call", "grpc_channel", "writer", "hold_until",
+                 "hold_bytes", "hold_timer")
+
+    def __init__(self, transport) -> None:
+        self.transport = transport
+        self.packets: collections.deque = collections.deque()
+        self.queued = 0  # bytes pushed
+        self.drained = 0  # bytes written to gRPC
+        self.ready = asyncio.Event()
+        self.waiting = False  # the writer sleeps on ``ready``
+        self.blocked = False  # the engine holds packets back until the backlog shrinks
+        self.link = None
+        self.ended = False  # the link was reported closed, or released by the base
+        self.closing = False  # _close_channel ran
+        self.call = None  # client: the grpc.aio call
+        self.grpc_channel = None  # client: the grpc.aio channel of this stream
+        self.writer: asyncio.Task | None = None  # client: the writer task
+        self.hold_until: float | None = None  # loop time until which acknowledgements wait
+        self.hold_bytes = 0  # bytes queued on the link when the hold began
+        self.hold_timer: asyncio.TimerHandle | None = None  # ends the hold
+
+    def push(self, packet) -> None:
+        self.packets.append(packet)
+        if packet is not END:
+            self.queued += len(packet)
+        if self.waiting:
+            self.waiting = False
+            self.ready.set()
+
+    def has_room(self) -> bool:
+        if self.queued - self.drained < OUTBOUND_LIMIT:
+            return True
+        self.blocked = True
+        return False
+
+    async def drain(self, write) -> bool:
+        """Write packets until the end marker (True); a failed write raises."""
+        packets = self.packets
+        ready = self.ready
+        while True:
+            if not packets:
+                ready.clear()
+                self.waiting = True
+                await ready.wait()
+                continue
+            packet = packets.popleft()
+            if packet is END:
+                return True
+            size = len(packet)
+            if packets and packets[0] is not END and size + len(packets[0]) <= MESSAGE_LIMIT:
+                # Packets that queued up while the previous write was in flight (ACK and
+                # CREDIT frames, small messages, the tail of one message and the head of the
+                # next) go as one gRPC message: a packet is a slice of the byte stream, so
+                # joining neighbours is lossless, and each write waits for its completion,
+                # which costs far more than the join.
+                parts = [packet]
+                while packets and packets[0] is not END \
+                        and size + len(packets[0]) <= MESSAGE_LIMIT:
+                    part = packets.popleft()
+                    parts.append(part)
+                    size += len(part)
+                packet = b"".join(parts)
+            await write(packet)
+            self.drained += size
+            if self.blocked and self.queued - self.drained < OUTBOUND_LIMIT // 2:
+                self.blocked = False
+                self.transport.wake()

@@ -1,0 +1,54 @@
+"""Protocol.MQTT: netq links through an MQTT broker (paho-mqtt, ``CallbackAPIVersion.VERSION2``).
+
+Server and clients are all clients of the broker (``CommunicatorOptions.netloc``). Topics, under
+``<prefix>/<service>`` (``MQTTOptions.prefix``, default ``netq``; service ``netloc.path``,
+default ``netq``)::
+
+    <base>/c2s/<client-id>             client -> server link packets (server subscribes c2s/+)
+    <base>/s2c/<client-id>             server -> client link packets
+    <base>/status/<client-id>/<inst>   retained "online"; Last Will: empty retained (= offline)
+    <base>/status/server/<inst>        retained "online <server-id>"; Last Will: empty retained
+
+``<inst>`` names one broker connection (8 hex digits, new on every reconnect), so a late Last
+Will of an old connection never ends a newer one; an empty retained payload both announces
+"offline" and deletes the retained status, so the broker does not accumulate dead peers.
+
+Every publish is a link packet (:mod:`.link`): a 28-byte header (epoch, seq, ack) and a slice
+of the link's netq byte stream, at most min(``max_size``, 1 MiB, the broker's maximum packet
+size minus our overhead) long. A link is one epoch chosen by the client; the receiver checks
+sequence numbers, so a packet the broker dropped ends the link (reported as a gap) and netq's
+session resume resends whatever was not acknowledged. The sender keeps at most a window of
+packets and bytes in the broker per link, so broker memory stays bounded and drops stay rare.
+
+Threads: paho's network thread (``loop_start``) only parses link headers and hands bodies to the
+base class, which feeds them to the engine on the I/O thread; ``_send_packet`` (I/O thread)
+calls ``publish``, which queues for paho's thread. A requested link ack goes out after the I/O
+thread's next pass, on a netq packet if that pass produced one, else alone; a lone netq
+ACK/CREDIT waits up to 1 ms for a reply to share its publish. Probes and CLOSE answers to stale
+epochs are published from paho's thread (its ``loop_misc`` is the probe timer). paho's thread
+is stopped and joined in ``_stop_carrier``.
+
+Security: with ``SecurityOptions.certificate`` the broker connection uses TLS and trusts that
+certificate or CA (on both server and clients: both are broker clients); ``client_certificate``
++ ``key`` present a certificate to a broker that requires one. ``authkey`` works as on every
+transport, and the server also refuses a HELLO whose id is not the client id of the topic the
+link's packets came from (no impersonation through someone else's topics). The broker itself
+is trusted: anyone allowed to publish on our topics can disturb links (use broker ACLs).
+
+Files (the transport is one class, :class:`MQTTTransport`, assembled from parts by topic)::
+
+    transport.py      MQTTTransport: construction, the broker connection and paho's callbacks,
+                      delayed ACKs, packet size negotiation, the packet-transport hooks,
+                      link_statistics()
+    presence.py       the status topic: our retained "online" and Last Will, peers joining
+                      and leaving (PresenceMixin)
+    channels.py       the channel table: opening links, judging every packet, link acks, the
+                      probe timer, ending links (Channel, ChannelTableMixin)
+    link.py           the link layer, sans I/O: header, sequence numbers, gaps, AIMD window
+    paho_adapter.py   paho set-up and TLS, and every use of paho's private API (the reason
+                      for the exact paho-mqtt==2.2.0 pin)
+"""
+
+from .transport import MQTTTransport, link_statistics
+
+__all__ = ("MQTTTransport", "link_statistics")

@@ -17,6 +17,10 @@ steady stream of numbered messages going (:class:`Traffic`) while the proxy dela
 * the process was near idle while the network was cut (< 10 % of a core over 1.5 s, the bound
   of ``test_client_idle_while_its_server_is_dead``): nothing spins on a dead socket.
 
+A silent peer is a network fault too: a link that opens and then says nothing (or half a
+HELLO, or no TLS handshake) is dropped within three heartbeats, and a TLS handshake waiting on
+a silent peer waits in select, not in a spin.
+
 Set ``NETQ_FAULT_FIGURES=<file>`` to append each test's measurements to it as JSON lines.
 """
 
@@ -34,8 +38,9 @@ import netq as nq
 from fault_proxy import FaultProxy
 from netq_testing import Sampler, cpu_fraction, peer_row, rss, sequence_payload, wait_for
 
+from .helpers import T, client_hello, read_until_closed, round_trip
+
 KiB, MiB = nq.KiB, nq.MiB
-T = 30.0
 
 HEARTBEAT = 0.3  # s: a silent link is dropped after 3 of them (0.9 s)
 DETECTION_MARGIN = 2.5  # s on top of 3 heartbeats: scheduling delays on a loaded machine
@@ -282,6 +287,54 @@ def test_proxy_blackhole_reset_truncate_refuse(echo_upstream):
             assert _recv_exactly(server, 2) == b"ok"
         stats = proxy.stats()
         assert (stats.accepted, stats.refused, stats.reset, stats.truncated) == (3, 1, 1, 1)
+
+
+# ============================================================================ silent peers
+
+
+@pytest.mark.parametrize("behaviour", ["silent", "half-hello", "no-tls-handshake"])
+def test_half_open_link_dropped_within_three_heartbeats(transport, behaviour):
+    if behaviour == "no-tls-handshake" and not getattr(transport.spec, "tls", False):
+        pytest.skip("only TLS has a handshake below netq")
+    heartbeat = 0.25
+    server = transport.make_server(heartbeat=heartbeat)
+    other = transport.connect(server)
+    raw = transport.raw_connect(server, wrap=behaviour != "no-tls-handshake")
+    try:
+        opened = time.monotonic()
+        if behaviour == "half-hello":
+            raw.sendall(client_hello()[:40])
+        round_trip(server, other, "while a link hangs")
+        _, closed = read_until_closed(raw, 3 * heartbeat + 10)
+    finally:
+        raw.close()
+    elapsed = closed - opened
+    assert heartbeat <= elapsed <= 3 * heartbeat + 5, elapsed  # ~3 heartbeats, load-tolerant
+    round_trip(server, other, "after")
+    assert server.peers == (other.id,)
+
+
+def test_tls_handshake_with_a_silent_peer_does_not_spin(transport):
+    """A TLS handshake waiting for a peer that accepted TCP and says nothing (a frozen
+    process, a silent network) waits in select, on both sides: < 10 % of a core, until
+    the heartbeat drops the link."""
+    if not (transport.spec.byte_stream and getattr(transport.spec, "tls", False)):
+        pytest.skip("only TLS over a byte stream")
+    heartbeat = 1.0
+    server = transport.make_server(heartbeat=heartbeat)
+    raw = transport.raw_connect(server, wrap=False)  # the server's handshake waits for us
+    family = socket.AF_INET6 if ":" in transport.location(server).host else socket.AF_INET
+    silent = socket.socket(family, socket.SOCK_STREAM)  # accepts (backlog), never answers
+    try:
+        silent.bind((transport.location(server).host, 0))
+        silent.listen(8)
+        transport.make_client(nq.NetworkLocation(*silent.getsockname()[:2]), heartbeat=heartbeat)
+        time.sleep(0.2)  # both handshakes started
+        cpu = cpu_fraction(1.5 * heartbeat)
+    finally:
+        raw.close()
+        silent.close()
+    assert cpu < 0.10, f"{cpu:.0%} of a core while both handshakes wait"
 
 
 # ============================================================================ netq through it

@@ -133,11 +133,14 @@ def test_mqtt_garbage_and_oversize_headers_through_the_broker(transport):
     broker = server.options.netloc
     raw = paho.Client(CallbackAPIVersion.VERSION2, client_id=f"hostile-{uuid.uuid4().hex[:6]}")
     raw.on_message = lambda client, userdata, message: answers.append(bytes(message.payload))
+    subscribed = threading.Event()
+    raw.on_subscribe = lambda *args: subscribed.set()  # the broker's SUBACK
     raw.connect(broker.host, broker.port)
     raw.loop_start()
     try:
         raw.subscribe(f"{base}/s2c/{intruder}", qos=1)
-        time.sleep(0.2)  # the subscription is in place before the server could answer
+        # the subscription is in place before the server could answer
+        assert subscribed.wait(T), "no SUBACK from the broker"
         invalid = server._transport.counters["invalid_packets"]
         baseline = psutil.Process().memory_info().rss
         for topic, payload in [
@@ -227,7 +230,9 @@ def test_malicious_pickle_is_refused_without_side_effects(transport, tmp_path, e
     assert attacker.get(timeout=T).data == "still here"
     assert bystander.get(timeout=T).data == "still here"
     assert set(server.peers) == {attacker.id, bystander.id}
-    time.sleep(0.2)  # an exploit that ran late (a thread, a child process) would show by now
+    # An exploit that ran late (a thread, a child process) has no event to wait on: with
+    # restrict it never runs, so a slow machine only gives a late one less time to show.
+    time.sleep(0.2)
     assert not marker.exists()
 
 

@@ -32,6 +32,7 @@ import socket
 import threading
 import time
 
+import psutil
 import pytest
 
 import netq as nq
@@ -88,6 +89,7 @@ class Traffic:
         self._stop = threading.Event()
         self._go = threading.Event()
         self._go.set()
+        self._parked = {"c": threading.Event(), "s": threading.Event()}  # set while paused
         self._threads = [
             threading.Thread(target=self._send, args=(client, "c"), name="test-send"),
             threading.Thread(target=self._send, args=(server, "s", client.id), name="test-send"),
@@ -110,20 +112,29 @@ class Traffic:
         try:
             index = 0
             while not self._stop.is_set():
-                self._go.wait()
+                if not self._go.is_set():
+                    self._parked[tag].set()
+                    self._go.wait()
+                    self._parked[tag].clear()
+                    continue
                 entry = [None, 0]
 
                 def resolved(_future, entry=entry):
                     entry[1] += 1
 
-                future = comm.put((tag, index, sequence_payload(index, size_of(index))),
-                                  *peers)
+                try:
+                    # A put that waits on a full send window gives up now and then, so that a
+                    # pause() finds this sender parked; the same message is put again after.
+                    future = comm.put((tag, index, sequence_payload(index, size_of(index))),
+                                      *peers, timeout=0.1)
+                except nq.Full:
+                    continue
                 entry[0] = future
                 future.add_done_callback(resolved)
                 self.futures.append(entry)
                 index += 1
                 self.sent[tag] = index
-                time.sleep(PACE)
+                time.sleep(PACE)  # paces the producer (a steady stream), not a wait for a state
         except BaseException as error:  # noqa: BLE001 - reported by finish()
             self.errors.append((tag, "send", error))
 
@@ -160,8 +171,11 @@ class Traffic:
         assert not self.errors, self.errors
 
     def pause(self) -> None:
+        """Stop both senders: when this returns, neither is inside put()."""
         self._go.clear()
-        time.sleep(PACE * 3)  # a put in progress completes
+        wait_for(lambda: self.errors or all(event.is_set() for event in self._parked.values()),
+                 T, message="both senders to park")
+        assert not self.errors, self.errors
 
     def resume(self) -> None:
         self._go.set()
@@ -314,6 +328,16 @@ def test_half_open_link_dropped_within_three_heartbeats(transport, behaviour):
     assert server.peers == (other.id,)
 
 
+def both_handshakes_started(raw: socket.socket, silent: socket.socket) -> bool:
+    """This process holds the server's accepted end of ``raw`` and a client link to ``silent``
+    (established: the handshake over it is under way)."""
+    links = psutil.Process().net_connections(kind="inet")
+    accepted = any(link.raddr and tuple(link.raddr) == raw.getsockname()[:2] for link in links)
+    reached = any(link.raddr and tuple(link.raddr) == silent.getsockname()[:2]
+                  and link.status == psutil.CONN_ESTABLISHED for link in links)
+    return accepted and reached
+
+
 def test_tls_handshake_with_a_silent_peer_does_not_spin(transport):
     """A TLS handshake waiting for a peer that accepted TCP and says nothing (a frozen
     process, a silent network) waits in select, on both sides: < 10 % of a core, until
@@ -329,7 +353,8 @@ def test_tls_handshake_with_a_silent_peer_does_not_spin(transport):
         silent.bind((transport.location(server).host, 0))
         silent.listen(8)
         transport.make_client(nq.NetworkLocation(*silent.getsockname()[:2]), heartbeat=heartbeat)
-        time.sleep(0.2)  # both handshakes started
+        wait_for(lambda: both_handshakes_started(raw, silent), T,
+                 message="the server to accept our link and the client to reach the silent one")
         cpu = cpu_fraction(1.5 * heartbeat)
     finally:
         raw.close()

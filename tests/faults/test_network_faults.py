@@ -395,7 +395,7 @@ def test_resume_with_messages_waiting_takes_one_reconnect(transport):
         write_now(link)
         if session_written.is_set():
             session_written.clear()
-            time.sleep(0.05)
+            time.sleep(0.05)  # simulates the loaded machine this test is about
 
     engine._io_authenticated = io_authenticated
     transport_.write_now = slow_write_now

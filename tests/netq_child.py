@@ -94,7 +94,7 @@ def _throttle(chunk: int, pause: float) -> None:
         buffers = original(self)
         if not buffers:
             return buffers
-        time.sleep(pause)
+        time.sleep(pause)  # simulates the slow link asked for
         taken, total = [], 0
         for buffer in buffers:
             view = memoryview(buffer).cast("B")[: chunk - total]

@@ -48,7 +48,7 @@ def cpu_fraction(seconds: float, pid: int | None = None) -> float:
     process = psutil.Process(pid)
     before = process.cpu_times()
     started = time.monotonic()
-    time.sleep(seconds)
+    time.sleep(seconds)  # the interval measured (CPU time over it, not a wait)
     after = process.cpu_times()
     used = (after.user - before.user) + (after.system - before.system)
     return used / (time.monotonic() - started)

@@ -44,7 +44,9 @@ def test_many_concurrent_getters_do_not_block_the_loop():
         client = netq.aio.new(purpose="client", options=nq.CommunicatorOptions(
             netloc=nq.NetworkLocation(port=port)))
         getters = [asyncio.create_task(server.get(timeout=10)) for _ in range(20)]
-        await asyncio.sleep(0.05)  # the loop keeps running while all 20 wait
+        # The loop keeps running while all 20 wait: this sleep returns. It also lets them
+        # start waiting first; one that had not would still get its message (only later).
+        await asyncio.sleep(0.05)
         await client.put_many(range(20))
         values = sorted([(await task).data for task in getters])
         assert values == list(range(20))

@@ -186,12 +186,16 @@ def test_broadcast_future_resolves_only_when_every_peer_has_it(transport):
     future = server.put("broadcast")
     for client in clients:
         assert client.get(timeout=T).data == "broadcast"
+    wait_for(lambda: peer_row(server, slow.id).queue_out == 1, T,
+             message="the broadcast to wait in the server's queue for slow")
+    # "Not resolved" has no event: a correct netq never resolves it while slow's copy
+    # waits, so a slow machine only gives a wrong one less time to show, never a failure.
     time.sleep(0.5)
     assert not future.done(), "broadcast resolved before the fifth peer received it"
     assert peer_row(server, slow.id).queue_out == 1
 
     assert slow.get(timeout=T).data == "filler"
-    time.sleep(0.3)
+    time.sleep(0.3)  # the same negative window: filler's credit is not back yet
     assert not future.done(), "slow's netq cannot take it while filler is in slow's hands"
     # Coming back for the next message returns filler's credit: the broadcast goes out.
     assert slow.get(timeout=T).data == "broadcast"
@@ -400,12 +404,14 @@ def test_future_resolves_on_delivery_not_on_get(transport):
     first = client.put(big)
     assert first.result(T) is None  # nobody called get(): still delivered
     second = client.put(big)
+    # "Not delivered" has no event: a correct netq never delivers it while the server holds
+    # its only allowed message, so a slow machine only gives a wrong one less time to show.
     time.sleep(0.5)
     assert not second.done(), "delivered although the server holds its only allowed message"
     row = client.statistics().peers[0]
     assert row.queue_out == 1 and row.inflight == 0
     assert len(server.get(timeout=T).data) == len(big)  # first: now in the caller's hands
-    time.sleep(0.3)
+    time.sleep(0.3)  # the same negative window: the server has not come back for more yet
     assert not second.done()
     assert len(server.get(timeout=T).data) == len(big)  # coming back lets second in
     assert second.result(T) is None
@@ -470,6 +476,8 @@ def test_backpressure_full(transport):
     thread = threading.Thread(target=lambda: blocked.append(client.put(("last", message))),
                               name="test-blocked-put")
     thread.start()
+    # "Still blocked" has no event: a correct put blocks until the server consumes, so a
+    # slow machine only means the thread may not have reached put() yet, never a failure.
     time.sleep(0.2)
     assert thread.is_alive() and not blocked, "put did not block on a full window"
     for _ in range(3):
@@ -497,7 +505,7 @@ def test_memory_bounded_200_mib_through_slow_consumer(transport):
                 data = server.get(timeout=T).data
                 consumed.append(int.from_bytes(data[:4], "little"))
                 del data
-                time.sleep(0.003)
+                time.sleep(0.003)  # a slow consumer (the subject), not a wait for a state
         except BaseException as error:  # noqa: BLE001
             errors.append(error)
 
@@ -607,6 +615,8 @@ def test_server_close_with_timeout_fails_pending_futures(transport):
     server_pending = [server.put(("to client", index), client.id) for index in (1, 2)]
     client.put(bytes(32 * KiB)).result(T)  # takes the server's whole credit
     client_pending = [client.put(bytes(32 * KiB)) for _ in range(2)]
+    # "Still pending" has no event: with both sides' credit taken a correct netq delivers
+    # none of them, so a slow machine only gives a wrong one less time to show.
     time.sleep(0.2)
     assert not any(future.done() for future in server_pending + client_pending)
 
@@ -636,7 +646,7 @@ def test_server_close_with_timeout_tells_attached_clients(transport):
         # decided to abort, or after 0.3 s (close() with a grace period passes this test).
         deadline = time.monotonic() + 0.3
         while not io._aborted and time.monotonic() < deadline:
-            time.sleep(0.001)
+            time.sleep(0.001)  # simulates the slow wake-up (bounded poll on _aborted)
         drain_wake()
 
     setattr(io, hook, slow_drain_wake)
@@ -700,6 +710,8 @@ def test_client_started_before_its_server(transport):
     placeholder.close()
     client = transport.make_client(location, reconnect_max=0.2)
     futures = [client.put(("early", index)) for index in range(5)]
+    # "Not delivered" has no event: there is no server to deliver to, so a slow machine
+    # only gives a wrong resolution less time to show, never a failure.
     time.sleep(0.3)
     assert not any(future.done() for future in futures)
     server = transport.make_server(netloc=location)
@@ -740,7 +752,9 @@ def test_stalled_receiver_holds_one_window_across_reconnects(transport):
         wait_for(lambda: transport.cut(client), T, message="a live link to cut")
         wait_for(lambda: (row := client.statistics().peers[0]).reconnects > before
                  and row.state == "connected", T, message="the client to reconnect")
-        time.sleep(0.2)  # room for whatever the new link's credit lets through
+        # An upper bound has no event: a correct netq never exceeds it, so the pause only
+        # gives whatever the new link's credit lets through time to arrive and show.
+        time.sleep(0.2)
         assert held() <= window + size + 1024, held()
     assert [server.get(timeout=T).data[0] for _ in range(40)] == list(range(40))
     for future in futures:
@@ -833,6 +847,8 @@ def test_new_process_with_same_id_resumes_server_queue(transport):
              message="the server to notice the dead process")
 
     futures = [server.put(["queued", index], fixed) for index in range(20)]
+    # "Not delivered" has no event: the process is dead, so a slow machine only gives a
+    # wrong resolution less time to show, never a failure.
     time.sleep(0.2)
     assert not any(future.done() for future in futures)
     second = transport.spawn_client(server, id=fixed)

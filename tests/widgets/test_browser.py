@@ -83,7 +83,7 @@ def consume():
 threading.Thread(target=consume, daemon=True).start()
 for _ in range(3):
     add_client()
-time.sleep(1)
+time.sleep(1)  # traffic under way before the monitors open; the test polls what it checks
 '''
 CELLS = [
     SETUP,
@@ -216,7 +216,7 @@ class Lab:
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline:  # a bounded poll of the server's status API
             if self.proc.poll() is not None:
                 raise RuntimeError(f"jupyter-lab exited ({self.proc.returncode}):\n{self.log()}")
             try:
@@ -358,7 +358,7 @@ def _exercise(page, lab: Lab) -> None:
     cell = page.locator(".jp-Cell").nth(CHECK_CELL)
     wait_for_page(lambda: "netq-check" in _output(cell), 90, "the check cell's output")
     wait_for_page(lambda: "*" not in busy.inner_text(), 60, "the busy cell to end")
-    time.sleep(2)
+    page.get_by_text("Kernel status: Idle").first.wait_for(state="attached", timeout=90_000)
     # A click in JupyterLab never navigates: do not wait for navigations after it (a loaded
     # machine kept playwright waiting for "scheduled navigations" past its 30 s timeout).
     cell.locator(".jp-InputArea-editor").click(no_wait_after=True, timeout=120_000)

@@ -17,6 +17,10 @@ steady stream of numbered messages going (:class:`Traffic`) while the proxy dela
 * the process was near idle while the network was cut (< 10 % of a core over 1.5 s, the bound
   of ``test_client_idle_while_its_server_is_dead``): nothing spins on a dead socket.
 
+A silent peer is a network fault too: a link that opens and then says nothing (or half a
+HELLO, or no TLS handshake) is dropped within three heartbeats, and a TLS handshake waiting on
+a silent peer waits in select, not in a spin.
+
 Set ``NETQ_FAULT_FIGURES=<file>`` to append each test's measurements to it as JSON lines.
 """
 
@@ -28,14 +32,16 @@ import socket
 import threading
 import time
 
+import psutil
 import pytest
 
 import netq as nq
 from fault_proxy import FaultProxy
 from netq_testing import Sampler, cpu_fraction, peer_row, rss, sequence_payload, wait_for
 
+from .helpers import T, client_hello, read_until_closed, round_trip
+
 KiB, MiB = nq.KiB, nq.MiB
-T = 30.0
 
 HEARTBEAT = 0.3  # s: a silent link is dropped after 3 of them (0.9 s)
 DETECTION_MARGIN = 2.5  # s on top of 3 heartbeats: scheduling delays on a loaded machine
@@ -83,6 +89,7 @@ class Traffic:
         self._stop = threading.Event()
         self._go = threading.Event()
         self._go.set()
+        self._parked = {"c": threading.Event(), "s": threading.Event()}  # set while paused
         self._threads = [
             threading.Thread(target=self._send, args=(client, "c"), name="test-send"),
             threading.Thread(target=self._send, args=(server, "s", client.id), name="test-send"),
@@ -105,20 +112,29 @@ class Traffic:
         try:
             index = 0
             while not self._stop.is_set():
-                self._go.wait()
+                if not self._go.is_set():
+                    self._parked[tag].set()
+                    self._go.wait()
+                    self._parked[tag].clear()
+                    continue
                 entry = [None, 0]
 
                 def resolved(_future, entry=entry):
                     entry[1] += 1
 
-                future = comm.put((tag, index, sequence_payload(index, size_of(index))),
-                                  *peers)
+                try:
+                    # A put that waits on a full send window gives up now and then, so that a
+                    # pause() finds this sender parked; the same message is put again after.
+                    future = comm.put((tag, index, sequence_payload(index, size_of(index))),
+                                      *peers, timeout=0.1)
+                except nq.Full:
+                    continue
                 entry[0] = future
                 future.add_done_callback(resolved)
                 self.futures.append(entry)
                 index += 1
                 self.sent[tag] = index
-                time.sleep(PACE)
+                time.sleep(PACE)  # paces the producer (a steady stream), not a wait for a state
         except BaseException as error:  # noqa: BLE001 - reported by finish()
             self.errors.append((tag, "send", error))
 
@@ -155,8 +171,11 @@ class Traffic:
         assert not self.errors, self.errors
 
     def pause(self) -> None:
+        """Stop both senders: when this returns, neither is inside put()."""
         self._go.clear()
-        time.sleep(PACE * 3)  # a put in progress completes
+        wait_for(lambda: self.errors or all(event.is_set() for event in self._parked.values()),
+                 T, message="both senders to park")
+        assert not self.errors, self.errors
 
     def resume(self) -> None:
         self._go.set()
@@ -284,6 +303,65 @@ def test_proxy_blackhole_reset_truncate_refuse(echo_upstream):
         assert (stats.accepted, stats.refused, stats.reset, stats.truncated) == (3, 1, 1, 1)
 
 
+# ============================================================================ silent peers
+
+
+@pytest.mark.parametrize("behaviour", ["silent", "half-hello", "no-tls-handshake"])
+def test_half_open_link_dropped_within_three_heartbeats(transport, behaviour):
+    if behaviour == "no-tls-handshake" and not getattr(transport.spec, "tls", False):
+        pytest.skip("only TLS has a handshake below netq")
+    heartbeat = 0.25
+    server = transport.make_server(heartbeat=heartbeat)
+    other = transport.connect(server)
+    raw = transport.raw_connect(server, wrap=behaviour != "no-tls-handshake")
+    try:
+        opened = time.monotonic()
+        if behaviour == "half-hello":
+            raw.sendall(client_hello()[:40])
+        round_trip(server, other, "while a link hangs")
+        _, closed = read_until_closed(raw, 3 * heartbeat + 10)
+    finally:
+        raw.close()
+    elapsed = closed - opened
+    assert heartbeat <= elapsed <= 3 * heartbeat + 5, elapsed  # ~3 heartbeats, load-tolerant
+    round_trip(server, other, "after")
+    assert server.peers == (other.id,)
+
+
+def both_handshakes_started(raw: socket.socket, silent: socket.socket) -> bool:
+    """This process holds the server's accepted end of ``raw`` and a client link to ``silent``
+    (established: the handshake over it is under way)."""
+    links = psutil.Process().net_connections(kind="inet")
+    accepted = any(link.raddr and tuple(link.raddr) == raw.getsockname()[:2] for link in links)
+    reached = any(link.raddr and tuple(link.raddr) == silent.getsockname()[:2]
+                  and link.status == psutil.CONN_ESTABLISHED for link in links)
+    return accepted and reached
+
+
+def test_tls_handshake_with_a_silent_peer_does_not_spin(transport):
+    """A TLS handshake waiting for a peer that accepted TCP and says nothing (a frozen
+    process, a silent network) waits in select, on both sides: < 10 % of a core, until
+    the heartbeat drops the link."""
+    if not (transport.spec.byte_stream and getattr(transport.spec, "tls", False)):
+        pytest.skip("only TLS over a byte stream")
+    heartbeat = 1.0
+    server = transport.make_server(heartbeat=heartbeat)
+    raw = transport.raw_connect(server, wrap=False)  # the server's handshake waits for us
+    family = socket.AF_INET6 if ":" in transport.location(server).host else socket.AF_INET
+    silent = socket.socket(family, socket.SOCK_STREAM)  # accepts (backlog), never answers
+    try:
+        silent.bind((transport.location(server).host, 0))
+        silent.listen(8)
+        transport.make_client(nq.NetworkLocation(*silent.getsockname()[:2]), heartbeat=heartbeat)
+        wait_for(lambda: both_handshakes_started(raw, silent), T,
+                 message="the server to accept our link and the client to reach the silent one")
+        cpu = cpu_fraction(1.5 * heartbeat)
+    finally:
+        raw.close()
+        silent.close()
+    assert cpu < 0.10, f"{cpu:.0%} of a core while both handshakes wait"
+
+
 # ============================================================================ netq through it
 
 
@@ -317,7 +395,7 @@ def test_resume_with_messages_waiting_takes_one_reconnect(transport):
         write_now(link)
         if session_written.is_set():
             session_written.clear()
-            time.sleep(0.05)
+            time.sleep(0.05)  # simulates the loaded machine this test is about
 
     engine._authenticated = io_authenticated
     transport_.write_now = slow_write_now

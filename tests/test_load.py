@@ -136,7 +136,7 @@ def test_500_clients_mixed_sizes_all_delivered_fairly(tmp_path, protocol, proces
     each communicator runs its own event loop and the CPU cost per message grows with the
     number of gRPC communicators in one process (1 KiB messages: 0.02 ms with one client,
     0.3 ms with 20, 1.6 ms with 100). 200 gRPC clients in one process:
-    tests/test_grpc.py::test_200_clients_grpc_one_server_thread."""
+    tests/transports/test_grpc.py::test_200_clients_grpc_one_server_thread."""
     per_process = CLIENTS // processes
     clients = processes * per_process
     total = clients * MESSAGES

@@ -4,7 +4,7 @@ peer would send.
 * malformed frames and oversized length fields at the listening port (byte streams: random
   bytes, HTTP, a 2**32 - 1 header, a 1 TiB DATA descriptor, plaintext to TLS) and through the
   MQTT broker: an ERROR where the server can say it, that link dropped, nothing allocated for
-  the claim, everyone else untouched; gRPC's counterpart is in ``test_grpc.py``;
+  the claim, everyone else untouched; gRPC's counterpart is in ``tests/transports/test_grpc.py``;
 * a malicious pickle against ``PickleSerializer(restrict=...)``: a typed error, no side effect,
   the sender and everyone else carry on;
 * unauthenticated and impersonating peers against an authkey: the deserializer is never
@@ -122,8 +122,8 @@ def test_mqtt_garbage_and_oversize_headers_through_the_broker(transport):
     import paho.mqtt.client as paho
     from paho.mqtt.enums import CallbackAPIVersion
 
-    from netq.transports import mqtt_link
-    from netq.transports.mqtt_link import Kind
+    from netq.transports.mqtt import link as mqtt_link
+    from netq.transports.mqtt.link import Kind
 
     server = transport.make_server()
     victim = transport.connect(server)

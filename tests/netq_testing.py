@@ -76,7 +76,7 @@ class Sampler:
             if value > self.peak:
                 self.peak = value
 
-    def __enter__(self) -> "Sampler":
+    def __enter__(self) -> Sampler:
         self._thread.start()
         return self
 

@@ -25,8 +25,16 @@ import pytest
 import netq as nq
 from netq import protocol as proto
 from netq.protocol import frames
-from netq_testing import (Sampler, cpu_fraction, error_codes, frames_in, peer_row, rss,
-                          sequence_payload, wait_for)
+from netq_testing import (
+    Sampler,
+    cpu_fraction,
+    error_codes,
+    frames_in,
+    peer_row,
+    rss,
+    sequence_payload,
+    wait_for,
+)
 
 KiB, MiB = nq.KiB, nq.MiB
 T = 30.0
@@ -54,7 +62,7 @@ def read_until_closed(sock, timeout: float) -> tuple[bytes, float]:
             data = sock.recv(65536)
         except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
             return bytes(received), time.monotonic()
-        except socket.timeout:
+        except TimeoutError:
             raise AssertionError(f"the server kept the link open for {timeout} s") from None
         if not data:
             return bytes(received), time.monotonic()

@@ -442,7 +442,8 @@ class Connection:
             messages = 0
         self.recv_allowance_bytes += nbytes
         self.recv_allowance_messages += messages
-        self._emit(_HEADER_PACK(FrameType.CREDIT, 0, 0, 4, nbytes) + frames.CREDIT_PAYLOAD.pack(messages))
+        self._emit(_HEADER_PACK(FrameType.CREDIT, 0, 0, 4, nbytes)
+                   + frames.CREDIT_PAYLOAD.pack(messages))
 
     def send_ack(self, seq: int) -> None:
         self._emit(_HEADER_PACK(FrameType.ACK, 0, 0, 0, seq))
@@ -612,7 +613,8 @@ class Connection:
                 if (flags & _FIRST_LAST == _FIRST_LAST and end - start >= HEADER_SIZE + length
                         and length >= _ONE_PART_DESCRIPTOR):
                     # Fast path: a whole one-part message in the staging buffer.
-                    (_, _, _, _, _, total, nparts, reserved2, raw) = _ONE_PART_UNPACK_FROM(view, start)
+                    (_, _, _, _, _, total, nparts, reserved2,
+                     raw) = _ONE_PART_UNPACK_FROM(view, start)
                     if (nparts == 1 and not reserved2 and length == _ONE_PART_DESCRIPTOR + total
                             and raw & _SIZE_MASK == total and value == self.expected_seq
                             and total <= self._max_message and self.recv_allowance_bytes > 0
@@ -727,8 +729,9 @@ class Connection:
                  payload: bytes) -> None:
         state = self.state
         if frame_type in frames.EXACT_LENGTH and len(payload) != frames.max_payload(frame_type, 0):
-            self._fail(events, RemoteProtocolError(
-                f"{FrameType(frame_type).name} payload of {len(payload)} bytes"), ErrorCode.PROTOCOL)
+            error = RemoteProtocolError(
+                f"{FrameType(frame_type).name} payload of {len(payload)} bytes")
+            self._fail(events, error, ErrorCode.PROTOCOL)
             return
         if frame_type == FrameType.HELLO:
             if state is not ConnectionState.HELLO:

@@ -17,7 +17,7 @@ import sys
 import uuid
 import warnings
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .statistics import CommunicatorStatistics, PeerStatistics
 
@@ -69,7 +69,7 @@ class Column(NamedTuple):
     key: str
     header: str
     value: Callable[[PeerStatistics], float | str]  # the number (or text) behind the cell
-    format: Callable[[float], str]
+    format: Callable[[Any], str]  # takes what this column's value returns
     width: int  # characters in the text table
 
 

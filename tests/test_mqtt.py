@@ -474,6 +474,9 @@ def test_impersonation_is_refused(mqtt_broker):
 
 
 @needs_broker
+# paho-mqtt 2.2.0 leaves the SSLSocket of a failed TLS handshake unclosed (Client._ssl_wrap_socket
+# does not close it when do_handshake() raises): the untrusted-CA half of this test.
+@pytest.mark.filterwarnings("ignore:unclosed <ssl.SSLSocket:ResourceWarning")
 def test_tls_to_the_broker(tls_files, tmp_path):
     with local_broker(certfile=tls_files.server_cert, keyfile=tls_files.server_key,
                       directory=tmp_path / "broker") as broker:

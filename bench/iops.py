@@ -3,8 +3,10 @@
 
 The same logic runs against either library, so the two are measured by one yardstick:
 
-    python3 bench/iops.py --lib netq server async --step-size 0 --max-size 21 --reps 1000 --port 0
-    python3 bench/iops.py --lib netq client async --step-size 0 --max-size 21 --reps 1000 --port PORT
+    python3 bench/iops.py --lib netq server async --step-size 0 --max-size 21 --reps 1000 \
+        --port 0
+    python3 bench/iops.py --lib netq client async --step-size 0 --max-size 21 --reps 1000 \
+        --port PORT
     /tmp/nq313/bin/python bench/iops.py --lib net_queue ...          # upstream, Python 3.13
 
 Scenario (as upstream): messages are numpy uint8 views of one 2**max_size array; with
@@ -38,7 +40,7 @@ from threading import Thread
 import numpy
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers"))
-import common  # noqa: E402
+import common
 
 
 class Mode(enum.Enum):
@@ -149,7 +151,8 @@ def run(config) -> None:
     total_sizes = sizes * config.clients
     ops, nbytes = len(total_sizes) * 2, sum(total_sizes) * 2
     print(f"Time:       {elapsed:.1f}s\n"
-          f"Data:       {convert_size(len(total_sizes))} @ {convert_size(sum(total_sizes) / len(total_sizes))}B\n"
+          f"Data:       {convert_size(len(total_sizes))} @ "
+          f"{convert_size(sum(total_sizes) / len(total_sizes))}B\n"
           f"Transfer:   {convert_size(nbytes)}B @ {convert_size(nbytes * 8 / elapsed)}bps\n"
           f"Operations: {convert_size(ops)} @ {convert_size(ops / elapsed)}IOPS",
           file=sys.stderr)
@@ -170,7 +173,8 @@ def main(argv=None) -> None:
     p.add_argument("--delay", type=float, default=0.0,
                    help="seconds to wait before the get side starts (sync; causes buffering)")
     p.add_argument("--min-size", type=int, default=8, help="exponent of the smallest message")
-    p.add_argument("--step-size", type=int, default=2, help="exponent step between sizes (0: one size)")
+    p.add_argument("--step-size", type=int, default=2,
+                   help="exponent step between sizes (0: one size)")
     p.add_argument("--max-size", type=int, default=32, help="exponent of the largest message")
     p.add_argument("--step-expo", type=float, default=0.5,
                    help="exponent of the number of splits when stepping down a size")

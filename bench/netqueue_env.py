@@ -81,7 +81,8 @@ def _pip(py: str, packages: list[str], log) -> str | None:
     return None
 
 
-def ensure(venv: str = DEFAULT_VENV, install: bool = True, log=None) -> tuple[str | None, str | None]:
+def ensure(venv: str = DEFAULT_VENV, install: bool = True,
+           log=None) -> tuple[str | None, str | None]:
     """Return (venv python, None) when net-queue is usable, else (None, reason)."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     if probe(venv):

@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import partial
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -376,7 +377,8 @@ class Context:
         return (not sections or section in sections) and (not rows or row in rows)
 
     def usable(self, section: str, row: Row) -> bool:
-        return self.selected(section, row.name) and (row.needs is None or row.needs not in self.missing)
+        return (self.selected(section, row.name)
+                and (row.needs is None or row.needs not in self.missing))
 
     def wants(self, capability: str) -> bool:
         """Does any selected row need this capability?"""
@@ -552,26 +554,28 @@ def throughput_rep(ctx: Context, rep: int) -> None:
                     continue                                # calibration failed in rep 0
                 n0 = calib_count(size)
                 cal = measure(ctx, "throughput", row.name, rep,
-                              lambda: one_way(ctx, row, size, n0), size, {"calibration": True})
+                              partial(one_way, ctx, row, size, n0), size, {"calibration": True})
                 if cal.get("failed") or not cal["recv"].get("msgs_per_s"):
                     continue
                 ctx.counts[key] = clamp_count(size, cal["recv"]["msgs_per_s"] * ctx.target_s)
                 log(f"calibration  {row.name:<15} {human(size):>7}  "
                     f"{cal['recv']['msgs_per_s']:>11,.0f} msg/s -> N={ctx.counts[key]:,}")
             n = ctx.counts[key]
-            rec = measure(ctx, "throughput", row.name, rep, lambda: one_way(ctx, row, size, n), size)
+            rec = measure(ctx, "throughput", row.name, rep, partial(one_way, ctx, row, size, n),
+                          size)
             if not rec.get("failed"):
                 r = rec["recv"]
                 log(f"throughput   {row.name:<15} {human(size):>7} rep {rep}  "
                     f"{r['msgs_per_s']:>11,.0f} msg/s {r['gb_per_s']:7.3f} GB/s  ok={r['ok']}  "
                     f"cpu {fmt(r['cpu_us_per_msg'], '.2f')} us/msg  "
-                    f"rss s/r {rec['send']['peak_rss_kb'] / KiB:.0f}/{r['peak_rss_kb'] / KiB:.0f} MiB")
+                    f"rss s/r {rec['send']['peak_rss_kb'] / KiB:.0f}"
+                    f"/{r['peak_rss_kb'] / KiB:.0f} MiB")
 
 
 def latency_rep(ctx: Context, rep: int) -> None:
     for row in LATENCY:
         if ctx.usable("latency", row):
-            rec = measure(ctx, "latency", row.name, rep, lambda: round_trip(ctx, row), PING_SIZE)
+            rec = measure(ctx, "latency", row.name, rep, partial(round_trip, ctx, row), PING_SIZE)
             if not rec.get("failed"):
                 log(f"latency      {row.name:<15} rep {rep}  p50 {rec['ping']['p50_us']:8.1f} us"
                     f"  p99 {rec['ping']['p99_us']:8.1f} us")
@@ -579,13 +583,15 @@ def latency_rep(ctx: Context, rep: int) -> None:
 
 def scenarios_rep(ctx: Context, rep: int) -> None:
     if ctx.usable("stall", SCENARIO_ROW):
-        rec = measure(ctx, "stall", SCENARIO_ROW.name, rep, lambda: stalled_receiver(ctx), STALL_SIZE)
+        rec = measure(ctx, "stall", SCENARIO_ROW.name, rep, partial(stalled_receiver, ctx),
+                      STALL_SIZE)
         if not rec.get("failed"):
             log(f"stall        accepted {rec['send']['accepted']} puts, RSS over base: sender "
-                f"{rec['send_over_base_mib']:.0f} MiB, receiver {rec['recv_over_base_mib']:.0f} MiB,"
-                f" drained ok={rec['recv']['ok']}")
+                f"{rec['send_over_base_mib']:.0f} MiB, receiver "
+                f"{rec['recv_over_base_mib']:.0f} MiB, drained ok={rec['recv']['ok']}")
     if ctx.usable("many-clients", SCENARIO_ROW):
-        rec = measure(ctx, "many-clients", SCENARIO_ROW.name, rep, lambda: many_clients(ctx), MANY_SIZE)
+        rec = measure(ctx, "many-clients", SCENARIO_ROW.name, rep, partial(many_clients, ctx),
+                      MANY_SIZE)
         if not rec.get("failed"):
             log(f"many-clients {rec['recv']['msgs_per_s']:,.0f} msg/s from {rec['recv']['peers']} "
                 f"peers, server peak {rec['recv']['peak_rss_kb'] / KiB:.0f} MiB, ok={rec['ok']}")
@@ -596,7 +602,7 @@ def iops_rep(ctx: Context, rep: int) -> None:
         for row in IOPS_ROWS:
             if not ctx.usable("iops", row) or (row.interp == "main" and "numpy" in ctx.missing):
                 continue
-            rec = measure(ctx, "iops", row.name, rep, lambda: iops_pair(ctx, row, args),
+            rec = measure(ctx, "iops", row.name, rep, partial(iops_pair, ctx, row, args),
                           extra={"scenario": scenario})
             if not rec.get("failed"):
                 c = rec["client"]
@@ -605,6 +611,14 @@ def iops_rep(ctx: Context, rep: int) -> None:
 
 
 # ============================================================================= summary
+def _over_base_mib(side: dict) -> float:
+    return (side["peak_rss_kb"] - side["base_rss_kb"]) / KiB
+
+
+def _tracked_mib(side: dict) -> float:
+    return (side.get("netq_memory_bytes") or 0) / MiB
+
+
 def summarize(records: list[dict]) -> dict:
     good = [r for r in records if not r.get("failed") and not r.get("calibration")]
     by = {}
@@ -629,8 +643,8 @@ def summarize(records: list[dict]) -> dict:
                 "cpu_us_per_msg": median([r["recv"]["cpu_us_per_msg"] for r in rs]),
                 "send_peak_mib": median([r["send"]["peak_rss_kb"] / KiB for r in rs]),
                 "recv_peak_mib": median([r["recv"]["peak_rss_kb"] / KiB for r in rs]),
-                "send_over_base_mib": median([(r["send"]["peak_rss_kb"] - r["send"]["base_rss_kb"]) / KiB for r in rs]),
-                "recv_over_base_mib": median([(r["recv"]["peak_rss_kb"] - r["recv"]["base_rss_kb"]) / KiB for r in rs]),
+                "send_over_base_mib": median([_over_base_mib(r["send"]) for r in rs]),
+                "recv_over_base_mib": median([_over_base_mib(r["recv"]) for r in rs]),
                 "messages": median([r["count"] for r in rs]),
                 "lost": sum(r["recv"].get("lost") or 0 for r in rs),
                 "broker_peak_mib": median([(r["recv"].get("broker_peak_rss_kb") or 0) / KiB
@@ -654,8 +668,8 @@ def summarize(records: list[dict]) -> dict:
                 "send_budget_mib": rs[0]["send"]["send_budget"] / MiB,
                 "recv_budget_mib": rs[0]["send"]["recv_budget"] / MiB,
                 "in_order": all(r["recv"]["in_order"] for r in rs),
-                "send_tracked_mib": median([(r["send"].get("netq_memory_bytes") or 0) / MiB for r in rs]),
-                "recv_tracked_mib": median([(r["recv"].get("netq_memory_bytes") or 0) / MiB for r in rs]),
+                "send_tracked_mib": median([_tracked_mib(r["send"]) for r in rs]),
+                "recv_tracked_mib": median([_tracked_mib(r["recv"]) for r in rs]),
                 "send_peak_mib": median([r["send"]["peak_rss_kb"] / KiB for r in rs]),
                 "recv_peak_mib": median([r["recv"]["peak_rss_kb"] / KiB for r in rs]),
                 "drain_s": median([r["recv"]["drain_s"] for r in rs])}
@@ -667,8 +681,9 @@ def summarize(records: list[dict]) -> dict:
                 "msgs_per_s": median(mps), "msgs_per_s_min": min(mps), "msgs_per_s_max": max(mps),
                 "cpu_us_per_msg": median([r["cpu_us_per_msg"] for r in rs]),
                 "server_peak_mib": median([r["recv"]["peak_rss_kb"] / KiB for r in rs]),
-                "server_over_base_mib": median([(r["recv"]["peak_rss_kb"] - r["recv"]["base_rss_kb"]) / KiB for r in rs]),
-                "client_peak_mib": median([max(t["peak_rss_kb"] for t in r["send"]) / KiB for r in rs])}
+                "server_over_base_mib": median([_over_base_mib(r["recv"]) for r in rs]),
+                "client_peak_mib": median([max(t["peak_rss_kb"] for t in r["send"]) / KiB
+                                           for r in rs])}
         elif section == "iops":
             gb = [r["client"]["gbps"] for r in rs]
             out[section][f"{scenario}|{row}"] = {
@@ -676,7 +691,8 @@ def summarize(records: list[dict]) -> dict:
                 "gbps": median(gb), "gbps_min": min(gb), "gbps_max": max(gb),
                 "iops": median([r["client"]["iops"] for r in rs]),
                 "elapsed_s": median([r["client"]["elapsed"] for r in rs]),
-                "cpu_us_per_op": median([(r["client"]["cpu_s"] + r["server"]["cpu_s"]) / r["client"]["ops"] * 1e6 for r in rs]),
+                "cpu_us_per_op": median([(r["client"]["cpu_s"] + r["server"]["cpu_s"])
+                                         / r["client"]["ops"] * 1e6 for r in rs]),
                 "server_peak_mib": median([r["server"]["peak_rss_kb"] / KiB for r in rs]),
                 "client_peak_mib": median([r["client"]["peak_rss_kb"] / KiB for r in rs]),
                 "ratio_to_net_queue": median([r["client"]["gbps"] / nq_iops[(scenario, r["rep"])]
@@ -697,8 +713,9 @@ def markdown(results: dict) -> str:
     failed_keys = {(r["section"], r["row"], r.get("size"), r.get("scenario")) for r in failed}
     m = meta["machine"]
     L = [f"# netq benchmark — {meta['date']}", "",
-         f"{m['cpu_model']}, {m['cores']} cores, kernel {m['kernel']}; Python {meta['python']['main']}"
-         f" (net-queue rows: {meta['python'].get('net-queue') or 'n/a'}); mode {meta['mode']}, "
+         f"{m['cpu_model']}, {m['cores']} cores, kernel {m['kernel']}; "
+         f"Python {meta['python']['main']} "
+         f"(net-queue rows: {meta['python'].get('net-queue') or 'n/a'}); mode {meta['mode']}, "
          f"{meta['reps']} rep(s), ~{meta['target_s']} s per throughput measurement; "
          f"wall time {meta.get('wall_s', 0):.0f} s.", ""]
     for note in results.get("notes", []):
@@ -713,7 +730,9 @@ def markdown(results: dict) -> str:
 
     thr = summary["throughput"]
     sizes = meta["sizes"]
-    thr_rows = [r.name for r in THROUGHPUT if any(f"{r.name}|{s}" in thr or ("throughput", r.name, s, None) in failed_keys for s in sizes)]
+    thr_rows = [r.name for r in THROUGHPUT
+                if any(f"{r.name}|{s}" in thr or ("throughput", r.name, s, None) in failed_keys
+                       for s in sizes)]
     if thr_rows:
         def thr_table(title, fn):
             rows = []
@@ -736,7 +755,8 @@ def markdown(results: dict) -> str:
         thr_table("Spread of GB/s over reps (min – max) and messages per measurement",
                   lambda v: (f"{v['gb_per_s_min']:.3f} – {v['gb_per_s_max']:.3f}" if v["reps"] > 1
                              else "1 rep") + f", N={v['messages']:,.0f}")
-        thr_table("CPU per message, µs (user+sys of sender + receiver over the timed interval / messages)",
+        thr_table("CPU per message, µs (user+sys of sender + receiver over the timed interval"
+                  " / messages)",
                   lambda v: fmt(v["cpu_us_per_msg"], ".3g"))
         thr_table("Peak RSS, MiB: sender / receiver (MQTT: / broker)",
                   lambda v: f"{v['send_peak_mib']:.0f} / {v['recv_peak_mib']:.0f}"
@@ -744,7 +764,8 @@ def markdown(results: dict) -> str:
         thr_table("Peak RSS over baseline (after imports + connect/bind), MiB: sender / receiver",
                   lambda v: f"{round(v['send_over_base_mib'])} / {round(v['recv_over_base_mib'])}")
     lat = summary["latency"]
-    lat_rows = [r.name for r in LATENCY if r.name in lat or ("latency", r.name, PING_SIZE, None) in failed_keys]
+    lat_rows = [r.name for r in LATENCY
+                if r.name in lat or ("latency", r.name, PING_SIZE, None) in failed_keys]
     if lat_rows:
         rows = []
         for name in lat_rows:
@@ -755,33 +776,43 @@ def markdown(results: dict) -> str:
             spread = f"{v['p50_min']:.0f} – {v['p50_max']:.0f}" if v["reps"] > 1 else "1 rep"
             rows.append([name, f"{v['p50_us']:.1f}", f"{v['p99_us']:.1f}",
                          f"×{fmt(v['ratio_to_raw_tcp'], '.2f')}", spread])
-        L.extend([f"## Round trip, {PING_SIZE} B ping-pong (200 warm-up + {PING_COUNT} timed), µs", ""]
+        L.extend([f"## Round trip, {PING_SIZE} B ping-pong (200 warm-up + {PING_COUNT} timed),"
+                  " µs", ""]
                  + md_table(["row", "p50", "p99", "p50 × raw-tcp", "p50 spread"], rows))
     st = summary["stall"]
     if st or any(k[0] == "stall" for k in failed_keys):
         rows = [[v["row"], f"{v['accepted']:.0f}", fmt(v["first_full_s"], ".2f", "never"),
-                 f"{v['send_over_base_mib']:.0f} (netq holds {v['send_tracked_mib']:.0f}, window {v['send_budget_mib']:.0f})",
-                 f"{v['recv_over_base_mib']:.0f} (netq holds {v['recv_tracked_mib']:.0f}, window {v['recv_budget_mib']:.0f})",
+                 f"{v['send_over_base_mib']:.0f} (netq holds {v['send_tracked_mib']:.0f}, "
+                 f"budget {v['send_budget_mib']:.0f})",
+                 f"{v['recv_over_base_mib']:.0f} (netq holds {v['recv_tracked_mib']:.0f}, "
+                 f"budget {v['recv_budget_mib']:.0f})",
                  f"{v['send_peak_mib']:.0f} / {v['recv_peak_mib']:.0f}",
-                 f"{'yes' if v['ok'] else '**NO**'}, {'in order' if v['in_order'] else '**out of order**'}"
-                 f" ({v['drain_s']:.2f} s)"] for v in st.values()]
-        rows += [[k[1], "FAILED", "", "", "", "", ""] for k in failed_keys if k[0] == "stall" and k[1] not in st]
-        L.extend([f"## Stalled receiver: {human(STALL_SIZE)} puts for {STALL_SECONDS:.0f} s to a server that never calls get()", ""]
-                 + md_table(["row", "puts accepted", "first Full after (s)", "sender RSS over base (MiB)",
-                             "receiver RSS over base (MiB)", "peak RSS s / r (MiB)",
+                 f"{'yes' if v['ok'] else '**NO**'}, "
+                 f"{'in order' if v['in_order'] else '**out of order**'} ({v['drain_s']:.2f} s)"]
+                for v in st.values()]
+        rows += [[k[1], "FAILED", "", "", "", "", ""]
+                 for k in failed_keys if k[0] == "stall" and k[1] not in st]
+        L.extend([f"## Stalled receiver: {human(STALL_SIZE)} puts for {STALL_SECONDS:.0f} s to a "
+                  "server that never calls get()", ""]
+                 + md_table(["row", "puts accepted", "first Full after (s)",
+                             "sender RSS over base (MiB)", "receiver RSS over base (MiB)",
+                             "peak RSS s / r (MiB)",
                              "all drained afterwards"], rows))
     mc = summary["many-clients"]
     if mc or any(k[0] == "many-clients" for k in failed_keys):
         rows = [[v["row"], f"{v['peers']:.0f}", f"{v['msgs_per_s']:,.0f}",
-                 (f"{v['msgs_per_s_min']:,.0f} – {v['msgs_per_s_max']:,.0f}" if v["reps"] > 1 else "1 rep"),
+                 (f"{v['msgs_per_s_min']:,.0f} – {v['msgs_per_s_max']:,.0f}"
+                  if v["reps"] > 1 else "1 rep"),
                  fmt(v["cpu_us_per_msg"], ".3g"), f"{v['server_peak_mib']:.0f}",
                  f"{v['server_over_base_mib']:.0f}", f"{v['client_peak_mib']:.0f}",
                  "yes" if v["ok"] else "**NO**"] for v in mc.values()]
-        rows += [[k[1], "FAILED"] + [""] * 7 for k in failed_keys if k[0] == "many-clients" and k[1] not in mc]
-        L.extend([f"## Many clients: {MANY_PROCS * MANY_COMMS} client communicators in {MANY_PROCS} processes, "
-                  f"{MANY_COUNT} x {human(MANY_SIZE)} each, one server", ""]
-                 + md_table(["row", "peers", "msg/s (aggregate)", "spread", "CPU µs/msg (all processes)",
-                             "server peak RSS (MiB)", "server over base (MiB)", "client process peak (MiB)",
+        rows += [[k[1], "FAILED"] + [""] * 7
+                 for k in failed_keys if k[0] == "many-clients" and k[1] not in mc]
+        L.extend([f"## Many clients: {MANY_PROCS * MANY_COMMS} client communicators in "
+                  f"{MANY_PROCS} processes, {MANY_COUNT} x {human(MANY_SIZE)} each, one server", ""]
+                 + md_table(["row", "peers", "msg/s (aggregate)", "spread",
+                             "CPU µs/msg (all processes)", "server peak RSS (MiB)",
+                             "server over base (MiB)", "client process peak (MiB)",
                              "counts verified"], rows))
     io = summary["iops"]
     iops_keys = [(sc, r.name) for sc, _ in IOPS_SCENARIOS for r in IOPS_ROWS]
@@ -790,26 +821,31 @@ def markdown(results: dict) -> str:
         for sc, name in iops_keys:
             v = io.get(f"{sc}|{name}")
             if v:
-                rows.append([sc, name, f"{v['gbps']:.2f}", f"{v['iops']:,.0f}", f"{v['elapsed_s']:.2f}",
-                             f"×{fmt(v['ratio_to_net_queue'], '.2f')}", fmt(v["cpu_us_per_op"], ".3g"),
+                rows.append([sc, name, f"{v['gbps']:.2f}", f"{v['iops']:,.0f}",
+                             f"{v['elapsed_s']:.2f}", f"×{fmt(v['ratio_to_net_queue'], '.2f')}",
+                             fmt(v["cpu_us_per_op"], ".3g"),
                              f"{v['server_peak_mib']:.0f} / {v['client_peak_mib']:.0f}",
                              "yes" if v["ok"] else "**NO**"])
             elif ("iops", name, None, sc) in failed_keys:
                 rows.append([sc, name, "FAILED"] + [""] * 6)
-        L.extend(["## net-queue's iops scenarios (bench/iops.py; both directions counted, client side)", ""]
+        L.extend(["## net-queue's iops scenarios (bench/iops.py; both directions counted, "
+                  "client side)", ""]
                  + md_table(["scenario", "library", "Gbps", "IOPS", "time (s)", "× net-queue",
                              "CPU µs/op (both processes)", "peak RSS server / client (MiB)",
                              "counts verified"], rows))
     if failed:
-        L.extend(["## Failures", "", "(on a timeout, the JSON record's `detail` holds every thread's stack of the "
-                  "processes still running and, for netq, their `statistics()`)", ""])
+        L.extend(["## Failures", "", "(on a timeout, the JSON record's `detail` holds every "
+                  "thread's stack of the processes still running and, for netq, their "
+                  "`statistics()`)", ""])
         grouped: dict = {}
         for r in failed:
-            what = " ".join(str(x) for x in (r["section"], r["row"], human(r["size"]) if r.get("size") else "",
-                                             r.get("scenario") or "", "(calibration)" if r.get("calibration") else "") if x)
+            parts = (r["section"], r["row"], human(r["size"]) if r.get("size") else "",
+                     r.get("scenario") or "", "(calibration)" if r.get("calibration") else "")
+            what = " ".join(str(x) for x in parts if x)
             reason = r.get("error") or "verification failed: " + json.dumps(
                 {k: v for k, v in (r.get("recv") or r.get("client") or {}).items()
-                 if k in ("msgs", "bytes", "expected_msgs", "crc_ok", "received", "drained", "peers", "in_order")})
+                 if k in ("msgs", "bytes", "expected_msgs", "crc_ok", "received", "drained",
+                          "peers", "in_order")})
             grouped.setdefault((what, reason.splitlines()[0][:400]), []).append(str(r["rep"]))
         for (what, reason), reps in grouped.items():
             L.append(f"- {what}: {reason} (rep {', '.join(reps)})")
@@ -818,7 +854,8 @@ def markdown(results: dict) -> str:
 
 
 # ============================================================================= README block
-README_START = "<!-- bench:start (generated by `python3 bench/run.py --readme`; do not edit by hand) -->"
+README_START = ("<!-- bench:start (generated by `python3 bench/run.py --readme`; "
+                "do not edit by hand) -->")
 README_END = "<!-- bench:end -->"
 # Headline rows of the README, each compared with its own baseline of the same rep.
 README_THROUGHPUT = [  # (row, label, baseline row or None)
@@ -863,15 +900,19 @@ def readme_block(results: dict) -> str:
                               if r.get("failed") or not r.get("ok", True)}
     date = meta["date"][:10]
     lines = [README_START, "",
-             f"Measured {date} by `python3 bench/run.py --reps {meta['reps']}` ({meta['mode']} mode,"
-             f" median of {meta['reps']} interleaved reps, min–max in brackets; {m['cpu_model']},"
+             f"Measured {date} by `python3 bench/run.py --reps {meta['reps']}`"
+             f" ({meta['mode']} mode, median of {meta['reps']} interleaved reps, min–max in"
+             f" brackets; {m['cpu_model']},"
              f" {m['cores']} cores, {m['mem_gib']} GiB, kernel {m['kernel']}; Python"
-             f" {meta['python']['main']}, net-queue on Python {meta['python'].get('net-queue') or 'n/a'};"
+             f" {meta['python']['main']}, net-queue on Python"
+             f" {meta['python'].get('net-queue') or 'n/a'};"
              f" loopback; one private mosquitto per MQTT measurement). A ratio compares two rows"
              f" of the same rep (median of the per-rep ratios). Every table (CPU per message, RSS,"
-             f" stalled receiver, many clients, iops): [bench/results/latest.md](bench/results/latest.md).",
+             f" stalled receiver, many clients, iops):"
+             f" [bench/results/latest.md](bench/results/latest.md).",
              "",
-             "One-way throughput, one sender process to one receiver process, GB/s (64 B: messages/s):",
+             "One-way throughput, one sender process to one receiver process, GB/s"
+             " (64 B: messages/s):",
              ""]
 
     def value(record: dict, size: int) -> float:
@@ -904,12 +945,14 @@ def readme_block(results: dict) -> str:
             if lost:
                 text += f" **{lost} lost**"
             if failures.get(("throughput", row, size)):
-                text += f" (**failed in {len(failures[('throughput', row, size)])} of {meta['reps']} reps**)"
+                nfailed = len(failures[("throughput", row, size)])
+                text += f" (**failed in {nfailed} of {meta['reps']} reps**)"
             cells.append(text)
         if any(cells):
             rows.append([label] + cells)
     lines += md_table(["", *(human(size) for size in sizes)], rows)
-    lines += ["64 B round trip, µs: p50 (min–max of the p50s), p99, and p50 × raw TCP of the same rep:", ""]
+    lines += ["64 B round trip, µs: p50 (min–max of the p50s), p99, and p50 × raw TCP of the"
+              " same rep:", ""]
     rows = []
     raw = _per_rep(records, "latency", "raw-tcp", PING_SIZE)
     for row, label in README_LATENCY:
@@ -919,9 +962,11 @@ def readme_block(results: dict) -> str:
                 rows.append([label, "failed", "", ""])
             continue
         p50 = [r["ping"]["p50_us"] for r in ours.values()]
-        ratios = [r["ping"]["p50_us"] / raw[rep]["ping"]["p50_us"] for rep, r in ours.items() if rep in raw]
+        ratios = [r["ping"]["p50_us"] / raw[rep]["ping"]["p50_us"]
+                  for rep, r in ours.items() if rep in raw]
         if failures.get(("latency", row, PING_SIZE)):
-            label += f" (**failed in {len(failures[('latency', row, PING_SIZE)])} of {meta['reps']} reps**)"
+            nfailed = len(failures[("latency", row, PING_SIZE)])
+            label += f" (**failed in {nfailed} of {meta['reps']} reps**)"
         rows.append([label, f"{median(p50):.0f} ({min(p50):.0f}–{max(p50):.0f})",
                      f"{median([r['ping']['p99_us'] for r in ours.values()]):.0f}",
                      f"×{median(ratios):.2f}" if ratios else ""])
@@ -931,7 +976,8 @@ def readme_block(results: dict) -> str:
 
 
 def update_readme(path: str, results: dict) -> None:
-    """Replace the block between the bench markers in ``path`` (a README) with :func:`readme_block`."""
+    """Replace the block between the bench markers in ``path`` (a README) with
+    :func:`readme_block`."""
     with open(path) as f:
         text = f.read()
     start, end = text.find(README_START), text.find(README_END)
@@ -961,21 +1007,24 @@ def machine_info() -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="1 rep, 0.15 s per measurement")
     p.add_argument("--reps", type=int, help="repetitions (default 5, --quick 1)")
-    p.add_argument("--only", help="comma list of row names (raw-tcp, netq-tcp, net-queue, zmq, ...) "
-                                  "and/or sections (" + ", ".join(SECTIONS) + "); when both "
+    p.add_argument("--only", help="comma list of row names (raw-tcp, netq-tcp, net-queue, zmq, "
+                                  "...) and/or sections (" + ", ".join(SECTIONS) + "); when both "
                                   "kinds are given a measurement must match both")
-    p.add_argument("--sizes", help="comma list of throughput sizes, e.g. 64,4K,1M (default 64,4K,64K,1M,16M)")
+    p.add_argument("--sizes", help="comma list of throughput sizes, e.g. 64,4K,1M "
+                                   "(default 64,4K,64K,1M,16M)")
     p.add_argument("--target", type=float, help="seconds per throughput measurement")
     p.add_argument("--timeout", type=float, default=30.0,
                    help="seconds per measurement before its processes are killed (default 30; "
-                        "throughput gets half, many-clients and iops twice as long). A measurement that timed out "
-                        f"in {MAX_TIMEOUTS} reps is not tried again.")
+                        "throughput gets half, many-clients and iops twice as long). A "
+                        f"measurement that timed out in {MAX_TIMEOUTS} reps is not tried again.")
     p.add_argument("--json", default=os.path.join(HERE, "results", "latest.json"),
                    help="results file (the Markdown goes next to it, .md)")
-    p.add_argument("--render", metavar="JSON", help="only print the tables of an earlier results file")
+    p.add_argument("--render", metavar="JSON",
+                   help="only print the tables of an earlier results file")
     p.add_argument("--readme", nargs="?", const=os.path.join(os.path.dirname(HERE), "README.md"),
                    metavar="README", help="also rewrite the benchmark block of the README (default "
                                           "the repository's) from these results (with --render: "
@@ -1004,12 +1053,16 @@ def main(argv=None) -> int:
     started = time.monotonic()
     try:
         info = ctx.probe()
-        results = {"meta": {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        now = datetime.datetime.now().astimezone()
+        results = {"meta": {"date": now.isoformat(timespec="seconds"),
                             "mode": "quick" if ctx.quick else "full", "reps": ctx.reps,
-                            "target_s": ctx.target_s, "sizes": ctx.sizes, "only": sorted(ctx.only or []),
+                            "target_s": ctx.target_s, "sizes": ctx.sizes,
+                            "only": sorted(ctx.only or []),
                             "argv": sys.argv, "machine": machine_info(),
-                            "python": {"orchestrator": sys.version.split()[0], "main": info.get("python"),
-                                       "net-queue": (info.get("net-queue") or {}).get("python_version")},
+                            "python": {"orchestrator": sys.version.split()[0],
+                                       "main": info.get("python"),
+                                       "net-queue": (info.get("net-queue") or {})
+                                       .get("python_version")},
                             "packages": info, "missing": ctx.missing},
                    "notes": ctx.notes, "records": ctx.records}
         for note in ctx.notes:
@@ -1029,7 +1082,8 @@ def main(argv=None) -> int:
     if args.readme:
         update_readme(args.readme, results)
     print(md)
-    log(f"wrote {args.json} and {os.path.splitext(args.json)[0]}.md in {results['meta']['wall_s']:.0f} s")
+    log(f"wrote {args.json} and {os.path.splitext(args.json)[0]}.md "
+        f"in {results['meta']['wall_s']:.0f} s")
     bad = [r for r in ctx.records if r.get("failed") or not r.get("ok", True)]
     return 1 if bad else 0
 

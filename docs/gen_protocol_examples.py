@@ -19,9 +19,16 @@ import uuid
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from netq.protocol import frames  # noqa: E402
-from netq.protocol.connection import Connection  # noqa: E402
-from netq.protocol.frames import HEADER, HEADER_SIZE, READONLY_BIT, FrameType, Hello, Role  # noqa: E402
+from netq.protocol import frames
+from netq.protocol.connection import Connection
+from netq.protocol.frames import (
+    HEADER,
+    HEADER_SIZE,
+    READONLY_BIT,
+    FrameType,
+    Hello,
+    Role,
+)
 
 KEY = b"secret"
 TOKEN = bytes.fromhex("7031c2a4b5e60718293a4b5c6d7e8f90")

@@ -263,7 +263,7 @@ def _feed_steps(conn, data: bytes, step: int) -> list:
     return events
 
 
-def TestOneInput(data: bytes) -> None:  # noqa: N802 (atheris' name)
+def TestOneInput(data: bytes) -> None:
     if len(data) < 2:
         return
     mode = data[0] % MODES

@@ -39,11 +39,11 @@ from .exceptions import (
 from .futures import DeliveryFuture
 from .options import (
     CommunicatorOptions,
-    MQTTOptions,
     ConnectionOptions,
     GiB,
     KiB,
     MiB,
+    MQTTOptions,
     NetworkLocation,
     Protocol,
     Purpose,

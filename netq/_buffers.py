@@ -45,7 +45,7 @@ if ZERO_COPY_ALLOCATION:
         """An uninitialized bytearray of ``size`` bytes."""
         return _bytearray_new(None, size)
 
-    def allocate_readonly(size: int) -> tuple[bytes, memoryview]:
+    def allocate_readonly(size: int) -> tuple[bytes | bytearray, memoryview]:
         """A fresh bytes object of ``size`` bytes and a writable view to fill it through."""
         obj = _bytes_new(None, size)
         if size == 0:
@@ -58,6 +58,6 @@ else:  # pragma: no cover - non-CPython
     def allocate_writable(size: int) -> bytearray:
         return bytearray(size)
 
-    def allocate_readonly(size: int) -> tuple[bytearray, memoryview]:
+    def allocate_readonly(size: int) -> tuple[bytes | bytearray, memoryview]:
         obj = bytearray(size)
         return obj, memoryview(obj)

@@ -17,7 +17,7 @@ import sys
 import uuid
 import warnings
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from .statistics import CommunicatorStatistics, PeerStatistics
 
@@ -69,7 +69,7 @@ class Column(NamedTuple):
     key: str
     header: str
     value: Callable[[PeerStatistics], float | str]  # the number (or text) behind the cell
-    format: Callable[[float], str]
+    format: Callable[[Any], str]  # takes what this column's value returns
     width: int  # characters in the text table
 
 
@@ -132,7 +132,8 @@ def header_line(stats: CommunicatorStatistics) -> str:
 
 
 def _total_fields(stats: CommunicatorStatistics) -> dict[str, str]:
-    return {"peer": "total", "state": "", "queue_in": format_count(sum(r.queue_in for r in stats.peers)),
+    return {"peer": "total", "state": "",
+            "queue_in": format_count(sum(r.queue_in for r in stats.peers)),
             "queue_out": format_count(sum(r.queue_out for r in stats.peers)),
             "msg_in": format_count(stats.messages_in_per_s),
             "mb_in": format_rate(stats.bytes_in_per_s / MB),
@@ -190,11 +191,13 @@ def html_table(stats: CommunicatorStatistics,
 
     def cells(fields: dict[str, str]) -> str:
         # numbers are formatted by us; only names and states come from elsewhere
-        return "".join(f'<td class="{key}">{escape(fields[key]) if key in _TEXT else fields[key]}</td>'
-                       for key in _KEYS)
+        return "".join(
+            f'<td class="{key}">{escape(fields[key]) if key in _TEXT else fields[key]}</td>'
+            for key in _KEYS)
 
     for row in shown:
-        parts.append(f'<tr class="peer" data-peer="{row.peer}">{cells(peer_fields(row, names))}</tr>')
+        parts.append(
+            f'<tr class="peer" data-peer="{row.peer}">{cells(peer_fields(row, names))}</tr>')
     if len(shown) < len(rows):
         parts.append(f'<tr class="more"><td colspan="{len(COLUMNS) + 1}">... and '
                      f'{len(rows) - len(shown)} more peers</td></tr>')

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures._base import (  # the states Future's own methods compare against
     CANCELLED,
@@ -34,6 +35,10 @@ from concurrent.futures._base import (  # the states Future's own methods compar
     FINISHED,
     PENDING,
 )
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .session import PeerSession
 
 __all__ = ("DeliveryFuture",)
 
@@ -60,21 +65,23 @@ class DeliveryFuture(Future):
     gate instead): the resolver is then the only writer of ``_state``.
     """
 
-    _sessions = ()  # class default: put() sets the addressed PeerSessions, adapters never do
+    # class default: put() sets the addressed PeerSessions, adapters never do
+    _sessions: Sequence[PeerSession] = ()
 
     def __init__(self, remaining: int = 1) -> None:  # no super(): no Condition up front
         self._state = PENDING
         self._result = None
         self._exception = None
         self._waiters = []
-        self._done_callbacks = []
-        self._cond = None
-        self._gate = []  # _STARTED / _CANCELLED, in the order they came: the first one decides
+        self._done_callbacks: list[Callable[[Future[Any]], object]] = []
+        self._cond: threading.Condition | None = None
+        # _STARTED / _CANCELLED, in the order they came: the first one decides
+        self._gate: list[str] = []
         self._ticket = [None]  # popped by whoever resolves the future
         self.remaining = remaining
 
-    @property
-    def _condition(self) -> threading.Condition:
+    @property  # Future declares a plain attribute, created in the __init__ we skip
+    def _condition(self) -> threading.Condition:  # type: ignore[override]
         cond = self._cond
         if cond is None:
             with _CREATE:

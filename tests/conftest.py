@@ -40,7 +40,6 @@ from pathlib import Path
 import pytest
 
 import netq as nq
-
 from netq_child import encode_options
 from netq_testing import shut_down_below
 from transports.mqtt_testing import MQTTSpec, mqtt_broker  # noqa: F401 - the session broker fixture
@@ -110,7 +109,7 @@ def tls_files(tmp_path_factory) -> TLSFiles:
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     directory = tmp_path_factory.mktemp("tls")
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
 
     def name(common: str) -> x509.Name:
         return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])

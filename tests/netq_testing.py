@@ -7,8 +7,6 @@ import socket
 import threading
 import time
 
-import psutil
-
 from netq.protocol import frames
 
 
@@ -45,6 +43,8 @@ def shut_down_below(fd: int) -> bool:
 def cpu_fraction(seconds: float, pid: int | None = None) -> float:
     """CPU use of a process (default: this one) over the next ``seconds``, in cores (1.0 = one
     core busy). Idle-while-waiting checks assert it stays small (a spinning thread shows ~1)."""
+    import psutil  # where used: conftest imports this module, and tests/protocol needs no psutil
+
     process = psutil.Process(pid)
     before = process.cpu_times()
     started = time.monotonic()
@@ -55,6 +55,8 @@ def cpu_fraction(seconds: float, pid: int | None = None) -> float:
 
 
 def rss() -> int:
+    import psutil
+
     return psutil.Process().memory_info().rss
 
 
@@ -76,7 +78,7 @@ class Sampler:
             if value > self.peak:
                 self.peak = value
 
-    def __enter__(self) -> "Sampler":
+    def __enter__(self) -> Sampler:
         self._thread.start()
         return self
 

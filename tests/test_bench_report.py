@@ -38,7 +38,8 @@ def test_readme_block_is_generated_from_the_committed_results(bench, results):
     readme = (REPO / "README.md").read_text()
     start, end = readme.index(bench.README_START), readme.index(bench.README_END)
     assert readme[start:end + len(bench.README_END)] == bench.readme_block(results), \
-        "README benchmark block is stale: python3 bench/run.py --render bench/results/latest.json --readme"
+        "README benchmark block is stale: " \
+        "python3 bench/run.py --render bench/results/latest.json --readme"
 
 
 def test_block_states_machine_date_medians_and_spread(bench, results):

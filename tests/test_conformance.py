@@ -13,6 +13,7 @@ allows a wide margin above it.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import queue
 import threading
@@ -169,7 +170,7 @@ def test_numpy_arrays_equal_and_writable(transport):
         got[...] = got  # really writable, not just flagged
     # and server -> client, in one message
     server.put({"arrays": arrays}, client.id).result(T)
-    for array, got in zip(arrays, client.get(timeout=T).data["arrays"]):
+    for array, got in zip(arrays, client.get(timeout=T).data["arrays"], strict=True):
         assert np.array_equal(got, array) and got.dtype == array.dtype
         assert got.flags.writeable
 
@@ -390,7 +391,7 @@ def test_put_many_get_many(transport):
     assert [m.data for m in client.get_many(max_messages=10, timeout=T)] == [1, 2, 3]
 
 
-# ============================================================================ delivery and flow control
+# ======================================================================== delivery and flow control
 
 
 def test_future_resolves_on_delivery_not_on_get(transport):
@@ -747,11 +748,16 @@ def test_stalled_receiver_holds_one_window_across_reconnects(transport):
     futures = [client.put((index, bytes(size))) for index in range(40)]  # 640 KiB
     held = lambda: peer_row(server, client.id).queue_in_bytes  # noqa: E731
     wait_for(lambda: held() >= window, T, message="the server's window to fill")
+
+    def reconnected_since(before: int) -> bool:
+        row = client.statistics().peers[0]
+        return row.reconnects > before and row.state == "connected"
+
     for _ in range(3):
         before = client.statistics().peers[0].reconnects
         wait_for(lambda: transport.cut(client), T, message="a live link to cut")
-        wait_for(lambda: (row := client.statistics().peers[0]).reconnects > before
-                 and row.state == "connected", T, message="the client to reconnect")
+        wait_for(functools.partial(reconnected_since, before), T,
+                 message="the client to reconnect")
         # An upper bound has no event: a correct netq never exceeds it, so the pause only
         # gives whatever the new link's credit lets through time to arrive and show.
         time.sleep(0.2)
@@ -820,8 +826,11 @@ def test_session_resume_after_network_cuts_loses_and_duplicates_nothing(transpor
     ]
     for thread in receivers:
         thread.start()
+    def server_received(at_least: float) -> bool:
+        return len(received["server"]) >= at_least or bool(errors)
+
     for fraction in (3, 1.5):
-        wait_for(lambda: len(received["server"]) >= count / fraction or errors, T * 2)
+        wait_for(functools.partial(server_received, count / fraction), T * 2)
         cut()
     for thread in senders + receivers:
         thread.join(T * 3)

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from netq import demo
-from netq.statistics import RateMeter, PeerStatistics
+from netq.statistics import PeerStatistics, RateMeter
 
 
 @pytest.mark.parametrize("protocol", ["tcp", "unix", "mqtt", "grpc"])
@@ -29,8 +29,9 @@ def test_demo_command_line_exits_zero():
 
 
 def test_usage_and_unknown_command():
-    assert subprocess.run([sys.executable, "-m", "netq"], capture_output=True).returncode == 2
-    assert subprocess.run([sys.executable, "-m", "netq", "nope"], capture_output=True).returncode == 2
+    for argv in ([], ["nope"]):
+        run = subprocess.run([sys.executable, "-m", "netq", *argv], capture_output=True)
+        assert run.returncode == 2, argv
 
 
 def test_render_shows_one_row_per_peer():

@@ -3,6 +3,7 @@
 import asyncio
 import concurrent.futures as cf
 import contextlib
+import functools
 import sys
 import threading
 
@@ -169,7 +170,8 @@ def test_concurrent_fail_and_start_never_reopen_a_resolved_future():
     with fast_thread_switching():
         for _ in range(3000):
             future = DeliveryFuture(remaining=2)
-            _, started = race(lambda: future._fail(ConnectionError("peer left")), future._start)
+            fail = functools.partial(future._fail, ConnectionError("peer left"))
+            _, started = race(fail, future._start)
             assert started
             assert future.done(), future
             with pytest.raises(ConnectionError):

@@ -63,7 +63,8 @@ def test_readme_links_every_notebook_and_the_binder_badge():
         line = next(line for line in readme.splitlines() if link in line)
         assert len(line.split(link, 1)[1].strip(" :-—|")) > 20, \
             f"README: say what {path.name} shows on its line"
-    repository = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    repository = project["urls"]["Repository"]
     owner_name = repository.removeprefix("https://github.com/").strip("/")
     badge = f"https://mybinder.org/v2/gh/{owner_name}/HEAD?urlpath=lab/tree/notebooks"
     assert badge in readme, f"README: no Binder badge for {repository} ({badge})"

@@ -13,8 +13,7 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from netq.stream import (
     DEFAULT_SERIALIZER,
@@ -299,7 +298,7 @@ def test_copy_shares_views_but_not_the_chunk_list() -> None:
         assert dup is not s
         assert dup == s
         assert [c for c in dup] == [c for c in s]
-        assert all(x is y for x, y in zip(dup, s))
+        assert all(x is y for x, y in zip(dup, s, strict=True))
         dup.readchunk()
         assert s.nchunks == 2 and s.nbytes == 5
     dup = s.copy()

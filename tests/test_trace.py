@@ -10,8 +10,15 @@ import pytest
 import netq as nq
 from netq.protocol import frames
 from netq.protocol.frames import FrameType
-from netq.trace import (CLIENT_TO_SERVER, SERVER_TO_CLIENT, Recorder, _Splitter, describe,
-                        html_table, sequence_svg)
+from netq.trace import (
+    CLIENT_TO_SERVER,
+    SERVER_TO_CLIENT,
+    Recorder,
+    _Splitter,
+    describe,
+    html_table,
+    sequence_svg,
+)
 
 KEY = b"trace-test-key"
 

@@ -19,12 +19,16 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import ipywidgets
 
 from ..display import html_table, in_kernel, peer_fields, static_bundle, text_table
 from .plots import DisplayOnlyBokehModel, PeerPlots, load_bokeh
 from .sampler import DEFAULT_INTERVAL, Sampler
+
+if TYPE_CHECKING:
+    from ..statistics import CommunicatorStatistics
 
 __all__ = ("Monitor", "PeerTable")
 
@@ -38,7 +42,7 @@ class PeerTable:
         self.max_rows = max_rows
         self.root = ipywidgets.HTML(value="", layout=ipywidgets.Layout(overflow="auto"))
         self.root.add_class("netq-monitor-table")
-        self.stats = None  # the snapshot shown
+        self.stats: CommunicatorStatistics | None = None  # the snapshot shown
 
     @property
     def rows(self) -> list[dict[str, str]]:
@@ -48,7 +52,7 @@ class PeerTable:
         return [peer_fields(row, self.names)
                 for row in sorted(self.stats.peers, key=lambda r: str(r.peer))]
 
-    def update(self, stats) -> None:
+    def update(self, stats: CommunicatorStatistics) -> None:
         self.stats = stats
         self.root.value = html_table(stats, self.names, self.max_rows)
 
@@ -62,6 +66,8 @@ class Monitor:
     the sampler now (``True``), never by itself (``False``), or when displayed in a kernel
     (``None``, the default).
     """
+
+    stats: CommunicatorStatistics  # the last snapshot shown (update() sets it in __init__)
 
     def __init__(self, communicator, interval: float = DEFAULT_INTERVAL, *,
                  names: Mapping[uuid.UUID, str] | None = None, history: int = 600,
@@ -82,14 +88,13 @@ class Monitor:
         self._lock = threading.Lock()  # one update at a time (sampler vs. user thread)
         self._sampler: Sampler | None = None
         self._stopped = False  # stop() was called: displaying again does not restart
-        self.stats = None  # the last snapshot shown
         self.update()
         if start:
             self.start()
 
     # -- control --------------------------------------------------------------------------
 
-    def update(self, stats=None) -> None:
+    def update(self, stats: CommunicatorStatistics | None = None) -> None:
         """Show one snapshot (default: a fresh ``statistics()``) in the table and plots."""
         if stats is None:
             stats = self.communicator.statistics()

@@ -18,17 +18,23 @@ import contextlib
 import json
 import math
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 from bokeh.core.properties import value
 from bokeh.core.serialization import make_id
 from bokeh.layouts import column
-from bokeh.models import ColumnDataSource, Legend, LegendItem
+from bokeh.models import ColumnDataSource, DataRange1d
+from bokeh.models.annotations import Legend, LegendItem  # bokeh.models' star import hides them
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 from jupyter_bokeh import BokehModel
 
 from ..display import MiB, peer_name, peer_values
+
+if TYPE_CHECKING:
+    from bokeh.models.renderers import GlyphRenderer
 
 __all__ = ("PeerPlots", "DisplayOnlyBokehModel", "load_bokeh", "METRICS")
 
@@ -61,9 +67,8 @@ class PeerPlots:
         for key, title in FIGURES.items():
             fig = figure(title=title, width=width, height=height, x_axis_label="uptime (s)",
                          tools="pan,wheel_zoom,box_zoom,reset,save", toolbar_location="right",
-                         name=f"netq-{key}")
+                         name=f"netq-{key}", y_range=DataRange1d(start=0))
             fig.toolbar.autohide = True
-            fig.y_range.start = 0
             self.figures[key] = fig
         x_range = self.figures["throughput"].x_range
         for fig in self.figures.values():
@@ -75,13 +80,13 @@ class PeerPlots:
         self.root = column(*self.figures.values(), name="netq-plots")
         self.peers: dict[uuid.UUID, int] = {}  # plotted peer -> its column index i
         self.departed: dict[uuid.UUID, int] = {}  # plotted peer that left -> tick it left
-        self._renderers: dict[uuid.UUID, list] = {}
-        self._legend_items: dict[uuid.UUID, LegendItem] = {}
+        self._renderers: dict[uuid.UUID, list[GlyphRenderer[Any]]] = {}
+        self._legend_items: dict[uuid.UUID, LegendItem] = {}  # in legend order
         self._next_index = 0
         self.ticks = 0
         # Context manager around structure changes; the Monitor sets it to its
         # DisplayOnlyBokehModel.resync so that they reach the browser as a new document.
-        self.resync = contextlib.nullcontext
+        self.resync: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext
         # How a tick's point is appended: bokeh's own stream() by default; the Monitor uses
         # DisplayOnlyBokehModel.stream (same message to the browser, much cheaper).
         self.streamer = lambda source, data, rollover: source.stream(data, rollover=rollover)
@@ -134,7 +139,7 @@ class PeerPlots:
         for peer in peers:
             index = self.peers[peer]
             color = Category10_10[index % len(Category10_10)]
-            renderers = []
+            renderers: list[GlyphRenderer[Any]] = []
             for suffix, (fig_key, dash, _) in METRICS.items():
                 renderers.append(self.figures[fig_key].line(
                     x="t", y=f"p{index}_{suffix}", source=self.source, color=color,
@@ -143,7 +148,7 @@ class PeerPlots:
             # One legend entry per peer (on the memory figure) toggles all of its lines.
             item = LegendItem(label=value(self._name(peer)), renderers=renderers)
             self._legend_items[peer] = item
-            self.legend.items = [*self.legend.items, item]
+            self.legend.items = list(self._legend_items.values())
 
     def _rolled_out(self) -> list[uuid.UUID]:
         return [peer for peer, tick in self.departed.items()
@@ -164,8 +169,8 @@ class PeerPlots:
                 kept = [r for r in fig.renderers if r not in renderers]
                 if len(kept) != len(fig.renderers):
                     fig.renderers = kept
-            item = self._legend_items.pop(peer)
-            self.legend.items = [i for i in self.legend.items if i is not item]
+            del self._legend_items[peer]
+            self.legend.items = list(self._legend_items.values())
         self.source.data = data
 
     # -- inspection (tests, notebooks) ----------------------------------------------------

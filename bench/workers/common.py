@@ -107,7 +107,7 @@ def ready(addr, **extra) -> None:
 
 
 def result(**fields) -> None:
-    fields.setdefault("python", "%d.%d.%d" % sys.version_info[:3])
+    fields.setdefault("python", "{}.{}.{}".format(*sys.version_info[:3]))
     fields.setdefault("pid", os.getpid())
     emit("RESULT", **fields)
 

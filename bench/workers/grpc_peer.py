@@ -21,11 +21,11 @@ import traceback
 
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
-import grpc  # noqa: E402
-import grpc.aio  # noqa: E402
+import grpc
+import grpc.aio
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import common
 
 CHUNK = 1 << 20
 OPTIONS = [("grpc.max_send_message_length", CHUNK + 65536),
@@ -60,7 +60,7 @@ async def _serve(handler) -> tuple[grpc.aio.Server, str]:
     server = grpc.aio.server(handlers=[generic], options=OPTIONS)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
-    return server, "127.0.0.1:%d" % port
+    return server, f"127.0.0.1:{port}"
 
 
 def _reader(request_iterator):

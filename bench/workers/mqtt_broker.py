@@ -46,9 +46,9 @@ class Broker:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     break
-            except OSError:
+            except OSError as error:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit("mosquitto did not start")
+                    raise SystemExit("mosquitto did not start") from error
                 time.sleep(0.02)
 
     def stats(self) -> dict:

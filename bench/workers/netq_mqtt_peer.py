@@ -17,9 +17,9 @@ import netq as nq
 from netq.transports.mqtt import link_statistics
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import mqtt_broker  # noqa: E402
-import netq_peer  # noqa: E402  (the echo and ping loops every netq row shares)
+import common
+import mqtt_broker
+import netq_peer
 
 RECV_BUDGET = 32 * 1024 * 1024
 FUTURE_TIMEOUT = 120.0

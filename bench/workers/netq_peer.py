@@ -22,7 +22,7 @@ import time
 import netq as nq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import common
 
 BATCH_MESSAGES = 1000
 BATCH_BYTES = 256 * 1024
@@ -79,7 +79,7 @@ def _serve(spec: dict):
         netloc, addr = nq.NetworkLocation(path=path), "unix:" + path
     else:
         port = common.free_port()
-        netloc, addr = nq.NetworkLocation(host="127.0.0.1", port=port), "127.0.0.1:%d" % port
+        netloc, addr = nq.NetworkLocation(host="127.0.0.1", port=port), f"127.0.0.1:{port}"
         if spec["transport"] == "netq-tls":
             security = nq.SecurityOptions(key=spec["tls"]["key"], certificate=spec["tls"]["cert"])
     opts = nq.CommunicatorOptions(netloc=netloc, security=security)
@@ -212,7 +212,8 @@ def stall_recv(spec: dict) -> None:
             got += 1
             nbytes += len(m.data)
     common.result(role="stall-recv", base_rss_kb=base, stalled_rss_kb=stalled_rss,
-                  stalled_peak_kb=stalled_peak, netq_memory_bytes=tracked, drained=got, drained_bytes=nbytes,
+                  stalled_peak_kb=stalled_peak, netq_memory_bytes=tracked, drained=got,
+                  drained_bytes=nbytes,
                   in_order=in_order, drain_s=time.monotonic() - t0,
                   ok=got == expected and nbytes == expected * size and in_order,
                   peak_rss_kb=common.maxrss_kb(), **_windows())
@@ -252,7 +253,8 @@ def stall_send(spec: dict) -> None:
     client.close()
     common.result(role="stall-send", accepted=accepted, full_errors=fulls,
                   first_full_s=first_full_s, base_rss_kb=base, stalled_rss_kb=stalled_rss,
-                  stalled_high_rss_kb=high_rss, netq_memory_bytes=tracked, last_future_ok=fut is not None,
+                  stalled_high_rss_kb=high_rss, netq_memory_bytes=tracked,
+                  last_future_ok=fut is not None,
                   peak_rss_kb=common.maxrss_kb(), **_windows())
     common.wait_released()
 

@@ -55,7 +55,7 @@ def _server() -> tuple[object, str]:
     port = common.free_port()
     server = nq.new(protocol=nq.Protocol.GRPC, purpose=nq.Purpose.SERVER,
                     options=netqueue_peer._options("127.0.0.1", port))
-    return server, "127.0.0.1:%d" % port
+    return server, f"127.0.0.1:{port}"
 
 
 def _client(addr: str):

@@ -17,9 +17,9 @@ import uuid
 import net_queue as nq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import mqtt_broker  # noqa: E402
-from paho_peer import receive_lossy  # noqa: E402  (paho is in the venv too)
+import common
+import mqtt_broker
+from paho_peer import receive_lossy
 
 
 def _options(port: int) -> nq.CommunicatorOptions:

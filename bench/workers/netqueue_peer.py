@@ -14,7 +14,7 @@ import uuid
 import net_queue as nq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import common
 
 
 def _options(host: str, port: int) -> nq.CommunicatorOptions:
@@ -25,7 +25,7 @@ def _server() -> tuple[object, str]:
     port = common.free_port()
     server = nq.new(protocol=nq.Protocol.TCP, purpose=nq.Purpose.SERVER,
                     options=_options("127.0.0.1", port))
-    return server, "127.0.0.1:%d" % port
+    return server, f"127.0.0.1:{port}"
 
 
 def _client(addr: str):

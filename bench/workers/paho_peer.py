@@ -22,8 +22,8 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import mqtt_broker  # noqa: E402
+import common
+import mqtt_broker
 
 IDLE_END = 1.5  # seconds without a message after which the receiver stops waiting
 

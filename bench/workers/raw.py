@@ -18,7 +18,7 @@ import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import common
 
 HDR = struct.Struct("!Q")
 SMALL = 64 * 1024          # frames up to this size are coalesced / staged
@@ -32,7 +32,7 @@ def listen() -> tuple[socket.socket, str]:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("127.0.0.1", 0))
     s.listen(1)
-    return s, "127.0.0.1:%d" % s.getsockname()[1]
+    return s, f"127.0.0.1:{s.getsockname()[1]}"
 
 
 def accept(listener: socket.socket) -> socket.socket:

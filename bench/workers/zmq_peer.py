@@ -15,13 +15,13 @@ import sys
 import zmq
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import common
 
 ZERO_COPY_FROM = 64 * 1024
 
 
 def _bind(sock) -> str:
-    return "tcp://127.0.0.1:%d" % sock.bind_to_random_port("tcp://127.0.0.1")
+    return f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"
 
 
 def recv(spec: dict) -> None:

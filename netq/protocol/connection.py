@@ -29,6 +29,7 @@ import hmac
 import os
 import struct
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
 
@@ -90,6 +91,9 @@ _ONE_PART_DESCRIPTOR = _DESCRIPTOR_SIZE + 8
 _ONE_PART_UNPACK_FROM = _ONE_PART.unpack_from
 _FIRST_LAST = _FIRST | _LAST
 
+Buffer = bytes | bytearray | memoryview  # what is queued for sending
+Part = bytes | bytearray  # a received message part: the object the user gets
+
 
 class ConnectionState(enum.Enum):
     HELLO = "hello"  # waiting for the peer's HELLO
@@ -132,7 +136,7 @@ class MessageReceived(Event):
 
     seq: int
     batch: bool
-    parts: list
+    parts: list[Part]
     size: int
 
 
@@ -178,10 +182,11 @@ class _Incoming:
     def __init__(self, seq: int, batch: bool, sizes: list[int], total: int) -> None:
         self.seq = seq
         self.batch = batch
-        self.objects: list = []
+        self.objects: list[Part] = []
         self.views: list[memoryview] = []
         for raw in sizes:
             size = raw & _SIZE_MASK
+            obj: Part
             if raw & READONLY_BIT:
                 obj, view = _buffers.allocate_readonly(size)
             else:
@@ -277,7 +282,7 @@ class Connection:
         self.sent_bye = False
 
         # Output: sealed buffers in order, plus the bytearray small frames are merged into.
-        self._pending: collections.deque = collections.deque()
+        self._pending: collections.deque[Buffer] = collections.deque()
         self._merge = bytearray()
         self.bytes_queued = 0  # not yet reported as sent
         # Stream offsets (counted over every byte ever queued) of the last run of ACK frames
@@ -337,14 +342,14 @@ class Connection:
 
     # ------------------------------------------------------------------ sending
 
-    def _emit(self, data) -> None:
+    def _emit(self, data: Buffer) -> None:
         merge = self._merge
         merge += data
         self.bytes_queued += len(data)
         if len(merge) >= self.merge_size:
             self._seal()
 
-    def _emit_view(self, view: memoryview) -> None:
+    def _emit_view(self, view: bytes | memoryview) -> None:
         self._seal()
         self._pending.append(view)
         self.bytes_queued += len(view)
@@ -374,15 +379,18 @@ class Connection:
         self._emit(frames.encode_session(token, last_received, resumed, held_bytes,
                                          held_messages))
 
-    def send_message(self, seq: int, parts: list[memoryview], total: int, batch: bool) -> None:
+    def send_message(self, seq: int, parts: Sequence[bytes | memoryview], total: int,
+                     batch: bool) -> None:
         """Queue one message as DATA frames. The caller checked :attr:`can_send_data`.
 
-        ``parts`` are flat byte views; views of ``efficient_size`` bytes or more are queued
-        as they are (zero copy), smaller ones are merged.
+        ``parts`` are flat byte views (or ``bytes``: delivered read-only, like read-only
+        views); views of ``efficient_size`` bytes or more are queued as they are (zero copy),
+        smaller ones are merged.
         """
         if not self.can_send_data:
             raise LocalProtocolError("no send credit, or the link is not open")
         peer = self.peer
+        assert peer is not None  # set by its HELLO, before the link opened
         if total > peer.max_message:
             raise LocalProtocolError(f"message of {total} bytes over the peer's limit")
         if len(parts) > frames.MAX_PARTS:
@@ -392,7 +400,7 @@ class Connection:
             self.send_credit_messages -= 1
         if len(parts) == 1 and total < self.efficient_size and total <= self._chunk:
             part = parts[0]
-            size = total | READONLY_BIT if type(part) is bytes or part.readonly else total
+            size = total | READONLY_BIT if type(part) is not memoryview or part.readonly else total
             merge = self._merge
             merge += _ONE_PART.pack(_DATA, (_FIRST | _LAST | _BATCH) if batch else (_FIRST | _LAST),
                                     0, _ONE_PART_DESCRIPTOR + total, seq, total, 1, 0, size)
@@ -401,7 +409,7 @@ class Connection:
             if len(merge) >= self.merge_size:
                 self._seal()
             return
-        sizes = [len(p) | READONLY_BIT if type(p) is bytes or p.readonly else len(p)
+        sizes = [len(p) | READONLY_BIT if type(p) is not memoryview or p.readonly else len(p)
                  for p in parts]
         descriptor = frames.encode_descriptor(total, sizes)
         first = _FIRST | _BATCH if batch else _FIRST
@@ -456,7 +464,8 @@ class Connection:
         start = self._sent_total + self.bytes_queued
         if start != self._replies_end:
             self._replies_start = start
-        self._emit(_HEADER_PACK(FrameType.CREDIT, 0, 0, 4, nbytes) + frames.CREDIT_PAYLOAD.pack(messages))
+        self._emit(_HEADER_PACK(FrameType.CREDIT, 0, 0, 4, nbytes)
+                   + frames.CREDIT_PAYLOAD.pack(messages))
         self._replies_end = start + HEADER_SIZE + frames.CREDIT_PAYLOAD.size
 
     def send_ack(self, seq: int) -> None:
@@ -482,7 +491,7 @@ class Connection:
         data = text.encode()[: frames.MAX_TEXT]
         self._emit(_HEADER_PACK(FrameType.ERROR, 0, 0, len(data), code) + data)
 
-    def outgoing(self) -> list:
+    def outgoing(self) -> list[Buffer]:
         """Buffers to write next, in order (at most IOV_MAX); empty when all is sent."""
         self._seal()
         pending = self._pending
@@ -496,7 +505,7 @@ class Connection:
         self.sent(len(data))
         return data
 
-    def outgoing_all(self) -> list:
+    def outgoing_all(self) -> list[Buffer]:
         self._seal()
         return list(self._pending)
 
@@ -542,6 +551,7 @@ class Connection:
     def receive_buffer(self) -> memoryview:
         """Where the I/O layer should ``recv_into`` next (never empty)."""
         if self._direct:
+            assert self._incoming is not None  # _direct is only set while a message is due
             return self._incoming.target(self._body_left)
         if self._start == self._end:
             self._start = self._end = 0
@@ -565,6 +575,7 @@ class Connection:
         if self._direct:
             events: list[Event] = []
             incoming = self._incoming
+            assert incoming is not None
             incoming.advance(count)
             self._body_left -= count
             if incoming.remaining == 0:
@@ -577,7 +588,7 @@ class Connection:
         self._end += count
         return self._parse()
 
-    def receive_data(self, data) -> list[Event]:
+    def receive_data(self, data: Buffer) -> list[Event]:
         """Feed bytes that were read elsewhere (tests, message-oriented transports)."""
         events: list[Event] = []
         view = memoryview(data).cast("B")
@@ -606,6 +617,7 @@ class Connection:
 
     def _complete(self, events: list[Event]) -> None:
         incoming = self._incoming
+        assert incoming is not None
         self._incoming = None
         self.expected_seq += 1
         events.append(incoming.finish())
@@ -623,6 +635,7 @@ class Connection:
                     break
                 take = min(available, self._body_left)
                 incoming = self._incoming
+                assert incoming is not None  # _body_left counts the body of this message
                 incoming.fill(view[start : start + take])
                 start += take
                 self._body_left -= take
@@ -659,7 +672,8 @@ class Connection:
                 if (flags & _FIRST_LAST == _FIRST_LAST and end - start >= HEADER_SIZE + length
                         and length >= _ONE_PART_DESCRIPTOR):
                     # Fast path: a whole one-part message in the staging buffer.
-                    (_, _, _, _, _, total, nparts, reserved2, raw) = _ONE_PART_UNPACK_FROM(view, start)
+                    (_, _, _, _, _, total, nparts, reserved2,
+                     raw) = _ONE_PART_UNPACK_FROM(view, start)
                     if (nparts == 1 and not reserved2 and length == _ONE_PART_DESCRIPTOR + total
                             and raw & _SIZE_MASK == total and value == self.expected_seq
                             and total <= self._max_message and self.recv_allowance_bytes > 0
@@ -689,7 +703,8 @@ class Connection:
         self._start = start
         return events
 
-    def _data_header(self, events, view, start, end, flags, length, seq) -> int:
+    def _data_header(self, events: list[Event], view: memoryview, start: int, end: int,
+                     flags: int, length: int, seq: int) -> int:
         """Handle a DATA header at ``start``; returns the new parse position, -1 to stop."""
         if self.state is not ConnectionState.OPEN:
             self._fail(events, RemoteProtocolError(f"DATA in state {self.state.value}"),
@@ -713,6 +728,8 @@ class Connection:
             return start + HEADER_SIZE
         if end - start < HEADER_SIZE + _DESCRIPTOR_SIZE:
             return -1
+        total: int
+        nparts: int
         total, nparts, reserved = _DESCRIPTOR_UNPACK_FROM(view, start + HEADER_SIZE)
         descriptor_size = _DESCRIPTOR_SIZE + 8 * nparts
         if reserved or nparts > frames.MAX_PARTS or length < descriptor_size:
@@ -755,7 +772,7 @@ class Connection:
         batch = bool(flags & _BATCH)
         if last and end - position >= total:
             # The common small message: whole in the staging buffer, cut out by slicing.
-            parts = []
+            parts: list[Part] = []
             for raw in sizes:
                 size = raw & _SIZE_MASK
                 if raw & READONLY_BIT:
@@ -774,8 +791,9 @@ class Connection:
                  payload: bytes) -> None:
         state = self.state
         if frame_type in frames.EXACT_LENGTH and len(payload) != frames.max_payload(frame_type, 0):
-            self._fail(events, RemoteProtocolError(
-                f"{FrameType(frame_type).name} payload of {len(payload)} bytes"), ErrorCode.PROTOCOL)
+            error = RemoteProtocolError(
+                f"{FrameType(frame_type).name} payload of {len(payload)} bytes")
+            self._fail(events, error, ErrorCode.PROTOCOL)
             return
         if frame_type == FrameType.HELLO:
             if state is not ConnectionState.HELLO:
@@ -788,6 +806,7 @@ class Connection:
                            ErrorCode.PROTOCOL)
                 return
             peer = self.peer
+            assert peer is not None and self._authkey is not None  # state AUTH: both are set
             expected = frames.auth_digest(self._authkey, peer.role, peer.id, self.local.nonce,
                                           peer.nonce)
             if not hmac.compare_digest(expected, payload):
@@ -805,6 +824,7 @@ class Connection:
                 frames.decode_session(payload)
             self.state = ConnectionState.OPEN
             self.send_credit_bytes -= held_bytes
+            assert self.peer is not None  # state SESSION: its HELLO came first
             if self.peer.recv_messages != frames.UNLIMITED_MESSAGES:
                 self.send_credit_messages -= held_messages
             if self._asked is not None:
@@ -828,8 +848,9 @@ class Connection:
             self._fail(events, RemoteProtocolError(
                 f"{FrameType(frame_type).name} in state {state.value}"), ErrorCode.PROTOCOL)
         elif frame_type == FrameType.CREDIT:
-            messages = frames.CREDIT_PAYLOAD.unpack(payload)[0]
+            messages: int = frames.CREDIT_PAYLOAD.unpack(payload)[0]
             self.send_credit_bytes += value
+            assert self.peer is not None  # state OPEN
             if self.peer.recv_messages != frames.UNLIMITED_MESSAGES:
                 self.send_credit_messages += messages
             events.append(CreditReceived(value, messages))

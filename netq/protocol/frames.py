@@ -137,7 +137,8 @@ class Hello:
 
 # Largest payload accepted per frame type, before looking at the payload. DATA is bounded by
 # the receiver's own max_frame (see max_payload).
-_FIXED_LIMITS = {
+# Keyed by int: the parser looks the raw type byte up (FrameType members hash as their value).
+_FIXED_LIMITS: dict[int, int] = {
     FrameType.HELLO: HELLO.size,
     FrameType.AUTH: AUTH_SIZE,
     FrameType.SESSION: SESSION.size,

@@ -26,6 +26,7 @@ Set ``NETQ_FAULT_FIGURES=<file>`` to append each test's measurements to it as JS
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -97,7 +98,7 @@ class Traffic:
             threading.Thread(target=self._receive, args=(client, "s"), name="test-recv"),
         ]
 
-    def __enter__(self) -> "Traffic":
+    def __enter__(self) -> Traffic:
         for thread in self._threads:
             thread.start()
         return self
@@ -191,7 +192,7 @@ class Traffic:
         for tag in ("c", "s"):
             assert self.sent[tag] > 50, self.sent  # the fault struck mid-stream
             assert self.received[tag] == list(range(self.sent[tag])), tag
-        for future, calls in self.futures:
+        for future, _ in self.futures:
             assert future.result(T) is None
         wait_for(lambda: all(calls == 1 for _, calls in self.futures), T,
                  message="every done-callback to have run")
@@ -489,11 +490,14 @@ def test_network_fault_loses_and_duplicates_nothing(transport, fault):
                 traffic.flowing()
         elif fault == "truncate":
             # Mid-header (5 bytes of the next chunk), then mid-payload of a large message.
+            def truncated_more_than(count: int) -> bool:
+                return proxy.stats().truncated > count
+
             for keep in (5, LARGE // 2):
                 before = client.statistics().peers[0].reconnects
                 truncated = proxy.stats().truncated
                 proxy.truncate(keep)
-                wait_for(lambda: proxy.stats().truncated > truncated, T,
+                wait_for(functools.partial(truncated_more_than, truncated), T,
                          message=f"a chunk longer than {keep} bytes to be cut")
                 wait_reconnected(client, before)
                 traffic.flowing()

@@ -14,8 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from netq import _buffers
 from netq.exceptions import AuthenticationError, LocalProtocolError, RemoteProtocolError
-from netq.protocol import connection as connection_module
-from netq.protocol import frames
+from netq.protocol import connection as connection_module, frames
 from netq.protocol.connection import (
     DIRECT_THRESHOLD,
     IOV_MAX,

@@ -232,7 +232,8 @@ def test_server_starts_and_binds_on_a_thread_running_an_event_loop(transport):
             taken.bind(("127.0.0.1", 0))
             taken.listen()
             with pytest.raises(OSError):
-                transport.make_server(netloc=nq.NetworkLocation("127.0.0.1", taken.getsockname()[1]))
+                transport.make_server(
+                    netloc=nq.NetworkLocation("127.0.0.1", taken.getsockname()[1]))
 
     asyncio.run(inside_a_running_loop())
 

@@ -20,7 +20,7 @@ from netq.exceptions import ConnectionLost
 from netq.transports.packets import PacketTransport
 
 T = 20.0
-_SERVERS: dict[str, "InProcessTransport"] = {}
+_SERVERS: dict[str, InProcessTransport] = {}
 _SERVERS_LOCK = threading.Lock()
 
 

@@ -19,6 +19,7 @@ except ImportError:
     collect_ignore_glob = ["test_*.py"]  # reported by tests/test_display.py
 else:
     import comm as comm_package
+
     from widget_testing import Frontend
 
     @pytest.fixture

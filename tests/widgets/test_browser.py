@@ -6,8 +6,9 @@ client and keeps the kernel busy), starts ``jupyter-lab`` on a free loopback por
 and its own config/data/runtime/settings directories, opens the notebook with ``?reset``,
 runs all cells from the menu and checks in the page: both monitors render their table (one
 row per peer, the late peer included) and their bokeh canvases, the points plotted grow (also
-while the last cell keeps the kernel busy), and the console has no errors. It re-runs the check cell once the kernel is idle
-(when the browser's echoes have arrived) to see that the kernel-side data has no duplicates.
+while the last cell keeps the kernel busy), and the console has no errors. It re-runs the
+check cell once the kernel is idle (when the browser's echoes have arrived) to see that the
+kernel-side data has no duplicates.
 Screenshots go to ``test-artifacts/`` (``$NETQ_TEST_ARTIFACTS``). Kernels are deleted and
 the server is stopped by its pid.
 
@@ -33,6 +34,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from netq_testing import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -257,7 +259,7 @@ def _points(page) -> dict[str, int]:
 def _run_all(page) -> None:
     """Run > Run All Cells; again if the first cell has not started within 30 s."""
     first = page.locator(".jp-Cell").first.locator(".jp-InputPrompt")
-    for attempt in range(2):
+    for _ in range(2):
         page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click(
             no_wait_after=True, timeout=120_000)
         page.locator('li.lm-Menu-item[data-command="runmenu:run-all"]').click(

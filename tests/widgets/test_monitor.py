@@ -12,9 +12,10 @@ import math
 import re
 import threading
 
+from netq.widgets import Monitor, Sampler
+
 import netq
 from netq.display import html_table, peer_fields
-from netq.widgets import Monitor, Sampler
 from netq_testing import wait_for
 from widget_testing import Traffic, same_columns
 
@@ -138,8 +139,9 @@ def test_restart_after_stop_and_after_close(frontend):
 
 
 def test_displayed_in_a_kernel_it_is_live(frontend, monkeypatch):
-    import netq.display
     import netq.widgets.monitor as monitor_module
+
+    import netq.display
 
     loads = []
     monkeypatch.setattr(netq.display, "in_kernel", lambda: True)

@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 from jupyter_bokeh import BokehModel
-
 from netq.widgets import DisplayOnlyBokehModel, PeerPlots
+
 from widget_testing import make_row, make_stats, same_columns
 
 A, B, C = (uuid.UUID(int=i) for i in (0xA0, 0xB0, 0xC0))

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from netq.widgets import Monitor
+
 from netq_testing import wait_for
 from widget_testing import Traffic
 

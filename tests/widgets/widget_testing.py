@@ -1,11 +1,12 @@
 """Helpers for the widget tests: a recorded "frontend" and snapshots built by hand.
 
 The ``frontend`` fixture (conftest.py) replaces ``comm.create_comm`` (what ipywidgets 8 uses
-to open widget comms) with :class:`RecordingComm`: every message a browser would receive is JSON-encoded (as the kernel's
-session would) and recorded, and :class:`Frontend` replays them into a replica of what the
-browser holds: each widget's state, and the data of every bokeh ColumnDataSource after the
-kernel's PATCH-DOC messages. ``Frontend.echo`` sends back what jupyter_bokeh 4.1's browser side
-sends after applying a patch (the same events, marked ``"event": "jsevent"``).
+to open widget comms) with :class:`RecordingComm`: every message a browser would receive is
+JSON-encoded (as the kernel's session would) and recorded, and :class:`Frontend` replays them
+into a replica of what the browser holds: each widget's state, and the data of every bokeh
+ColumnDataSource after the kernel's PATCH-DOC messages. ``Frontend.echo`` sends back what
+jupyter_bokeh 4.1's browser side sends after applying a patch (the same events, marked
+``"event": "jsevent"``).
 """
 
 from __future__ import annotations
@@ -198,7 +199,7 @@ def same_columns(a: dict, b: dict) -> bool:
     """Two ColumnDataSource data dicts are equal (NaN == NaN)."""
     if set(a) != set(b):
         return False
-    return all(len(a[k]) == len(b[k]) and all(_same(x, y) for x, y in zip(a[k], b[k]))
+    return all(len(a[k]) == len(b[k]) and all(_same(x, y) for x, y in zip(a[k], b[k], strict=True))
                for k in a)
 
 

@@ -52,6 +52,10 @@ DESCRIPTION = ("Start a netq server and N client communicators in this process, 
 # Which protocols need what beyond the standard library: (importable module, pip package, extra).
 _EXTRAS = {"mqtt": ("paho", "paho-mqtt", "mqtt"), "grpc": ("grpc", "grpcio", "grpc")}
 
+_WHERE = {"tcp": "over TCP on loopback", "unix": "over a Unix domain socket",
+          "mqtt": "over MQTT through a private mosquitto on loopback",
+          "grpc": "over gRPC on loopback"}
+
 LEGEND = (
     "columns (one row per client, as the server sees it):\n"
     "  queue in    messages received, waiting for the server's get()\n"
@@ -127,8 +131,9 @@ def render(stats, names: dict[uuid.UUID, str]) -> str:
 
 def intro(clients: int, seconds: float, protocol: str) -> str:
     """The one line that says what the demo does."""
-    return (f"netq demo: a server and {clients} clients in this process over "
-            f"{protocol.upper()} on loopback for {seconds:g} s. Each client puts messages of "
+    where = _WHERE.get(protocol, f"over {protocol}")
+    return (f"netq demo: a server and {clients} clients in this process {where} for "
+            f"{seconds:g} s. Each client puts messages of "
             f"64 B to 1 MiB (client-0 slowly); the server gets them, checks their order and "
             f"replies to every {REPLY_EVERY}th.")
 

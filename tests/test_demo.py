@@ -45,7 +45,7 @@ def test_demo_moves_traffic_and_loses_nothing(protocol):
     assert summary["problems"] == []
     text = out.getvalue()
     first = text.splitlines()[0]
-    assert first.startswith("netq demo: a server and 3 clients") and protocol.upper() in first
+    assert first.startswith("netq demo: a server and 3 clients") and protocol in first.lower()
     assert "puts messages of 64 B to 1 MiB" in first and "replies to every 100th" in first
     assert len(re.findall(r"^ *\d+\.\d s  \d of 3 clients connected", text, re.MULTILINE)) >= 2
     assert "client-0" in text and "credit in" in text  # the final table

@@ -1,15 +1,21 @@
 """``python -m netq demo``: a server and several clients on loopback, watched live.
 
-Each client is a separate communicator (its own I/O thread and TCP connection) that puts a mix
-of message sizes; the server echoes a small receipt for every 100th message, so traffic flows
-both ways. Every ``--interval`` seconds the main thread prints the server's per-peer
-statistics (state, queue depths, rates, memory, credit); at the end, a summary with the
-totals, and a check that every message arrived in order.
+Each client is a separate communicator (its own I/O thread and connection) that puts
+``(client index, sequence number, payload)`` tuples of mixed sizes and counts its delivery
+futures as they resolve; the server gets them, checks each client's order, and puts a short
+reply back for every 100th message, so traffic flows both ways. On a terminal the server's
+per-peer table (the same fields as the Jupyter widget, :mod:`netq.display`) is redrawn in
+place; written to a file or a pipe, one plain line per interval instead. At the end: the
+final table, a legend, and a summary with a delivery check.
+
+The command line itself (``python -m netq``, its subcommands and their help) is built in
+:mod:`netq.__main__` from :func:`add_arguments` and :data:`SUMMARY` / :data:`DESCRIPTION`.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import random
 import shutil
 import sys
@@ -26,11 +32,96 @@ from . import (
     Purpose,
     ResourceClosed,
     new,
+    transports,
 )
-from .display import text_table
+from .display import format_bytes, format_count, format_rate, text_table
 
 SIZES = (64, 4096, 65536, 1 << 20)  # bytes; chosen per message with WEIGHTS
 WEIGHTS = (60, 25, 10, 5)
+REPLY_EVERY = 100  # the server replies to every 100th message of each client
+
+# What `python -m netq --help` and `python -m netq demo --help` say (plain text, no markup).
+SUMMARY = "a server and N clients on loopback, with live per-client statistics"
+DESCRIPTION = ("Start a netq server and N client communicators in this process, on loopback. "
+               "Each client puts messages of 64 B to 1 MiB as fast as the server takes them; "
+               "the server checks that every client's messages arrive in order and replies "
+               f"to every {REPLY_EVERY}th. On a terminal a per-client table is redrawn in "
+               "place; redirected to a file, one plain line per interval. Exits 0 when every "
+               "message arrived exactly once and in order.")
+
+# Which protocols need what beyond the standard library: (importable module, pip package, extra).
+_EXTRAS = {"mqtt": ("paho", "paho-mqtt", "mqtt"), "grpc": ("grpc", "grpcio", "grpc")}
+
+_WHERE = {"tcp": "over TCP on loopback", "unix": "over a Unix domain socket",
+          "mqtt": "over MQTT through a private mosquitto on loopback",
+          "grpc": "over gRPC on loopback"}
+
+LEGEND = (
+    "columns (one row per client, as the server sees it):\n"
+    "  queue in    messages received, waiting for the server's get()\n"
+    "  queue out   replies put() by the server, not yet sent\n"
+    "  in / out    messages and MB per second received from / sent to the client\n"
+    "  memory      bytes netq holds for the client (queued in + unsent + unacknowledged)\n"
+    "  credit in   bytes the client may still send before the server grants more\n"
+    "  credit out  bytes the client still lets the server send\n"
+    "  Credit may go below zero by up to one message: a message may start on any positive\n"
+    "  credit, so a 1 MiB message started with 200 KiB left shows as about -824 KiB.")
+
+
+class Unavailable(RuntimeError):
+    """The chosen protocol cannot run in this installation (the message says what is missing)."""
+
+
+def protocols() -> list[str]:
+    """The demo's ``--protocol`` choices: the registered transports, in Protocol order."""
+    registered = transports.available()
+    return [p.value for p in Protocol if p.value in registered]
+
+
+def missing(protocol: str) -> str | None:
+    """What this installation lacks to run ``protocol`` (a plain sentence), or None."""
+    if protocol in _EXTRAS:
+        module, package, extra = _EXTRAS[protocol]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # ValueError: blocked by sys.modules[module] = None
+            found = False
+        if not found:
+            return f"{package} is not installed: pip install 'netq[{extra}]'"
+    if protocol == "mqtt":
+        from .exceptions import BrokerUnavailable
+        from .mqtt import find_mosquitto
+
+        try:
+            find_mosquitto()
+        except BrokerUnavailable as error:
+            return f"the demo starts a private mosquitto: {error}"
+    return None
+
+
+def _protocol_help() -> str:
+    names = protocols()
+    lacking = {name: why for name in names if (why := missing(name)) is not None}
+    text = ("transport (default tcp). tcp and unix need nothing more; mqtt runs through a "
+            "private mosquitto started for the demo (needs the [mqtt] extra and mosquitto); "
+            "grpc needs the [grpc] extra.")
+    if lacking:
+        return text + " Not usable here: " + "; ".join(f"{n}: {w}" for n, w in lacking.items())
+    return text + f" Usable here: {', '.join(names)}."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The demo's options, added to the ``demo`` subcommand's parser (netq.__main__)."""
+    parser.add_argument("--clients", type=int, default=4, metavar="N",
+                        help="client communicators (default 4)")
+    parser.add_argument("--seconds", type=float, default=5.0, metavar="S",
+                        help="how long the clients send (default 5)")
+    parser.add_argument("--interval", type=float, default=None, metavar="S",
+                        help="seconds between updates (default 0.5 on a terminal, 1 otherwise)")
+    parser.add_argument("--protocol", choices=protocols(), default="tcp",
+                        help=_protocol_help())
+    parser.add_argument("--port", type=int, default=0,
+                        help="TCP port, or the broker's for mqtt (default: any free one)")
 
 
 def render(stats, names: dict[uuid.UUID, str]) -> str:
@@ -38,12 +129,49 @@ def render(stats, names: dict[uuid.UUID, str]) -> str:
     return text_table(stats, names)
 
 
-def run(clients: int = 4, seconds: float = 5.0, interval: float = 0.5,
+def intro(clients: int, seconds: float, protocol: str) -> str:
+    """The one line that says what the demo does."""
+    where = _WHERE.get(protocol, f"over {protocol}")
+    return (f"netq demo: a server and {clients} clients in this process {where} for "
+            f"{seconds:g} s. Each client puts messages of "
+            f"64 B to 1 MiB (client-0 slowly); the server gets them, checks their order and "
+            f"replies to every {REPLY_EVERY}th.")
+
+
+def progress_line(elapsed: float, stats, clients: int, acknowledged: int) -> str:
+    """One plain line of progress (for a file or a pipe: no escape codes, no fixed width)."""
+    connected = sum(1 for row in stats.peers if row.state == "connected")
+    return (f"{elapsed:5.1f} s  {connected} of {clients} clients connected  "
+            f"received {format_count(stats.messages_in_per_s)} msg/s "
+            f"{format_rate(stats.bytes_in_per_s / 1e6)} MB/s  "
+            f"replied {format_count(stats.messages_out_per_s)} msg/s  "
+            f"queued for get() {sum(row.queue_in for row in stats.peers)}  "
+            f"server memory {format_bytes(stats.memory)}  "
+            f"acknowledged deliveries so far {acknowledged}")
+
+
+class _Tally:
+    """A counter that the client's thread and its I/O thread (future callbacks) both bump."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0
+
+    def add(self, _future=None) -> None:
+        with self._lock:
+            self.value += 1
+
+
+def run(clients: int = 4, seconds: float = 5.0, interval: float | None = None,
         protocol: str = "tcp", port: int = 0, out=sys.stdout) -> dict:
     """Run the demo; returns the summary (messages, bytes, seconds, losses).
 
     ``protocol="mqtt"`` starts a private mosquitto (netq.brokers.local_broker) for the run.
+    Raises :class:`Unavailable` naming what is missing when the protocol cannot run here.
     """
+    why = missing(protocol)
+    if why is not None:
+        raise Unavailable(f"--protocol {protocol} cannot run here: {why}")
     if protocol == "mqtt":
         from .brokers import local_broker
 
@@ -54,8 +182,20 @@ def run(clients: int = 4, seconds: float = 5.0, interval: float = 0.5,
                 NetworkLocation(host="127.0.0.1", port=port), out)
 
 
-def _run(clients: int, seconds: float, interval: float, protocol: str,
+def _rows(text: str, width: int) -> int:
+    """Terminal rows that ``text`` takes when lines wrap at ``width`` columns."""
+    return sum(max(1, -(-len(line) // width)) for line in text.split("\n"))
+
+
+def _run(clients: int, seconds: float, interval: float | None, protocol: str,
          netloc: NetworkLocation, out) -> dict:
+    interactive = out.isatty() if hasattr(out, "isatty") else False
+    if interval is None:
+        interval = 0.5 if interactive else 1.0
+    out.write(intro(clients, seconds, protocol) + "\n")
+    if interactive:
+        out.write(LEGEND + "\n")
+    out.flush()
     options = CommunicatorOptions(
         netloc=netloc,
         connection=ConnectionOptions(recv_budget=8 << 20, send_budget=8 << 20))
@@ -67,7 +207,9 @@ def _run(clients: int, seconds: float, interval: float, protocol: str,
         client_netloc = netloc
     stop = threading.Event()
     sent = [0] * clients
-    receipts = [0] * clients
+    acknowledged = [_Tally() for _ in range(clients)]
+    failed = [_Tally() for _ in range(clients)]
+    replies = [0] * clients
     names: dict[uuid.UUID, str] = {}
     problems: list[str] = []
     payloads = {size: bytes(random.getrandbits(8) for _ in range(64)) * (size // 64) for size in SIZES}
@@ -78,15 +220,19 @@ def _run(clients: int, seconds: float, interval: float, protocol: str,
             netloc=client_netloc, connection=options.connection))
         names[client.id] = f"client-{index}"
         rng = random.Random(index)
+
+        def settled(future) -> None:
+            (failed if future.exception() is not None else acknowledged)[index].add()
+
         try:
             while not stop.is_set():
                 size = rng.choices(SIZES, WEIGHTS)[0]
-                client.put((index, sent[index], payloads[size]))
+                client.put((index, sent[index], payloads[size])).add_done_callback(settled)
                 sent[index] += 1
                 try:
                     while True:
                         client.get_nowait()
-                        receipts[index] += 1
+                        replies[index] += 1
                 except Empty:
                     pass
                 if index == 0:
@@ -96,7 +242,7 @@ def _run(clients: int, seconds: float, interval: float, protocol: str,
             try:
                 while True:
                     client.get_nowait()
-                    receipts[index] += 1
+                    replies[index] += 1
             except (Empty, ResourceClosed):
                 pass
 
@@ -117,9 +263,9 @@ def _run(clients: int, seconds: float, interval: float, protocol: str,
                 if sequence != received[index]:
                     problems.append(f"client-{index}: got #{sequence}, expected #{received[index]}")
                 received[index] = sequence + 1
-                if sequence % 100 == 0:
+                if sequence % REPLY_EVERY == 0:
                     try:
-                        server.put(("receipt", sequence), message.peer)
+                        server.put(("reply", sequence), message.peer)
                     except ResourceClosed:
                         pass
 
@@ -129,19 +275,36 @@ def _run(clients: int, seconds: float, interval: float, protocol: str,
     consumer.start()
     for thread in threads:
         thread.start()
-    interactive = out.isatty() if hasattr(out, "isatty") else False
+    server.statistics()  # the first snapshot: rates are measured from here
     started = time.monotonic()
-    shown = 0
+    shown = 0  # terminal rows of the table drawn last, to redraw it in place
+    told_width = False
     try:
-        while time.monotonic() - started < seconds:
-            time.sleep(interval)
-            table = render(server.statistics(), names)
-            if interactive and shown:
-                out.write(f"\x1b[{shown}F\x1b[J")  # redraw in place
+        while (elapsed := time.monotonic() - started) < seconds:
+            time.sleep(min(interval, max(0.0, seconds - elapsed)))
+            stats = server.statistics()
+            if not interactive:
+                out.write(progress_line(time.monotonic() - started, stats, clients,
+                                        sum(t.value for t in acknowledged)) + "\n")
+                out.flush()
+                continue
+            table = render(stats, names)
+            width = shutil.get_terminal_size((120, 20)).columns
+            widest = max(len(line) for line in table.split("\n"))
+            if widest > width and not told_width:
+                out.write(f"(the table is {widest} columns wide; a wider terminal shows it "
+                          f"unwrapped)\n")
+                told_width = True
+                shown = 0
+            if shown:
+                out.write(f"\x1b[{shown}F\x1b[J")  # back to the table's first row, clear below
             out.write(table + "\n")
             out.flush()
-            shown = table.count("\n") + 1
+            shown = _rows(table, width)
+    except KeyboardInterrupt:
+        out.write("\n(interrupted: stopping the clients)\n")
     finally:
+        sending = server.statistics()  # while the clients still send, for the final table
         stop.set()
         for thread in threads:
             thread.join()
@@ -156,31 +319,42 @@ def _run(clients: int, seconds: float, interval: float, protocol: str,
         "bytes": final.bytes_in,
         "sent": sum(sent),
         "received": sum(received),
-        "receipts": sum(receipts),
+        "acknowledged": sum(t.value for t in acknowledged),
+        "failed": sum(t.value for t in failed),
+        "replies": sum(replies),
         "problems": problems,
     }
+    if not interactive:
+        out.write("\nthe server's view of each client just before they stopped:\n"
+                  + render(sending, names) + "\n" + LEGEND + "\n")
     lost = summary["sent"] - summary["received"]
     out.write(
-        f"\nsummary: {summary['received']} messages ({summary['bytes'] / 2**20:.1f} MiB) from "
-        f"{clients} clients in {elapsed:.1f} s = {summary['received'] / elapsed:,.0f} msg/s, "
-        f"{summary['bytes'] / elapsed / 1e9:.2f} GB/s; {summary['receipts']} receipts back; "
-        f"lost {lost}, out of order {len(problems)}\n")
+        f"\nsummary: the server received {summary['received']} messages "
+        f"({summary['bytes'] / 2**20:.1f} MiB) from {clients} clients in {elapsed:.1f} s: "
+        f"{summary['received'] / elapsed:,.0f} msg/s, {summary['bytes'] / elapsed / 1e9:.2f} GB/s\n"
+        f"  {summary['acknowledged']} of the {summary['sent']} puts became acknowledged "
+        f"deliveries (the server's netq confirmed receipt); {summary['replies']} replies came "
+        f"back\n"
+        f"  lost {lost}, out of order {len(problems)}, failed deliveries {summary['failed']}\n")
+    for problem in problems[:10]:
+        out.write(f"  {problem}\n")
+    out.flush()
     return summary
 
 
+def command(args: argparse.Namespace) -> int:
+    """The ``demo`` subcommand: exit 0 when every message arrived once and in order."""
+    try:
+        summary = run(args.clients, args.seconds, args.interval, args.protocol, args.port)
+    except Unavailable as error:
+        print(f"netq demo: {error}", file=sys.stderr)
+        return 2
+    ok = summary["sent"] == summary["received"] and not summary["problems"] and not summary["failed"]
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m netq demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, default=4, help="client communicators (default 4)")
-    parser.add_argument("--seconds", type=float, default=5.0, help="how long to run (default 5)")
-    parser.add_argument("--interval", type=float, default=0.5, help="seconds between tables")
-    parser.add_argument("--protocol", choices=("tcp", "unix", "mqtt", "grpc"), default="tcp",
-                        help="mqtt: through a private mosquitto started for the demo; "
-                             "mqtt and grpc need the [mqtt] / [grpc] extras")
-    parser.add_argument("--port", type=int, default=0,
-                        help="TCP port, or the broker's for mqtt (default: any free one)")
-    args = parser.parse_args(argv)
-    width = shutil.get_terminal_size((100, 20)).columns
-    if width < 110:
-        print("(widen the terminal to 110 columns for the full table)")
-    summary = run(args.clients, args.seconds, args.interval, args.protocol, args.port)
-    return 0 if summary["sent"] == summary["received"] and not summary["problems"] else 1
+    """``python -m netq demo ARGS`` (kept for callers of netq.demo.main)."""
+    from .__main__ import main as netq_main
+
+    return netq_main(["demo", *(sys.argv[1:] if argv is None else argv)])

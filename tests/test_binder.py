@@ -131,7 +131,14 @@ def test_start_runs_a_loopback_broker_then_becomes_the_command(tmp_path):
         _pid, address = result.stdout.split()
         assert address.startswith("127.0.0.1:")
         assert f"mosquitto on {address}" in result.stderr
-        assert psutil.pid_exists(int((directory / "mosquitto.pid").read_text()))
+        pid = int((directory / "mosquitto.pid").read_text())
+        assert psutil.pid_exists(pid)
+        log = (directory / "mosquitto.log").read_text(errors="replace")
+        assert "running" in log, log
+        # No warning about running as root: started by root, the broker drops to its own user.
+        assert "not be run as root" not in result.stderr + log, result.stderr + log
+        if os.geteuid() == 0:
+            assert psutil.Process(pid).username() != "root"
     finally:
         stop_broker(directory)
 

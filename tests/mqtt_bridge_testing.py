@@ -75,19 +75,21 @@ class BridgedBrokers:
 
     ``a`` and ``b`` are :class:`netq.mqtt.LocalBroker`; ``server_netloc(service)`` and
     ``client_netloc(service)`` are where netq connects. ``overrides`` go to
-    :func:`bridge_lines`; ``limits`` (``max_queued_messages`` etc.) apply to both brokers.
+    :func:`bridge_lines`; ``limits`` (``max_queued_messages`` etc.) apply to both brokers,
+    ``a_limits`` to broker A only (over ``limits``).
     Use as a context manager; :meth:`close` stops everything.
     """
 
     def __init__(self, directory: str | os.PathLike, *, via_proxy: bool = False,
                  prefix: str = PREFIX, qos: int = BRIDGE_QOS, overrides: dict | None = None,
-                 **limits) -> None:
+                 a_limits: dict | None = None, **limits) -> None:
         self.directory = Path(directory)
         self.prefix = prefix
         self.qos = qos
         self.overrides = overrides
         self.via_proxy = via_proxy
         self.limits = limits
+        self.a_limits = {**limits, **(a_limits or {})}
         self.name = f"netq-bridge-{uuid.uuid4().hex[:8]}"
         self.a: LocalBroker | None = None
         self.b: LocalBroker | None = None
@@ -97,7 +99,7 @@ class BridgedBrokers:
 
     def start(self, timeout: float = 20.0) -> BridgedBrokers:
         try:
-            self.a = LocalBroker(directory=self.directory / "a", **self.limits).start()
+            self.a = LocalBroker(directory=self.directory / "a", **self.a_limits).start()
             remote = (self.a.host, self.a.port)
             if self.via_proxy:
                 from fault_proxy import FaultProxy

@@ -61,25 +61,28 @@ def bridged(request, tmp_path):
         yield brokers
 
 
-def _options(netloc: nq.NetworkLocation, **connection) -> nq.CommunicatorOptions:
-    return nq.CommunicatorOptions(netloc=netloc, connection=nq.ConnectionOptions(**connection))
+def _options(netloc: nq.NetworkLocation, mqtt: nq.MQTTOptions | None = None,
+             **connection) -> nq.CommunicatorOptions:
+    return nq.CommunicatorOptions(netloc=netloc, connection=nq.ConnectionOptions(**connection),
+                                  mqtt=mqtt or nq.MQTTOptions())
 
 
 class Cluster:
     """A server on broker A and clients on broker B; closes them all (with timeouts)."""
 
     def __init__(self, brokers: BridgedBrokers, service: str | None = None,
-                 **connection) -> None:
+                 mqtt: nq.MQTTOptions | None = None, **connection) -> None:
         self.brokers = brokers
         self.service = service or f"b-{uuid.uuid4().hex[:12]}"
+        self.mqtt = mqtt
         self.connection = connection
         self.server = nq.new(nq.Protocol.MQTT, nq.Purpose.SERVER,
-                             _options(brokers.server_netloc(self.service), **connection))
+                             _options(brokers.server_netloc(self.service), mqtt, **connection))
         self.clients: list[nq.Communicator] = []
         self.children: list[Child] = []
 
     def client_options(self, **connection) -> nq.CommunicatorOptions:
-        return _options(self.brokers.client_netloc(self.service),
+        return _options(self.brokers.client_netloc(self.service), self.mqtt,
                         **{**self.connection, **connection})
 
     def client(self, **connection) -> nq.Communicator:
@@ -118,8 +121,8 @@ class Cluster:
 def cluster_factory():
     made = []
 
-    def make(brokers, service=None, **connection) -> Cluster:
-        cluster = Cluster(brokers, service, **connection)
+    def make(brokers, service=None, mqtt=None, **connection) -> Cluster:
+        cluster = Cluster(brokers, service, mqtt, **connection)
         made.append(cluster)
         return cluster
 
@@ -277,6 +280,24 @@ def test_numbered_traffic_both_ways_across_the_bridge(bridged, cluster_factory):
           f"{elapsed:.2f} s: {traffic.bytes / MiB / elapsed:.1f} MiB/s, "
           f"{messages / elapsed:.0f} msg/s; link gaps {counters['gaps']}, "
           f"probes {counters['probes']}")
+
+
+@pytest.mark.parametrize("bridged", [pytest.param({"a_limits": {"max_packet_size": 64 * KiB}},
+                                                 id="A-64KiB-packets")], indirect=True)
+def test_packet_limit_of_the_far_broker_set_in_mqtt_options(bridged, cluster_factory):
+    """Broker A accepts packets up to 64 KiB; B has no limit. A client's CONNACK only tells it
+    B's limit, and broker A drops the whole bridge connection on a larger packet (every
+    netq link through it stalls while the bridge reconnects and resends it), so every
+    communicator is given the network's smallest limit in MQTTOptions.max_packet_size:
+    then 1 MiB messages cross both ways in 64 KiB packets."""
+    cluster = cluster_factory(bridged, mqtt=nq.MQTTOptions(max_packet_size=64 * KiB))
+    clients = [cluster.connect() for _ in range(2)]
+    bridges = bridged.bridge_log_lines("New bridge connected")
+    traffic = Traffic(cluster.server, clients, 24).start()
+    traffic.join(120)
+    traffic.check()
+    assert bridged.bridge_log_lines("oversize packet") == 0
+    assert bridged.bridge_log_lines("New bridge connected") == bridges  # never dropped
 
 
 # ============================================================================ (b) presence

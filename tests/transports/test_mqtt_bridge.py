@@ -10,7 +10,11 @@ retained "online" status and every client's Last Will cross a mosquitto bridge (
   raise ResourceClosed; a SIGKILLed client process is noticed through its Last Will, carried
   by the bridge, long before netq's own heartbeat could;
 * faults: broker B (the clients' side) crashes and restarts mid-traffic, then the bridge link
-  alone is reset; after netq reconnects every message has arrived exactly once, in order.
+  alone is reset; after netq reconnects every message has arrived exactly once, in order,
+  through a bridge that preserves in-flight messages and through one that loses them;
+* what the network must preserve: a bridge that drops the RETAIN flag hides the server from
+  clients that join later; a far broker's smaller packet limit is met by
+  ``MQTTOptions.max_packet_size``.
 """
 
 from __future__ import annotations
@@ -371,10 +375,13 @@ def test_a_bridge_that_drops_the_retain_flag_hides_the_server_from_late_clients(
         assert status.arrived.wait(T), "the server's status never crossed the bridge"
     assert status.messages[0][1].startswith(b"online")
     late = cluster.client()
+    question = late.put("anyone there?")
     with pytest.raises(TimeoutError):
-        late.put("anyone there?").result(3.0)
+        question.result(3.0)
     assert not cluster.server.peers
     assert late.statistics().peers[0].state == "connecting"
+    late.close(timeout=0.5)  # nobody to flush to
+    assert isinstance(question.exception(T), nq.ResourceClosed)
 
 
 # ============================================================================ (c) faults

@@ -90,7 +90,7 @@ def missing(protocol: str) -> str | None:
             return f"{package} is not installed: pip install 'netq[{extra}]'"
     if protocol == "mqtt":
         from .exceptions import BrokerUnavailable
-        from .mqtt import find_mosquitto
+        from .brokers import find_mosquitto
 
         try:
             find_mosquitto()

@@ -2,7 +2,7 @@
 
 The shape of a broker cluster or an edge-to-cloud federation: every link packet, the server's
 retained "online" status and every client's Last Will cross a mosquitto bridge (see
-``tests/mqtt_bridge_testing.py`` for the configuration and why each line is there).
+``tests/transports/mqtt_bridge_testing.py`` for the configuration and why each line is there).
 
 * numbered traffic both ways, 0 B to 1 MiB, three clients: every message arrives once, intact
   and in order, and every put future resolves;
@@ -29,8 +29,8 @@ pytest.importorskip("paho.mqtt", reason="Protocol.MQTT needs paho-mqtt")
 
 import netq as nq  # noqa: E402
 from conftest import Child  # noqa: E402
-from mqtt_bridge_testing import PREFIX, BridgedBrokers, Watcher  # noqa: E402
-from netq.mqtt import find_mosquitto  # noqa: E402
+from transports.mqtt_bridge_testing import PREFIX, BridgedBrokers, Watcher  # noqa: E402
+from netq.brokers import find_mosquitto
 from netq.transports.mqtt import link_statistics  # noqa: E402
 from netq_child import encode_options  # noqa: E402
 from netq_testing import peer_row, sequence_payload, wait_for  # noqa: E402

@@ -711,18 +711,17 @@ class NetemLink:
 
     Makes a network namespace ``netq-<pid>-<n>`` joined to this one by a veth pair with two
     addresses of a /30 in 198.18.0.0/15 (the benchmarking range, never routed), puts netem
-    (``loss`` as a fraction, ``delay`` one way in seconds, optional ``rate`` in bytes/s) on
-    both ends, and a :class:`Relay` (forwarding to ``upstream`` on loopback here) listening
-    on the namespace's end. A client connecting to :attr:`netloc` sends real packets across
+    (``loss`` as a fraction, ``delay`` one way in seconds) on both ends, and a :class:`Relay`
+    (forwarding to ``upstream`` on loopback here) listening on the namespace's end; ``relay``
+    are keyword arguments for it (``rate=`` caps the link there, ``name=`` its thread). A client connecting to :attr:`netloc` sends real packets across
     the veth, where netem drops and delays them; TCP repairs the losses, as on a lossy edge
     link. ``close()`` deletes the namespace and the pair. Needs root, ``ip`` and ``tc``;
-    check :func:`netem_unavailable` first. With ``loss=0, delay=0`` and no rate no qdisc is
-    added (only namespaces are needed). ``relay``: keyword arguments for the Relay.
+    check :func:`netem_unavailable` first. With ``loss=0, delay=0`` no qdisc is added (only
+    namespaces are needed).
     """
 
-    def __init__(self, upstream, *, loss: float = 0.01, delay: float = 0.0,
-                 rate: float | None = None, **relay) -> None:
-        shaped = bool(loss or delay or rate)
+    def __init__(self, upstream, *, loss: float = 0.01, delay: float = 0.0, **relay) -> None:
+        shaped = bool(loss or delay)
         reason = netem_unavailable() if shaped else namespaces_unavailable()
         if reason:
             raise OSError(f"NetemLink: {reason}")
@@ -752,8 +751,6 @@ class NetemLink:
                     netem += ["delay", f"{delay * 1e6:.0f}us"]
                 if loss:
                     netem += ["loss", f"{loss * 100:g}%"]
-                if rate:
-                    netem += ["rate", f"{int(rate * 8)}bit"]
                 self._check(_run("tc", "qdisc", "add", "dev", self._veth, "root", *netem))
                 self._check(_run(*ns, "tc", "qdisc", "add", "dev", peer, "root", *netem))
 
@@ -769,7 +766,7 @@ class NetemLink:
         except BaseException:
             self.close()
             raise
-        self.loss, self.delay, self.rate = loss, delay, rate
+        self.loss, self.delay = loss, delay
 
     @staticmethod
     def _check(done: subprocess.CompletedProcess) -> None:
@@ -785,6 +782,10 @@ class NetemLink:
     def address(self):
         assert self.relay is not None
         return self.relay.address
+
+    def stats(self) -> RelayStats:
+        assert self.relay is not None
+        return self.relay.stats()
 
     def __enter__(self) -> NetemLink:
         return self

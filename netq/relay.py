@@ -405,8 +405,11 @@ class Relay:
     def _run(self) -> None:
         try:
             while not self._stopping:
-                self._update_interest()
-                for key, mask in self._selector.select(self._timeout()):
+                # One clock reading for both: a chunk that is due gets write interest, one
+                # that is not yet due sets the timeout; none falls between the two.
+                now = time.monotonic()
+                self._update_interest(now)
+                for key, mask in self._selector.select(self._timeout(now)):
                     sock = key.fileobj
                     if sock is self._wake_r:
                         try:
@@ -450,7 +453,7 @@ class Relay:
         while self._controls:  # nobody will run them: let their callers go
             self._controls.popleft()()
 
-    def _timeout(self) -> float | None:
+    def _timeout(self, now: float) -> float | None:
         if self._blackholed:
             return None
         soonest = None
@@ -458,8 +461,10 @@ class Relay:
             for direction in connection.directions:
                 if direction.pending:
                     at = direction.pending[0][0]
+                    if at <= now:
+                        continue  # due: it waits for its target to be writable, not for time
                     soonest = at if soonest is None else min(soonest, at)
-        return None if soonest is None else max(0.0, soonest - time.monotonic())
+        return None if soonest is None else soonest - now
 
     def _interest(self, sock: socket.socket, connection: _Connection, now: float) -> int:
         mask = 0
@@ -471,11 +476,10 @@ class Relay:
                 mask |= selectors.EVENT_WRITE
         return mask
 
-    def _update_interest(self) -> None:
+    def _update_interest(self, now: float) -> None:
         wanted = {}
         if not self._blackholed:
             wanted[self._listener] = (selectors.EVENT_READ, None)
-            now = time.monotonic()
             for connection in self._connections:
                 for sock in (connection.client, connection.upstream):
                     mask = self._interest(sock, connection, now)

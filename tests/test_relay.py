@@ -50,6 +50,13 @@ def _recv_exactly(sock, n: int) -> bytes:
     return bytes(data)
 
 
+def _thread_cpu(native_id: int) -> float:
+    """CPU seconds (user + system) of one thread of this process (Linux /proc)."""
+    with open(f"/proc/self/task/{native_id}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _one_way(sock_in, sock_out, size: int) -> float:
     """Seconds to move ``size`` bytes from sock_in to sock_out (a sender thread)."""
     payload = os.urandom(size)
@@ -168,6 +175,10 @@ def test_a_slow_reader_gets_backpressure_not_unbounded_buffering(upstream):
                     time.sleep(0.01)
             held = relay.stats().held
             assert held <= limit + 256 * 1024, held  # + one chunk read on positive room
+            # Waiting for a reader costs nothing: the relay sleeps until the target is writable.
+            cpu = _thread_cpu(relay._thread.native_id)
+            time.sleep(0.5)
+            assert _thread_cpu(relay._thread.native_id) - cpu < 0.05
             assert sent > held  # the rest waits in the kernel buffers on both sides
             client.setblocking(True)
             assert len(_recv_exactly(server, sent)) == sent  # nothing lost

@@ -41,6 +41,7 @@ WORKERS = os.path.join(HERE, "workers")
 IOPS = os.path.join(HERE, "iops.py")
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True      # keep bench/ free of __pycache__ (workers: env below)
+import distance  # noqa: E402
 import netqueue_env  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -48,7 +49,7 @@ SIZES = [64, 4 * KiB, 64 * KiB, MiB, 16 * MiB]
 PING_SIZE, PING_COUNT = 64, 3000
 STALL_SIZE, STALL_SECONDS = MiB, 2.0
 MANY_PROCS, MANY_COMMS, MANY_COUNT, MANY_SIZE = 4, 50, 1000, KiB
-SECTIONS = ("throughput", "latency", "stall", "many-clients", "iops")
+SECTIONS = ("throughput", "latency", "stall", "many-clients", "iops", "distance")
 MAX_TIMEOUTS = 2        # a measurement that timed out this often is skipped in later reps
 
 
@@ -103,7 +104,8 @@ SCENARIO_ROW = Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq")   # stall + m
 IOPS_ROWS = [Row("netq-tcp", "../iops.py", "netq", "netq"),            # transport = --lib
              Row("net-queue", "../iops.py", "net_queue", "net-queue")]
 SECTION_ROWS = {"throughput": THROUGHPUT, "latency": LATENCY, "stall": [SCENARIO_ROW],
-                "many-clients": [SCENARIO_ROW], "iops": IOPS_ROWS}
+                "many-clients": [SCENARIO_ROW], "iops": IOPS_ROWS,
+                "distance": distance.rows(Row)}
 IOPS_SCENARIOS = [
     ("2 MiB x 1000 async", ["async", "--step-size", "0", "--max-size", "21", "--reps", "1000"]),
     ("2 MiB x 1000 sync", ["sync", "--step-size", "0", "--max-size", "21", "--reps", "1000"]),
@@ -833,6 +835,7 @@ def markdown(results: dict) -> str:
                  + md_table(["scenario", "library", "Gbps", "IOPS", "time (s)", "× net-queue",
                              "CPU µs/op (both processes)", "peak RSS server / client (MiB)",
                              "counts verified"], rows))
+    L.extend(distance.markdown(sys.modules[__name__], summary.get("distance"), failed_keys))
     if failed:
         L.extend(["## Failures", "", "(on a timeout, the JSON record's `detail` holds every "
                   "thread's stack of the processes still running and, for netq, their "
@@ -1072,11 +1075,13 @@ def main(argv=None) -> int:
             latency_rep(ctx, rep)
             scenarios_rep(ctx, rep)
             iops_rep(ctx, rep)
+            distance.rep(sys.modules[__name__], ctx, rep)
             log(f"--- rep {rep} done, {time.monotonic() - started:.0f} s elapsed")
     finally:
         shutil.rmtree(ctx.tmp, ignore_errors=True)
     results["meta"]["wall_s"] = time.monotonic() - started
     results["summary"] = summarize(ctx.records)
+    results["summary"]["distance"] = distance.summarize(sys.modules[__name__], ctx.records)
     md = markdown(results)
     write_results(args.json, results, md)
     if args.readme:

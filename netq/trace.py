@@ -10,7 +10,8 @@
             print(frame.link, frame.direction, frame.type.name, frame.fields)
 
 The client connects to the recorder, which connects to the server (``upstream``) and relays
-bytes both ways unchanged, one ``netq-trace`` thread for all of it. Each direction is cut
+bytes both ways unchanged: a :class:`netq.relay.Relay` (one ``netq-trace`` thread for all of
+it; :attr:`Recorder.relay` shapes and faults the link too) with the recorder as its tap. Each direction is cut
 into frames with the layout of :mod:`netq.protocol.frames` (header, then ``length`` payload
 bytes) and every frame becomes a :class:`TracedFrame` row: when the relay saw its last byte,
 on which connection, which way, its type, the decoded fields (:func:`describe`) and the raw
@@ -27,7 +28,6 @@ client then reconnects through the recorder and resumes its session, which the t
 from __future__ import annotations
 
 import html
-import selectors
 import socket
 import threading
 import time
@@ -38,6 +38,7 @@ from typing import Any
 from .options import NetworkLocation
 from .protocol import frames
 from .protocol.frames import HEADER, HEADER_SIZE, READONLY_BIT, DataFlags, ErrorCode, FrameType
+from .relay import UP, Relay
 
 __all__ = ("Recorder", "TracedFrame", "describe", "html_table", "sequence_svg", "CLIENT_TO_SERVER",
            "SERVER_TO_CLIENT")
@@ -45,8 +46,6 @@ __all__ = ("Recorder", "TracedFrame", "describe", "html_table", "sequence_svg", 
 CLIENT_TO_SERVER = "client->server"
 SERVER_TO_CLIENT = "server->client"
 KEEP = 16 * 1024  # payload bytes kept per frame by default (whole control frames, descriptors)
-_RECV_SIZE = 256 * 1024
-_BACKLOG_LIMIT = 4 * 1024 * 1024  # bytes waiting for a slow side before we stop reading the other
 _KNOWN_TYPES = frozenset(int(t) for t in FrameType)
 
 
@@ -248,72 +247,46 @@ class _Splitter:
         return done
 
 
-class _Pipe:
-    """One direction of one relayed connection."""
-
-    def __init__(self, link: int, direction: str, source: socket.socket,
-                 target: socket.socket, keep: int) -> None:
-        self.link = link
-        self.direction = direction
-        self.source = source
-        self.target = target
-        self.splitter = _Splitter(keep)
-        self.backlog = bytearray()  # read, not yet written to target
-        self.delivered = 0  # bytes written to target
-        self.eof = False  # source said EOF
-        self.shut = False  # EOF passed on to target
-
-
 class Recorder:
     """A loopback TCP relay in front of a netq server that records every frame.
 
     ``upstream`` is the server's address (``server.address``, or a NetworkLocation); clients
     connect to :attr:`netloc` instead. ``keep``: payload bytes kept per frame in ``raw``.
+    ``relay``: more keyword arguments for the :class:`netq.relay.Relay` underneath (its
+    shape: ``delay``, ``rate``, ...), which is :attr:`relay` for faults and shaping.
     Use as a context manager, or call :meth:`start` and :meth:`close`.
     """
 
-    def __init__(self, upstream, *, host: str = "127.0.0.1", keep: int = KEEP) -> None:
-        self.upstream = (upstream[0], upstream[1])
+    def __init__(self, upstream, *, host: str = "127.0.0.1", keep: int = KEEP,
+                 **relay) -> None:
         self.keep = keep
         self._lock = threading.Lock()
         self._rows: list[TracedFrame] = []
-        self._pipes: list[_Pipe] = []
+        self._splitters: dict[tuple[int, str], _Splitter] = {}
         # (link, direction): bytes written to the other side, or waiting to be while the
         # connection lives; the frames ending beyond it were lost.
         self._reached: dict[tuple[int, str], int] = {}
-        self._registered: set[socket.socket] = set()
-        self._links = 0
-        self._stalled = False
-        self._cut_requested = threading.Event()
-        self._cut_done = threading.Event()
-        self._stopping = False
         self._started = time.perf_counter()
-        self._selector = selectors.DefaultSelector()
-        self._listener = socket.create_server((host, 0))
-        self._listener.setblocking(False)
-        self._wake_reader, self._wake_writer = socket.socketpair()
-        self._wake_reader.setblocking(False)
-        self._wake_writer.setblocking(False)
-        self._selector.register(self._listener, selectors.EVENT_READ)
-        self._selector.register(self._wake_reader, selectors.EVENT_READ)
-        self._thread = threading.Thread(target=self._run, name="netq-trace", daemon=True)
-        self._failure: BaseException | None = None
+        listener = socket.create_server((host, 0))
+        relay.setdefault("name", "netq-trace")
+        self.relay = Relay((upstream[0], upstream[1]), listener=listener, tap=self,
+                           refuse_with_reset=False, start=False, **relay)
+        self.upstream = self.relay.upstream
 
     # ------------------------------------------------------------------ user side
 
     @property
     def netloc(self) -> NetworkLocation:
         """Where clients connect (the recorder's own loopback port)."""
-        host, port = self._listener.getsockname()[:2]
-        return NetworkLocation(host, port)
+        return self.relay.netloc
 
     @property
     def links(self) -> int:
         """Connections relayed so far."""
-        return self._links
+        return self.relay.links
 
     def start(self) -> Recorder:
-        self._thread.start()
+        self.relay.start()
         return self
 
     def __enter__(self) -> Recorder:
@@ -336,8 +309,8 @@ class Recorder:
         """
         deadline = time.monotonic() + timeout
         while True:
-            if self._failure is not None:
-                raise RuntimeError(f"the recorder's relay failed: {self._failure!r}")
+            if self.relay.failure is not None:
+                raise RuntimeError(f"the recorder's relay failed: {self.relay.failure!r}")
             value = predicate(self.frames())
             if value:
                 return value
@@ -347,7 +320,7 @@ class Recorder:
 
     def stall(self) -> None:
         """From now until :meth:`cut`, the client's bytes are recorded but not delivered."""
-        self._stalled = True
+        self.relay.drop(UP)
 
     def cut(self, timeout: float = 5.0) -> None:
         """Break every relayed connection now, as a failing network would.
@@ -355,114 +328,43 @@ class Recorder:
         Bytes not yet delivered are lost; their frames say ``delivered=False``. New
         connections (a reconnecting client) are relayed normally again.
         """
-        self._cut_done.clear()
-        self._cut_requested.set()
-        self._wake()
-        if not self._cut_done.wait(timeout):
-            raise TimeoutError("the relay did not cut within the timeout")
+        relay = self.relay
+
+        def cut():  # one step on the relay thread: no byte slips between the two
+            relay._reset_all(rst=False)
+            relay._dropping.clear()
+
+        try:
+            relay._control(cut)
+        except TimeoutError:
+            raise TimeoutError(f"the relay did not cut within {timeout} s") from None
 
     def close(self) -> None:
         """Stop relaying, close every socket and end the thread. Idempotent."""
-        self._stopping = True
-        if self._thread.is_alive():
-            self._wake()
-            self._thread.join()
-        else:
-            self._close_all()
+        self.relay.close()
 
-    # ------------------------------------------------------------------ relay thread
+    # ------------------------------------------------------------------ the tap (relay thread)
 
-    def _wake(self) -> None:
-        try:
-            self._wake_writer.send(b"\0")
-        except OSError:
-            pass  # already closed, or a wake-up already pending
-
-    def _run(self) -> None:
-        try:
-            while not self._stopping:
-                if self._cut_requested.is_set():
-                    self._cut_requested.clear()
-                    for pipe in list(self._pipes):
-                        self._drop_link(pipe.link)
-                    self._stalled = False
-                    self._cut_done.set()
-                for key, mask in self._selector.select(0.5):
-                    sock = key.fileobj
-                    if sock is self._wake_reader:
-                        try:
-                            self._wake_reader.recv(4096)
-                        except BlockingIOError:
-                            pass
-                    elif sock is self._listener:
-                        self._accept()
-                    else:
-                        self._service(sock, mask)
-        except BaseException as error:  # noqa: BLE001 - recorded, seen by wait_for()
-            self._failure = error
-        finally:
-            self._close_all()
-            self._cut_done.set()
-
-    def _accept(self) -> None:
-        try:
-            client, _ = self._listener.accept()
-        except BlockingIOError:
-            return
-        try:
-            server = socket.create_connection(self.upstream, timeout=5)
-        except OSError:
-            client.close()  # no server: the client sees its connection refused, as without us
-            return
-        link = self._links
-        self._links += 1
-        for sock in (client, server):
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        with self._lock:
-            self._reached[link, CLIENT_TO_SERVER] = self._reached[link, SERVER_TO_CLIENT] = 0
-        self._pipes.append(_Pipe(link, CLIENT_TO_SERVER, client, server, self.keep))
-        self._pipes.append(_Pipe(link, SERVER_TO_CLIENT, server, client, self.keep))
-        self._update_interest(link)
-
-    def _service(self, sock: socket.socket, mask: int) -> None:
-        reading = next((p for p in self._pipes if p.source is sock), None)
-        writing = next((p for p in self._pipes if p.target is sock), None)
-        if reading is None or writing is None:
-            return
-        link = reading.link
-        try:
-            if mask & selectors.EVENT_WRITE:
-                self._flush(writing)
-            if mask & selectors.EVENT_READ and not reading.eof:
-                self._read(reading)
-        except OSError:
-            self._drop_link(link)  # reset by a side: the other side sees it closed too
-            return
-        if all(p.shut for p in self._pipes if p.link == link):
-            self._drop_link(link)
-            return
-        self._update_interest(link)
-
-    def _read(self, pipe: _Pipe) -> None:
-        try:
-            data = pipe.source.recv(_RECV_SIZE)
-        except BlockingIOError:
-            return
+    def read(self, link: int, direction: str, data: bytes, forwarded: bool) -> None:
+        name = CLIENT_TO_SERVER if direction == UP else SERVER_TO_CLIENT
+        key = (link, name)
+        splitter = self._splitters.get(key)
+        if splitter is None:
+            splitter = self._splitters[key] = _Splitter(self.keep)
+            with self._lock:
+                self._reached[link, CLIENT_TO_SERVER] = self._reached.get(
+                    (link, CLIENT_TO_SERVER), 0)
+                self._reached[link, SERVER_TO_CLIENT] = self._reached.get(
+                    (link, SERVER_TO_CLIENT), 0)
         now = time.perf_counter() - self._started
-        if not data:
-            pipe.eof = True
-        elif self._stalled and pipe.direction == CLIENT_TO_SERVER:
-            pass  # lost in transit: recorded below, never delivered
-        else:
-            pipe.backlog += data
-            with self._lock:  # on its way: delivered unless the connection breaks first
-                self._reached[pipe.link, pipe.direction] = pipe.delivered + len(pipe.backlog)
+        if forwarded:  # on its way: delivered unless the connection breaks first
+            with self._lock:
+                self._reached[key] += len(data)
         rows = []
-        for header, raw, end in pipe.splitter.feed(memoryview(data)):
+        for header, raw, end in splitter.feed(memoryview(data)):
             frame_type, flags, _, length, value = header
             rows.append(TracedFrame(
-                index=0, time=now, link=pipe.link, direction=pipe.direction,
+                index=0, time=now, link=link, direction=name,
                 type=FrameType(frame_type), flags=flags, value=value, length=length,
                 fields=describe(frame_type, flags, value, raw[HEADER_SIZE:], length),
                 raw=raw, end=end))
@@ -470,61 +372,9 @@ class Recorder:
             with self._lock:
                 for row in rows:
                     self._rows.append(replace(row, index=len(self._rows)))
-        self._flush(pipe)
 
-    def _flush(self, pipe: _Pipe) -> None:
-        """Write what waits for the target; pass EOF on once everything is written."""
-        if pipe.backlog:
-            try:
-                sent = pipe.target.send(pipe.backlog)
-            except BlockingIOError:
-                sent = 0
-            del pipe.backlog[:sent]
-            pipe.delivered += sent
-        if pipe.eof and not pipe.backlog and not pipe.shut:
-            pipe.shut = True
-            try:
-                pipe.target.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass  # the target went first
-
-    def _update_interest(self, link: int) -> None:
-        """Read while a side has something to say and the other keeps up; write backlogs."""
-        pipes = [p for p in self._pipes if p.link == link]
-        for pipe in pipes:
-            sock = pipe.source
-            events = 0
-            if not pipe.eof and len(pipe.backlog) < _BACKLOG_LIMIT:
-                events |= selectors.EVENT_READ
-            if any(p.target is sock and p.backlog for p in pipes):
-                events |= selectors.EVENT_WRITE
-            if not events:
-                self._unregister(sock)
-            elif sock in self._registered:
-                self._selector.modify(sock, events)
-            else:
-                self._selector.register(sock, events)
-                self._registered.add(sock)
-
-    def _unregister(self, sock: socket.socket) -> None:
-        if sock in self._registered:
-            self._registered.discard(sock)
-            self._selector.unregister(sock)
-
-    def _drop_link(self, link: int) -> None:
-        """Close both sockets of a connection: what was not delivered is lost."""
-        for pipe in [p for p in self._pipes if p.link == link]:
-            with self._lock:
-                self._reached[link, pipe.direction] = pipe.delivered
-            self._pipes.remove(pipe)
-            self._unregister(pipe.source)
-            pipe.source.close()
-
-    def _close_all(self) -> None:
-        for pipe in list(self._pipes):
-            if pipe in self._pipes:
-                self._drop_link(pipe.link)
-        for sock in (self._listener, self._wake_reader, self._wake_writer):
-            sock.close()
-        self._selector.close()
-
+    def closed(self, link: int, direction: str, delivered: int) -> None:
+        name = CLIENT_TO_SERVER if direction == UP else SERVER_TO_CLIENT
+        with self._lock:
+            self._reached[link, name] = delivered
+        self._splitters.pop((link, name), None)

@@ -89,8 +89,8 @@ def missing(protocol: str) -> str | None:
         if not found:
             return f"{package} is not installed: pip install 'netq[{extra}]'"
     if protocol == "mqtt":
-        from .exceptions import BrokerUnavailable
         from .brokers import find_mosquitto
+        from .exceptions import BrokerUnavailable
 
         try:
             find_mosquitto()

@@ -30,8 +30,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Protocol
 
-from . import flow
-from . import protocol as proto
+from . import flow, protocol as proto
 from .exceptions import (
     AuthenticationError,
     ConnectionLost,

@@ -17,8 +17,16 @@ import time
 
 import pytest
 
-from netq.relay import (BOTH, DOWN, UP, NetemLink, Relay, Shape, namespaces_unavailable,
-                        netem_unavailable)
+from netq.relay import (
+    BOTH,
+    DOWN,
+    UP,
+    NetemLink,
+    Relay,
+    Shape,
+    namespaces_unavailable,
+    netem_unavailable,
+)
 
 SLACK = 0.15  # s a delayed chunk may arrive late on a loaded machine (never early)
 pytestmark = pytest.mark.timeout(60)

@@ -5,7 +5,6 @@ a SIGSTOPped process really stopped."""
 from __future__ import annotations
 
 import os
-import socket
 import ssl
 import time
 import uuid
@@ -38,7 +37,7 @@ def read_until_closed(sock, timeout: float) -> tuple[bytes, float]:
             data = sock.recv(65536)
         except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
             return bytes(received), time.monotonic()
-        except socket.timeout:
+        except TimeoutError:
             raise AssertionError(f"the server kept the link open for {timeout} s") from None
         if not data:
             return bytes(received), time.monotonic()

@@ -43,6 +43,7 @@ class MQTTSpec:
     def unavailable(self) -> str | None:
         try:
             import paho.mqtt  # noqa: F401
+
             from netq.brokers import find_mosquitto
             find_mosquitto()
         except (ImportError, BrokerUnavailable) as error:

@@ -33,8 +33,7 @@ from netq.brokers import LocalBroker, find_mosquitto, local_broker
 from netq.protocol import make_hello
 from netq.protocol.connection import Connection
 from netq.protocol.frames import Role
-from netq.transports.mqtt import link as mqtt_link
-from netq.transports.mqtt import link_statistics
+from netq.transports.mqtt import link as mqtt_link, link_statistics
 from netq.transports.mqtt.link import (
     ACK_REQUEST,
     GAP,

@@ -27,13 +27,13 @@ import pytest
 
 pytest.importorskip("paho.mqtt", reason="Protocol.MQTT needs paho-mqtt")
 
-import netq as nq  # noqa: E402
-from conftest import Child  # noqa: E402
-from transports.mqtt_bridge_testing import PREFIX, BridgedBrokers, Watcher  # noqa: E402
+import netq as nq
+from conftest import Child
 from netq.brokers import find_mosquitto
-from netq.transports.mqtt import link_statistics  # noqa: E402
-from netq_child import encode_options  # noqa: E402
-from netq_testing import peer_row, sequence_payload, wait_for  # noqa: E402
+from netq.transports.mqtt import link_statistics
+from netq_child import encode_options
+from netq_testing import peer_row, sequence_payload, wait_for
+from transports.mqtt_bridge_testing import PREFIX, BridgedBrokers, Watcher
 
 
 def _mosquitto_missing() -> str | None:

@@ -54,15 +54,21 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 try:
     # Absolute imports: grpcio's package, never this one (its submodules import it the same way).
-    import grpc  # noqa: E402, F401
-    import grpc.aio  # noqa: E402, F401
+    import grpc
+    import grpc.aio  # noqa: F401
 except ImportError as missing:  # pragma: no cover - depends on the installation
     raise ImportError("Protocol.GRPC needs grpcio: pip install 'netq[grpc]' "
                       f"(grpcio==1.85.1): {missing}") from missing
 
-from .streams import (MESSAGE_LIMIT, METHOD, OUTBOUND_LIMIT, PACKET_LIMIT, PATH,  # noqa: E402
-                      SERVICE)
-from .transport import GRPCTransport  # noqa: E402
+from .streams import (
+    MESSAGE_LIMIT,
+    METHOD,
+    OUTBOUND_LIMIT,
+    PACKET_LIMIT,
+    PATH,
+    SERVICE,
+)
+from .transport import GRPCTransport
 
 __all__ = ("GRPCTransport", "SERVICE", "METHOD", "PATH", "OUTBOUND_LIMIT", "MESSAGE_LIMIT",
            "PACKET_LIMIT")

@@ -29,8 +29,16 @@ import grpc.aio
 
 from ...exceptions import AuthenticationError, ConnectionLost
 from ..packets import PACKET_SIZE
-from .config import (channel_credentials, channel_options, connect_error, connect_timeout,
-                     forget_traceback, grpc_target, security_of, server_credentials)
+from .config import (
+    channel_credentials,
+    channel_options,
+    connect_error,
+    connect_timeout,
+    forget_traceback,
+    grpc_target,
+    security_of,
+    server_credentials,
+)
 from .loop import STOP_TIMEOUT, LoopDrivenTransport, outside_running_loop
 from .streams import END, METHOD, PACKET_LIMIT, PATH, SERVICE, Stream
 
@@ -160,7 +168,7 @@ class GRPCTransport(LoopDrivenTransport):
         try:
             # A server that accepted TCP but never answers (frozen) must not hold us forever.
             await asyncio.wait_for(call.wait_for_connection(), connect_timeout(connection))
-        except (grpc.aio.AioRpcError, asyncio.TimeoutError) as failure:
+        except (TimeoutError, grpc.aio.AioRpcError) as failure:
             forget_traceback(failure)
             call.cancel()
             await channel.close(None)

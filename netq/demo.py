@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import uuid
+from typing import Any
 
 from . import (
     CommunicatorOptions,
@@ -65,7 +66,8 @@ LEGEND = (
     "  credit in   bytes the client may still send before the server grants more\n"
     "  credit out  bytes the client still lets the server send\n"
     "  Credit may go below zero by up to one message: a message may start on any positive\n"
-    "  credit, so a 1 MiB message started with 200 KiB left shows as about -824 KiB.")
+    "  credit, so a 1 MiB message started with 200 KiB left shows as about -824 KiB.\n"
+    "  A line starting with ! names a client whose traffic waits, for how long and why.")
 
 
 class Unavailable(RuntimeError):
@@ -212,7 +214,8 @@ def _run(clients: int, seconds: float, interval: float | None, protocol: str,
     replies = [0] * clients
     names: dict[uuid.UUID, str] = {}
     problems: list[str] = []
-    payloads = {size: bytes(random.getrandbits(8) for _ in range(64)) * (size // 64) for size in SIZES}
+    payloads = {size: bytes(random.getrandbits(8) for _ in range(64)) * (size // 64)
+                for size in SIZES}
 
     def client_main(index: int) -> None:
         # Each client sends (index, sequence, payload); the server checks the sequence.
@@ -312,7 +315,7 @@ def _run(clients: int, seconds: float, interval: float | None, protocol: str,
         final = server.statistics()
         server.close()
     elapsed = time.monotonic() - started
-    summary = {
+    summary: dict[str, Any] = {
         "clients": clients,
         "seconds": elapsed,
         "messages": final.messages_in,
@@ -349,7 +352,8 @@ def command(args: argparse.Namespace) -> int:
     except Unavailable as error:
         print(f"netq demo: {error}", file=sys.stderr)
         return 2
-    ok = summary["sent"] == summary["received"] and not summary["problems"] and not summary["failed"]
+    ok = (summary["sent"] == summary["received"] and not summary["problems"]
+          and not summary["failed"])
     return 0 if ok else 1
 
 

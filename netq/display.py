@@ -128,7 +128,15 @@ def header_line(stats: CommunicatorStatistics) -> str:
             f"{format_rate(stats.bytes_in_per_s / MB)} MB/s  "
             f"out {format_count(stats.messages_out_per_s)} msg/s "
             f"{format_rate(stats.bytes_out_per_s / MB)} MB/s  "
-            f"memory {format_bytes(stats.memory)}")
+            f"memory {format_bytes(stats.memory)}"
+            + (f"  CANNOT CONNECT: {stats.connect_error}" if stats.connect_error else ""))
+
+
+def waiting_lines(stats: CommunicatorStatistics,
+                  names: Mapping[uuid.UUID, str] | None = None) -> list[str]:
+    """One line per peer whose traffic waits: its name, for how long, and why."""
+    return [f"{peer_name(row.peer, names)} waits {row.blocked_for:.0f} s: {row.blocked}"
+            for row in _ordered(stats, names) if row.blocked]
 
 
 def _total_fields(stats: CommunicatorStatistics) -> dict[str, str]:
@@ -161,6 +169,7 @@ def text_table(stats: CommunicatorStatistics,
     if len(shown) < len(rows):
         lines.append(f"... and {len(rows) - len(shown)} more peers")
     lines.append(line(_total_fields(stats)))
+    lines.extend(f"! {text}" for text in waiting_lines(stats, names))
     return "\n".join(lines)
 
 
@@ -172,6 +181,8 @@ _STYLE = ("<style>.netq-table{border-collapse:collapse;font-family:monospace;fon
           ".netq-table th:first-child,.netq-table td:first-child,"
           ".netq-table td.state,.netq-table th.state{text-align:left}"
           ".netq-table tr.total td{font-weight:bold;border-top:1px solid #888}"
+          ".netq-table tr.blocked td{background:#fde2e1}"
+          ".netq-waits{font-family:monospace;font-size:12px;color:#a00;margin:2px 0}"
           ".netq-header{font-family:monospace;font-size:12px;margin:2px 0}</style>")
 
 
@@ -196,13 +207,19 @@ def html_table(stats: CommunicatorStatistics,
             for key in _KEYS)
 
     for row in shown:
-        parts.append(
-            f'<tr class="peer" data-peer="{row.peer}">{cells(peer_fields(row, names))}</tr>')
+        # A peer whose traffic waits stands out, and says why on hover (and below the table).
+        kind, why = ("peer blocked", f' title="{escape(row.blocked)}"') if row.blocked \
+            else ("peer", "")
+        parts.append(f'<tr class="{kind}" data-peer="{row.peer}"{why}>'
+                     f'{cells(peer_fields(row, names))}</tr>')
     if len(shown) < len(rows):
         parts.append(f'<tr class="more"><td colspan="{len(COLUMNS) + 1}">... and '
                      f'{len(rows) - len(shown)} more peers</td></tr>')
     parts.append(f'<tr class="total">{cells(_total_fields(stats))}</tr>')
-    parts.append("</tbody></table></div>")
+    parts.append("</tbody></table>")
+    parts.extend(f'<div class="netq-waits">{escape(text)}</div>'
+                 for text in waiting_lines(stats, names))
+    parts.append("</div>")
     return "".join(parts)
 
 

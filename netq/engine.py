@@ -154,8 +154,12 @@ class SessionEngine:
         self._recv_messages = UNLIMITED_MESSAGES if queue_size < 0 else max(1, queue_size)
         self._credit_message_threshold = max(1, self._recv_messages // 4)
         connection = options.connection
+        # ConnectionOptions fills these in (None means "derive from the others").
+        assert connection.window_min is not None and connection.window_max is not None
+        assert connection.merge_size is not None and connection.efficient_size is not None
+        self._merge_size, self._efficient_size = connection.merge_size, connection.efficient_size
         self.limits = flow.FlowLimits(connection.recv_budget, connection.window_min,
-                                      connection.window_max or connection.recv_budget // 2)
+                                      connection.window_max)
         self._send_budget = connection.send_budget
         self._stall_warning = connection.stall_warning
         security = options.security
@@ -363,7 +367,6 @@ class SessionEngine:
 
     def explain_close_wait(self) -> str:
         """What close() is still waiting for."""
-        now = time.monotonic()
         waiting = [s for s in self.all_sessions()
                    if s.state is not PeerState.CLOSED and (s.outbox or s.inflight)]
         if waiting:
@@ -444,8 +447,8 @@ class SessionEngine:
             recv_messages=self._recv_messages,
         )
         return proto.Connection(hello, self._authkey, max_size=connection.max_size,
-                                merge_size=connection.merge_size,
-                                efficient_size=connection.efficient_size)
+                                merge_size=self._merge_size,
+                                efficient_size=self._efficient_size)
 
     def _room(self) -> int:
         return self.limits.budget - self.held_bytes - self._outstanding

@@ -11,9 +11,10 @@ stays full while its messages are being received. Credit returns as soon as a me
 the window only has to cover the path's bandwidth-delay product. The window starts at
 ``window_min`` and doubles whenever the peer ran out of credit before our top-up reached it
 (the sender was starved, so the window was smaller than the path needs) while the consumer
-keeps up (what the peer had waiting before its latest messages is no larger than its window) and the budget can afford it;
-it never exceeds ``window_max``. This is TCP receive autotuning's rule (grow when the sender
-fills the window within a round trip) applied to netq's credit.
+keeps up (what the peer had waiting before its latest messages is no larger than its window)
+and the budget can afford it; it never exceeds ``window_max`` nor the peer's share. This is
+TCP receive autotuning's rule (grow when the sender fills the window within a round trip)
+applied to netq's credit.
 
 Unread data piles up into the budget, not into the window: a consumer that is slow or absent
 makes ``held`` grow until the budget is full, and from then on the peers get no more credit

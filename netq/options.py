@@ -93,8 +93,9 @@ class ConnectionOptions:
     send_budget     bytes queued for one peer and not yet on the wire above which ``put``
                     blocks (or raises ``Full``).
     window_min      the credit a peer starts with (each link's HELLO grant, while the budget
-                    has room; None: 256 KiB, or recv_budget if smaller); the window then grows while the sender is starved for credit
-                    and the consumer keeps up, like TCP receive autotuning.
+                    has room; None: 256 KiB, or recv_budget if smaller); the window then
+                    grows while the sender is starved for credit and the consumer keeps up,
+                    like TCP receive autotuning, within the peer's share of recv_budget.
     window_max      the largest a peer's window grows to (None: recv_budget // 2).
     stall_warning   seconds a wait for something that is not coming lasts before netq logs a
                     WARNING on the ``netq`` logger saying what it waits for (a put() past

@@ -128,7 +128,7 @@ class RateMeter:
         elif now - previous[0] >= RATE_INTERVAL:
             elapsed = now - previous[0]
             self._rates[key] = tuple(max(0.0, (c - p) / elapsed)
-                                     for c, p in zip(counters, previous[1]))
+                                     for c, p in zip(counters, previous[1], strict=True))
             self._previous[key] = (now, counters)
         return self._rates[key]
 

@@ -173,7 +173,6 @@ class Stream:
         """Total number of bytes over all chunks."""
         return self._nbytes
 
-    @property
     def empty(self) -> bool:
         """True when the stream holds no chunks (and so no bytes)."""
         return not self._chunks

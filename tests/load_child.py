@@ -11,7 +11,8 @@ answers ``{"ready": ...}``, then obeys one line per command on stdin, answering 
     close   closes every client (in parallel); answers with this process's peak RSS
 
 Each message is ``(client index, sequence number, crc32 of payload, payload)``; the payload's
-size is ``size_of(client, sequence)`` (or ``size`` when given) and its first 4 bytes stamp the sequence number.
+size is ``size_of(client, sequence)`` (or ``size`` when given) and its first 4 bytes stamp the
+sequence number.
 """
 
 from __future__ import annotations

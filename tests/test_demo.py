@@ -106,7 +106,7 @@ def test_demo_on_a_terminal_redraws_one_table_in_place():
     parts = re.split(r"\x1b\[(\d+)F\x1b\[J", text)
     assert len(parts) >= 5, text  # at least three tables
     tables = [parts[0][parts[0].index("netq server"):], *parts[2::2]]
-    for table, rows in zip(tables, parts[1::2]):
+    for table, rows in zip(tables, parts[1::2], strict=False):
         lines = table.rstrip("\n").split("\n")
         assert int(rows) == sum(max(1, -(-len(line) // 80)) for line in lines), table
         assert not any(line.startswith("summary:") for line in lines)

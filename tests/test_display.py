@@ -126,3 +126,23 @@ def test_netq_widgets_importable_when_its_dependencies_are():
             f"netq.widgets is not importable ({error}): it is mapped from the top-level "
             "widgets/ folder by pyproject.toml; reinstall this checkout: "
             "pip install -e '.[widgets]'") from None
+
+
+def test_a_waiting_peer_and_a_failed_connect_stand_out():
+    """What statistics() says about a wait shows in the text table, the HTML (the widget's
+    table) and the header: a blocked row is marked, with its reason."""
+    why = "peer x has granted no credit for 6 s: its code is not calling get()"
+    waiting = row(blocked=why, blocked_for=6.2)
+    snapshot = CommunicatorStatistics(**{**{f: getattr(stats(waiting), f) for f in (
+        "id", "purpose", "protocol", "address", "state", "uptime", "time", "peers",
+        "messages_in", "bytes_in", "messages_out", "bytes_out", "messages_in_per_s",
+        "bytes_in_per_s", "messages_out_per_s", "bytes_out_per_s", "memory")},
+        "connect_error": "connection refused"})
+    text = display.text_table(snapshot)
+    assert f"! 12345678 waits 6 s: {why}" in text
+    assert "CANNOT CONNECT: connection refused" in text.splitlines()[0]
+    html = display.html_table(snapshot)
+    assert 'class="peer blocked"' in html and "not calling get()" in html
+    assert 'class="netq-waits"' in html
+    healthy = display.html_table(stats(row()))
+    assert "peer blocked" not in healthy and "class=\"netq-waits\"" not in healthy

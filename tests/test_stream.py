@@ -83,7 +83,7 @@ def test_empty_stream() -> None:
     s = Stream()
     assert s.nchunks == 0
     assert s.nbytes == 0
-    assert s.empty
+    assert s.empty()
     assert len(s) == 0
     assert not s
     assert s.tobytes() == b""
@@ -94,7 +94,7 @@ def test_constructor_takes_chunks_and_drops_empty_ones() -> None:
     s = Stream([b"ab", bytearray(b"cde"), b"", memoryview(b"f")])
     assert s.nchunks == 3
     assert s.nbytes == 6
-    assert not s.empty
+    assert not s.empty()
     assert [bytes(c) for c in s] == [b"ab", b"cde", b"f"]
 
 
@@ -118,7 +118,7 @@ def test_frombytes_is_one_view_without_copy() -> None:
     s = Stream.frombytes(data)
     assert s.nchunks == 1
     assert s.peekchunk().obj is data
-    assert Stream.frombytes(b"").empty
+    assert Stream.frombytes(b"").empty()
 
 
 @pytest.mark.parametrize(
@@ -159,7 +159,7 @@ def test_non_contiguous_buffers_are_rejected(buffer: object) -> None:
     for write in (s.writechunk, s.unreadchunk, lambda b: s.writechunks([b]), Stream.frombytes):
         with pytest.raises(TypeError, match="contiguous"):
             write(buffer)
-    assert s.empty
+    assert s.empty()
 
 
 @pytest.mark.parametrize("not_a_buffer", [42, "text", None, [1, 2]])
@@ -220,7 +220,7 @@ def test_write_and_unwrite_are_lifo_at_the_end() -> None:
     assert bytes(s.unwritechunk()) == b"three"
     assert (s.nchunks, s.nbytes) == (1, 3)
     assert bytes(s.unwritechunk()) == b"one"
-    assert s.empty and s.nbytes == 0
+    assert s.empty() and s.nbytes == 0
     with pytest.raises(IndexError, match="empty"):
         s.unwritechunk()
 
@@ -248,7 +248,7 @@ def test_readchunks_removes_everything_in_order() -> None:
     assert isinstance(chunks, list)
     assert all(isinstance(c, memoryview) for c in chunks)
     assert [bytes(c) for c in chunks] == [b"a", b"bc"]
-    assert s.empty and s.nbytes == 0
+    assert s.empty() and s.nbytes == 0
     assert s.readchunks() == []
 
 
@@ -280,7 +280,7 @@ def test_update_shares_views_and_leaves_the_other_unchanged() -> None:
 def test_clear() -> None:
     s = Stream([b"a", b"b"])
     s.clear()
-    assert s.empty and s.nbytes == 0 and s.nchunks == 0
+    assert s.empty() and s.nbytes == 0 and s.nchunks == 0
 
 
 def test_iteration_does_not_consume() -> None:
@@ -337,11 +337,11 @@ def test_tobytes_of_one_whole_bytes_chunk_is_that_object() -> None:
 def test_context_manager_clears_on_exit() -> None:
     with Stream([b"abc"]) as s:
         assert s.nbytes == 3
-    assert s.empty and s.nbytes == 0
+    assert s.empty() and s.nbytes == 0
     with pytest.raises(RuntimeError):
         with Stream([b"abc"]) as s2:
             raise RuntimeError
-    assert s2.empty
+    assert s2.empty()
 
 
 def test_repr() -> None:
@@ -382,7 +382,7 @@ def test_stream_matches_a_list_model(chunks: list[bytes]) -> None:
     assert s.tobytes() == b"".join(chunks)
     assert s == b"".join(chunks)
     backwards = []
-    while not s.empty:
+    while not s.empty():
         backwards.append(bytes(s.unwritechunk()))
     assert backwards == kept[::-1]
     assert s.nbytes == 0
@@ -428,7 +428,7 @@ def test_stream_operations_match_a_deque_model(ops: list[tuple[str, ...]]) -> No
             assert bytes(s.peekchunk()) == model[0]
         assert s.nchunks == len(model)
         assert s.nbytes == sum(map(len, model))
-        assert s.empty == (not model)
+        assert s.empty() == (not model)
 
 
 # --------------------------------------------------------------------------------------------
@@ -461,7 +461,7 @@ def test_bytes_serializer_takes_any_bytes_like(data: object) -> None:
 
 def test_bytes_serializer_empty_and_multi_chunk() -> None:
     ser = BytesSerializer()
-    assert ser.dump(b"").empty
+    assert ser.dump(b"").empty()
     assert ser.load(ser.dump(b"")) == b""
     assert ser.load(Stream()) == b""
     assert ser.load(Stream([b"ab", b"cd"])) == b"abcd"
@@ -889,3 +889,11 @@ def test_numpy_globals_do_not_trust_all_of_numpy() -> None:
     ser = PickleSerializer(restrict=sorted(PickleSerializer.NUMPY_GLOBALS))
     with pytest.raises(pickle.UnpicklingError, match="numpy.savetxt"):
         ser.load(Stream.frombytes(global_pickle("numpy", "savetxt")))
+
+
+def test_empty_is_a_method_as_in_the_seed():
+    """The seed's API: ``stream.empty()``; a property would make ``if s.empty()`` fail."""
+    s = Stream()
+    assert callable(s.empty) and s.empty() is True
+    s.writechunk(b"x")
+    assert s.empty() is False

@@ -207,3 +207,28 @@ def test_names_are_escaped(frontend):
         markup = frontend.state(monitor.table.root)["value"]
         assert "<script>alert" not in markup and "&lt;script&gt;" in markup
         assert netq.display.peer_name(client.id, names) == names[client.id]
+
+
+def test_a_client_that_cannot_connect_is_visibly_different(frontend):
+    """The widget's table shows what statistics() says about a wait: the header names the
+    failed connection, the row is marked blocked and its reason is spelled out below."""
+    import socket
+
+    with socket.socket() as probe:  # a port nobody listens on (bound, then released)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    options = netq.CommunicatorOptions(
+        netloc=netq.NetworkLocation("127.0.0.1", port),
+        connection=netq.ConnectionOptions(stall_warning=0.5))
+    client = netq.new(netq.Protocol.TCP, netq.Purpose.CLIENT, options)
+    monitor = Monitor(client, interval=0.1, start=True)
+    try:
+        client.put("anyone?")
+        wait_for(lambda: "CANNOT CONNECT" in monitor.table.root.value
+                 and 'class="peer blocked"' in monitor.table.root.value, 20,
+                 message="the widget to show the failed connection")
+        assert "refused" in monitor.table.root.value
+        assert 'class="netq-waits"' in monitor.table.root.value
+    finally:
+        monitor.close()
+        client.close(timeout=1)

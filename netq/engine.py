@@ -57,6 +57,7 @@ _CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an A
 _QUIET = 50e-6  # seconds since the previous put after which a put counts as a lone request
 _REPEAT_WARNING = 30.0  # seconds between repeated warnings about the same ongoing wait
 _SPACE_POLL = 0.1  # seconds between checks while put() waits for send budget
+_BDP_PING = 1 << 63  # PING tokens with this bit are bandwidth-delay probes, not heartbeats
 _clock = time.perf_counter
 
 
@@ -192,6 +193,7 @@ class SessionEngine:
         self.failure: BaseException | None = None  # why the I/O thread died, if it did
         self.fatal: NetqError | None = None  # a client that cannot go on (wrong authkey)
         self._ping_tokens = itertools.count(1)
+        self._bdp_tokens = itertools.count(1)
         self.created = time.monotonic()
         self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
 
@@ -508,13 +510,52 @@ class SessionEngine:
                     LOGGER.info("netq %s: link to %s failed: %s", self.purpose.value,
                                 link.peer_name, event.error)
             elif kind is proto.PongReceived:
-                link.rtt = time.monotonic() - link.ping_sent_at
+                assert isinstance(event, proto.PongReceived)
+                if session is not None and event.token == session.bdp_token:
+                    self._bdp_sampled(session)
+                else:
+                    link.rtt = time.monotonic() - link.ping_sent_at
         if arrived:
             assert session is not None
             conn = link.conn
             conn.send_ack(session.last_received)
-            self._grant(session, link, sum(message.size for message in arrived))
+            size = sum(message.size for message in arrived)
+            self._probe(session, link, size)
+            self._grant(session, link, size)
             self._inbox.deliver(session, arrived)
+
+    def _probe(self, session: PeerSession, link: Link, size: int) -> None:
+        """Measure the bandwidth-delay product while the window may still grow (netq.flow).
+
+        A PING goes out with the first data of a round trip; the bytes that arrive until its
+        PONG, with the data that prompted it, are one round trip's worth of this peer's traffic.
+        (The peer answers the PING before it sends what our credit lets it send next, so the
+        data behind the PONG is the next round's; the data that prompted the PING was this
+        round's, and without it a window of a few large messages would look one short.)
+        """
+        if session.bdp_token:
+            if session.bdp_link is link:
+                session.bdp_bytes += size
+                return
+            session.bdp_token = 0  # the probe went out on a link that is gone
+        if session.window >= self._largest_window():
+            return
+        token = _BDP_PING | next(self._bdp_tokens)
+        link.conn.send_ping(token)
+        session.bdp_token, session.bdp_bytes, session.bdp_link = token, size, link
+
+    def _bdp_sampled(self, session: PeerSession) -> None:
+        window = flow.bdp_window(self.limits, window=session.window, sample=session.bdp_bytes,
+                                 backlog=session.held_bytes, share=self._share())
+        session.bdp_token, session.bdp_link = 0, None
+        if window > session.window:
+            session.window = window
+            if not session.scheduled:
+                self.schedule(session)  # top the credit up to the new window
+
+    def _largest_window(self) -> int:
+        limits = self.limits
+        return max(limits.window_min, min(limits.window_max, self._share()))
 
     def _grant(self, session: PeerSession, link: Link, arrived: int = 0) -> None:
         """Top the peer's credit up as the flow policy says (send lock held).

@@ -14,7 +14,11 @@ the window only has to cover the path's bandwidth-delay product. The window star
 keeps up (what the peer had waiting before its latest messages is no larger than its window)
 and the budget can afford it; it never exceeds ``window_max`` nor the peer's share. This is
 TCP receive autotuning's rule (grow when the sender fills the window within a round trip)
-applied to netq's credit.
+applied to netq's credit. On a long path the receiver cannot see the sender starve (the
+window's bytes are still on their way when the sender runs dry), so the engine also measures
+the bandwidth-delay product as gRPC's BDP probe does: a PING goes out with the first data of a
+round, the bytes that arrive until its PONG are one round trip's worth, and a round that
+carried most of the window means the window is what limits (:func:`bdp_window`).
 
 Unread data piles up into the budget, not into the window: a consumer that is slow or absent
 makes ``held`` grow until the budget is full, and from then on the peers get no more credit
@@ -32,7 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ("CREDIT_FLOOR", "FlowLimits", "Grant", "plan_grant", "initial_grant")
+__all__ = ("CREDIT_FLOOR", "FlowLimits", "Grant", "plan_grant", "initial_grant", "takeback",
+           "bdp_window")
 
 CREDIT_FLOOR = 16 * 1024  # bytes every peer may hold + have outstanding, whatever the budget
 
@@ -125,3 +130,19 @@ def takeback(limits: FlowLimits, *, granted: int, window: int, held: int, room: 
     allowed = plan_grant(limits, window=window, allowance=0, held=held, room=room,
                          starved=False, share=share).nbytes
     return max(0, granted - allowed)
+
+
+def bdp_window(limits: FlowLimits, *, window: int, sample: int, backlog: int,
+               share: int | None = None) -> int:
+    """The window after a bandwidth-delay probe: ``sample`` bytes arrived in one round trip.
+
+    A round trip that carried at least two thirds of the window was limited by the window, not
+    by the path: the window becomes twice the sample (gRPC's BDP estimator uses the same
+    rule), within ``window_max`` and the peer's share, and only while the consumer keeps up
+    (``backlog``: what waits unread is within the window).
+    """
+    share = limits.budget if share is None else share
+    largest = max(limits.window_min, min(limits.window_max, share))
+    if sample * 3 < window * 2 or backlog > window or window >= largest:
+        return window
+    return max(window, min(2 * sample, largest))

@@ -99,6 +99,11 @@ class PeerSession:
         self.credited_messages = 0  # I/O side: message consumption returned as CREDIT
         self.credit_requested = False  # get() asked the I/O thread to return message credit
         self.window = window  # receive credit we aim to keep outstanding (netq.flow)
+        # The bandwidth-delay probe under way (netq.engine._probe): its PING token (0: none),
+        # the link it went out on, and the bytes received since.
+        self.bdp_token = 0
+        self.bdp_link: Any = None
+        self.bdp_bytes = 0
         self.credit_waiting = False  # the receive budget capped this peer's last grant
 
     # --------------------------------------------------------------- accounting

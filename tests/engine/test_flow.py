@@ -94,3 +94,18 @@ def test_a_peer_stays_within_its_share_of_the_budget():
     for _ in range(20):
         window = grant(window=window, starved=True, share=MiB).window
     assert window == MiB
+
+
+def test_a_round_trip_that_carried_most_of_the_window_doubles_it():
+    assert LIMITS.window_max == 32 * MiB
+    # The window limited that round: twice what arrived.
+    from netq.flow import bdp_window
+
+    assert bdp_window(LIMITS, window=1 * MiB, sample=900 * KiB, backlog=0) == 1800 * KiB
+    # The path limited it: the window stays.
+    assert bdp_window(LIMITS, window=4 * MiB, sample=1 * MiB, backlog=0) == 4 * MiB
+    # Data piling up unread: no growth, whatever the sample.
+    assert bdp_window(LIMITS, window=1 * MiB, sample=1 * MiB, backlog=2 * MiB) == 1 * MiB
+    # Within window_max and the share.
+    assert bdp_window(LIMITS, window=30 * MiB, sample=30 * MiB, backlog=0) == 32 * MiB
+    assert bdp_window(LIMITS, window=1 * MiB, sample=1 * MiB, backlog=0, share=MiB + 5) == MiB + 5

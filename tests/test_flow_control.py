@@ -8,6 +8,7 @@ seconds what it waits for.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -111,14 +112,23 @@ def test_a_blocked_put_and_a_blocked_close_say_why(transport, caplog):
     assert not closer.is_alive()
 
 
-@pytest.mark.timeout(60)
-def test_a_client_with_no_server_says_so(transport, caplog):
+@contextlib.contextmanager
+def client_with_no_server(transport, caplog):
+    """A client (stall_warning 1 s) whose server is gone: nobody answers where it connects."""
     caplog.set_level(logging.WARNING, logger="netq")
     server = transport.make_server()
     options = transport.client_options(server, stall_warning=1.0)
-    server.close(timeout=5)  # nobody will answer there now
+    server.close(timeout=5)
     client = nq.new(transport.spec.protocol, nq.Purpose.CLIENT, options)
     try:
+        yield client, options
+    finally:
+        client.close(timeout=1)
+
+
+@pytest.mark.timeout(60)
+def test_a_client_with_no_server_says_so(transport, caplog):
+    with client_with_no_server(transport, caplog) as (client, options):
         future = client.put("anyone?")
         wait_for(lambda: _warnings(caplog, "not connected to the server"), 10,
                  message="a warning that the client cannot connect")
@@ -127,24 +137,15 @@ def test_a_client_with_no_server_says_so(transport, caplog):
         assert not future.done()
         row = client.statistics().peers[0]
         assert "not connected" in row.blocked
-    finally:
-        client.close(timeout=1)
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("transport", ["tcp"], indirect=True)
 def test_what_a_refused_connection_says(transport, caplog):
-    caplog.set_level(logging.WARNING, logger="netq")
-    server = transport.make_server()
-    options = transport.client_options(server, stall_warning=1.0)
-    server.close(timeout=5)
-    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, options)
-    try:
+    with client_with_no_server(transport, caplog) as (client, _):
         wait_for(lambda: client.statistics().connect_error, 10)
         assert "refused" in client.statistics().connect_error
         wait_for(lambda: _warnings(caplog, "refused"), 10, message="the refusal in a warning")
-    finally:
-        client.close(timeout=1)
 
 
 @pytest.mark.timeout(60)

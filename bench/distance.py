@@ -15,6 +15,7 @@ Needs nothing beyond netq itself (the relay is stdlib Python).
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 KiB, MiB = 1 << 10, 1 << 20
 DELAY = 0.025  # s each way: a 50 ms round trip
@@ -24,7 +25,8 @@ COUNT = 200  # messages after the warm-up: ~1.4 s at the cap, plus the window's 
 
 
 def rows(Row):
-    return [Row("raw-tcp", "raw.py", "raw-tcp"), Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq")]
+    return [Row("raw-tcp", "raw.py", "raw-tcp"),
+            Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq")]
 
 
 def through_relay(run, ctx, row) -> dict:
@@ -53,7 +55,7 @@ def rep(run, ctx, rep_index: int) -> None:
         if not ctx.usable("distance", row):
             continue
         rec = run.measure(ctx, "distance", row.name, rep_index,
-                          lambda: through_relay(run, ctx, row), SIZE)
+                          partial(through_relay, run, ctx, row), SIZE)
         if not rec.get("failed"):
             r = rec["recv"]
             run.log(f"distance     {row.name:<15} {run.human(SIZE):>7} rep {rep_index}  "

@@ -141,9 +141,11 @@ class LocalBroker:
         for name, value in self.limits.items():
             if value is not None:
                 lines.append(f"{name} {int(value)}")
-        if self.tls["certfile"] is not None:
-            lines.append(f"certfile {os.fspath(self.tls['certfile'])}")
-            lines.append(f"keyfile {os.fspath(self.tls['keyfile'])}")
+        certfile, keyfile = self.tls["certfile"], self.tls["keyfile"]
+        if certfile is not None:
+            assert keyfile is not None  # __init__ takes both or neither
+            lines.append(f"certfile {os.fspath(certfile)}")
+            lines.append(f"keyfile {os.fspath(keyfile)}")
             if self.tls["cafile"] is not None:
                 lines.append(f"cafile {os.fspath(self.tls['cafile'])}")
             if self.require_certificate:
@@ -175,9 +177,11 @@ class LocalBroker:
             f"log {self.log_path}:\n{self._log_tail()}")
 
     def _wait_listening(self) -> bool:
+        process = self.process
+        assert process is not None  # start() has just launched it
         deadline = time.monotonic() + _START_TIMEOUT
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            if process.poll() is not None:
                 return False
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.5):

@@ -477,7 +477,7 @@ class Relay:
         return mask
 
     def _update_interest(self, now: float) -> None:
-        wanted = {}
+        wanted: dict[socket.socket, tuple[int, _Connection | None]] = {}
         if not self._blackholed:
             wanted[self._listener] = (selectors.EVENT_READ, None)
             for connection in self._connections:
@@ -489,11 +489,11 @@ class Relay:
             if sock not in wanted:
                 self._selector.unregister(sock)
                 del self._registered[sock]
-        for sock, (mask, connection) in wanted.items():
+        for sock, (mask, owner) in wanted.items():
             if sock not in self._registered:
-                self._selector.register(sock, mask, connection)
+                self._selector.register(sock, mask, owner)
             elif self._registered[sock] != mask:
-                self._selector.modify(sock, mask, connection)
+                self._selector.modify(sock, mask, owner)
             self._registered[sock] = mask
 
     def _accept(self) -> None:
@@ -714,14 +714,14 @@ class NetemLink:
     """A relay whose clients cross a veth pair shaped by the kernel's netem (loss, delay).
 
     Makes a network namespace ``netq-<pid>-<n>`` joined to this one by a veth pair with two
-    addresses of a /30 in 198.18.0.0/15 (the benchmarking range, never routed), puts netem
-    (``loss`` as a fraction, ``delay`` one way in seconds) on both ends, and a :class:`Relay`
-    (forwarding to ``upstream`` on loopback here) listening on the namespace's end; ``relay``
-    are keyword arguments for it (``rate=`` caps the link there, ``name=`` its thread). A client connecting to :attr:`netloc` sends real packets across
-    the veth, where netem drops and delays them; TCP repairs the losses, as on a lossy edge
-    link. ``close()`` deletes the namespace and the pair. Needs root, ``ip`` and ``tc``;
-    check :func:`netem_unavailable` first. With ``loss=0, delay=0`` no qdisc is added (only
-    namespaces are needed).
+    addresses of a /30 in 198.18.0.0/15 (the benchmarking range, never routed), puts netem (``loss``
+    as a fraction, ``delay`` one way in seconds) on both ends, and a :class:`Relay` (forwarding to
+    ``upstream`` on loopback here) listening on the namespace's end; ``relay`` are keyword arguments
+    for it (``rate=`` caps the link there, ``name=`` its thread). A client connecting to
+    :attr:`netloc` sends real packets across the veth, where netem drops and delays them; TCP
+    repairs the losses, as on a lossy edge link. ``close()`` deletes the namespace and the pair.
+    Needs root, ``ip`` and ``tc``; check :func:`netem_unavailable` first. With ``loss=0, delay=0``
+    no qdisc is added (only namespaces are needed).
     """
 
     def __init__(self, upstream, *, loss: float = 0.01, delay: float = 0.0, **relay) -> None:

@@ -9,15 +9,15 @@
         for frame in recorder.frames():
             print(frame.link, frame.direction, frame.type.name, frame.fields)
 
-The client connects to the recorder, which connects to the server (``upstream``) and relays
-bytes both ways unchanged: a :class:`netq.relay.Relay` (one ``netq-trace`` thread for all of
-it; :attr:`Recorder.relay` shapes and faults the link too) with the recorder as its tap. Each direction is cut
-into frames with the layout of :mod:`netq.protocol.frames` (header, then ``length`` payload
-bytes) and every frame becomes a :class:`TracedFrame` row: when the relay saw its last byte,
-on which connection, which way, its type, the decoded fields (:func:`describe`) and the raw
-bytes. It is for teaching and debugging: the bytes must be netq frames in the clear (plain
-TCP; a TLS link's records are encrypted and end the decoding of that direction), and each
-row keeps at most ``keep`` payload bytes.
+The client connects to the recorder, which connects to the server (``upstream``) and relays bytes
+both ways unchanged: a :class:`netq.relay.Relay` (one ``netq-trace`` thread for all of it;
+:attr:`Recorder.relay` shapes and faults the link too) with the recorder as its tap. Each direction
+is cut into frames with the layout of :mod:`netq.protocol.frames` (header, then ``length`` payload
+bytes) and every frame becomes a :class:`TracedFrame` row: when the relay saw its last byte, on
+which connection, which way, its type, the decoded fields (:func:`describe`) and the raw bytes. It
+is for teaching and debugging: the bytes must be netq frames in the clear (plain TCP; a TLS link's
+records are encrypted and end the decoding of that direction), and each row keeps at most ``keep``
+payload bytes.
 
 :meth:`Recorder.stall` and :meth:`Recorder.cut` play a network failure: after ``stall()``
 the client's bytes are still read and recorded but no longer delivered (lost in transit,
@@ -120,7 +120,9 @@ def describe(frame_type: int, flags: int, value: int, payload: bytes, length: in
                       held_bytes=held_bytes, held_messages=held_messages)
     elif kind is FrameType.DATA:
         fields["seq"] = value
-        fields["flags"] = "|".join(f.name for f in DataFlags if flags & f) or "0"
+        # Members of a Flag class all have names (only combinations may not).
+        fields["flags"] = "|".join(f.name for f in DataFlags
+                                   if flags & f and f.name is not None) or "0"
         body = length
         if flags & DataFlags.FIRST and len(payload) >= frames.DESCRIPTOR.size:
             total, nparts, _ = frames.DESCRIPTOR.unpack_from(payload)

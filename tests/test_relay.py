@@ -213,8 +213,8 @@ def test_drop_loses_bytes_until_restore(upstream):
 
 def test_relay_in_its_own_process(upstream):
     relay = subprocess.Popen(
-        [sys.executable, "-m", "netq.relay", "--upstream", "127.0.0.1:%d" % upstream.getsockname()[1],
-         "--delay", "0.02", "--rate", "50e6"],
+        [sys.executable, "-m", "netq.relay", "--upstream",
+         f"127.0.0.1:{upstream.getsockname()[1]}", "--delay", "0.02", "--rate", "50e6"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         ready = relay.stdout.readline()

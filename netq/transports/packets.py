@@ -31,6 +31,7 @@ import time
 
 from ..exceptions import RemoteProtocolError
 from ..protocol import ConnectionState
+from ..protocol.connection import Buffer
 from .base import Link, Transport
 
 __all__ = ("PacketTransport", "PACKET_SIZE", "Link")
@@ -217,7 +218,7 @@ class PacketTransport(Transport):
         conn = link.conn
         while conn.has_output and self._can_send(link):
             limit = self._packet_limit(link)
-            parts = []
+            parts: list[Buffer] = []
             size = 0
             for buffer in conn.outgoing():
                 length = len(buffer)

@@ -57,7 +57,7 @@ class SocketTransport(Transport):
 
     def _make_ssl_context(self) -> ssl.SSLContext | None:
         security = self._options.security
-        if security is None or not security.tls:
+        if security is None or security.certificate is None:  # not security.tls
             return None
         if self._server:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -157,9 +157,11 @@ class SocketTransport(Transport):
     # ----------------------------------------------------------------- server side
 
     def _accept(self) -> None:
+        listener = self._listener
+        assert listener is not None  # a "listen" event comes only from the registered listener
         for _ in range(64):
             try:
-                sock, address = self._listener.accept()
+                sock, address = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:
@@ -174,15 +176,17 @@ class SocketTransport(Transport):
 
     def _open_link(self, sock: socket.socket, address, server_side: bool) -> None:
         self._tune(sock)
-        tls = self._ssl is not None
-        if tls:
+        context = self._ssl
+        tls = context is not None
+        if context is not None:
             hostname = None
             if not server_side:
                 security = self._options.security
+                assert security is not None  # the TLS context was made from it
                 hostname = security.server_hostname or self._options.netloc.host
-            sock = self._ssl.wrap_socket(sock, server_side=server_side,
-                                         do_handshake_on_connect=False,
-                                         server_hostname=hostname)
+            sock = context.wrap_socket(sock, server_side=server_side,
+                                       do_handshake_on_connect=False,
+                                       server_hostname=hostname)
         link = Link(sock, self.engine.new_connection(), address, tls)
         self._links.add(link)
         self._selector.register(sock, _READ | _WRITE, link)
@@ -224,6 +228,7 @@ class SocketTransport(Transport):
 
     def _connected(self) -> None:
         sock = self._connecting
+        assert sock is not None  # a "connect" event comes only from the pending attempt
         self._selector.unregister(sock)
         self._connecting = None
         code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
@@ -419,7 +424,7 @@ class UnixTransport(SocketTransport):
         path = self._options.netloc.unix_path()
         self._remove_stale(path)
         super()._listen()
-        self._path = path
+        self._path: str | None = path
 
     @staticmethod
     def _remove_stale(path: str) -> None:

@@ -35,7 +35,7 @@ def connect_timeout(connection) -> float:
 
 def channel_options(connection, server: bool) -> list[tuple[str, object]]:
     """gRPC options for a server (``server``) or a client channel, from ConnectionOptions."""
-    options = [
+    options: list[tuple[str, object]] = [
         ("grpc.max_send_message_length", MESSAGE_LIMIT),
         ("grpc.max_receive_message_length", MESSAGE_LIMIT),
         ("grpc.keepalive_time_ms", _KEEPALIVE_MS),
@@ -83,11 +83,12 @@ def forget_traceback(error: BaseException) -> None:
     """Break the cycle a caught gRPC error closes (its traceback holds the frames that hold
     the call and the channel), so they are freed now rather than at the next garbage
     collection: gRPC's process-wide poller (a thread, sockets) lives as long as they do."""
+    current: BaseException | None = error
     for _ in range(8):  # the chain of causes is short; never loop on a malformed one
-        if error is None:
+        if current is None:
             return
-        error.__traceback__ = None
-        error = error.__context__ or error.__cause__
+        current.__traceback__ = None
+        current = current.__context__ or current.__cause__
 
 
 def security_of(options):
@@ -122,7 +123,8 @@ def grpc_target(netloc) -> str:
     return f"{host}:{netloc.port}"
 
 
-def connect_error(failure: BaseException):
+def connect_error(failure: TimeoutError | grpc.aio.AioRpcError
+                  ) -> ConnectionLost | AuthenticationError:
     """The netq error for a failed connection attempt (an untrusted server is fatal)."""
     if isinstance(failure, asyncio.TimeoutError):
         return ConnectionLost(None, "gRPC: the server did not answer")

@@ -16,8 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from typing import TYPE_CHECKING
 
 from ..packets import PACKET_SIZE
+
+if TYPE_CHECKING:
+    import grpc.aio
+
+    from ..base import Link
 
 __all__ = ("Stream", "END", "SERVICE", "METHOD", "PATH", "MESSAGE_LIMIT", "PACKET_LIMIT",
            "OUTBOUND_LIMIT")
@@ -48,11 +54,11 @@ class Stream:
         self.ready = asyncio.Event()
         self.waiting = False  # the writer sleeps on ``ready``
         self.blocked = False  # the engine holds packets back until the backlog shrinks
-        self.link = None
+        self.link: Link | None = None  # set as soon as the transport opened the channel
         self.ended = False  # the link was reported closed, or released by the base
         self.closing = False  # _close_channel ran
-        self.call = None  # client: the grpc.aio call
-        self.grpc_channel = None  # client: the grpc.aio channel of this stream
+        self.call: grpc.aio.StreamStreamCall | None = None  # client: the grpc.aio call
+        self.grpc_channel: grpc.aio.Channel | None = None  # client: this stream's channel
         self.writer: asyncio.Task | None = None  # client: the writer task
         self.hold_until: float | None = None  # loop time until which acknowledgements wait
         self.hold_bytes = 0  # bytes queued on the link when the hold began

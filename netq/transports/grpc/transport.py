@@ -133,6 +133,7 @@ class GRPCTransport(LoopDrivenTransport):
 
     async def _read_requests(self, stream: Stream, request_iterator) -> None:
         link = stream.link
+        assert link is not None  # _serve_stream opened it before starting this reader
         received = self.packet_received
         try:
             async for packet in request_iterator:
@@ -195,20 +196,21 @@ class GRPCTransport(LoopDrivenTransport):
         await self._client_reader(stream)
 
     async def _client_writer(self, stream: Stream) -> None:
-        call = stream.call
+        call, link = stream.call, stream.link
+        assert call is not None and link is not None  # _open_stream set both before starting us
         try:
             if await stream.drain(call.write):
                 await call.done_writing()
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 - the reader sees the call end as well
-            self._ended(stream, ConnectionLost(stream.link.peer_id,
-                                               f"gRPC write failed: {error!r}"))
+            self._ended(stream, ConnectionLost(link.peer_id, f"gRPC write failed: {error!r}"))
             call.cancel()
 
     async def _client_reader(self, stream: Stream) -> None:
-        call = stream.call
-        link = stream.link
+        call, link, channel = stream.call, stream.link, stream.grpc_channel
+        # _open_stream set all three before calling us.
+        assert call is not None and link is not None and channel is not None
         received = self.packet_received
         eof = grpc.aio.EOF
         error = None
@@ -234,14 +236,13 @@ class GRPCTransport(LoopDrivenTransport):
             self._streams.discard(stream)
             if stream.writer is not None:
                 stream.writer.cancel()
-            channel = stream.grpc_channel
             # Forget the gRPC objects at once (the link may live on in the engine for a while).
             stream.call = stream.grpc_channel = stream.writer = None
             await channel.close(None)
 
     # ----------------------------------------------------------------- both
 
-    def _ended(self, stream: Stream, error) -> None:
+    def _ended(self, stream: Stream, error: BaseException | None) -> None:
         """The stream is over: report its link closed, once."""
         if stream.ended or stream.link is None:
             return

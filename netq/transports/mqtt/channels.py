@@ -22,7 +22,8 @@ stopped while packets are outstanding: a lost tail shows up as a gap at the rece
 :class:`~netq.transports.mqtt.transport.MQTTTransport` (split out by topic, not a class of its
 own): it uses the transport's ``_lock``, ``_channels``, ``_current``, ``_windows``,
 ``_client``, ``_mqtt``, ``counters`` and connection state, and the packet base's
-``channel_opened``, ``channel_closed``, ``packet_received`` and ``wake``.
+``channel_opened``, ``channel_closed``, ``packet_received`` and ``wake`` (all declared on
+:class:`~netq.transports.mqtt.shared.MQTTShared`).
 """
 
 from __future__ import annotations
@@ -30,10 +31,15 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from typing import TYPE_CHECKING, Any
 
 from ...exceptions import ConnectionLost
 from .link import ACK_REQUEST, GAP, HEADER_SIZE, Kind, LinkState, Verdict, Window, encode
 from .presence import SERVER
+from .shared import MQTTShared
+
+if TYPE_CHECKING:
+    from ..base import Link
 
 __all__ = ("Channel", "ChannelTableMixin")
 
@@ -43,6 +49,9 @@ _TICK = 0.25  # seconds between probe checks on paho's thread (it passes at leas
 _MAX_PENDING_EPOCHS = 4  # links per client id not yet authenticated (bounds OPEN floods)
 _CLOSE_REPLY_INTERVAL = 0.5  # seconds between CLOSE answers to one stale epoch
 _OPEN = int(Kind.OPEN)
+
+Header = tuple[int, int, int, int, int]  # (kind, flags, epoch, seq, ack), see link.parse_header
+Payload = bytes | memoryview  # a large publish arrives as a view of paho's buffer (zero-copy)
 
 
 class Channel:
@@ -57,13 +66,13 @@ class Channel:
         self.epoch = epoch
         self.state = state
         self.topic_out = topic_out
-        self.link = None
+        self.link: Link | None = None  # set once the packet base has registered the channel
         self.closed = False
         self.peer_closed = False
         self.wants_wake = False
         self.published_seq = 0  # highest seq handed to paho (probes never name more)
         self.last_probe = 0.0
-        self.servers: frozenset = frozenset()  # client: server instances online at open
+        self.servers: frozenset[int] = frozenset()  # client: server instances online at open
         self.ack_due = False  # the peer asked for an ack that no packet has carried yet
         self.hold_until = 0.0  # a lone netq ACK/CREDIT waits until then for company
 
@@ -72,10 +81,10 @@ class Channel:
         return self.epoch >> 32
 
 
-class ChannelTableMixin:
+class ChannelTableMixin(MQTTShared):
     """The channels of an MQTT transport: opening, judging packets, acks, probes, ending."""
 
-    def _server_packet(self, cid: str, header, payload: bytes) -> None:
+    def _server_packet(self, cid: str, header: Header, payload: Payload) -> None:
         kind, flags, epoch, seq, ack = header
         key = (cid, epoch)
         channel = self._channels.get(key)
@@ -107,7 +116,7 @@ class ChannelTableMixin:
         channel.link = self.channel_opened(channel, f"mqtt:{cid}")
         return channel
 
-    def _client_packet(self, header, payload: bytes) -> None:
+    def _client_packet(self, header: Header, payload: Payload) -> None:
         kind, flags, epoch, seq, ack = header
         channel = self._current
         if channel is None or channel.epoch != epoch or channel.closed:
@@ -115,18 +124,26 @@ class ChannelTableMixin:
             return
         self._judge(channel, kind, flags, seq, ack, payload)
 
-    def _judge(self, channel: Channel, kind, flags, seq, ack, payload: bytes) -> None:
+    def _judge(self, channel: Channel, kind: int, flags: int, seq: int, ack: int,
+               payload: Payload) -> None:
         if channel.closed:
             return
         state = channel.state
         verdict, ack_now = state.receive(kind, flags, seq, ack, time.monotonic())
         if verdict is Verdict.DELIVER:
             if len(payload) > HEADER_SIZE:
-                self.packet_received(channel.link, memoryview(payload)[HEADER_SIZE:])
+                link = channel.link
+                # A channel is registered before its first packet can arrive: a server opens
+                # it on paho's thread, which judges its packets; a client's peer answers only
+                # after the link (set once registered) has published its OPEN.
+                assert link is not None
+                self.packet_received(link, memoryview(payload)[HEADER_SIZE:])
         elif verdict is Verdict.DUPLICATE:
             self.counters["duplicates"] += 1
         elif verdict is Verdict.GAP:
-            first, last = state.gap_range
+            gap_range = state.gap_range
+            assert gap_range is not None  # receive() sets it with every GAP verdict
+            first, last = gap_range
             self.counters["gaps"] += 1
             LOGGER.warning("netq mqtt %s: gap on link %s epoch %x: packets %d..%d never "
                            "arrived (the broker dropped them); the link restarts and netq "
@@ -141,7 +158,8 @@ class ChannelTableMixin:
             if flags & GAP:
                 state.window.lost()
             reason = bytes(payload[HEADER_SIZE:]).decode(errors="replace") or "closed"
-            self._end(channel, ConnectionLost(self._peer(channel), f"peer ended the link: {reason}"),
+            self._end(channel,
+                      ConnectionLost(self._peer(channel), f"peer ended the link: {reason}"),
                       notify=False)
             return
         elif verdict is Verdict.INVALID:
@@ -172,7 +190,7 @@ class ChannelTableMixin:
         header = encode(int(Kind.CLOSE), 0, epoch, 0, 0)
         self._client.publish(f"{self._s2c}{cid}", header + b"unknown link", qos=self._mqtt.qos)
 
-    def _end(self, channel: Channel, error, *, notify: bool, gap: bool = False,
+    def _end(self, channel: Channel, error: BaseException | str, *, notify: bool, gap: bool = False,
              tell_base: bool = True) -> None:
         """The link is over (any thread): tell the peer if asked, then the base (unless the
         base is the one ending it)."""
@@ -189,9 +207,11 @@ class ChannelTableMixin:
                                  channel.state.close_header(gap) + str(error).encode()[:200],
                                  qos=self._mqtt.qos)
         if tell_base and channel.link is not None:
+            # A reason string comes only from the base closing the link (tell_base=False).
+            assert isinstance(error, BaseException)
             self.channel_closed(channel.link, error)
 
-    def _peer(self, channel: Channel):
+    def _peer(self, channel: Channel) -> Any:
         link = channel.link
         return link.peer_id if link is not None else None
 

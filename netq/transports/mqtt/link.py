@@ -5,7 +5,7 @@ A broker may drop a QoS 1 publish after acknowledging it to the publisher (mosqu
 the broker for delivery. Each client<->server pairing is a *link*, named by a random 64-bit
 *epoch* the client picks per connection attempt; every publish carries a small header::
 
-    version u8 | kind u8 | flags u16 | epoch u64 | seq u64 | ack u64        (28 bytes, little endian)
+    version u8 | kind u8 | flags u16 | epoch u64 | seq u64 | ack u64    (28 bytes, little endian)
 
 kind   OPEN (the client's first packet of an epoch: seq 1), DATA (netq bytes), ACK (no body, no
        seq of its own: a cumulative ack, or a probe), CLOSE (this epoch is over; body: why)

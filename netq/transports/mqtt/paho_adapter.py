@@ -20,11 +20,16 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+
+if TYPE_CHECKING:
+    from ...options import CommunicatorOptions
 
 __all__ = ("PahoClient", "new_client", "on_socket_open", "stop", "ZERO_COPY_FROM")
 
@@ -43,7 +48,7 @@ class PahoClient(paho.Client):
     goes through paho's own ``_handle_publish``.
     """
 
-    tick = None
+    tick: Callable[[], None] | None = None
 
     def loop_misc(self):
         result = super().loop_misc()
@@ -87,7 +92,9 @@ class PahoClient(paho.Client):
         message.qos = qos
         message.retain = bool(command & 0x01)
         message.properties = properties
-        message.payload = view[position:]
+        # paho types the payload as bytes; a read-only view is what we hand on (zero-copy,
+        # the transport only slices it).
+        message.payload = view[position:]  # type: ignore[assignment]  # paho: bytes only
         message.timestamp = paho.time_func()
         self._handle_on_message(message)
         if qos == 1 and not self._manual_ack:
@@ -95,7 +102,7 @@ class PahoClient(paho.Client):
         return paho.MQTTErrorCode.MQTT_ERR_SUCCESS
 
 
-def new_client(options, client_id: str) -> PahoClient:
+def new_client(options: CommunicatorOptions, client_id: str) -> PahoClient:
     """A paho client set up from ``options`` (a :class:`netq.CommunicatorOptions`); the
     transport adds its callbacks, its timer and its Last Will."""
     mqtt = options.mqtt
@@ -117,13 +124,13 @@ def new_client(options, client_id: str) -> PahoClient:
     if mqtt.username is not None:
         client.username_pw_set(mqtt.username, mqtt.password)
     security = options.security
-    if security is not None and security.tls:
+    if security is not None and security.certificate is not None:  # security.tls
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.load_verify_locations(os.fspath(security.certificate))
         if security.client_certificate is not None:
-            context.load_cert_chain(os.fspath(security.client_certificate),
-                                    os.fspath(security.key))
+            # No key: it is in the certificate file (as for the socket transports).
+            context.load_cert_chain(os.fspath(security.client_certificate), security.key)
         client.tls_set_context(context)
     client.on_socket_open = on_socket_open
     return client

@@ -17,14 +17,20 @@ while a server is online and ends it when the server instance it opened it with 
 :class:`PresenceMixin` is a part of :class:`~netq.transports.mqtt.transport.MQTTTransport`
 (split out by topic, not a class of its own): it uses the transport's ``_status``,
 ``_is_server``, ``_my_cid``, ``_instance``, ``_lock``, ``_channels``, ``_current``,
-``_servers``, ``engine`` and the channel table's ``_end``, ``_peer`` and ``_maybe_open``.
+``_servers``, ``engine`` and the channel table's ``_end``, ``_peer`` and ``_maybe_open`` (all
+declared on :class:`~netq.transports.mqtt.shared.MQTTShared`).
 """
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from ...exceptions import ConnectionLost
+from .shared import MQTTShared
+
+if TYPE_CHECKING:
+    from .paho_adapter import PahoClient
 
 __all__ = ("PresenceMixin", "SERVER", "new_instance")
 
@@ -36,28 +42,28 @@ def new_instance() -> int:
     return int.from_bytes(os.urandom(4), "big") or 1
 
 
-class PresenceMixin:
+class PresenceMixin(MQTTShared):
     """The status topic: our own retained status and Last Will, and everyone else's."""
 
     def _status_topic(self) -> str:
         who = SERVER if self._is_server else self._my_cid
         return f"{self._status}{who}/{self._instance:08x}"
 
-    def _set_will(self, client) -> None:
+    def _set_will(self, client: PahoClient) -> None:
         # An empty retained payload: "offline" to subscribers, and it deletes the retained
         # "online" so the broker keeps nothing for departed peers.
         client.will_set(self._status_topic(), b"", qos=1, retain=True)
 
-    def _announce(self, client) -> None:
+    def _announce(self, client: PahoClient) -> None:
         """Subscribed (paho's thread): tell everyone we are online, as this instance."""
         payload = f"online {self.engine.id}".encode()
         client.publish(self._status_topic(), payload, qos=1, retain=True)
 
-    def _announce_leaving(self, client) -> None:
+    def _announce_leaving(self, client: PahoClient) -> None:
         """Leaving cleanly: clear our retained status (peers see "offline" at once)."""
         client.publish(self._status_topic(), b"", qos=1, retain=True)
 
-    def _next_instance(self, client) -> None:
+    def _next_instance(self, client: PahoClient) -> None:
         """The broker connection was lost: the next one is a new instance with its own Will."""
         self._instance = new_instance()
         self._set_will(client)
@@ -91,8 +97,8 @@ class PresenceMixin:
             return
         with self._lock:
             self._servers.pop(instance, None)
-            channel = self._current
-        if channel is not None and instance in channel.servers:
-            self._end(channel, ConnectionLost(self._peer(channel),
+            current = self._current
+        if current is not None and instance in current.servers:
+            self._end(current, ConnectionLost(self._peer(current),
                                               "the server left (its MQTT status went offline)"),
                       notify=False)

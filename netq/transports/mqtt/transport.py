@@ -29,6 +29,8 @@ import os
 import threading
 import time
 
+import paho.mqtt.client as paho
+
 from ...brokers import INSTALL_HINT
 from ...exceptions import BrokerUnavailable, ConnectionLost
 from ..packets import PACKET_SIZE, PacketTransport
@@ -61,7 +63,8 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         security = options.security
         if security is not None and security.client_ca is not None:
             raise ValueError("MQTT: client certificates are checked by the broker "
-                             "(mosquitto require_certificate/cafile), not by SecurityOptions.client_ca")
+                             "(mosquitto require_certificate/cafile), "
+                             "not by SecurityOptions.client_ca")
         self._base = f"{mqtt.prefix}/{service.strip('/')}"
         self._c2s = f"{self._base}/c2s/"
         self._s2c = f"{self._base}/s2c/"
@@ -112,9 +115,11 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
 
     def _broker_connect(self) -> None:
         netloc = self._options.netloc
-        kwargs = {"clean_start": True} if self._mqtt.protocol_version == 5 else {}
+        # MQTT 5: a fresh session on every connect; 3.1.1 ignores it (paho's default).
+        clean_start: paho.CleanStartOption = (
+            True if self._mqtt.protocol_version == 5 else paho.MQTT_CLEAN_START_FIRST_ONLY)
         self._client.connect_async(netloc.host, netloc.port, keepalive=self._mqtt.keepalive,
-                                   **kwargs)
+                                   clean_start=clean_start)
         self._client.loop_start()
 
     def _start_client(self) -> None:

@@ -106,7 +106,7 @@ class Communicator:
         self._meter = RateMeter()
 
         self._engine = SessionEngine(options, self.purpose, self, transport_class)
-        self._transport = self._engine.transport  # tests and netq.transports.mqtt introspect it
+        self._transport = self._engine.transport
         self._engine.start()
 
     # ================================================================== user API
@@ -134,6 +134,12 @@ class Communicator:
     @property
     def closed(self) -> bool:
         return self._engine.closing
+
+    @property
+    def transport(self) -> Any:
+        """The transport object, for transport-specific introspection (for example
+        :func:`netq.transports.mqtt.link_statistics`); the queue API never needs it."""
+        return self._transport
 
     @property
     def address(self) -> Any:

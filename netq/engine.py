@@ -584,12 +584,16 @@ class SessionEngine:
             if not session.credit_waiting:
                 session.credit_waiting = True
                 self._credit_waiters.append(session)
-        elif session.credit_waiting:
+        else:
+            self._stop_waiting_for_credit(session)
+
+    def _stop_waiting_for_credit(self, session: PeerSession) -> None:
+        if session.credit_waiting:
             session.credit_waiting = False
             try:
                 self._credit_waiters.remove(session)
             except ValueError:
-                pass
+                pass  # a consumer thread is iterating a copy; it finds nothing to do
 
     def after_io(self, link: Link) -> None:
         session = link.session
@@ -803,12 +807,7 @@ class SessionEngine:
     def _forget(self, session: PeerSession) -> None:
         if self.sessions.get(session.id) is session:
             del self.sessions[session.id]
-            if session.credit_waiting:
-                session.credit_waiting = False
-                try:
-                    self._credit_waiters.remove(session)
-                except ValueError:
-                    pass
+            self._stop_waiting_for_credit(session)
             self._departed[session.id] = None
             while len(self._departed) > _DEPARTED_MEMORY:
                 del self._departed[next(iter(self._departed))]

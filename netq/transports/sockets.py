@@ -6,6 +6,11 @@ link and a wake-up socketpair. Reads go straight into the buffers the protocol c
 cannot ``sendmsg`` and must not be written by two threads, so TLS links are written by the I/O
 thread only, with small buffers joined first. The loop itself (engine service, reconnects,
 closing) is :class:`netq.transports.base.Transport`'s.
+
+One module for the three socket kinds (over the ~400 lines the other transport modules keep
+to): they share the selector loop, the reads and writes and the connect path, and differ only
+in the TLS handshake (interleaved with those reads and writes, so it belongs beside them) and
+in how a Unix socket's address and stale file are handled (a small subclass at the end).
 """
 
 from __future__ import annotations

@@ -316,7 +316,7 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
 
 def link_statistics(communicator) -> dict:
     """The MQTT link-layer counters of a ``Protocol.MQTT`` communicator."""
-    transport = communicator._transport
+    transport = communicator.transport
     if not isinstance(transport, MQTTTransport):
         raise TypeError("not an MQTT communicator")
     return transport.link_statistics()

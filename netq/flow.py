@@ -9,7 +9,8 @@ Each peer has a *window*: the credit we aim to keep outstanding with it, so that
 stays full while its messages are being received. Credit returns as soon as a message
 *arrives* (not when ``get()`` takes it), so the credit loop runs on the I/O thread alone and
 the window only has to cover the path's bandwidth-delay product. The window starts at
-``window_min`` and doubles whenever the peer ran out of credit before our top-up reached it
+``window_min`` and doubles (or grows to two of the messages that ran it dry, if that is more)
+whenever the peer ran out of credit before our top-up reached it
 (the sender was starved, so the window was smaller than the path needs) while the consumer
 keeps up (what the peer had waiting before its latest messages is no larger than its window)
 and the budget can afford it; it never exceeds ``window_max`` nor the peer's share. This is
@@ -89,7 +90,10 @@ def plan_grant(limits: FlowLimits, *, window: int, allowance: int, held: int, ro
     arrived = held - backlog
     largest = max(limits.window_min, min(limits.window_max, share))
     if starved and backlog <= max(window, arrived) and window < largest and room >= window:
-        window = min(window * 2, largest)
+        # Double, or make room for two of the messages that ran it dry: a window smaller than
+        # the messages is stop-and-wait, and doubling from 256 KiB would take one round trip
+        # per doubling before 16 MiB messages overlap.
+        window = min(max(window * 2, 2 * arrived), largest)
     # A negative allowance is the tail of a message that started on positive credit: those
     # bytes have arrived and are counted in ``held``, so paying the debt back lets nothing new
     # arrive. Only credit above zero costs room in the budget.

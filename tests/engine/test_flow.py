@@ -109,3 +109,9 @@ def test_a_round_trip_that_carried_most_of_the_window_doubles_it():
     # Within window_max and the share.
     assert bdp_window(LIMITS, window=30 * MiB, sample=30 * MiB, backlog=0) == 32 * MiB
     assert bdp_window(LIMITS, window=1 * MiB, sample=1 * MiB, backlog=0, share=MiB + 5) == MiB + 5
+
+
+def test_a_window_smaller_than_the_messages_grows_to_two_of_them_at_once():
+    plan = grant(window=256 * KiB, allowance=-(16 * MiB - 256 * KiB), held=16 * MiB,
+                 backlog=0, starved=True)
+    assert plan.window == 32 * MiB  # two 16 MiB messages in flight, not 512 KiB

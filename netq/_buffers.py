@@ -61,3 +61,88 @@ else:  # pragma: no cover - non-CPython
     def allocate_readonly(size: int) -> tuple[bytes | bytearray, memoryview]:
         obj = bytearray(size)
         return obj, memoryview(obj)
+
+
+# ---------------------------------------------------------------------------- reuse
+
+POOL_MIN = 1 << 20  # bytes: parts at least this large are remembered for reuse
+POOL_BUFFERS = 4  # buffers a pool remembers (the one being filled, the caller's, one queued)
+_REFS_WHEN_FREE = 3  # the pool's list, the loop variable and getrefcount()'s argument
+
+
+def _hash_slot_works() -> bool:
+    """True when a bytes object's cached hash sits just before its data (CPython's layout)."""
+    if not ZERO_COPY_ALLOCATION:
+        return False
+    probe, view = allocate_readonly(16)
+    view[:] = b"netq hash probe!"
+    view.release()
+    slot = ctypes.c_ssize_t.from_address(id(probe) + _BYTES_DATA_OFFSET - 8)
+    return slot.value == -1 and hash(probe) == slot.value
+
+
+_BYTES_REUSABLE = _hash_slot_works()
+
+
+class ReceivePool:
+    """Large receive buffers, filled again once nothing outside the pool refers to them.
+
+    The parts of a received message are allocated by the I/O thread and handed to the caller
+    of ``get()``. A large fresh allocation costs a page fault per 4 KiB page whenever the
+    allocator has given the memory back to the system, which it does as soon as a few large
+    blocks are freed (for example when the caller keeps the previous message while it takes
+    the next): about as much as receiving the bytes. So the pool remembers the last
+    :data:`POOL_BUFFERS` parts of :data:`POOL_MIN` bytes or more, and a part of the same kind
+    and size is received into one of them if the pool holds the only reference to it (CPython
+    counts every other holder: the caller's variables, memoryviews, numpy arrays built on it).
+    A reused ``bytes`` object gets its cached hash reset; where that layout is not CPython's,
+    only ``bytearray`` parts are reused.
+
+    Memory: the pool keeps at most :data:`POOL_BUFFERS` buffers alive beyond their use, each
+    the size of a recent large part; :meth:`clear` drops them (a link that closes or idles).
+    One thread only (the link's I/O thread).
+    """
+
+    __slots__ = ("_buffers",)
+
+    def __init__(self) -> None:
+        self._buffers: list[bytes | bytearray] = []
+
+    def __len__(self) -> int:
+        return len(self._buffers)
+
+    def allocate(self, size: int, readonly: bool) -> tuple[bytes | bytearray, memoryview]:
+        """A buffer of ``size`` bytes (``bytes`` when ``readonly``) and a view to fill it."""
+        kind = bytes if readonly and ZERO_COPY_ALLOCATION else bytearray
+        if size >= POOL_MIN and (kind is bytearray or _BYTES_REUSABLE):
+            buffers = self._buffers
+            getrefcount = sys.getrefcount
+            for index in range(len(buffers)):  # not enumerate(): its tuple holds a reference
+                obj = buffers[index]
+                if (type(obj) is kind and len(obj) == size
+                        and getrefcount(obj) == _REFS_WHEN_FREE):
+                    del buffers[index]
+                    buffers.append(obj)  # most recently used last
+                    return obj, self._view(obj)
+        if readonly:
+            obj, view = allocate_readonly(size)
+        else:
+            obj = allocate_writable(size)
+            view = memoryview(obj)
+        if size >= POOL_MIN:
+            self._buffers.append(obj)
+            if len(self._buffers) > POOL_BUFFERS:
+                del self._buffers[0]
+        return obj, view
+
+    @staticmethod
+    def _view(obj: bytes | bytearray) -> memoryview:
+        if type(obj) is bytearray:
+            return memoryview(obj)
+        # Nobody else can see this bytes object: writing it is what filling a fresh one is.
+        ctypes.c_ssize_t.from_address(id(obj) + _BYTES_DATA_OFFSET - 8).value = -1
+        storage = (ctypes.c_char * len(obj)).from_address(id(obj) + _BYTES_DATA_OFFSET)
+        return memoryview(storage).cast("B")
+
+    def clear(self) -> None:
+        self._buffers.clear()

@@ -894,6 +894,8 @@ class SessionEngine:
                 self._forget(session)
         for link in self.transport.links():
             silent = now - link.last_received_at
+            if silent >= heartbeat:
+                link.conn.release_buffers()  # nothing arrives: free the buffers kept for reuse
             if silent >= 3 * heartbeat:
                 link.error = ConnectionLost(link.peer_id, f"silent for {silent:.1f} s")
                 if link.session is None and not self._server:

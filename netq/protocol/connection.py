@@ -179,19 +179,15 @@ class _Incoming:
 
     __slots__ = ("seq", "batch", "objects", "views", "index", "pos", "remaining", "size")
 
-    def __init__(self, seq: int, batch: bool, sizes: list[int], total: int) -> None:
+    def __init__(self, seq: int, batch: bool, sizes: list[int], total: int,
+                 pool: _buffers.ReceivePool) -> None:
         self.seq = seq
         self.batch = batch
         self.objects: list[Part] = []
         self.views: list[memoryview] = []
+        allocate = pool.allocate
         for raw in sizes:
-            size = raw & _SIZE_MASK
-            obj: Part
-            if raw & READONLY_BIT:
-                obj, view = _buffers.allocate_readonly(size)
-            else:
-                obj = _buffers.allocate_writable(size)
-                view = memoryview(obj)
+            obj, view = allocate(raw & _SIZE_MASK, bool(raw & READONLY_BIT))
             self.objects.append(obj)
             self.views.append(view)
         self.index = 0
@@ -301,6 +297,7 @@ class Connection:
         self._incoming: _Incoming | None = None
         self._direct = False  # receive_buffer() points into the incoming message
         self._after_large = False  # the last message took the direct path
+        self._pool = _buffers.ReceivePool()  # large part buffers, reused once the caller is done
 
         self._emit(frames.encode_hello(local))
 
@@ -333,6 +330,11 @@ class Connection:
     @property
     def receiving_message(self) -> bool:
         return self._incoming is not None
+
+    def release_buffers(self) -> None:
+        """Forget the large buffers kept for reuse (an idle link need not hold them)."""
+        if self._incoming is None:
+            self._pool.clear()
 
     @property
     def incoming_bytes(self) -> int:
@@ -783,7 +785,7 @@ class Connection:
             self.expected_seq += 1
             events.append(MessageReceived(seq, batch, parts, total))
             return position
-        self._incoming = _Incoming(seq, batch, list(sizes), total)
+        self._incoming = _Incoming(seq, batch, list(sizes), total, self._pool)
         self._body_left = body
         return position
 

@@ -1,0 +1,106 @@
+"""netq._buffers: receive buffers allocated once, and reused only when nobody else holds them."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from netq import _buffers
+from netq._buffers import POOL_BUFFERS, POOL_MIN, ReceivePool
+
+SIZE = 2 * POOL_MIN
+
+
+def fill(pool: ReceivePool, size: int, readonly: bool, data: bytes):
+    obj, view = pool.allocate(size, readonly)
+    view[: len(data)] = data
+    view.release()
+    return obj
+
+
+@pytest.mark.parametrize("readonly", [True, False])
+def test_a_buffer_nobody_holds_is_received_into_again(readonly):
+    pool = ReceivePool()
+    first = fill(pool, SIZE, readonly, b"first")
+    address = id(first)
+    del first
+    second = fill(pool, SIZE, readonly, b"again")
+    if readonly and not _buffers._BYTES_REUSABLE:
+        pytest.skip("bytes are not reused on this interpreter")
+    assert id(second) == address and second[:5] == b"again"
+    assert type(second) is (bytes if readonly and _buffers.ZERO_COPY_ALLOCATION else bytearray)
+
+
+def test_a_reused_bytes_object_hashes_its_new_content():
+    pool = ReceivePool()
+    first = fill(pool, SIZE, True, b"first")
+    stale = hash(first)  # cached in the object
+    del first
+    second = fill(pool, SIZE, True, b"again")
+    assert hash(second) == hash(bytes(second)) != stale
+    assert {second: 1}[bytes(second)] == 1
+
+
+@pytest.mark.parametrize("holder", ["variable", "memoryview", "container"])
+def test_a_buffer_someone_holds_is_never_touched(holder):
+    pool = ReceivePool()
+    first = fill(pool, SIZE, False, b"keep me")
+    kept = {"variable": first, "memoryview": memoryview(first), "container": [first]}[holder]
+    del first
+    second = fill(pool, SIZE, False, b"other")
+    original = kept if holder == "variable" else (kept.obj if holder == "memoryview" else kept[0])
+    assert second is not original and bytes(original[:7]) == b"keep me"
+
+
+def test_small_parts_and_other_sizes_are_not_pooled():
+    pool = ReceivePool()
+    small = fill(pool, POOL_MIN - 1, False, b"x")
+    assert len(pool) == 0
+    del small
+    large = fill(pool, SIZE, False, b"y")
+    address = id(large)
+    del large
+    other = fill(pool, SIZE + 1, False, b"z")
+    assert id(other) != address  # a different size is a fresh allocation
+
+
+def test_the_pool_remembers_a_bounded_number_and_clear_drops_them():
+    pool = ReceivePool()
+    held = [fill(pool, SIZE, False, b"%d" % i) for i in range(POOL_BUFFERS + 3)]
+    assert len(pool) == POOL_BUFFERS
+    pool.clear()
+    assert len(pool) == 0
+    del held
+    gc.collect()
+
+
+@pytest.mark.parametrize("readonly", [True, False])
+def test_a_connection_reuses_a_dropped_part_and_never_a_held_one(readonly):
+    """Through the protocol core, whole: message 2 arrives while message 1 is held (a fresh
+    buffer), message 3 after message 1 was dropped (message 1's buffer, with new content)."""
+    from netq.protocol.connection import MessageReceived
+
+    from .helpers import open_pair, send, shuttle
+
+    pair = open_pair(client={"recv_window": 64 * SIZE}, server={"recv_window": 64 * SIZE})
+    client, server = pair.client, pair.server
+
+    def deliver(seq: int):
+        expected = send(client, seq, [(SIZE, readonly)], seed=seq)
+        _, events = shuttle(client, server)
+        (message,) = [event for event in events if isinstance(event, MessageReceived)]
+        (part,) = message.parts
+        assert bytes(part) == bytes(expected[0])
+        return part
+
+    first = deliver(1)
+    second = deliver(2)
+    assert second is not first and bytes(first) != bytes(second)
+    address = id(first)
+    del first
+    third = deliver(3)
+    if readonly and not _buffers._BYTES_REUSABLE:
+        return
+    assert id(third) == address  # message 1's buffer, filled with message 3
+    assert bytes(second) != bytes(third)

@@ -10,7 +10,7 @@ must resume on the client's next stream.
 from __future__ import annotations
 
 import netq as nq
-from conftest import Env, TransportSpec
+from harness import Env, TransportSpec
 
 
 class GRPCSpec(TransportSpec):

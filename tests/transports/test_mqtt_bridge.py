@@ -28,7 +28,7 @@ import pytest
 pytest.importorskip("paho.mqtt", reason="Protocol.MQTT needs paho-mqtt")
 
 import netq as nq
-from conftest import Child
+from harness import Child
 from netq.brokers import find_mosquitto
 from netq.transports.mqtt import link_statistics
 from netq_child import encode_options

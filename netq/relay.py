@@ -71,6 +71,7 @@ import threading
 import time
 from typing import Protocol
 
+from ._threads import call_on_thread
 from .options import NetworkLocation
 
 __all__ = ("Relay", "RelayStats", "Shape", "Tap", "NetemLink", "netem_unavailable", "UP", "DOWN",
@@ -686,28 +687,17 @@ def _in_namespace(name: str, make):
     sockets it creates live there; no other thread changes namespace."""
     import ctypes
 
-    result: list = []
-
     def run():
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            fd = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
-            try:
-                if libc.setns(fd, _CLONE_NEWNET):
-                    raise OSError(ctypes.get_errno(), "setns")
-            finally:
-                os.close(fd)
-            result.append((True, make()))
-        except BaseException as error:  # noqa: BLE001 - raised on the caller's thread
-            result.append((False, error))
+            if libc.setns(fd, _CLONE_NEWNET):
+                raise OSError(ctypes.get_errno(), "setns")
+        finally:
+            os.close(fd)
+        return make()
 
-    thread = threading.Thread(target=run, name="netq-netns")
-    thread.start()
-    thread.join()
-    ok, value = result[0]
-    if not ok:
-        raise value
-    return value
+    return call_on_thread(run, "netq-netns")
 
 
 class NetemLink:

@@ -118,3 +118,23 @@ def frames_in(data: bytes) -> list[tuple[int, int, bytes]]:
 
 def error_codes(data: bytes) -> list[int]:
     return [value for kind, value, _ in frames_in(data) if kind == frames.FrameType.ERROR]
+
+
+def pair_through(address, upstream: socket.socket, timeout: float = 10) -> tuple:
+    """``(client, server)``: a socket connected to ``address`` (a relay in front of
+    ``upstream``, a listening socket) and the upstream's accepted end of that connection."""
+    client = socket.create_connection(address, timeout=timeout)
+    upstream.settimeout(timeout)
+    server, _ = upstream.accept()
+    server.settimeout(timeout)
+    return client, server
+
+
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """Exactly ``n`` bytes from ``sock``; fails the test on an early EOF."""
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(min(n - len(data), 1 << 20))
+        assert chunk, f"EOF after {len(data)} of {n} bytes"
+        data += chunk
+    return bytes(data)

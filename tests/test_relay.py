@@ -27,6 +27,7 @@ from netq.relay import (
     namespaces_unavailable,
     netem_unavailable,
 )
+from netq_testing import pair_through, recv_exactly
 
 SLACK = 0.15  # s a delayed chunk may arrive late on a loaded machine (never early)
 pytestmark = pytest.mark.timeout(60)
@@ -39,23 +40,6 @@ def upstream():
         yield listener
     finally:
         listener.close()
-
-
-def _pair(relay, upstream):
-    client = socket.create_connection(relay.address, timeout=10)
-    upstream.settimeout(10)
-    server, _ = upstream.accept()
-    server.settimeout(10)
-    return client, server
-
-
-def _recv_exactly(sock, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(min(n - len(data), 1 << 20))
-        assert chunk, f"EOF after {len(data)} of {n} bytes"
-        data += chunk
-    return bytes(data)
 
 
 def _thread_cpu(native_id: int) -> float:
@@ -71,7 +55,7 @@ def _one_way(sock_in, sock_out, size: int) -> float:
     sender = threading.Thread(target=sock_in.sendall, args=(payload,), name="test-send")
     started = time.monotonic()
     sender.start()
-    assert _recv_exactly(sock_out, size) == payload
+    assert recv_exactly(sock_out, size) == payload
     elapsed = time.monotonic() - started
     sender.join(10)
     return elapsed
@@ -79,15 +63,15 @@ def _one_way(sock_in, sock_out, size: int) -> float:
 
 def test_delay_each_way_and_round_trip(upstream):
     with Relay(upstream.getsockname(), delay=0.05) as relay:
-        client, server = _pair(relay, upstream)
+        client, server = pair_through(relay.address, upstream)
         with client, server:
             for _ in range(3):
                 started = time.monotonic()
                 client.sendall(b"ping")
-                assert _recv_exactly(server, 4) == b"ping"
+                assert recv_exactly(server, 4) == b"ping"
                 one_way = time.monotonic() - started
                 server.sendall(b"pong")
-                assert _recv_exactly(client, 4) == b"pong"
+                assert recv_exactly(client, 4) == b"pong"
                 rtt = time.monotonic() - started
                 assert 0.05 <= one_way <= 0.05 + SLACK, one_way
                 assert 0.10 <= rtt <= 0.10 + SLACK, rtt
@@ -97,15 +81,15 @@ def test_each_direction_has_its_own_shape(upstream):
     with Relay(upstream.getsockname()) as relay:
         relay.shape(UP, delay=0.2)
         assert relay.shapes()[UP].delay == 0.2 and relay.shapes()[DOWN].delay == 0
-        client, server = _pair(relay, upstream)
+        client, server = pair_through(relay.address, upstream)
         with client, server:
             started = time.monotonic()
             client.sendall(b"up")
-            _recv_exactly(server, 2)
+            recv_exactly(server, 2)
             up = time.monotonic() - started
             started = time.monotonic()
             server.sendall(b"down")
-            _recv_exactly(client, 4)
+            recv_exactly(client, 4)
             down = time.monotonic() - started
         assert 0.2 <= up <= 0.2 + SLACK and down < 0.1, (up, down)
         relay.shape(BOTH, rate=1e6)  # the delay stays, the rate is added
@@ -118,24 +102,24 @@ def test_each_direction_has_its_own_shape(upstream):
 
 def test_jitter_keeps_order_and_stays_within_its_range(upstream):
     with Relay(upstream.getsockname(), delay=0.02, jitter=0.03) as relay:
-        client, server = _pair(relay, upstream)
+        client, server = pair_through(relay.address, upstream)
         with client, server:
             for index in range(20):
                 started = time.monotonic()
                 client.sendall(bytes([index]))
-                assert _recv_exactly(server, 1) == bytes([index])
+                assert recv_exactly(server, 1) == bytes([index])
                 assert 0.02 <= time.monotonic() - started <= 0.05 + SLACK
             # A burst of separately sent bytes, each with its own jitter: still in order.
             for index in range(50):
                 client.sendall(bytes([index]))
                 time.sleep(0.001)
-            assert _recv_exactly(server, 50) == bytes(range(50))
+            assert recv_exactly(server, 50) == bytes(range(50))
 
 
 def test_rate_cap_holds_and_is_reached(upstream):
     rate = 8e6
     with Relay(upstream.getsockname(), rate=rate) as relay:
-        client, server = _pair(relay, upstream)
+        client, server = pair_through(relay.address, upstream)
         with client, server:
             size = 4_000_000  # 0.5 s at the cap
             elapsed = _one_way(client, server, size)
@@ -151,7 +135,7 @@ def test_delay_does_not_limit_throughput(upstream):
     rate, delay = 20e6, 0.05
     with Relay(upstream.getsockname(), delay=delay, rate=rate) as relay:
         assert relay.shapes()[UP].limit >= rate * delay
-        client, server = _pair(relay, upstream)
+        client, server = pair_through(relay.address, upstream)
         with client, server:
             for sock in (client, server):  # room in the kernel for the pipe
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
@@ -165,7 +149,7 @@ def test_delay_does_not_limit_throughput(upstream):
 def test_a_slow_reader_gets_backpressure_not_unbounded_buffering(upstream):
     limit = 256 * 1024
     with Relay(upstream.getsockname(), buffer=limit) as relay:
-        client, server = _pair(relay, upstream)
+        client, server = pair_through(relay.address, upstream)
         with client, server:
             client.setblocking(False)
             sent, stuck_since = 0, None
@@ -189,24 +173,24 @@ def test_a_slow_reader_gets_backpressure_not_unbounded_buffering(upstream):
             assert _thread_cpu(relay._thread.native_id) - cpu < 0.05
             assert sent > held  # the rest waits in the kernel buffers on both sides
             client.setblocking(True)
-            assert len(_recv_exactly(server, sent)) == sent  # nothing lost
+            assert len(recv_exactly(server, sent)) == sent  # nothing lost
         assert relay.stats().bytes_up == sent
 
 
 def test_drop_loses_bytes_until_restore(upstream):
     with Relay(upstream.getsockname()) as relay:
-        client, server = _pair(relay, upstream)
+        client, server = pair_through(relay.address, upstream)
         with client, server:
             relay.drop(UP)
             client.sendall(b"lost")
             server.sendall(b"down still flows")
-            assert _recv_exactly(client, 16) == b"down still flows"
+            assert recv_exactly(client, 16) == b"down still flows"
             deadline = time.monotonic() + 10
             while relay.stats().dropped < 4 and time.monotonic() < deadline:
                 time.sleep(0.01)
             relay.restore()
             client.sendall(b"kept")
-            assert _recv_exactly(server, 4) == b"kept"
+            assert recv_exactly(server, 4) == b"kept"
         stats = relay.stats()
         assert stats.dropped == 4 and stats.bytes_up == 4
 
@@ -226,7 +210,7 @@ def test_relay_in_its_own_process(upstream):
             with server:
                 started = time.monotonic()
                 client.sendall(b"hello")
-                assert _recv_exactly(server, 5) == b"hello"
+                assert recv_exactly(server, 5) == b"hello"
                 assert 0.02 <= time.monotonic() - started <= 0.02 + SLACK
         relay.stdin.close()
         result = relay.stdout.readline()
@@ -246,10 +230,10 @@ def test_netem_namespace_plumbing(upstream):
         pytest.skip(reason)
     with NetemLink(upstream.getsockname(), loss=0, delay=0) as link:
         assert link.netloc.host == link.peer_address != "127.0.0.1"
-        client, server = _pair(link.relay, upstream)
+        client, server = pair_through(link.relay.address, upstream)
         with client, server:
             client.sendall(b"across the veth")
-            assert _recv_exactly(server, 15) == b"across the veth"
+            assert recv_exactly(server, 15) == b"across the veth"
         namespace = link.namespace
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert namespace not in names
@@ -260,10 +244,10 @@ def test_netem_loss_and_delay(upstream):
     if reason:
         pytest.skip(reason)
     with NetemLink(upstream.getsockname(), loss=0.02, delay=0.01) as link:
-        client, server = _pair(link.relay, upstream)
+        client, server = pair_through(link.relay.address, upstream)
         with client, server:
             started = time.monotonic()
             client.sendall(b"x")
-            _recv_exactly(server, 1)
+            recv_exactly(server, 1)
             assert time.monotonic() - started >= 0.01
             assert _one_way(client, server, 2_000_000) > 0  # TCP repairs every loss

@@ -38,7 +38,16 @@ import pytest
 
 import netq as nq
 from fault_proxy import FaultProxy
-from netq_testing import Sampler, cpu_fraction, peer_row, rss, sequence_payload, wait_for
+from netq_testing import (
+    Sampler,
+    cpu_fraction,
+    pair_through,
+    peer_row,
+    recv_exactly,
+    rss,
+    sequence_payload,
+    wait_for,
+)
 
 from .helpers import T, client_hello, read_until_closed, round_trip
 
@@ -216,24 +225,6 @@ def wait_reconnected(client, before: int, timeout: float = T) -> None:
 # ============================================================================ the proxy itself
 
 
-def _pair_through(proxy: FaultProxy, upstream: socket.socket):
-    """A client socket through ``proxy`` and the upstream's accepted end of it."""
-    client = socket.create_connection(proxy.address, timeout=5)
-    upstream.settimeout(5)
-    server, _ = upstream.accept()
-    server.settimeout(5)
-    return client, server
-
-
-def _recv_exactly(sock, n: int) -> bytes:
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        assert chunk, f"EOF after {len(data)} of {n} bytes"
-        data += chunk
-    return bytes(data)
-
-
 @pytest.fixture
 def echo_upstream():
     listener = socket.create_server(("127.0.0.1", 0))
@@ -245,25 +236,25 @@ def echo_upstream():
 
 def test_proxy_relays_delays_and_counts(echo_upstream):
     with FaultProxy(echo_upstream.getsockname()) as proxy:
-        client, server = _pair_through(proxy, echo_upstream)
+        client, server = pair_through(proxy.address, echo_upstream, timeout=5)
         with client, server:
             client.sendall(b"ping")
-            assert _recv_exactly(server, 4) == b"ping"
+            assert recv_exactly(server, 4) == b"ping"
             server.sendall(b"pong!")
-            assert _recv_exactly(client, 5) == b"pong!"
+            assert recv_exactly(client, 5) == b"pong!"
             proxy.delay(0.2)
             sent = time.monotonic()
             client.sendall(b"late")
-            assert _recv_exactly(server, 4) == b"late"
+            assert recv_exactly(server, 4) == b"late"
             assert time.monotonic() - sent >= 0.19
             proxy.delay(0)
             big = os.urandom(3 * MiB)  # more than the proxy buffers: backpressure, no loss
             threading.Thread(target=client.sendall, args=(big,), name="test-send").start()
-            assert _recv_exactly(server, len(big)) == big
+            assert recv_exactly(server, len(big)) == big
             client.shutdown(socket.SHUT_WR)  # half-close passes through
             assert server.recv(1) == b""
             server.sendall(b"after half-close")
-            assert _recv_exactly(client, 16) == b"after half-close"
+            assert recv_exactly(client, 16) == b"after half-close"
         stats = proxy.stats()
         assert stats.bytes_up == 8 + len(big) and stats.bytes_down == 5 + 16
         assert stats.accepted == 1
@@ -271,7 +262,7 @@ def test_proxy_relays_delays_and_counts(echo_upstream):
 
 def test_proxy_blackhole_reset_truncate_refuse(echo_upstream):
     with FaultProxy(echo_upstream.getsockname()) as proxy:
-        client, server = _pair_through(proxy, echo_upstream)
+        client, server = pair_through(proxy.address, echo_upstream, timeout=5)
         with client, server:
             proxy.blackhole()
             client.sendall(b"held")
@@ -280,15 +271,15 @@ def test_proxy_blackhole_reset_truncate_refuse(echo_upstream):
                 server.recv(4)
             proxy.restore()
             server.settimeout(5)
-            assert _recv_exactly(server, 4) == b"held"  # held, not lost (TCP retransmits)
+            assert recv_exactly(server, 4) == b"held"  # held, not lost (TCP retransmits)
             assert proxy.reset() == 1
             with pytest.raises(ConnectionResetError):
                 client.recv(1)
-        client, server = _pair_through(proxy, echo_upstream)
+        client, server = pair_through(proxy.address, echo_upstream, timeout=5)
         with client, server:
             proxy.truncate(3)
             client.sendall(b"abcdef")
-            assert _recv_exactly(server, 3) == b"abc"
+            assert recv_exactly(server, 3) == b"abc"
             assert server.recv(1) == b""  # then the connection ends
         proxy.refuse()
         with pytest.raises((ConnectionResetError, BrokenPipeError)):
@@ -296,10 +287,10 @@ def test_proxy_blackhole_reset_truncate_refuse(echo_upstream):
                 refused.sendall(b"x")
                 refused.recv(1)
         proxy.restore()
-        client, server = _pair_through(proxy, echo_upstream)
+        client, server = pair_through(proxy.address, echo_upstream, timeout=5)
         with client, server:
             client.sendall(b"ok")
-            assert _recv_exactly(server, 2) == b"ok"
+            assert recv_exactly(server, 2) == b"ok"
         stats = proxy.stats()
         assert (stats.accepted, stats.refused, stats.reset, stats.truncated) == (3, 1, 1, 1)
 

@@ -76,3 +76,14 @@ class MQTTSpec:
             return False
         sock = transport._client.socket()
         return sock is not None and shut_down_below(sock.fileno())
+
+
+def mosquitto_missing() -> str | None:
+    """Why no private mosquitto can be started here (None when one can)."""
+    from netq.brokers import find_mosquitto
+
+    try:
+        find_mosquitto()
+    except nq.BrokerUnavailable as error:
+        return str(error)
+    return None

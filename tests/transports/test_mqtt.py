@@ -29,7 +29,7 @@ import pytest
 pytest.importorskip("paho.mqtt", reason="Protocol.MQTT needs paho-mqtt")
 
 import netq as nq
-from netq.brokers import LocalBroker, find_mosquitto, local_broker
+from netq.brokers import LocalBroker, local_broker
 from netq.protocol import make_hello
 from netq.protocol.connection import Connection
 from netq.protocol.frames import Role
@@ -44,18 +44,10 @@ from netq.transports.mqtt.link import (
     Window,
 )
 from netq_testing import cpu_fraction, wait_for
+from transports.mqtt_testing import mosquitto_missing
 
-
-def _mosquitto_missing() -> str | None:
-    try:
-        find_mosquitto()
-    except nq.BrokerUnavailable as error:
-        return str(error)
-    return None
-
-
-needs_broker = pytest.mark.skipif(_mosquitto_missing() is not None,
-                                  reason=_mosquitto_missing() or "")
+needs_broker = pytest.mark.skipif(mosquitto_missing() is not None,
+                                  reason=mosquitto_missing() or "")
 
 KiB, MiB = nq.KiB, nq.MiB
 T = 30.0

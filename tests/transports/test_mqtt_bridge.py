@@ -29,27 +29,18 @@ pytest.importorskip("paho.mqtt", reason="Protocol.MQTT needs paho-mqtt")
 
 import netq as nq
 from harness import Child
-from netq.brokers import find_mosquitto
 from netq.transports.mqtt import link_statistics
 from netq_child import encode_options
 from netq_testing import peer_row, sequence_payload, wait_for
 from transports.mqtt_bridge_testing import PREFIX, BridgedBrokers, Watcher
-
-
-def _mosquitto_missing() -> str | None:
-    try:
-        find_mosquitto()
-    except nq.BrokerUnavailable as error:
-        return str(error)
-    return None
-
+from transports.mqtt_testing import mosquitto_missing
 
 KiB, MiB = nq.KiB, nq.MiB
 T = 30.0
 SIZES = (0, 1, 100, 1000, 4 * KiB, 64 * KiB, 256 * KiB, 1 * MiB)
 
-pytestmark = [pytest.mark.skipif(_mosquitto_missing() is not None,
-                                 reason=_mosquitto_missing() or ""),
+pytestmark = [pytest.mark.skipif(mosquitto_missing() is not None,
+                                 reason=mosquitto_missing() or ""),
               pytest.mark.timeout(180)]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from ..._threads import call_on_thread
 from ..packets import PacketTransport
 
 __all__ = ("LoopDrivenTransport", "outside_running_loop", "STOP_TIMEOUT")
@@ -37,21 +38,7 @@ def outside_running_loop(function):
         asyncio.get_running_loop()
     except RuntimeError:
         return function()
-    outcome: list = []
-
-    def run() -> None:
-        try:
-            outcome.append((True, function()))
-        except BaseException as error:  # noqa: BLE001 - re-raised on the caller's thread
-            outcome.append((False, error))
-
-    helper = threading.Thread(target=run, name="netq-grpc-setup", daemon=True)
-    helper.start()
-    helper.join()
-    succeeded, value = outcome[0]
-    if not succeeded:
-        raise value
-    return value
+    return call_on_thread(function, "netq-grpc-setup")
 
 
 class LoopDrivenTransport(PacketTransport):

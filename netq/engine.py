@@ -58,6 +58,7 @@ _QUIET = 50e-6  # seconds since the previous put after which a put counts as a l
 _REPEAT_WARNING = 30.0  # seconds between repeated warnings about the same ongoing wait
 _SPACE_POLL = 0.1  # seconds between checks while put() waits for send budget
 _BDP_PING = 1 << 63  # PING tokens with this bit are bandwidth-delay probes, not heartbeats
+_BDP_BACKOFF_MAX = 1.0  # seconds between probes at most, while rounds show the path limits
 _clock = time.perf_counter
 
 
@@ -540,6 +541,10 @@ class SessionEngine:
             session.bdp_token = 0  # the probe went out on a link that is gone
         if session.window >= self._largest_window():
             return
+        if session.bdp_backoff:
+            now = time.monotonic()
+            if now < session.bdp_next_at:
+                return
         token = _BDP_PING | next(self._bdp_tokens)
         link.conn.send_ping(token)
         session.bdp_token, session.bdp_bytes, session.bdp_link = token, size, link
@@ -550,8 +555,15 @@ class SessionEngine:
         session.bdp_token, session.bdp_link = 0, None
         if window > session.window:
             session.window = window
+            session.bdp_backoff = 0.0  # the window was the limit: measure the next round too
             if not session.scheduled:
                 self.schedule(session)  # top the credit up to the new window
+        else:
+            # The path, not the window, limited that round: probe less and less often (a
+            # PING per round costs small messages about a tenth of their rate), yet often
+            # enough to notice when the traffic grows.
+            backoff = min(max(2 * session.bdp_backoff, 0.01), _BDP_BACKOFF_MAX)
+            session.bdp_backoff, session.bdp_next_at = backoff, time.monotonic() + backoff
 
     def _largest_window(self) -> int:
         limits = self.limits

@@ -104,6 +104,8 @@ class PeerSession:
         self.bdp_token = 0
         self.bdp_link: Any = None
         self.bdp_bytes = 0
+        self.bdp_backoff = 0.0  # seconds until the next probe after one that did not grow
+        self.bdp_next_at = 0.0  # monotonic time before which no probe starts
         self.credit_waiting = False  # the receive budget capped this peer's last grant
 
     # --------------------------------------------------------------- accounting

@@ -169,3 +169,28 @@ def test_close_is_flushed_once_the_server_netq_has_everything_unread():
     assert client._engine.flushed()  # acknowledged although the server's code read nothing
     assert 20 * 200_000 <= server.statistics().recv_held <= 20 * 200_100
 
+
+
+def test_the_bandwidth_probe_backs_off_while_the_path_is_the_limit(monkeypatch):
+    """Small messages never fill a 256 KiB window: after a round that shows it, the probe
+    (a PING per round) waits longer and longer instead of pinging every round."""
+    from netq import engine as engine_module
+    from netq.protocol import Connection
+
+    pings: list[int] = []
+    send_ping = Connection.send_ping
+
+    def counting(self, token):
+        if token & engine_module._BDP_PING:
+            pings.append(token)
+        send_ping(self, token)
+
+    monkeypatch.setattr(Connection, "send_ping", counting)
+    network, server, client = pair()
+    for index in range(300):
+        client.put(index)
+        network.run()
+        assert server.get_nowait().data == index
+    assert 1 <= len(pings) <= 10, len(pings)  # one per round would be 300
+    session = server._engine.sessions[client.id]
+    assert session.bdp_backoff > 0 and session.window == 256 * KiB

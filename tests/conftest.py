@@ -24,6 +24,7 @@ import datetime
 import ipaddress
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -149,6 +150,16 @@ def tls_files(tmp_path_factory) -> TLSFiles:
     write_key(client_key, files.client_key)
     return files
 
+
+
+@pytest.fixture
+def loopback_listener():
+    """A listening TCP socket on 127.0.0.1 (any free port), closed after the test."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    try:
+        yield listener
+    finally:
+        listener.close()
 
 
 # ============================================================================ transports

@@ -34,12 +34,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
-def upstream():
-    listener = socket.create_server(("127.0.0.1", 0))
-    try:
-        yield listener
-    finally:
-        listener.close()
+def upstream(loopback_listener):
+    return loopback_listener
 
 
 def _thread_cpu(native_id: int) -> float:

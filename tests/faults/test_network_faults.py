@@ -226,12 +226,8 @@ def wait_reconnected(client, before: int, timeout: float = T) -> None:
 
 
 @pytest.fixture
-def echo_upstream():
-    listener = socket.create_server(("127.0.0.1", 0))
-    try:
-        yield listener
-    finally:
-        listener.close()
+def echo_upstream(loopback_listener):
+    return loopback_listener
 
 
 def test_proxy_relays_delays_and_counts(echo_upstream):

@@ -215,15 +215,20 @@ class ChannelTableMixin(MQTTShared):
         link = channel.link
         return link.peer_id if link is not None else None
 
+    def _all_channels(self) -> list[Channel]:
+        """Every live channel, the client's current one included (``_lock`` held)."""
+        channels = list(self._channels.values())
+        if self._current is not None:
+            channels.append(self._current)
+        return channels
+
     # ------------------------------------------------------------------ link acks and probes
 
     def _flush_acks(self) -> None:
         """I/O thread, after a pass: ack what the peer asked for, unless a packet already did."""
         self._acks_due = False
         with self._lock:
-            channels = list(self._channels.values())
-            if self._current is not None:
-                channels.append(self._current)
+            channels = self._all_channels()
         for channel in channels:
             if not channel.ack_due:
                 continue
@@ -241,9 +246,7 @@ class ChannelTableMixin(MQTTShared):
             return
         self._last_tick = now
         with self._lock:
-            channels = list(self._channels.values())
-            if self._current is not None:
-                channels.append(self._current)
+            channels = self._all_channels()
         for channel in channels:
             state = channel.state
             if channel.closed or not state.outstanding or not self._connected:

@@ -165,9 +165,7 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
             was_connected = self._connected
             self._connected = False
             self._servers.clear()
-            channels = list(self._channels.values())
-            if self._current is not None:
-                channels.append(self._current)
+            channels = self._all_channels()
         if was_connected:
             self.counters["broker_disconnects"] += 1
         if not self._stopped:

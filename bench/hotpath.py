@@ -1,0 +1,326 @@
+#!/usr/bin/env python3
+"""Per-message cost of each side of a link: CPU, wake-ups, syscalls, and where the time goes.
+
+    python3 bench/hotpath.py                              # netq-tcp and raw-tcp, 64 B, both kinds
+    python3 bench/hotpath.py --rows netq-tcp --kinds oneway --size 1M --count 2000
+    python3 bench/hotpath.py --rows netq-tcp --kinds rtt --cprofile 12
+
+Kinds: ``oneway`` (the sender calls ``put()`` per message, the receiver ``get()`` per message)
+and ``rtt`` (ping-pong: the client puts and waits for the echo). Rows: ``netq-tcp``,
+``netq-unix``, ``netq-tls`` and ``raw-tcp`` (blocking socket, one ``sendmsg`` per message, the
+floor of bench/run.py). Each side is its own process; per side the table gives, per message:
+
+* CPU µs, user and system (``getrusage`` over the timed interval, all threads);
+* voluntary context switches: a thread that blocked and was woken, i.e. wake-ups;
+* involuntary context switches: preemptions (two busy threads, one core each side);
+* system calls (``perf stat -e raw_syscalls:sys_enter`` on the whole process, the fixed cost
+  removed by running a second, smaller count and taking the difference; blank without perf).
+
+``--cprofile N`` profiles every thread of each side (cProfile per thread, merged) and prints
+the N functions with the most own time per message. Profiling slows Python code several times,
+so read its figures as proportions; the table above it comes from a run without it.
+Performance claims come from bench/run.py; this tool says where a message's microseconds go.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import resource
+import shutil
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HDR = struct.Struct("!Q")
+ROWS = ("netq-tcp", "netq-unix", "netq-tls", "raw-tcp")
+KINDS = ("oneway", "rtt")
+
+
+def _size(text: str) -> int:
+    units = {"K": 1024, "M": 1024 * 1024}
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def _usage() -> tuple[float, float, int, int]:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime, r.ru_stime, r.ru_nvcsw, r.ru_nivcsw
+
+
+# ----------------------------------------------------------------------------- one side
+
+
+class _ThreadProfiles:
+    """cProfile in every thread of this process (the I/O thread included), merged at the end."""
+
+    def __init__(self) -> None:
+        self.profiles: list[cProfile.Profile] = []
+        self._lock = threading.Lock()
+
+    def _start_in_thread(self, *_: object) -> None:
+        profile = cProfile.Profile()
+        with self._lock:
+            self.profiles.append(profile)
+        profile.enable()  # replaces this hook for the thread: called once per thread
+
+    def start(self) -> None:
+        threading.setprofile(self._start_in_thread)
+        self._start_in_thread()
+
+    def stop(self, top: int, count: int) -> str:
+        threading.setprofile(None)  # type: ignore[arg-type]
+        for profile in self.profiles:
+            profile.disable()
+        stats = pstats.Stats(self.profiles[0])
+        for profile in self.profiles[1:]:
+            stats.add(profile)
+        rows = []
+        table = stats.stats  # type: ignore[attr-defined]
+        for (path, line, name), (_, calls, own, total, _) in table.items():
+            short = os.path.relpath(path, ROOT) if path.startswith(ROOT) else os.path.basename(path)
+            where = f"{short}:{line}"
+            rows.append((own, total, calls, f"{name} ({where})"))
+        rows.sort(reverse=True)
+        out = io.StringIO()
+        out.write(f"{'own µs/msg':>11} {'cum µs/msg':>11} {'calls/msg':>10}  function\n")
+        for own, total, calls, label in rows[:top]:
+            out.write(f"{own * 1e6 / count:11.2f} {total * 1e6 / count:11.2f} "
+                      f"{calls / count:10.2f}  {label}\n")
+        return out.getvalue()
+
+
+def _netq_pair(row: str, purpose: str, address: str, tmpdir: str):
+    sys.path.insert(0, ROOT)
+    import netq
+
+    options: dict = {}
+    if row == "netq-unix":
+        netloc = netq.NetworkLocation(path=address)
+        protocol = netq.Protocol.UNIX
+    else:
+        host, port = address.rsplit(":", 1)
+        netloc = netq.NetworkLocation(host=host, port=int(port))
+        protocol = netq.Protocol.TCP
+    if row == "netq-tls":
+        cert, key = os.path.join(tmpdir, "cert.pem"), os.path.join(tmpdir, "key.pem")
+        options["security"] = netq.SecurityOptions(certificate=cert, key=key,
+                                                   server_hostname="localhost")
+    role = netq.Purpose.SERVER if purpose == "server" else netq.Purpose.CLIENT
+    return netq.new(protocol, role, netq.CommunicatorOptions(netloc=netloc, **options))
+
+
+def side(spec: dict) -> None:
+    """One process: the server (receiver / echo) or the client (sender / pinger)."""
+    row, kind, role, size, count = (spec["row"], spec["kind"], spec["role"], spec["size"],
+                                    spec["count"])
+    payload = bytes(range(256)) * (size // 256 + 1)
+    payload = payload[:size]
+    profiles = _ThreadProfiles() if spec["cprofile"] else None
+    if profiles is not None:
+        profiles.start()  # before the communicator starts its I/O thread (set-up included)
+    if row == "raw-tcp":
+        comm = None
+        if role == "server":
+            listener = socket.create_server(("127.0.0.1", spec["port"]))
+            sys.stdout.write("READY\n")
+            sys.stdout.flush()
+            sock, _ = listener.accept()
+            listener.close()
+        else:
+            sock = socket.create_connection(("127.0.0.1", spec["port"]))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        header = bytearray(8)
+        body = bytearray(max(size, 1))
+
+        def put(data: bytes) -> None:
+            sock.sendmsg([HDR.pack(len(data)), data])
+
+        def get() -> bytes:
+            sock.recv_into(header, 8, socket.MSG_WAITALL)
+            (length,) = HDR.unpack(header)
+            view = memoryview(body)[:length]
+            if length:
+                sock.recv_into(view, length, socket.MSG_WAITALL)
+            return bytes(view)
+
+        def finish() -> None:
+            sock.close()
+    else:
+        comm = _netq_pair(row, role, spec["address"], spec["tmpdir"])
+        if role == "server":
+            sys.stdout.write("READY\n")
+            sys.stdout.flush()
+
+        def put(data: bytes) -> None:
+            comm.put(data)
+
+        def get() -> bytes:
+            return comm.get().data
+
+        def finish() -> None:
+            comm.close()
+
+    # warm-up and a barrier: one round trip before the clock starts
+    if role == "client":
+        put(payload)
+        get()
+    else:
+        get()
+        put(payload)
+    start_usage, start = _usage(), time.perf_counter()
+    if kind == "oneway":
+        if role == "client":
+            for _ in range(count):
+                put(payload)
+            get()  # the receiver's "all arrived"
+        else:
+            for _ in range(count):
+                get()
+            put(b"done")
+    else:
+        if role == "client":
+            for _ in range(count):
+                put(payload)
+                get()
+        else:
+            for _ in range(count):
+                put(get())
+    wall = time.perf_counter() - start
+    end_usage = _usage()
+    report = {"wall": wall,
+              "user": end_usage[0] - start_usage[0], "sys": end_usage[1] - start_usage[1],
+              "vcsw": end_usage[2] - start_usage[2], "ivcsw": end_usage[3] - start_usage[3]}
+    if profiles is not None:
+        report["profile"] = profiles.stop(spec["cprofile"], count)
+    finish()
+    sys.stdout.write("RESULT " + json.dumps(report) + "\n")
+    sys.stdout.flush()
+
+
+# ----------------------------------------------------------------------------- orchestration
+
+
+def _certificate(tmpdir: str) -> None:
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                    "-keyout", os.path.join(tmpdir, "key.pem"),
+                    "-out", os.path.join(tmpdir, "cert.pem")],
+                   check=True, capture_output=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _run_pair(row: str, kind: str, size: int, count: int, cprofile: int, perf: bool,
+              tmpdir: str) -> dict:
+    port = _free_port()
+    address = os.path.join(tmpdir, "netq.sock") if row == "netq-unix" else f"127.0.0.1:{port}"
+    results: dict = {}
+    procs = {}
+    for role in ("server", "client"):
+        spec = {"row": row, "kind": kind, "role": role, "size": size, "count": count,
+                "cprofile": cprofile, "port": port, "address": address, "tmpdir": tmpdir}
+        command = [sys.executable, os.path.abspath(__file__), "--side", json.dumps(spec)]
+        counters = os.path.join(tmpdir, f"{role}.perf")
+        if perf:
+            command = ["perf", "stat", "-x", ",", "-e", "raw_syscalls:sys_enter",
+                       "-o", counters, "--"] + command
+        procs[role] = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        if role == "server":
+            line = procs[role].stdout.readline()  # type: ignore[union-attr]
+            if line.strip() != "READY":
+                raise RuntimeError(f"{row} server did not start: {line!r}")
+    for role, proc in procs.items():
+        out, _ = proc.communicate(timeout=600)
+        lines = [line for line in out.splitlines() if line.startswith("RESULT ")]
+        if proc.returncode or not lines:
+            raise RuntimeError(f"{row} {kind} {role} failed (exit {proc.returncode})")
+        result = json.loads(lines[-1][len("RESULT "):])
+        if perf:
+            with open(os.path.join(tmpdir, f"{role}.perf")) as f:
+                for line in f:
+                    fields = line.strip().split(",")
+                    if len(fields) > 2 and fields[2] == "raw_syscalls:sys_enter":
+                        result["syscalls"] = int(fields[0])
+        results[role] = result
+    return results
+
+
+def measure(row: str, kind: str, size: int, count: int, perf: bool, tmpdir: str) -> dict:
+    """Per-message figures of each side; syscalls from the difference of two counts."""
+    full = _run_pair(row, kind, size, count, 0, perf, tmpdir)
+    small = _run_pair(row, kind, size, max(1, count // 5), 0, perf, tmpdir) if perf else None
+    figures = {}
+    for role, result in full.items():
+        per = {"µs user": result["user"] * 1e6 / count, "µs sys": result["sys"] * 1e6 / count,
+               "wake-ups": result["vcsw"] / count, "preempted": result["ivcsw"] / count,
+               "wall µs": result["wall"] * 1e6 / count}
+        if small is not None and "syscalls" in result and "syscalls" in small[role]:
+            per["syscalls"] = ((result["syscalls"] - small[role]["syscalls"])
+                               / (count - max(1, count // 5)))
+        figures[role] = per
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", default="netq-tcp,raw-tcp")
+    parser.add_argument("--kinds", default="oneway,rtt")
+    parser.add_argument("--size", default="64", help="bytes per message (64, 4K, 1M)")
+    parser.add_argument("--count", type=int, default=0,
+                        help="messages (default: 200000 one-way, 20000 round trips)")
+    parser.add_argument("--cprofile", type=int, default=0, metavar="N",
+                        help="also print the N functions with the most own time per message")
+    parser.add_argument("--side", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        side(json.loads(args.side))
+        return
+    size = _size(args.size)
+    perf = shutil.which("perf") is not None
+    with tempfile.TemporaryDirectory(prefix="netq-profile-") as tmpdir:
+        rows = args.rows.split(",")
+        if "netq-tls" in rows:
+            _certificate(tmpdir)
+        for kind in args.kinds.split(","):
+            count = args.count or (200_000 if kind == "oneway" else 20_000)
+            if size >= 1 << 20 and not args.count:
+                count = 2000
+            what = ("client sends, server receives" if kind == "oneway"
+                    else "client pings, server echoes")
+            print(f"\n## {kind}, {size} B, {count} messages ({what})\n")
+            print("| row | side | wall µs/msg | CPU µs user | CPU µs sys | wake-ups | "
+                  "preempted | syscalls |")
+            print("|---|---|---:|---:|---:|---:|---:|---:|")
+            for row in rows:
+                figures = measure(row, kind, size, count, perf, tmpdir)
+                for role in ("client", "server"):
+                    f = figures[role]
+                    calls = f"{f['syscalls']:.2f}" if "syscalls" in f else ""
+                    print(f"| {row} | {role} | {f['wall µs']:.2f} | {f['µs user']:.2f} | "
+                          f"{f['µs sys']:.2f} | {f['wake-ups']:.3f} | {f['preempted']:.3f} | "
+                          f"{calls} |")
+            if args.cprofile:
+                for row in rows:
+                    if row == "raw-tcp":
+                        continue
+                    profiled = _run_pair(row, kind, size, count, args.cprofile, False, tmpdir)
+                    for role in ("client", "server"):
+                        print(f"\n{row} {kind} {role}, cProfile (all threads):\n")
+                        print(profiled[role]["profile"])
+
+
+if __name__ == "__main__":
+    main()

@@ -107,6 +107,8 @@ class Communicator:
 
         self._engine = SessionEngine(options, self.purpose, self, transport_class)
         self._transport = self._engine.transport
+        # A blocked get() may run the I/O loop itself (leader/followers; Transport.lead).
+        self._caller_leads: bool = self._transport.caller_leads
         self._engine.start()
 
     # ================================================================== user API
@@ -348,6 +350,16 @@ class Communicator:
                 # for it), once for everything that waits on the connection.
                 self._getters += 1
                 try:
+                    if self._caller_leads and (not peers or engine.server_session is not None):
+                        # Run the I/O loop here if the I/O thread has left it to callers: the
+                        # message is then read on this thread, with no hand-over wake-up.
+                        self._recv_lock.release()
+                        try:
+                            led = engine.lead_io(remaining, self._ready.__len__)
+                        finally:
+                            self._recv_lock.acquire()
+                        if led:
+                            continue
                     self._recv_ready.wait(remaining)
                 finally:
                     self._getters -= 1

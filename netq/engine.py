@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from . import flow, protocol as proto
@@ -54,6 +55,9 @@ LOGGER = logging.getLogger("netq")
 _GOODBYE_GRACE = 1.0  # seconds close(timeout) still allows for goodbyes after the timeout
 _DEPARTED_MEMORY = 65536  # ids of departed peers remembered (ResourceClosed, not UnknownPeer)
 _CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an ACK is due
+# Seconds between looks at the timers (heartbeats, session timeouts, stall warnings) while the
+# loop turns for I/O; a busy link turns it once per message, the timers need no such precision.
+_TIMER_TICK = 0.01
 _QUIET = 50e-6  # seconds since the previous put after which a put counts as a lone request
 _REPEAT_WARNING = 30.0  # seconds between repeated warnings about the same ongoing wait
 _SPACE_POLL = 0.1  # seconds between checks while put() waits for send budget
@@ -187,6 +191,8 @@ class SessionEngine:
         self._budget_warned_at = 0.0
 
         self._attention: collections.deque[PeerSession] = collections.deque()
+        self._timers_ran = 0.0  # when _timers last ran, and when they are next due
+        self._timers_due = 0.0
         self._closing = False
         self._stopping = False
         self._stopping_since = 0.0
@@ -288,6 +294,13 @@ class SessionEngine:
         if not session.scheduled:
             self.schedule(session)
             transport.wake()
+
+    def lead_io(self, timeout: float | None, ready: Callable[[], object]) -> bool:
+        """A blocked get(): run the transport's loop on this thread if it may (Transport.lead).
+
+        True when it did, until ``ready()`` or ``timeout``; False to wait as usual.
+        """
+        return bool(self.transport.lead(timeout, ready))
 
     def schedule(self, session: PeerSession) -> None:
         """Ask the I/O thread to service ``session`` (pump, grant credit) on its next turn."""
@@ -522,7 +535,14 @@ class SessionEngine:
             conn.send_ack(session.last_received)
             size = sum(message.size for message in arrived)
             self._probe(session, link, size)
-            self._grant(session, link, size)
+            if conn.recv_allowance_bytes * 4 > session.window * 3 and not (
+                    session.credit_requested
+                    or session.consumed_messages != session.credited_messages):
+                # Over three quarters of the window left: flow.plan_grant would grant nothing
+                # (not worth a frame) and the peer is not starved; only the count changes.
+                self._recount(link)
+            else:
+                self._grant(session, link, size)
             self._inbox.deliver(session, arrived)
 
     def _probe(self, session: PeerSession, link: Link, size: int) -> None:
@@ -632,6 +652,7 @@ class SessionEngine:
         return True
 
     def _session_opened(self, link: Link, event: proto.SessionOpened) -> None:
+        self._timers_changed()
         now = time.monotonic()
         if self._role is Role.SERVER:
             assert link.peer_id is not None
@@ -761,6 +782,7 @@ class SessionEngine:
             link.error = RemoteProtocolError(f"peer reported error {code}: {event.text}")
 
     def link_closed(self, link: Link) -> None:
+        self._timers_changed()
         session = link.session
         now = time.monotonic()
         self._outstanding -= link.credit_counted
@@ -792,6 +814,7 @@ class SessionEngine:
             self._unreachable_since = now
 
     def connect_failed(self, address: str, reason: str) -> None:
+        self._timers_changed()
         self._connect_attempts += 1
         self.connect_error = reason if address == str(self.options.netloc) \
             else f"{address}: {reason}"
@@ -880,7 +903,15 @@ class SessionEngine:
                 self._pump(session, link)
                 if link.conn.has_output:
                     transport.write_now(link)
-        return self._timers(now)
+        if now < self._timers_due and now - self._timers_ran < _TIMER_TICK:
+            return self._timers_due - now
+        wait = self._timers(now)
+        self._timers_ran, self._timers_due = now, now + wait
+        return wait
+
+    def _timers_changed(self) -> None:
+        """A link or session came or went: look at the timers on the loop's next turn."""
+        self._timers_due = 0.0
 
     def _timers(self, now: float) -> float:
         connection = self.options.connection
@@ -964,9 +995,11 @@ class SessionEngine:
     # ================================================================== closing
 
     def begin_close(self) -> None:
+        self._timers_changed()
         self._closing = True
 
     def stop(self) -> None:
+        self._timers_changed()
         self._stopping_since = time.monotonic()
         self._stopping = True
         self.transport.wake()

@@ -12,13 +12,19 @@ What differs is how a transport waits and moves bytes: a ``selectors`` loop over
 "subclass" below. A transport calls its engine only through
 :class:`netq.engine.EngineAPI`; the engine (:class:`netq.engine.SessionEngine`) calls only the
 public methods here: ``start, wake, write_now, close_link, links, abort, join, authorize,
-address, direct_writes``.
+lead, address, direct_writes``.
+
+Leader/followers: where ``caller_leads`` is set (the socket transports), a ``get()`` that
+would block may run the loop on its own thread (:meth:`Transport.lead`) while the I/O thread
+is parked, so that a round trip wakes one thread per side, not two. Whoever holds ``_lead``
+runs the loop; "on the I/O thread" means "leading it".
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..options import Purpose
@@ -30,6 +36,8 @@ if TYPE_CHECKING:
 __all__ = ("Link", "Transport", "CLOSE_FLUSH_LIMIT")
 
 CLOSE_FLUSH_LIMIT = 1.0  # seconds a closing link may take to flush its last frames
+PARK_LIMIT = 0.001  # seconds the parked I/O thread leaves the loop to callers between checks
+LEAD_SLICE = 0.05  # seconds of a caller-led wait for I/O between looks at its own state
 
 
 class Link:
@@ -44,7 +52,7 @@ class Link:
     __slots__ = ("sock", "channel", "conn", "session", "own_lock", "error", "peer_id",
                  "closing", "close_deadline", "write_blocked", "write_registered",
                  "last_received_at", "ping_sent_at", "rtt", "replaced", "tls_handshaking",
-                 "dropped", "address", "direct_ok", "credit_counted")
+                 "dropped", "address", "direct_ok", "credit_counted", "ack_hold_until")
 
     def __init__(self, sock: Any, conn: Connection, address: Any,
                  tls_handshaking: bool = False, channel: Any = None) -> None:
@@ -74,6 +82,8 @@ class Link:
         # The receive credit of this link the engine counts against its budget (the HELLO
         # grant from the start: netq.engine.SessionEngine.new_connection counted it).
         self.credit_counted = max(conn.recv_allowance_bytes, 0)
+        # Until when queued ACK frames may wait for a reply to carry them (0.0: not held).
+        self.ack_hold_until = 0.0
 
     @property
     def lock(self) -> Any:
@@ -91,6 +101,7 @@ class Transport:
 
     family_name = "transport"
     direct_writes = False  # True when a user thread may write on an idle link itself
+    caller_leads = False  # True when a blocked get() may run the loop itself (lead())
 
     def __init__(self, engine: EngineAPI) -> None:
         self.engine = engine
@@ -103,6 +114,14 @@ class Transport:
         self._backoff = self._options.connection.reconnect_min
         self.address: Any = None
         self._io_ident: int | None = None
+        # Leader/followers (caller_leads): whoever holds _lead runs the loop; the I/O thread
+        # parks on _park while callers' get() lead it (see lead()).
+        self._lead = threading.Lock()
+        self._park = threading.Condition(threading.Lock())
+        self._parked = False
+        self._handed_off = False  # this turn read data while a get() was waiting for it
+        self._caller_rounds = 0  # times a caller led the loop
+        self._leader_ident: int | None = None
         self._thread = threading.Thread(
             target=self._run,
             name=f"netq-io-{engine.purpose.value}-{str(engine.id)[:8]}", daemon=True)
@@ -167,50 +186,130 @@ class Transport:
 
     @property
     def on_io_thread(self) -> bool:
-        return threading.get_ident() == self._io_ident
+        """True on the thread that leads the loop now (the I/O thread, or a caller's get())."""
+        return threading.get_ident() == self._leader_ident
 
     # ----------------------------------------------------------------- the loop
 
     def _run(self) -> None:
         engine = self.engine
-        self._io_ident = threading.get_ident()
+        self._io_ident = self._leader_ident = threading.get_ident()
         try:
             if not self._server:
                 self._connect()
             while not self._aborted:
-                now = time.monotonic()
-                if engine.closing:
-                    self._stop_listening()  # close() refuses newcomers from its first moment
-                timeout = engine.service(now)
-                if engine.stopping:
-                    if self._stop_step():
+                with self._lead:
+                    self._leader_ident = self._io_ident
+                    self._handed_off = False
+                    if self._step(None):
                         break
-                    timeout = min(timeout, 0.01)
-                if self._reconnect_at is not None:
-                    timeout = min(timeout, max(0.0, self._reconnect_at - now))
-                for link in self.links():
-                    if link.closing:
-                        timeout = min(timeout, max(0.0, link.close_deadline - now))
-                # Set before looking at the engine's queue: a user thread that queues work
-                # after the look sees _idle and signals the wait (no lost wake-up).
-                self._idle = True
-                if engine.has_work:
-                    timeout = 0
-                self._wait(timeout)
-                self._idle = False
-                now = time.monotonic()
-                if self._reconnect_at is not None and now >= self._reconnect_at:
-                    self._reconnect_at = None
-                    self._connect()
-                self._check_connect(now)
-                for link in self.links():
-                    if link.closing and (not link.conn.has_output or now >= link.close_deadline):
-                        self._drop(link)
+                    park = self._handed_off and self.caller_leads
+                if park:
+                    self._park_for_callers()
         except BaseException as error:  # noqa: BLE001 - must reach futures and get()
             engine.failed(error)
         finally:
             self._shutdown()
             engine.finished()
+
+    def _step(self, cap: float | None) -> bool:
+        """One turn of the loop (whoever leads it); True when a closing loop may end.
+
+        ``cap``: wait at most this long for I/O (a caller leading the loop, see :meth:`lead`).
+        """
+        engine = self.engine
+        now = time.monotonic()
+        if engine.closing:
+            self._stop_listening()  # close() refuses newcomers from its first moment
+        timeout = engine.service(now)
+        if engine.stopping:
+            if self._stop_step():
+                return True
+            timeout = min(timeout, 0.01)
+        if self._reconnect_at is not None:
+            timeout = min(timeout, max(0.0, self._reconnect_at - now))
+        for link in self.links():
+            if link.closing:
+                timeout = min(timeout, max(0.0, link.close_deadline - now))
+        if cap is not None:
+            timeout = min(timeout, cap)
+        # Set before looking at the engine's queue: a user thread that queues work after the
+        # look sees _idle and signals the wait (no lost wake-up).
+        self._idle = True
+        if engine.has_work:
+            timeout = 0
+        self._wait(timeout)
+        self._idle = False
+        now = time.monotonic()
+        if self._reconnect_at is not None and now >= self._reconnect_at:
+            self._reconnect_at = None
+            self._connect()
+        self._check_connect(now)
+        for link in self.links():
+            if link.closing and (not link.conn.has_output or now >= link.close_deadline):
+                self._drop(link)
+        return False
+
+    # ----------------------------------------------------------------- callers lead the loop
+
+    def _park_for_callers(self) -> None:
+        """Leave the loop to the next blocked get() (leader/followers), checking back often.
+
+        The I/O thread just handed a message to a get() that was waiting for it. That caller
+        will likely wait again soon; if the loop is free then, it runs the loop itself
+        (:meth:`lead`) and wakes up once, on its own socket, instead of the I/O thread waking
+        and then waking it. The I/O thread stays parked while callers keep leading; it takes
+        the loop back as soon as there is work (``wake()``) or after ``PARK_LIMIT`` without
+        a caller, so timers, heartbeats and held ACKs are never late by more than that.
+        """
+        engine = self.engine
+        park = self._park
+        while not self._aborted:
+            rounds = self._caller_rounds
+            with park:
+                self._parked = True
+                try:
+                    if engine.has_work or engine.closing:
+                        return
+                    park.wait(PARK_LIMIT)
+                finally:
+                    self._parked = False
+            if engine.has_work or engine.closing or self._caller_rounds == rounds:
+                return  # work to do, or no caller led meanwhile: lead again
+            if self._lead.acquire(blocking=False):
+                # Callers lead between their messages: keep the timers and holds on time.
+                try:
+                    self._leader_ident = self._io_ident
+                    self._step(0.0)
+                finally:
+                    self._lead.release()
+
+    def lead(self, timeout: float | None, ready: Callable[[], object]) -> bool:
+        """A blocked ``get()`` runs the loop on its own thread until ``ready()`` or timeout.
+
+        False (nothing done) when this transport does not allow it, or the I/O thread leads
+        (it is waiting for I/O itself: the caller waits for its hand-over as before).
+        """
+        if not self._parked or not self._lead.acquire(blocking=False):
+            return False
+        engine = self.engine
+        try:
+            if not self._parked:  # the I/O thread took the loop back meanwhile
+                return False
+            self._leader_ident = threading.get_ident()
+            self._caller_rounds += 1
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not ready() and not self._aborted and not engine.closing:
+                cap = LEAD_SLICE
+                if deadline is not None:
+                    cap = min(cap, deadline - time.monotonic())
+                    if cap <= 0:
+                        break
+                self._step(cap)
+        finally:
+            self._leader_ident = self._io_ident
+            self._lead.release()
+        return True
 
     def _stop_step(self) -> bool:
         """One step of closing; True when the loop may end."""

@@ -35,12 +35,14 @@ _READ = selectors.EVENT_READ
 _WRITE = selectors.EVENT_WRITE
 _READS_PER_EVENT = 32  # recv calls per readable event before serving other links
 _TLS_JOIN = 256 * 1024  # small buffers are joined up to this size for one SSL write
+ACK_HOLD = 250e-6  # seconds an ACK may wait for the reply that a waiting get() is about to send
 
 
 class SocketTransport(Transport):
     """The selector loop shared by TCP, TLS and Unix sockets."""
 
     family_name = "tcp"
+    caller_leads = True
 
     def __init__(self, engine) -> None:
         super().__init__(engine)
@@ -50,6 +52,7 @@ class SocketTransport(Transport):
         self._wake_writer.setblocking(False)
         self._selector.register(self._wake_reader, _READ, "wake")
         self._wake_pending = False
+        self._held: set[Link] = set()  # links whose ACK frames wait for a reply (ACK_HOLD)
         self._listener: socket.socket | None = None
         self._connecting: socket.socket | None = None
         self._connect_started = 0.0
@@ -115,6 +118,9 @@ class SocketTransport(Transport):
     # ----------------------------------------------------------------- waiting
 
     def wake(self) -> None:
+        if self._parked:
+            with self._park:
+                self._park.notify()
         if self._idle and not self._wake_pending:
             self._wake_pending = True
             try:
@@ -127,6 +133,8 @@ class SocketTransport(Transport):
         super().abort()
 
     def _wait(self, timeout: float) -> None:
+        if self._held:
+            timeout = min(timeout, self._release_holds())
         for key, mask in self._selector.select(timeout):
             data = key.data
             if data == "wake":
@@ -293,15 +301,51 @@ class SocketTransport(Transport):
             self._tls_handshake(link)
             if link.tls_handshaking or link.dropped:
                 return
+        # Looked at before reading: the message read now is what a blocked get() waited for.
+        consumer_waiting = self.engine.consumer_waiting
         with link.lock:
             if mask & _WRITE:
                 link.write_blocked = False
                 self.write_now(link)
             if mask & _READ and not link.dropped:
                 self._read(link)
+                if consumer_waiting:
+                    self._handed_off = True
             if not link.dropped and link.conn.has_output:
-                self.write_now(link)
+                if consumer_waiting and link.direct_ok and link.conn.output_is_only_acks():
+                    self._hold_acks(link)
+                else:
+                    self.write_now(link)
         self._after_io(link)
+
+    def _hold_acks(self, link: Link) -> None:
+        """Delayed acknowledgement: let the ACK frames just queued wait up to ``ACK_HOLD``.
+
+        Someone was blocked in get() for the message they acknowledge and usually replies at
+        once; the reply's write then carries them (one write and one read fewer each way, and
+        the peer's next read finds the reply instead of a lone ACK). Never longer than
+        ``ACK_HOLD``, and only while nothing but ACK frames is queued: a CREDIT frame may be
+        what a sender waits for, so it always goes at once.
+        """
+        if not link.ack_hold_until:
+            link.ack_hold_until = time.monotonic() + ACK_HOLD
+            self._held.add(link)
+
+    def _release_holds(self) -> float:
+        """Write the held ACKs that are due (I/O thread); seconds until the next is due."""
+        now = time.monotonic()
+        wait = ACK_HOLD
+        for link in list(self._held):
+            due = link.ack_hold_until - now
+            if due > 0 and not link.dropped and link.conn.output_is_only_acks():
+                wait = min(wait, due)
+                continue
+            self._held.discard(link)
+            link.ack_hold_until = 0.0
+            if not link.dropped and link.conn.has_output:
+                with link.lock:
+                    self.write_now(link)
+        return wait
 
     def _read(self, link: Link) -> None:
         conn = link.conn
@@ -388,6 +432,7 @@ class SocketTransport(Transport):
         return joined
 
     def _release(self, link: Link) -> None:
+        self._held.discard(link)
         try:
             self._selector.unregister(link.sock)
         except (KeyError, ValueError):

@@ -25,6 +25,7 @@ class MemoryTransport:
     """The engine's view of a transport; the network moves the bytes."""
 
     direct_writes = False
+    caller_leads = False  # no loop to lead: the test drives every turn itself
     network: MemoryNetwork  # set by MemoryNetwork before the communicator is built
 
     def __init__(self, engine: Any) -> None:
@@ -37,6 +38,9 @@ class MemoryTransport:
     # -- what the engine calls
     def start(self) -> None:
         pass
+
+    def lead(self, timeout, ready) -> bool:
+        return False
 
     def wake(self) -> None:
         self.wakes += 1

@@ -185,7 +185,11 @@ class SocketTransport(Transport):
             if self.engine.closing:
                 sock.close()
                 continue
-            self._open_link(sock, address, server_side=True)
+            try:
+                self._open_link(sock, address, server_side=True)
+            except OSError as error:  # reset before the TLS layer was set up: not our failure
+                sock.close()
+                LOGGER.info("netq server: connection from %s lost at once: %s", address, error)
 
     def _open_link(self, sock: socket.socket, address, server_side: bool) -> None:
         self._tune(sock)
@@ -197,6 +201,7 @@ class SocketTransport(Transport):
                 security = self._options.security
                 assert security is not None  # the TLS context was made from it
                 hostname = security.server_hostname or self._options.netloc.host
+            _check_not_reset(sock)
             sock = context.wrap_socket(sock, server_side=server_side,
                                        do_handshake_on_connect=False,
                                        server_hostname=hostname)
@@ -413,6 +418,9 @@ class SocketTransport(Transport):
             if not sent:
                 break
             conn.sent(sent)
+        if link.ack_hold_until and not conn.has_output:
+            link.ack_hold_until = 0.0  # the held ACKs left with this write
+            self._held.discard(link)
         blocked = conn.has_output
         link.write_blocked = blocked
         if blocked != link.write_registered and self.on_io_thread:
@@ -441,6 +449,21 @@ class SocketTransport(Transport):
             link.sock.close()
         except OSError:
             pass
+
+
+def _check_not_reset(sock: socket.socket) -> None:
+    """Raise OSError if the peer already reset or closed a connection we are about to wrap.
+
+    ``SSLContext.wrap_socket`` takes the socket over and, when the peer has reset it already,
+    raises without closing the new ``SSLSocket`` (the descriptor leaks until garbage
+    collection). Nothing is due from the peer before our TLS handshake, so a peek that finds
+    an end of stream or an error means the connection is gone; the caller closes the socket.
+    """
+    try:
+        if sock.recv(1, socket.MSG_PEEK) == b"":
+            raise ConnectionResetError(errno.ECONNRESET, "closed before the TLS handshake")
+    except (BlockingIOError, InterruptedError):
+        pass  # nothing to read yet: the usual case
 
 
 def _connect_error(code: int) -> str:

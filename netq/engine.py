@@ -537,7 +537,8 @@ class SessionEngine:
             self._probe(session, link, size)
             if conn.recv_allowance_bytes * 4 > session.window * 3 and not (
                     session.credit_requested
-                    or session.consumed_messages != session.credited_messages):
+                    or (session.consumed_messages != session.credited_messages
+                        and self._recv_messages != UNLIMITED_MESSAGES)):
                 # Over three quarters of the window left: flow.plan_grant would grant nothing
                 # (not worth a frame) and the peer is not starved; only the count changes.
                 self._recount(link)

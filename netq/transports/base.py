@@ -108,6 +108,7 @@ class Transport:
         self._options = engine.options
         self._server = engine.purpose is Purpose.SERVER
         self._links: set[Link] = set()
+        self._closing_links: set[Link] = set()  # links flushing their last frames (close_link)
         self._aborted = False
         self._idle = False  # the I/O thread is (about to be) waiting: wake() must signal it
         self._reconnect_at: float | None = None
@@ -228,9 +229,8 @@ class Transport:
             timeout = min(timeout, 0.01)
         if self._reconnect_at is not None:
             timeout = min(timeout, max(0.0, self._reconnect_at - now))
-        for link in self.links():
-            if link.closing:
-                timeout = min(timeout, max(0.0, link.close_deadline - now))
+        for link in list(self._closing_links):
+            timeout = min(timeout, max(0.0, link.close_deadline - now))
         if cap is not None:
             timeout = min(timeout, cap)
         # Set before looking at the engine's queue: a user thread that queues work after the
@@ -245,8 +245,8 @@ class Transport:
             self._reconnect_at = None
             self._connect()
         self._check_connect(now)
-        for link in self.links():
-            if link.closing and (not link.conn.has_output or now >= link.close_deadline):
+        for link in list(self._closing_links):
+            if not link.conn.has_output or now >= link.close_deadline:
                 self._drop(link)
         return False
 
@@ -339,6 +339,7 @@ class Transport:
             if not link.closing:
                 link.closing = True
                 link.close_deadline = time.monotonic() + CLOSE_FLUSH_LIMIT
+                self._closing_links.add(link)
             with link.lock:
                 self.write_now(link)
             if not link.conn.has_output and self.on_io_thread:
@@ -349,6 +350,7 @@ class Transport:
         else:
             link.closing = True
             link.close_deadline = 0.0
+            self._closing_links.add(link)
             self.wake()
 
     def _drop(self, link: Link) -> None:
@@ -356,6 +358,7 @@ class Transport:
             return
         link.dropped = True
         self._links.discard(link)
+        self._closing_links.discard(link)
         self._release(link)
         with link.lock:
             self.engine.link_closed(link)

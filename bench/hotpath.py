@@ -76,13 +76,18 @@ class _ThreadProfiles:
         threading.setprofile(self._start_in_thread)
         self._start_in_thread()
 
-    def stop(self, top: int, count: int) -> str:
+    def stop(self, top: int, count: int) -> tuple[str, dict[str, float]]:
+        """The top functions as text, and own time per message by stage (µs, profiled)."""
         threading.setprofile(None)  # type: ignore[arg-type]
         for profile in self.profiles:
             profile.disable()
         stats = pstats.Stats(self.profiles[0])
         for profile in self.profiles[1:]:
             stats.add(profile)
+        stages: dict[str, float] = {}
+        for (path, _, name), (_, _, own, _, _) in stats.stats.items():  # type: ignore[attr-defined]
+            stage = stage_of(os.path.basename(path), name)
+            stages[stage] = stages.get(stage, 0.0) + own * 1e6 / count
         rows = []
         table = stats.stats  # type: ignore[attr-defined]
         for (path, line, name), (_, calls, own, total, _) in table.items():
@@ -95,7 +100,55 @@ class _ThreadProfiles:
         for own, total, calls, label in rows[:top]:
             out.write(f"{own * 1e6 / count:11.2f} {total * 1e6 / count:11.2f} "
                       f"{calls / count:10.2f}  {label}\n")
-        return out.getvalue()
+        return out.getvalue(), stages
+
+
+WAIT = "(blocked: epoll, locks)"
+STAGES = (
+    "put(): future, queue, autocork",
+    "serialize (pickle)",
+    "send: pump, framing, write",
+    "socket calls (kernel)",
+    "loop turn: service, timers, select, dispatch",
+    "receive: read, parse frames",
+    "engine: events, ACK, credit",
+    "get(): inbox, hand-over",
+    "other (builtins)",
+)
+_BY_FILE = {"futures.py": 0, "stream.py": 1, "flow.py": 6, "session.py": 6, "base.py": 4,
+            "selectors.py": 4, "threading.py": 7, "communicator.py": 7}
+_BY_NAME = {
+    "put": 0, "_put": 0, "put_many": 0, "_targets": 0, "submit": 0, "_enqueue": 0,
+    "_pump": 2, "write_now": 2, "send_message": 2, "_emit": 2, "_emit_view": 2, "_seal": 2,
+    "outgoing": 2, "sent": 2, "has_output": 2, "can_send_data": 2,
+    "service": 4, "_timers": 4, "_wait": 4, "_service_link": 4, "_release_holds": 4,
+    "_hold_acks": 4, "after_io": 4, "_after_io": 4, "links": 4,
+    "_read": 5, "receive_buffer": 5, "receive_done": 5, "_parse": 5, "_control": 5,
+    "consumed": 7, "lead_io": 7,
+    "<method 'poll' of 'select.epoll' objects>": -1,
+    "<method 'acquire' of '_thread.lock' objects>": -1,
+    "<method 'acquire' of '_thread.RLock' objects>": -1,
+    "<built-in method _pickle.dumps>": 1, "<built-in method _pickle.loads>": 1,
+}
+
+
+def stage_of(filename: str, name: str) -> str:
+    """The stage of one profiled function (see STAGES): by name first, then by module."""
+    index = _BY_NAME.get(name)
+    if index is None:
+        if "_socket.socket" in name:
+            index = 3
+        elif filename in _BY_FILE:
+            index = _BY_FILE[filename]
+        elif filename in ("engine.py",):
+            index = 6
+        elif filename == "connection.py":
+            index = 5 if name.startswith(("receive", "_parse", "_on", "_control")) else 2
+        elif filename == "sockets.py":
+            index = 4
+        else:
+            index = 8
+    return WAIT if index < 0 else STAGES[index]
 
 
 def _netq_pair(row: str, purpose: str, address: str, tmpdir: str):
@@ -200,7 +253,7 @@ def side(spec: dict) -> None:
               "user": end_usage[0] - start_usage[0], "sys": end_usage[1] - start_usage[1],
               "vcsw": end_usage[2] - start_usage[2], "ivcsw": end_usage[3] - start_usage[3]}
     if profiles is not None:
-        report["profile"] = profiles.stop(spec["cprofile"], count)
+        report["profile"], report["stages"] = profiles.stop(spec["cprofile"], count)
     finish()
     sys.stdout.write("RESULT " + json.dumps(report) + "\n")
     sys.stdout.flush()
@@ -304,8 +357,9 @@ def main() -> None:
             print("| row | side | wall µs/msg | CPU µs user | CPU µs sys | wake-ups | "
                   "preempted | syscalls |")
             print("|---|---|---:|---:|---:|---:|---:|---:|")
+            last = {}
             for row in rows:
-                figures = measure(row, kind, size, count, perf, tmpdir)
+                figures = last[row] = measure(row, kind, size, count, perf, tmpdir)
                 for role in ("client", "server"):
                     f = figures[role]
                     calls = f"{f['syscalls']:.2f}" if "syscalls" in f else ""
@@ -317,6 +371,22 @@ def main() -> None:
                     if row == "raw-tcp":
                         continue
                     profiled = _run_pair(row, kind, size, count, args.cprofile, False, tmpdir)
+                    print(f"\n{row} {kind}: CPU µs per message by stage. The measured CPU "
+                          f"(user+sys, unprofiled run above) split in the proportions of "
+                          f"each stage's own time under cProfile:\n")
+                    print("| stage | client | server |")
+                    print("|---|---:|---:|")
+                    split = {}
+                    for role in ("client", "server"):
+                        stages = profiled[role]["stages"]
+                        busy = sum(v for k, v in stages.items() if k != WAIT)
+                        cpu = last[row][role]["µs user"] + last[row][role]["µs sys"]
+                        split[role] = {k: v * cpu / busy for k, v in stages.items() if k != WAIT}
+                    for stage in STAGES:
+                        print(f"| {stage} | {split['client'].get(stage, 0.0):.1f} | "
+                              f"{split['server'].get(stage, 0.0):.1f} |")
+                    print(f"| **total (measured CPU)** | {sum(split['client'].values()):.1f} | "
+                          f"{sum(split['server'].values()):.1f} |")
                     for role in ("client", "server"):
                         print(f"\n{row} {kind} {role}, cProfile (all threads):\n")
                         print(profiled[role]["profile"])

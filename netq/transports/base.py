@@ -186,6 +186,11 @@ class Transport:
         return self._authorize(link, peer_id)
 
     @property
+    def caller_led_turns(self) -> int:
+        """How many times a blocked get() ran the loop on its own thread (leader/followers)."""
+        return self._caller_rounds
+
+    @property
     def on_io_thread(self) -> bool:
         """True on the thread that leads the loop now (the I/O thread, or a caller's get())."""
         return threading.get_ident() == self._leader_ident

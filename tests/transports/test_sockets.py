@@ -1,0 +1,123 @@
+"""Byte-stream transports (netq/transports/sockets.py): the caller-led loop and delayed ACKs.
+
+A blocked ``get()`` may run the I/O loop on its own thread while the I/O thread is parked
+(leader/followers), and an ACK may wait a moment for the reply of a waiting ``get()``. Both
+save wake-ups; these tests check that neither ever costs liveness: what arrives while no
+caller leads is still read and acknowledged, a held ACK still goes out when nobody replies, a
+caller-led ``get()`` still honours its timeout and ``close()``. Runs on the byte streams of the
+suite (tcp, tls, unix, tcp6); the packet carriers do not let callers lead.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+import netq as nq
+from netq_testing import wait_for
+
+T = 30.0  # seconds a blocking step may take before the test counts as stuck
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _stream_pair(transport):
+    server = transport.make_server()
+    if not server.transport.caller_leads:
+        pytest.skip("only byte streams let a blocked get() lead the loop")
+    client = transport.connect(server)
+    return server, client
+
+
+def _echo(server: nq.Communicator, count: int) -> threading.Thread:
+    def serve() -> None:
+        for _ in range(count):
+            message = server.get(timeout=T)
+            server.put(message.data, message.peer)
+
+    thread = threading.Thread(target=serve, name="echo")
+    thread.start()
+    return thread
+
+
+def test_round_trips_are_led_by_the_waiting_caller(transport):
+    server, client = _stream_pair(transport)
+    rounds = 300
+    echo = _echo(server, rounds)
+    for index in range(rounds):
+        client.put(index)
+        assert client.get(timeout=T).data == index
+    echo.join(T)
+    # After the first hand-over the I/O thread parks and the next get() reads for itself; on
+    # a loaded machine it takes the loop back now and then (after 1 ms without a caller).
+    assert client.transport.caller_led_turns >= rounds // 10
+    assert server.transport.caller_led_turns >= rounds // 10
+
+
+def test_what_arrives_while_no_caller_leads_is_still_received(transport):
+    server, client = _stream_pair(transport)
+    echo = _echo(server, 20)
+    for index in range(20):  # leaves the client's I/O thread parked, its caller gone
+        client.put(index)
+        client.get(timeout=T)
+    echo.join(T)
+    future = server.put(b"while the client's code is busy elsewhere")
+    # Acknowledged means the client's netq read it: the parked I/O thread took the loop back.
+    assert future.result(T) is None
+    assert client.get(timeout=T).data == b"while the client's code is busy elsewhere"
+
+
+def test_a_held_ack_goes_out_when_the_waiting_caller_does_not_reply(transport):
+    server, client = _stream_pair(transport)
+    got = []
+    waiting = threading.Thread(target=lambda: got.append(server.get(timeout=T)))
+    waiting.start()
+    wait_for(lambda: server.statistics() is not None and server._getters > 0, T)
+    started = time.monotonic()
+    future = client.put(b"no reply will come")
+    assert future.result(T) is None
+    waiting.join(T)
+    assert got and got[0].data == b"no reply will come"
+    # The hold is 250 us and the parked I/O thread checks back every 1 ms: far below this.
+    assert time.monotonic() - started < 5.0
+
+
+def test_a_caller_led_get_keeps_its_timeout(transport):
+    server, client = _stream_pair(transport)
+    echo = _echo(server, 5)
+    for index in range(5):
+        client.put(index)
+        client.get(timeout=T)
+    echo.join(T)
+    for timeout in (0.05, 0.3):
+        started = time.monotonic()
+        with pytest.raises(nq.Empty):
+            client.get(timeout=timeout)
+        waited = time.monotonic() - started
+        assert timeout <= waited < timeout + 5.0
+
+
+def test_close_ends_a_caller_led_get(transport):
+    server, client = _stream_pair(transport)
+    echo = _echo(server, 5)
+    for index in range(5):
+        client.put(index)
+        client.get(timeout=T)
+    echo.join(T)
+    outcome: list[BaseException] = []
+
+    def wait_forever() -> None:
+        try:
+            client.get()
+        except BaseException as error:  # noqa: BLE001 - the outcome is the assertion
+            outcome.append(error)
+
+    getter = threading.Thread(target=wait_forever)
+    getter.start()
+    wait_for(lambda: client._getters > 0, T)
+    client.close(timeout=T)
+    getter.join(T)
+    assert not getter.is_alive()
+    assert outcome and isinstance(outcome[0], nq.ResourceClosed)

@@ -251,7 +251,13 @@ class Communicator:
     def get_many(self, *peers: uuid.UUID, max_messages: int = 1024,
                  timeout: float | None = None, block: bool = True) -> list[Message]:
         """At least one message (blocking like ``get``) and at most ``max_messages``."""
-        messages = [self.get(*peers, timeout=timeout, block=block)]
+        session, item = self._take(peers, block, timeout)
+        if type(item) is Incoming and item.batch:
+            # Open a put_many() batch once, taking what fits, instead of taking its first
+            # element and queueing the rest to pop again one by one.
+            messages = self._open_batch(session, item, max_messages)
+        else:
+            messages = [self._open(session, item)]
         while len(messages) < max_messages:
             try:
                 session, item = self._take(peers, False, None)

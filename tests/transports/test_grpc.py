@@ -265,3 +265,35 @@ def test_unix_socket_target(transport):
     server.close(timeout=T)
     again = transport.make_server(netloc=nq.NetworkLocation(path=path))
     again.close(timeout=T)
+
+
+# ============================================================================ hot path
+
+
+@plain
+def test_round_trips_with_direct_writes_and_held_acks(transport):
+    """Request/response: the ACK of each message waits (delayed ACK) for the reply, which a
+    caller's thread writes itself (``direct_writes``) and which carries it. Every future
+    resolves, including those of the last message each way, whose ACK no reply carries (the
+    hold's timer sends it), and no message is lost, duplicated or reordered."""
+    server = transport.make_server()
+    client = transport.connect(server)
+    rounds = 300
+    answered = []
+
+    def serve():
+        for _ in range(rounds):
+            message = server.get(timeout=T)
+            answered.append(server.put(message.data + 1, message.peer))
+
+    worker = threading.Thread(target=serve, name="test-echo", daemon=True)
+    worker.start()
+    sent = []
+    for i in range(rounds):
+        sent.append(client.put(2 * i))
+        assert client.get(timeout=T).data == 2 * i + 1
+    worker.join(T)
+    assert not worker.is_alive()
+    for future in sent + answered:
+        future.result(T)  # acknowledged: the held ACKs all left
+    assert client._transport.direct_writes and server._transport.direct_writes

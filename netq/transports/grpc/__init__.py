@@ -14,14 +14,17 @@ server's handler is cancelled within milliseconds; gRPC keepalive and netq's hea
 peer that goes silent without closing).
 
 Threads: none of our own beyond the base's I/O thread. ``grpc.aio`` runs on an asyncio loop
-that the I/O thread itself drives while it waits (``_wait`` runs the loop until the carrier
-posts something, a user thread wakes it, or the engine's timeout expires). Packets therefore go
+that the I/O thread itself drives while it waits (``_sleep`` runs the loop until the engine
+loop has work, a user thread wakes it, or the engine's timeout expires). Packets therefore go
 from the engine to ``call.write`` and from ``call.read`` to the engine without a thread
-hand-off, and a server holds any number of clients on its one thread (a synchronous grpc server
-would pin one pool thread per open stream). gRPC's own C-core threads and its aio poller thread
-are gRPC's, process-wide, and not ours to stop.
+hand-off: a packet read is fed to the engine in the read's own callback (``_feed``), and a lone
+put is cut into packets on the caller's thread (``direct_writes``), which queues them on the
+stream and wakes its writer with one loop callback. A server holds any number of clients on its
+one thread (a synchronous grpc server would pin one pool thread per open stream). gRPC's own
+C-core threads and its aio poller thread are gRPC's, process-wide, and not ours to stop.
 
-Flow control: ``_send_packet`` appends to the stream's outbound deque; a writer task awaits
+Flow control: ``write_now`` appends packets to the stream's outbound deque (a packet that joins
+several buffers is copied into a pooled buffer, reused once gRPC let go of it); a writer task awaits
 ``write()``, which waits for HTTP/2 flow control. The engine stops handing packets to a stream
 whose deque holds :data:`OUTBOUND_LIMIT` bytes and is woken when it drains below half. Each
 write waits for its completion; packets that queue up meanwhile go out joined as one gRPC

@@ -4,7 +4,9 @@ No thread of our own beyond the base's I/O thread: while the engine has nothing 
 thread runs the loop (:meth:`LoopDrivenTransport._sleep`) until the carrier posts something
 (a read completed, a stream ended), a user thread wakes it (:meth:`~LoopDrivenTransport.wake`
 stops the loop from any thread), or the engine's timeout expires. Packets therefore go from the
-engine to ``call.write`` and from ``call.read`` to the engine without a thread hand-off.
+engine to ``call.write`` and from ``call.read`` to the engine without a thread hand-off; a
+packet read while the I/O thread runs the loop there is fed to the engine in the read's own
+callback (:meth:`~LoopDrivenTransport._feed`), without stopping the loop.
 
 Outside the I/O thread the loop runs twice: on the constructor's thread (a server binds) and on
 a closing thread (shutdown), each time through :meth:`~LoopDrivenTransport._run_until` and,
@@ -19,7 +21,7 @@ import asyncio
 import threading
 
 from ..._threads import call_on_thread
-from ..packets import PacketTransport
+from ..packets import _PACKET, PacketTransport
 
 __all__ = ("LoopDrivenTransport", "outside_running_loop", "STOP_TIMEOUT")
 
@@ -49,7 +51,39 @@ class LoopDrivenTransport(PacketTransport):
         self._loop_waiting = False  # the I/O thread is inside loop.run_forever() in _wait
         self._wake_pending = False  # a stop of the loop is on its way from another thread
         self._loop_closed = False
+        self._feeding = False  # the I/O thread runs the loop in _sleep: packets go in at once
+        self._feed_error: BaseException | None = None  # raised by _feed, re-raised by _sleep
         super().__init__(engine)
+
+    def packet_received(self, link, payload) -> None:
+        if self._feeding and not self._inbox:
+            self._feed(link, payload)
+        else:
+            super().packet_received(link, payload)
+
+    def _feed(self, link, payload) -> None:
+        """A packet of an open link, fed to its Connection from the carrier's callback.
+
+        The carrier's callbacks run on the I/O thread while it runs the loop in ``_sleep``, so
+        the packet can go to the engine right there, as ``_drain_inbox`` would take it after the
+        loop stopped: no stop and restart of the loop, no pass of the engine loop per packet,
+        and the consumer waiting in ``get()`` is woken one loop turn earlier. The loop still
+        stops (the engine loop takes over) whenever the engine has more to do than this link's
+        reply: work it queued for ``service``, a link that closes, or a handshake still going on.
+        """
+        self._inbox.append((_PACKET, link, payload))
+        try:
+            self._drain_inbox()
+        except BaseException as error:  # noqa: BLE001 - the engine loop's to report
+            # Not the carrier's failure: _sleep raises it on the I/O thread, as if the engine
+            # loop had met it (the communicator fails), rather than ending one stream.
+            self._feed_error = error
+            self._feeding = False  # what arrives until the loop stops waits in the inbox
+            self._loop.stop()
+            return
+        if (self.engine.has_work or link.session is None or link.closing or link.dropped
+                or self.engine.closing):
+            self._loop.stop()
 
     def wake(self) -> None:
         if self._loop_waiting and threading.get_ident() == self._io_ident:
@@ -64,19 +98,26 @@ class LoopDrivenTransport(PacketTransport):
 
     def _sleep(self, timeout: float) -> None:
         loop = self._loop
-        if self._inbox or timeout <= 0:
-            # Still give gRPC a turn: queued writes go out, completed reads come in.
-            loop.call_soon(loop.stop)
-            loop.run_forever()
-        else:
-            timer = loop.call_later(timeout, loop.stop)
-            self._loop_waiting = True
-            try:
+        self._feeding = True
+        try:
+            if self._inbox or timeout <= 0:
+                # Still give gRPC a turn: queued writes go out, completed reads come in.
+                loop.call_soon(loop.stop)
                 loop.run_forever()
-            finally:
-                self._loop_waiting = False
-                timer.cancel()
+            else:
+                timer = loop.call_later(timeout, loop.stop)
+                self._loop_waiting = True
+                try:
+                    loop.run_forever()
+                finally:
+                    self._loop_waiting = False
+                    timer.cancel()
+        finally:
+            self._feeding = False
         self._wake_pending = False
+        error, self._feed_error = self._feed_error, None
+        if error is not None:
+            raise error
 
     def _run_until(self, coroutine, timeout: float):
         """Run ``coroutine`` to completion on the loop (thread not in the loop); its result."""

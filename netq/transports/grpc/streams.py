@@ -1,23 +1,29 @@
 """One gRPC stream's outbound side: the deque the engine fills and the writer that drains it.
 
 A link is one call of ``/netq.Link/Stream`` (:data:`PATH`), bidirectional, raw bytes. The I/O
-thread pushes packets (:meth:`Stream.push`) and a writer coroutine on the same thread's loop
-awaits ``write()`` for each (:meth:`Stream.drain`), which waits for HTTP/2 flow control. Packets
+thread, or a caller's thread writing a lone put itself (link lock held either way), pushes
+packets (:meth:`Stream.push`) and a writer coroutine on the I/O thread's loop awaits
+``write()`` for each (:meth:`Stream.drain`), which waits for HTTP/2 flow control. A push from
+another thread wakes a waiting writer through one loop callback (asyncio objects belong to the
+loop's thread); a busy writer needs no wake-up: it looks at the deque after each write. Packets
 that queue up while a write is in flight go out joined as one gRPC message of at most
 :data:`MESSAGE_LIMIT` bytes. The engine stops handing packets to a stream whose deque holds
 :data:`OUTBOUND_LIMIT` bytes (:meth:`Stream.has_room`) and is woken when it drains below half.
 :data:`END` in the deque ends the stream once everything before it is written.
 
 The stream also carries the state the transport keeps per link: the gRPC call and channel
-(client), the writer task, and the delayed-ACK hold (see ``GRPCTransport._can_send``).
+(client), the writer task, the delayed-ACK hold (see ``GRPCTransport._can_send``) and the pool
+of large outgoing packet buffers (see ``GRPCTransport.write_now``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import threading
 from typing import TYPE_CHECKING
 
+from ..._buffers import ReceivePool
 from ..packets import PACKET_SIZE
 
 if TYPE_CHECKING:
@@ -44,7 +50,7 @@ class Stream:
 
     __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",
                  "link", "ended", "closing", "call", "grpc_channel", "writer", "hold_until",
-                 "hold_bytes", "hold_timer")
+                 "hold_bytes", "hold_timer", "wake_posted", "pool")
 
     def __init__(self, transport) -> None:
         self.transport = transport
@@ -63,11 +69,34 @@ class Stream:
         self.hold_until: float | None = None  # loop time until which acknowledgements wait
         self.hold_bytes = 0  # bytes queued on the link when the hold began
         self.hold_timer: asyncio.TimerHandle | None = None  # ends the hold
+        self.wake_posted = False  # a caller's thread asked the loop to wake the writer
+        self.pool = ReceivePool()  # large outgoing packets, reused once gRPC is done with them
 
     def push(self, packet) -> None:
+        """Queue a packet (link lock held): on the I/O thread, or on a caller's thread that
+        writes a lone put itself (``direct_writes``)."""
         self.packets.append(packet)
         if packet is not END:
             self.queued += len(packet)
+        if self.waiting:
+            if threading.get_ident() == self.transport._io_ident:
+                self.waiting = False
+                self.ready.set()
+            elif not self.wake_posted:
+                # asyncio objects belong to the loop's thread: one callback wakes the writer.
+                # A writer busy with a write needs none: it looks at the deque when done.
+                self.wake_posted = True
+                try:
+                    self.transport._loop.call_soon_threadsafe(self._wake_writer)
+                except RuntimeError:
+                    pass  # the loop is closed: the stream is gone
+
+    def _wake_writer(self) -> None:
+        """On the loop: the packet a caller's thread queued goes out now."""
+        self.wake_posted = False
+        if self.hold_until is None and self.hold_timer is not None:
+            self.hold_timer.cancel()  # the held ACK left with that packet
+            self.hold_timer = None
         if self.waiting:
             self.waiting = False
             self.ready.set()
@@ -86,6 +115,9 @@ class Stream:
             if not packets:
                 ready.clear()
                 self.waiting = True
+                if packets:  # queued by a caller's thread meanwhile (it saw waiting False)
+                    self.waiting = False
+                    continue
                 await ready.wait()
                 continue
             packet = packets.popleft()

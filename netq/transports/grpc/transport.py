@@ -11,7 +11,9 @@ What it holds (the asyncio loop driver is :mod:`.loop`, one stream's outbound si
 - both: a stream that ends reports its link closed once (:meth:`GRPCTransport._ended`);
   packet size, back-pressure and delayed ACKs (``_can_send``: while someone waits in ``get()``,
   output of nothing but ACK frames (:meth:`netq.protocol.Connection.output_is_only_acks`)
-  waits up to :data:`ACK_DELAY` for the reply to carry it); close (the end marker, then a
+  waits up to :data:`ACK_DELAY` for the reply to carry it; a held link is not blocked, so the
+  reply may be written by the caller's thread, ``direct_writes``); packets cut by
+  ``write_now`` (joins go into the stream's reused buffers); close (the end marker, then a
   grace before a client cancels); shutdown (channels, server, tasks, then the loop; every gRPC
   object dropped at once).
 """
@@ -23,10 +25,12 @@ import errno
 import logging
 import os
 import socket
+import threading
 
 import grpc
 import grpc.aio
 
+from ..._buffers import POOL_MIN
 from ...exceptions import AuthenticationError, ConnectionLost
 from ..packets import PACKET_SIZE
 from .config import (
@@ -55,6 +59,10 @@ class GRPCTransport(LoopDrivenTransport):
     """netq links as gRPC bidirectional streams, ``grpc.aio`` driven by the I/O thread."""
 
     family_name = "grpc"
+    # A lone put (nothing in flight) is cut into packets on the caller's thread, which queues
+    # them on the stream and wakes the writer with one loop callback: no stop of the loop and
+    # no pass of the engine loop on the way out (see Stream.push).
+    direct_writes = True
 
     def __init__(self, engine) -> None:
         self._grpc_server = None
@@ -257,6 +265,11 @@ class GRPCTransport(LoopDrivenTransport):
         stream: Stream = link.channel
         if not stream.has_room():
             return False
+        if threading.get_ident() != self._io_ident:
+            # A caller's direct write: a held ACK goes with it (the loop cancels the hold's
+            # timer when it wakes the writer); holds are only started on the I/O thread.
+            stream.hold_until = None
+            return True
         hold_until = stream.hold_until
         if hold_until is not None:
             if self._loop.time() < hold_until and link.conn.bytes_queued == stream.hold_bytes:
@@ -274,6 +287,54 @@ class GRPCTransport(LoopDrivenTransport):
             stream.hold_timer = self._loop.call_later(ACK_DELAY, self.wake)
             return False
         return True
+
+    def write_now(self, link) -> None:
+        """Cut the queued output into packets while the stream has room (link lock held).
+
+        As :meth:`PacketTransport.write_now`, with one difference: a packet that joins
+        several buffers (a frame header and a 1 MiB body, say) is copied into a buffer of the
+        stream's pool rather than a new ``bytes``. gRPC copies each message when the write
+        starts and lets go of it when the write completes, so the buffers are used again
+        (no allocation, no page faults on fresh memory) once nothing refers to them.
+        """
+        if link.dropped:
+            return
+        conn = link.conn
+        stream: Stream = link.channel
+        while conn.has_output and self._can_send(link):
+            limit = self._packet_limit(link)
+            parts = []
+            size = 0
+            for buffer in conn.outgoing():
+                length = len(buffer)
+                if size + length > limit:
+                    parts.append(memoryview(buffer)[: limit - size])
+                    size = limit
+                    break
+                parts.append(buffer)
+                size += length
+                if size == limit:
+                    break
+            if len(parts) == 1 and type(parts[0]) is bytes:
+                payload = parts[0]
+            elif size >= POOL_MIN:
+                payload, view = stream.pool.allocate(size, True)
+                position = 0
+                for part in parts:
+                    end = position + len(part)
+                    view[position:end] = part
+                    position = end
+                view.release()
+            else:
+                payload = b"".join(parts)
+            stream.push(payload)
+            conn.sent(size)
+        link.write_blocked = conn.has_output
+        if link.write_blocked and link.channel.hold_until is not None:
+            # Held, not blocked: only ACK frames wait, by choice (delayed ACK). The engine lets
+            # a caller's thread write a lone put only on a link that is not blocked, and that
+            # put is the reply the held ACK waits for.
+            link.write_blocked = False
 
     @staticmethod
     def _release_hold(stream: Stream) -> None:

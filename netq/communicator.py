@@ -96,7 +96,8 @@ class Communicator:
         # round-robin order get() serves them.
         self._recv_lock = threading.Lock()
         self._recv_ready = threading.Condition(self._recv_lock)
-        self._getters = 0
+        self._getters = 0  # get() calls waiting for a message (sleeping or leading the loop)
+        self._sleepers = 0  # of those, the ones asleep on _recv_ready (a notify wakes them)
         self._ready: collections.deque[PeerSession] = collections.deque()
         # (session, size) handed out by get(): counted as consumed on the next get(), so a
         # peer cannot send the next large message while the caller still holds this one.
@@ -300,7 +301,7 @@ class Communicator:
                 if not session.in_ready:
                     session.in_ready = True
                     self._ready.appendleft(session)
-                if self._getters:
+                if self._sleepers:
                     self._recv_ready.notify(len(rest))
             # Other getters may have looked while this batch was being opened: tell them.
             for listener in list(self._arrival_listeners):
@@ -366,7 +367,11 @@ class Communicator:
                             self._recv_lock.acquire()
                         if led:
                             continue
-                    self._recv_ready.wait(remaining)
+                    self._sleepers += 1
+                    try:
+                        self._recv_ready.wait(remaining)
+                    finally:
+                        self._sleepers -= 1
                 finally:
                     self._getters -= 1
 
@@ -422,7 +427,7 @@ class Communicator:
             if not session.in_ready:
                 session.in_ready = True
                 self._ready.append(session)
-            if self._getters:
+            if self._sleepers:
                 self._recv_ready.notify(len(messages))
         for listener in self._arrival_listeners:
             listener()

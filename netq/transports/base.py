@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .._interrupts import LoopTurns
 from ..options import Purpose
 from ..protocol import Connection
 
@@ -123,6 +124,7 @@ class Transport:
         self._handed_off = False  # this turn read data while a get() was waiting for it
         self._caller_rounds = 0  # times a caller led the loop
         self._leader_ident: int | None = None
+        self._turns = LoopTurns()  # a caller's turns on the main thread defer Ctrl-C (see lead)
         self._thread = threading.Thread(
             target=self._run,
             name=f"netq-io-{engine.purpose.value}-{str(engine.id)[:8]}", daemon=True)
@@ -295,14 +297,17 @@ class Transport:
         False (nothing done) when this transport does not allow it, or the I/O thread leads
         (it is waiting for I/O itself: the caller waits for its hand-over as before).
         """
-        if not self._parked or not self._lead.acquire(blocking=False):
+        if not self._parked or not LoopTurns.may_lead() \
+                or not self._lead.acquire(blocking=False):
             return False
         engine = self.engine
+        turns = self._turns
         try:
             if not self._parked:  # the I/O thread took the loop back meanwhile
                 return False
             self._leader_ident = threading.get_ident()
             self._caller_rounds += 1
+            turns.begin()  # Ctrl-C on the main thread waits for the end of a turn
             deadline = None if timeout is None else time.monotonic() + timeout
             while not ready() and not self._aborted and not engine.closing:
                 cap = LEAD_SLICE
@@ -311,7 +316,9 @@ class Transport:
                     if cap <= 0:
                         break
                 self._step(cap)
+                turns.end_of_turn()
         finally:
+            turns.end()
             self._leader_ident = self._io_ident
             self._lead.release()
         return True

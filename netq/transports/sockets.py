@@ -135,7 +135,13 @@ class SocketTransport(Transport):
     def _wait(self, timeout: float) -> None:
         if self._held:
             timeout = min(timeout, self._release_holds())
-        for key, mask in self._selector.select(timeout):
+        turns = self._turns
+        turns.waiting()  # nothing read yet: a Ctrl-C may interrupt the wait at once
+        try:
+            ready = self._selector.select(timeout)
+        finally:
+            turns.working()
+        for key, mask in ready:
             data = key.data
             if data == "wake":
                 self._drain_wake()

@@ -1,6 +1,9 @@
-"""Child of test_ctrl_c_during_caller_led_gets_tears_no_link: a TCP server streams 4000
-messages of 2 KiB, in bursts of 20 every 1 ms or so, to a client whose main thread takes them with get() (leading the loop) while another
-thread sends SIGINT to the main thread every 1 ms. Prints ``RESULT <json>``."""
+"""Child of test_ctrl_c_during_caller_led_gets_tears_no_link.
+
+A TCP server streams 4000 messages of 2 KiB, in bursts of 20 every 1 ms or so, to a client
+whose main thread takes them with get() (leading the loop) while another thread sends SIGINT
+to the main thread every 1 ms. Prints ``RESULT <json>``.
+"""
 
 from __future__ import annotations
 

@@ -21,31 +21,73 @@ import os
 import socket
 import ssl
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+
+from ...protocol.connection import Buffer
 
 if TYPE_CHECKING:
     from ...options import CommunicatorOptions
 
-__all__ = ("PahoClient", "new_client", "on_socket_open", "stop", "ZERO_COPY_FROM")
+__all__ = ("Gather", "PahoClient", "new_client", "on_socket_open", "stop", "ZERO_COPY_FROM")
 
-ZERO_COPY_FROM = 64 * 1024  # publishes at least this large skip paho's copying decoder
+ZERO_COPY_FROM = 64 * 1024  # packets at least this large skip paho's copying paths
+_IOV_MAX = 1024  # buffers per sendmsg (Linux UIO_MAXIOV); the rest goes in the next call
+
+
+class Gather:
+    """A publish's payload (or a queued packet) as a list of buffers, written with one
+    scatter-gather ``sendmsg``: a large packet is never joined into one ``bytes``, neither by
+    netq (link header + slices of its byte stream) nor by paho (MQTT header + payload).
+
+    paho slices a queued packet as ``packet[pos:]`` after a partial write; that gives the
+    ``Gather`` of what is left. The buffers must not change until written: netq hands over only
+    sealed output buffers and the user's message buffers, which it holds until the peer has
+    acknowledged them (after this packet was written).
+    """
+
+    __slots__ = ("buffers", "size")
+
+    def __init__(self, buffers: list[Buffer], size: int) -> None:
+        self.buffers = buffers
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, key: slice) -> Gather:
+        skip = key.start or 0
+        buffers = self.buffers
+        index = 0
+        while skip and skip >= len(buffers[index]):
+            skip -= len(buffers[index])
+            index += 1
+        rest = buffers[index:]
+        if skip:
+            rest[0] = memoryview(rest[0])[skip:]
+        return Gather(rest, self.size - (key.start or 0))
 
 
 class PahoClient(paho.Client):
     """paho's client with a timer (``loop_misc`` runs on every pass of paho's thread) and
-    zero-copy paths for large publishes, out (``_packet_queue``) and in (``_handle_publish``).
+    zero-copy paths for large publishes, out (:meth:`publish_parts`, ``_send_publish``,
+    ``_sock_send``) and in (``_packet_read``, ``_handle_publish``).
 
-    paho 2.2 decodes a PUBLISH with ``struct.unpack`` into fresh ``bytes`` three or four times
-    (topic split, packet id, properties), each a copy of the whole payload: for 1 MiB packets
-    that is most of its receive cost. For a large QoS 0/1 publish without properties we read
-    the few header fields from a memoryview and hand the payload on as a view of paho's own
-    packet buffer (paho allocates a new one per packet, so the view stays valid). Anything else
-    goes through paho's own ``_handle_publish``.
+    Out: a large publish is a :class:`Gather` of paho's header and netq's buffers, written with
+    ``sendmsg`` (paho would copy the payload into one ``bytearray`` with the header, and netq
+    would have joined it before that). In: paho reads a packet's body in pieces and appends
+    each to a growing ``bytearray`` (copies and reallocations); a large body is read with
+    ``recv_into`` straight into one buffer of its final size instead. Then paho 2.2 decodes a
+    PUBLISH with ``struct.unpack`` into fresh ``bytes`` three or four times (topic split, packet
+    id, properties), each a copy of the whole payload. For a large QoS 0/1 publish without
+    properties we read the few header fields from a memoryview and hand the payload on as a
+    view of that buffer (a new one per packet, so the view stays valid). Anything else goes
+    through paho's own code.
     """
 
     tick: Callable[[], None] | None = None
@@ -57,13 +99,162 @@ class PahoClient(paho.Client):
             tick()
         return result
 
+    # ------------------------------------------------------------------ sending
+
+    def publish_parts(self, topic: str, buffers: list[Buffer], size: int,
+                      qos: int) -> paho.MQTTErrorCode:
+        """``publish(topic, b"".join(buffers), qos)`` without the join (QoS 0 or 1): paho's
+        ``publish`` with a :class:`Gather` payload, which our ``_send_publish`` writes as it is.
+        paho keeps it (as ``publish`` keeps a payload) to resend it after a reconnect."""
+        topic_bytes = topic.encode()
+        payload = Gather(buffers, size)
+        mid = self._mid_generate()
+        if qos == 0:
+            info = paho.MQTTMessageInfo(mid)
+            return self._send_publish(mid, topic_bytes, payload, 0, False, False, info, None)
+        message = paho.MQTTMessage(mid, topic_bytes)
+        message.timestamp = paho.time_func()
+        message.payload = payload  # type: ignore[assignment]  # paho: bytes only
+        message.qos = qos
+        with self._out_message_mutex:
+            # Our link windows bound what is outstanding (new_client lifts paho's limits).
+            self._out_messages[mid] = message
+            self._inflight_messages += 1
+            message.state = paho.mqtt_ms_wait_for_puback
+            rc = self._send_publish(mid, topic_bytes, payload, qos, False, False, message.info,
+                                    None)
+            if rc == paho.MQTTErrorCode.MQTT_ERR_NO_CONN:
+                self._inflight_messages -= 1
+                message.state = paho.mqtt_ms_publish
+            message.info.rc = rc
+            return rc
+
+    def _send_publish(self, mid, topic, payload=b"", qos=0, retain=False, dup=False, info=None,
+                      properties=None):
+        if type(payload) is not Gather:
+            return super()._send_publish(mid, topic, payload, qos, retain, dup, info,
+                                         properties)
+        if self._sock is None:
+            return paho.MQTTErrorCode.MQTT_ERR_NO_CONN
+        header = bytearray()
+        header.append(paho.PUBLISH | ((dup & 0x1) << 3) | (qos << 1) | retain)
+        packed_properties = b""
+        if self._protocol == paho.MQTTv5:
+            packed_properties = b"\x00" if properties is None else properties.pack()
+        remaining = 2 + len(topic) + (2 if qos else 0) + len(packed_properties) + payload.size
+        self._pack_remaining_length(header, remaining)
+        header += len(topic).to_bytes(2, "big")
+        header += topic
+        if qos:
+            header += mid.to_bytes(2, "big")
+        header += packed_properties
+        packet = Gather([header, *payload.buffers], len(header) + payload.size)
+        return self._packet_queue(paho.PUBLISH, packet, mid, qos, info)
+
     def _packet_queue(self, command, packet, mid, qos, info=None):
         # paho writes a queued packet as ``packet[pos:]``: a full copy of a bytearray before
         # every send call (twice or more for a 1 MiB packet that the socket takes in parts).
         # A memoryview slices for free, and a packet is never touched again once queued.
-        if len(packet) >= ZERO_COPY_FROM:
+        if type(packet) is not Gather and len(packet) >= ZERO_COPY_FROM:
             packet = memoryview(packet)
         return super()._packet_queue(command, packet, mid, qos, info)
+
+    def _sock_send(self, buf) -> int:
+        if type(buf) is not Gather:
+            return super()._sock_send(buf)
+        sock = cast(socket.socket | None, self._sock)  # paho: SocketLike, a real socket here
+        if isinstance(sock, ssl.SSLSocket):  # no sendmsg: one buffer per call
+            return super()._sock_send(buf.buffers[0])  # type: ignore[arg-type]  # any buffer
+        if sock is None:
+            raise ConnectionError("self._sock is None")
+        try:
+            return sock.sendmsg(buf.buffers[:_IOV_MAX])
+        except BlockingIOError:
+            self._call_socket_register_write()
+            raise
+
+    # ------------------------------------------------------------------ receiving
+
+    def _packet_read(self):
+        incoming = self._in_packet
+        if not incoming["have_remaining"] or incoming["remaining_length"] < ZERO_COPY_FROM:
+            # paho reads the fixed header, then (small packet) the body, or returns with the
+            # header read and the body still to come: then the next call takes the path below.
+            if not incoming["have_remaining"]:
+                return self._read_fixed_header()
+            return super()._packet_read()
+        return self._read_large_body()
+
+    def _read_fixed_header(self):
+        # paho's _packet_read stops after the fixed header only if the body is not there yet;
+        # we need it to stop there always, to read a large body our way: read the command and
+        # the remaining length as paho does, then let paho or us read the body.
+        incoming = self._in_packet
+        sock_recv = self._sock_recv
+        try:
+            if incoming["command"] == 0:
+                command = sock_recv(1)
+                if not command:
+                    return paho.MQTTErrorCode.MQTT_ERR_CONN_LOST
+                incoming["command"] = command[0]
+            while True:
+                byte = sock_recv(1)
+                if not byte:
+                    return paho.MQTTErrorCode.MQTT_ERR_CONN_LOST
+                value = byte[0]
+                incoming["remaining_count"].append(value)
+                if len(incoming["remaining_count"]) > 4:
+                    return paho.MQTTErrorCode.MQTT_ERR_PROTOCOL
+                incoming["remaining_length"] += (value & 127) * incoming["remaining_mult"]
+                incoming["remaining_mult"] *= 128
+                if not value & 128:
+                    break
+        except BlockingIOError:
+            return paho.MQTTErrorCode.MQTT_ERR_AGAIN
+        except OSError:  # TimeoutError included
+            return paho.MQTTErrorCode.MQTT_ERR_CONN_LOST
+        incoming["have_remaining"] = 1
+        incoming["to_process"] = incoming["remaining_length"]
+        return self._packet_read()
+
+    def _read_large_body(self):
+        incoming = self._in_packet
+        size = incoming["remaining_length"]
+        packet = incoming["packet"]
+        if len(packet) != size:  # the first read of this body
+            packet = incoming["packet"] = bytearray(size)
+        sock = cast(socket.socket | None, self._sock)  # paho: SocketLike, a real socket here
+        if sock is None:
+            return paho.MQTTErrorCode.MQTT_ERR_NO_CONN
+        with memoryview(packet) as view:
+            for _ in range(100):  # as paho: other work (writes, pings) gets its turn
+                try:
+                    count = sock.recv_into(view[size - incoming["to_process"]:])
+                except (BlockingIOError, ssl.SSLWantReadError):
+                    return paho.MQTTErrorCode.MQTT_ERR_AGAIN
+                except ssl.SSLWantWriteError:
+                    self._call_socket_register_write()
+                    return paho.MQTTErrorCode.MQTT_ERR_AGAIN
+                except OSError:
+                    return paho.MQTTErrorCode.MQTT_ERR_CONN_LOST
+                if not count:
+                    return paho.MQTTErrorCode.MQTT_ERR_CONN_LOST
+                incoming["to_process"] -= count
+                with self._msgtime_mutex:
+                    self._last_bytes_received = paho.time_func()
+                if not incoming["to_process"]:
+                    break
+            else:
+                return paho.MQTTErrorCode.MQTT_ERR_AGAIN
+        incoming["pos"] = 0
+        try:
+            rc = self._packet_handle()
+        except MalformedPacket:
+            rc = paho.MQTTErrorCode.MQTT_ERR_PROTOCOL
+        self._in_packet = {"command": 0, "have_remaining": 0, "remaining_count": [],
+                           "remaining_mult": 1, "remaining_length": 0, "packet": bytearray(),
+                           "to_process": 0, "pos": 0}
+        return rc
 
     def _handle_publish(self):
         incoming = self._in_packet

@@ -33,11 +33,12 @@ import paho.mqtt.client as paho
 
 from ...brokers import INSTALL_HINT
 from ...exceptions import BrokerUnavailable, ConnectionLost
+from ...protocol.connection import Buffer
 from ..packets import PACKET_SIZE, PacketTransport
 from . import paho_adapter
 from .channels import Channel, ChannelTableMixin
 from .link import HEADER_SIZE, Kind, Window, parse_header
-from .paho_adapter import PahoClient, new_client
+from .paho_adapter import ZERO_COPY_FROM, PahoClient, new_client
 from .presence import SERVER, PresenceMixin, new_instance
 
 __all__ = ("MQTTTransport", "link_statistics")
@@ -222,7 +223,41 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         if channel.hold_until:
             channel.hold_until = 0.0
             self._held.discard(link)
-        super().write_now(link)
+        self._write_packets(link)
+
+    def _write_packets(self, link) -> None:
+        """The packet base's cutting loop (``PacketTransport.write_now``), without its join: a
+        packet of at least ``ZERO_COPY_FROM`` bytes goes to paho as its list of buffers (link
+        header + slices of the link's output), written with one ``sendmsg``; smaller ones are
+        joined (one buffer is cheaper than an iovec list when small)."""
+        if link.dropped:
+            return
+        conn = link.conn
+        channel = link.channel
+        while conn.has_output and self._can_send(link):
+            limit = self._packet_limit(link)
+            parts: list[Buffer] = [b""]  # [0]: the link header, once the size is known
+            size = 0
+            for buffer in conn.outgoing():
+                length = len(buffer)
+                if size + length > limit:
+                    parts.append(memoryview(buffer)[: limit - size])
+                    size = limit
+                    break
+                parts.append(buffer)
+                size += length
+                if size == limit:
+                    break
+            parts[0] = self._packet_header(link, size)
+            if not channel.closed:
+                if size >= ZERO_COPY_FROM:
+                    self._client.publish_parts(channel.topic_out, parts, HEADER_SIZE + size,
+                                               self._mqtt.qos)
+                else:
+                    self._client.publish(channel.topic_out, b"".join(parts), qos=self._mqtt.qos)
+                channel.published_seq = channel.state.next_seq - 1
+            conn.sent(size)
+        link.write_blocked = conn.has_output
 
     def _listen(self) -> None:
         netloc = self._options.netloc
@@ -263,13 +298,6 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         channel = link.channel
         kind = _OPEN if not self._is_server and channel.state.next_seq == 1 else _DATA
         return channel.state.header(kind, size)
-
-    def _send_packet(self, link, payload: bytes) -> None:
-        channel = link.channel
-        if channel.closed:
-            return
-        self._client.publish(channel.topic_out, payload, qos=self._mqtt.qos)
-        channel.published_seq = channel.state.next_seq - 1
 
     def _close_channel(self, link) -> None:
         # A lone ACK held back on this link will never be written: forget its deadline, or

@@ -29,6 +29,7 @@ from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from ..._buffers import ReceivePool
 from ...protocol.connection import Buffer
 
 if TYPE_CHECKING:
@@ -91,6 +92,10 @@ class PahoClient(paho.Client):
     """
 
     tick: Callable[[], None] | None = None
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._large_buffers = ReceivePool()  # large packet bodies (paho's thread only)
 
     def loop_misc(self):
         result = super().loop_misc()
@@ -222,7 +227,11 @@ class PahoClient(paho.Client):
         size = incoming["remaining_length"]
         packet = incoming["packet"]
         if len(packet) != size:  # the first read of this body
-            packet = incoming["packet"] = bytearray(size)
+            # Uninitialized, and a recent buffer again once netq has copied its body out
+            # (bytearray(size) zero-fills, and fresh pages fault: each costs about a copy).
+            fresh, view = self._large_buffers.allocate(size, readonly=False)
+            view.release()
+            packet = incoming["packet"] = cast(bytearray, fresh)  # readonly=False: bytearray
         sock = cast(socket.socket | None, self._sock)  # paho: SocketLike, a real socket here
         if sock is None:
             return paho.MQTTErrorCode.MQTT_ERR_NO_CONN

@@ -28,6 +28,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
 
 from ..._buffers import ReceivePool
 from ...protocol.connection import Buffer
@@ -39,6 +40,9 @@ __all__ = ("Gather", "PahoClient", "new_client", "on_socket_open", "stop", "ZERO
 
 ZERO_COPY_FROM = 64 * 1024  # packets at least this large skip paho's copying paths
 _IOV_MAX = 1024  # buffers per sendmsg (Linux UIO_MAXIOV); the rest goes in the next call
+# What a short PUBACK means, for paho's on_publish callback (netq sets none): never changed.
+_PUBACK_SUCCESS = ReasonCode(PacketTypes.PUBACK)
+_NO_PROPERTIES = Properties(PacketTypes.PUBACK)
 
 
 class Gather:
@@ -270,7 +274,7 @@ class PahoClient(paho.Client):
         packet = incoming["packet"]
         command = incoming["command"]
         qos = (command & 0x06) >> 1
-        if len(packet) < ZERO_COPY_FROM or qos == 2 or not isinstance(packet, bytearray):
+        if qos == 2 or not isinstance(packet, bytearray):
             return super()._handle_publish()
         view = memoryview(packet)
         topic_length = int.from_bytes(view[:2], "big")
@@ -280,27 +284,40 @@ class PahoClient(paho.Client):
         if qos:
             mid = int.from_bytes(view[position:position + 2], "big")
             position += 2
-        properties = None
         if self._protocol == paho.MQTTv5:
             if view[position] != 0:  # properties present: paho's parser handles them
                 view.release()
                 return super()._handle_publish()
-            properties = Properties(PacketTypes.PUBLISH)
             position += 1
         message = paho.MQTTMessage(mid=mid, topic=topic)
         message.dup = bool(command & 0x08)
         message.qos = qos
         message.retain = bool(command & 0x01)
-        message.properties = properties
-        # paho types the payload as bytes; a read-only view is what we hand on (zero-copy,
-        # the transport only slices it).
-        message.payload = view[position:]  # type: ignore[assignment]  # paho: bytes only
+        # No properties object: building an empty one costs more than decoding the packet,
+        # and the transport never reads it.
+        if len(packet) >= ZERO_COPY_FROM:
+            # paho types the payload as bytes; a read-only view is what we hand on (zero-copy,
+            # the transport only slices it).
+            message.payload = view[position:]  # type: ignore[assignment]  # paho: bytes only
+        else:
+            message.payload = bytes(view[position:])
         message.timestamp = paho.time_func()
         self._handle_on_message(message)
         if qos == 1 and not self._manual_ack:
             return self._send_puback(mid)
         return paho.MQTTErrorCode.MQTT_ERR_SUCCESS
 
+    def _handle_pubackcomp(self, cmd):
+        # A successful PUBACK is the packet id alone (MQTT 5 omits the reason code and
+        # properties then): skip paho's decoder and its reason code and properties objects.
+        packet = self._in_packet["packet"]
+        if cmd != "PUBACK" or len(packet) != 2:
+            return super()._handle_pubackcomp(cmd)
+        mid = int.from_bytes(packet, "big")
+        with self._out_message_mutex:
+            if mid in self._out_messages:
+                return self._do_on_publish(mid, _PUBACK_SUCCESS, _NO_PROPERTIES)
+        return paho.MQTTErrorCode.MQTT_ERR_SUCCESS
 
 def new_client(options: CommunicatorOptions, client_id: str) -> PahoClient:
     """A paho client set up from ``options`` (a :class:`netq.CommunicatorOptions`); the
@@ -313,8 +330,9 @@ def new_client(options: CommunicatorOptions, client_id: str) -> PahoClient:
         client = PahoClient(CallbackAPIVersion.VERSION2, client_id=client_id,
                             protocol=paho.MQTTv311, clean_session=True)
     # Our link windows bound what is outstanding; paho must neither hold publishes back
-    # (its inflight limit) nor refuse them (its queue limit).
-    client.max_inflight_messages_set(65535)
+    # (its inflight limit: 0 is none, which also spares a scan of every unacknowledged
+    # publish per PUBACK) nor refuse them (its queue limit).
+    client.max_inflight_messages_set(0)
     client.max_queued_messages_set(0)
     connection = options.connection
     # paho reconnects to the broker by itself, with our backoff (seconds; paho documents

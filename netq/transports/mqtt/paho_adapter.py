@@ -1,14 +1,19 @@
 """The paho-mqtt adaptation: every use of paho's private API, and why paho is pinned.
 
 netq's MQTT extra pins ``paho-mqtt==2.2.0`` exactly, because of this module. :class:`PahoClient`
-overrides private methods of ``paho.mqtt.client.Client`` (``_packet_queue``,
-``_handle_publish``) and uses private attributes and helpers inside them (``_in_packet``,
-``_protocol``, ``_manual_ack``, ``_handle_on_message``, ``_send_puback``); :func:`stop` calls
+overrides private methods of ``paho.mqtt.client.Client``: sending (``_send_publish``,
+``_packet_queue``, ``_packet_write``, ``_sock_send``, ``_sock_close``), receiving
+(``_packet_read``, ``_handle_publish``, ``_handle_pubackcomp``), and :meth:`PahoClient.
+publish_parts` repeats ``publish`` for a list of buffers. Inside them it uses private
+attributes and helpers (``_in_packet``, ``_out_packet``, ``_out_messages``,
+``_out_message_mutex``, ``_inflight_messages``, ``_mid_generate``, ``_pack_remaining_length``,
+``_packet_handle``, ``_do_on_publish``, ``_handle_on_message``, ``_send_puback``, ``_sock``,
+``_sockpairW``, ``_thread``, ``_state``, ``_protocol``, ``_manual_ack``, ``_msgtime_mutex``,
+``_last_msg_out``, ``_last_bytes_received``, ``_call_socket_register_write``); :func:`stop` calls
 ``_reset_sockets``. None of these is paho's public contract: before moving the pin, check them
 against the new paho (``tests/transports/test_mqtt.py`` and the conformance suite exercise every
-path). A paho without the two overridden methods would never call the overrides and simply
-take its normal, copying, path; ``_reset_sockets`` has no public equivalent (without it paho's
-wake-up socketpair stays open after ``loop_stop``).
+path). ``_reset_sockets`` has no public equivalent (without it paho's wake-up socketpair stays
+open after ``loop_stop``).
 
 Everything else here is public paho API: :func:`new_client` builds the client from netq's
 options (MQTT 5 or 3.1.1, no paho-side flow control, reconnect backoff, credentials, TLS) and
@@ -20,11 +25,12 @@ from __future__ import annotations
 import os
 import socket
 import ssl
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.enums import CallbackAPIVersion, _ConnectionState
 from paho.mqtt.exception import MalformedPacket
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -42,6 +48,8 @@ ZERO_COPY_FROM = 64 * 1024  # packets at least this large skip paho's copying pa
 _IOV_MAX = 1024  # buffers per sendmsg (Linux UIO_MAXIOV); the rest goes in the next call
 # What a short PUBACK means, for paho's on_publish callback (netq sets none): never changed.
 _PUBACK_SUCCESS = ReasonCode(PacketTypes.PUBACK)
+_DIRECT_COMMANDS = (paho.PUBLISH, paho.PUBACK)  # packets another thread may write itself
+_CONNECTED = _ConnectionState.MQTT_CS_CONNECTED
 _NO_PROPERTIES = Properties(PacketTypes.PUBACK)
 
 
@@ -100,6 +108,9 @@ class PahoClient(paho.Client):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._large_buffers = ReceivePool()  # large packet bodies (paho's thread only)
+        # Whoever writes the socket holds it: paho's thread, or another thread that writes
+        # directly (_write_direct); re-entrant for paho's thread (a callback that publishes).
+        self._write_lock = threading.RLock()
 
     def loop_misc(self):
         result = super().loop_misc()
@@ -166,7 +177,68 @@ class PahoClient(paho.Client):
         # A memoryview slices for free, and a packet is never touched again once queued.
         if type(packet) is not Gather and len(packet) >= ZERO_COPY_FROM:
             packet = memoryview(packet)
-        return super()._packet_queue(command, packet, mid, qos, info)
+        thread = self._thread
+        if (command & 0xF0) not in _DIRECT_COMMANDS or thread is None or thread is (
+                threading.current_thread()):
+            return super()._packet_queue(command, packet, mid, qos, info)
+        # Another thread (netq's I/O thread, or a user's put): write it from here when the
+        # socket takes it, instead of waking paho's thread for every publish (a thread hop
+        # and two syscalls on the way out of every request).
+        self._out_packet.append({"command": command, "mid": mid, "qos": qos, "pos": 0,
+                                 "to_process": len(packet), "packet": packet, "info": info})
+        wake = self._sockpairW
+        if not self._write_direct() and wake is not None:
+            try:
+                wake.send(paho.sockpair_data)
+            except BlockingIOError:  # a wake-up is pending already
+                pass
+        return paho.MQTTErrorCode.MQTT_ERR_SUCCESS
+
+    def _write_direct(self) -> bool:
+        """Write queued PUBLISH/PUBACK packets on the calling thread; True when nothing is left
+        for paho's thread. Plain sockets only (an SSL object must not be used by two threads
+        at once; paho's thread reads it), on a connected session, and never blocking: if
+        paho's thread is writing, or the socket is full, paho's thread does the rest."""
+        write_lock = self._write_lock
+        if not write_lock.acquire(blocking=False):
+            return False
+        try:
+            sock = self._sock
+            if (sock is None or isinstance(sock, ssl.SSLSocket) or self.on_publish is not None
+                    or self._state != _CONNECTED):
+                return False
+            queue = self._out_packet
+            while queue:
+                packet = queue[0]
+                command = packet["command"] & 0xF0
+                if command not in _DIRECT_COMMANDS:
+                    return False
+                try:
+                    sent = self._sock_send(packet["packet"][packet["pos"]:])
+                except OSError:  # full (BlockingIOError) or broken: paho's thread handles it
+                    return False
+                packet["to_process"] -= sent
+                packet["pos"] += sent
+                with self._msgtime_mutex:
+                    self._last_msg_out = paho.time_func()
+                if packet["to_process"]:
+                    return False
+                queue.popleft()
+                info = packet["info"]
+                if command == paho.PUBLISH and packet["qos"] == 0 and info is not None:
+                    info._set_as_published()
+            return True
+        finally:
+            write_lock.release()
+
+    def _packet_write(self):
+        with self._write_lock:
+            return super()._packet_write()
+
+    def _sock_close(self):
+        # Never under a direct write in progress on another thread.
+        with self._write_lock:
+            return super()._sock_close()
 
     def _sock_send(self, buf) -> int:
         if type(buf) is not Gather:

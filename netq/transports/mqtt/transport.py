@@ -53,6 +53,10 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
     """The broker-carried transport; see :mod:`netq.transports.mqtt`."""
 
     family_name = "mqtt"
+    # A lone put on an idle link is published by the calling thread (paho's publish is
+    # thread-safe, and the packet goes out from that thread too, see PahoClient._write_direct):
+    # one thread hop less per request than through the I/O thread.
+    direct_writes = True
 
     def __init__(self, engine) -> None:
         options = engine.options
@@ -201,7 +205,8 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
     def _wait(self, timeout: float) -> None:
         held = self._held
         if held:
-            due = min(link.channel.hold_until for link in held)
+            # A snapshot: a user thread writing directly may add or remove a link meanwhile.
+            due = min([link.channel.hold_until for link in tuple(held)])
             timeout = min(timeout, max(0.0, due - time.monotonic()))
         super()._wait(timeout)  # writes every link with output; held ones write once due
         if self._acks_due:
@@ -217,6 +222,8 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
             if channel.hold_until == 0.0:
                 channel.hold_until = now + _ACK_DELAY
                 self._held.add(link)
+                if not self.on_io_thread:
+                    self.wake()  # the I/O thread's wait must end by the new deadline
                 return
             if now < channel.hold_until:
                 return

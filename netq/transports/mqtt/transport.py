@@ -232,6 +232,13 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
             self._held.discard(link)
         self._write_packets(link)
 
+    def _release_held(self, link) -> None:
+        """Publish a link's held ACK/CREDIT output now (link lock held)."""
+        if link.channel.hold_until:
+            link.channel.hold_until = 0.0
+            self._held.discard(link)
+            self._write_packets(link)
+
     def _write_packets(self, link) -> None:
         """The packet base's cutting loop (``PacketTransport.write_now``), without its join: a
         packet of at least ``ZERO_COPY_FROM`` bytes goes to paho as its list of buffers (link

@@ -177,13 +177,12 @@ class PahoClient(paho.Client):
         # A memoryview slices for free, and a packet is never touched again once queued.
         if type(packet) is not Gather and len(packet) >= ZERO_COPY_FROM:
             packet = memoryview(packet)
-        thread = self._thread
-        if (command & 0xF0) not in _DIRECT_COMMANDS or thread is None or thread is (
-                threading.current_thread()):
+        if (command & 0xF0) not in _DIRECT_COMMANDS or self._thread is None:
             return super()._packet_queue(command, packet, mid, qos, info)
-        # Another thread (netq's I/O thread, or a user's put): write it from here when the
-        # socket takes it, instead of waking paho's thread for every publish (a thread hop
-        # and two syscalls on the way out of every request).
+        # Write it from the calling thread when the socket takes it, instead of waking paho's
+        # thread for it: from netq's I/O thread or a user's put, a thread hop and two syscalls
+        # less on the way out of every request; from paho's own thread (a PUBACK), a pass
+        # through its select loop less.
         self._out_packet.append({"command": command, "mid": mid, "qos": qos, "pos": 0,
                                  "to_process": len(packet), "packet": packet, "info": info})
         wake = self._sockpairW

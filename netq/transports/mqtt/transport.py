@@ -14,8 +14,10 @@ What it holds (the rest of the subpackage, see :mod:`netq.transports.mqtt`, is s
   (:meth:`netq.protocol.Connection.output_is_only_acks`) waits up to ``_ACK_DELAY`` for a
   reply to ride with it (``write_now``, ``_wait``); each publish is a broker round of its own,
   so a request/response pair costs two publishes instead of four;
-- packet size negotiation (``_packet_limit``): at most min(``max_size``, 1 MiB, the broker's
-  maximum packet size minus the link header, the topic and ``_MQTT_OVERHEAD``);
+- cutting the output into packets (``_write_packets``: the packet base's loop, but a large
+  packet goes to paho as a list of buffers, never joined) and packet size negotiation
+  (``_packet_limit``): at most min(``max_size``, 1 MiB, the broker's maximum packet size minus
+  the link header, the topic and ``_MQTT_OVERHEAD``);
 - the other hooks: listen (wait for the broker, or :class:`~netq.BrokerUnavailable`), start a
   client attempt, window check, link header, publish, close, authorize (the HELLO's id must be
   the topic's client id), stop (clear our status, stop paho);

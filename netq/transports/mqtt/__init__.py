@@ -21,12 +21,14 @@ session resume resends whatever was not acknowledged. The sender keeps at most a
 packets and bytes in the broker per link, so broker memory stays bounded and drops stay rare.
 
 Threads: paho's network thread (``loop_start``) only parses link headers and hands bodies to the
-base class, which feeds them to the engine on the I/O thread; ``_send_packet`` (I/O thread)
-calls ``publish``, which queues for paho's thread. A requested link ack goes out after the I/O
-thread's next pass, on a netq packet if that pass produced one, else alone; a lone netq
-ACK/CREDIT waits up to 1 ms for a reply to share its publish. Probes and CLOSE answers to stale
-epochs are published from paho's thread (its ``loop_misc`` is the probe timer). paho's thread
-is stopped and joined in ``_stop_carrier``.
+base class, which feeds them to the engine on the I/O thread. ``write_now`` (the I/O thread, or
+a user's thread for a lone put on an idle link: ``direct_writes``) cuts the output into packets
+and publishes them; paho writes a publish on the calling thread when the socket takes it (plain
+sockets), else on its own thread. A requested link ack goes out after the I/O thread's next
+pass, on a netq packet if that pass produced one or had ACK/CREDIT frames waiting, else alone;
+a lone netq ACK/CREDIT waits up to 1 ms for a reply to share its publish. Probes and CLOSE
+answers to stale epochs are published from paho's thread (its ``loop_misc`` is the probe
+timer). paho's thread is stopped and joined in ``_stop_carrier``.
 
 Security: with ``SecurityOptions.certificate`` the broker connection uses TLS and trusts that
 certificate or CA (on both server and clients: both are broker clients); ``client_certificate``

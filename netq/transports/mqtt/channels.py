@@ -236,6 +236,14 @@ class ChannelTableMixin(MQTTShared):
             state = channel.state
             if channel.closed or state.ack_sent >= state.received:
                 continue
+            link = channel.link
+            if channel.hold_until and link is not None:
+                # netq ACK/CREDIT frames are waiting for company: send them now instead of a
+                # bare link ack, their packet's header carries it (one publish, not two).
+                with link.lock:
+                    self._release_held(link)
+                if state.ack_sent >= state.received:
+                    continue
             self.counters["acks_sent"] += 1
             self._client.publish(channel.topic_out, state.ack_header(), qos=0)
 

@@ -17,6 +17,7 @@ from ..packets import PacketTransport
 
 if TYPE_CHECKING:
     from ...options import MQTTOptions
+    from ..base import Link
     from .channels import Channel
     from .link import Window
     from .paho_adapter import PahoClient
@@ -60,3 +61,6 @@ class MQTTShared(PacketTransport):
         def _peer(self, channel: Channel) -> Any: ...
 
         def _maybe_open(self) -> None: ...
+
+        # Implemented by MQTTTransport, called by ChannelTableMixin.
+        def _release_held(self, link: Link) -> None: ...

@@ -59,7 +59,8 @@ class Row:
     name: str
     worker: str                 # file in bench/workers/
     transport: str              # spec["transport"] for the worker
-    needs: str | None = None    # capability: zmq | netq | tls | net-queue | grpc
+    needs: str | None = None    # capability: zmq | netq | tls (netq + certificate) |
+    #                             ssl (certificate) | net-queue | grpc | mqtt
     sizes: tuple | None = None  # throughput sizes it runs at (None: all)
 
     @property
@@ -78,6 +79,7 @@ THROUGHPUT = [
     Row("netq-tcp-batch", "netq_peer.py", "netq-tcp-batch", "netq", (64, 4 * KiB)),
     Row("netq-unix", "netq_peer.py", "netq-unix", "netq"),
     Row("netq-tls", "netq_peer.py", "netq-tls", "tls"),
+    Row("raw-ssl", "raw.py", "raw-ssl", "ssl"),
     Row("net-queue", "netqueue_peer.py", "net-queue", "net-queue"),
     Row("raw-grpc", "grpc_peer.py", "raw-grpc", "grpc", GRPC_SIZES),
     Row("netq-grpc", "grpc_peer.py", "netq-grpc", "netq", GRPC_SIZES),
@@ -405,10 +407,12 @@ class Context:
             self.missing["mqtt"] = "paho-mqtt is not importable"
         elif not (shutil.which("mosquitto") or os.access("/usr/sbin/mosquitto", os.X_OK)):
             self.missing["mqtt"] = "mosquitto not found (sudo apt-get install -y mosquitto)"
-        if "tls" not in self.missing and self.wants("tls"):
+        if self.wants("tls") or self.wants("ssl"):
             self.tls = make_certificate(self.tmp)
             if self.tls is None:
-                self.missing["tls"] = "could not make a self-signed certificate (openssl missing?)"
+                reason = "could not make a self-signed certificate (openssl missing?)"
+                self.missing["ssl"] = reason
+                self.missing.setdefault("tls", reason)
         if self.wants("net-queue"):
             py, reason = netqueue_env.ensure(log=log)
             if py:

@@ -35,6 +35,9 @@ _READ = selectors.EVENT_READ
 _WRITE = selectors.EVENT_WRITE
 _READS_PER_EVENT = 32  # recv calls per readable event before serving other links
 _TLS_JOIN = 256 * 1024  # small buffers are joined up to this size for one SSL write
+# TLS records read per readable event before serving other links (a record carries at most
+# 16 KiB, so this is up to 4 MiB: as much as _READS_PER_EVENT large plain reads)
+_TLS_RECORDS_PER_EVENT = 256
 
 
 class SocketTransport(Transport):
@@ -55,6 +58,7 @@ class SocketTransport(Transport):
         self._connect_started = 0.0
         self._ssl = self._make_ssl_context()
         self.direct_writes = self._ssl is None
+        self._read_link = self._read if self._ssl is None else self._read_tls
         if self._server:
             self._listen()  # bind now so a taken port raises from netq.new()
 
@@ -298,7 +302,7 @@ class SocketTransport(Transport):
                 link.write_blocked = False
                 self.write_now(link)
             if mask & _READ and not link.dropped:
-                self._read(link)
+                self._read_link(link)
             if not link.dropped and link.conn.has_output:
                 self.write_now(link)
         self._after_io(link)
@@ -340,6 +344,61 @@ class SocketTransport(Transport):
             if count < len(buffer) and not (tls and sock.pending()):
                 # Drained. (A large direct read keeps going: more of the body is usually on
                 # its way, and another recv_into is cheaper than a round through select.)
+                return
+
+    def _read_tls(self, link: Link) -> None:
+        """``_read`` for a TLS link. ``recv_into`` returns at most one TLS record (16 KiB), so
+        a short read does not mean the socket is drained, and a large body takes many reads:
+        fill the core's buffer record by record and hand it over once (one ``receive_done``
+        per buffer, not per record), until OpenSSL needs more bytes than the socket holds
+        (``SSLWantReadError``) or this event's share of records is used up."""
+        conn = link.conn
+        recv_into = link.sock.recv_into
+        engine = self.engine
+        records = _TLS_RECORDS_PER_EVENT
+        while records > 0:
+            buffer = conn.receive_buffer()
+            size = len(buffer)
+            got = 0
+            drained = eof = False
+            failure: OSError | None = None
+            try:
+                while got < size and records > 0:
+                    count = recv_into(buffer[got:] if got else buffer)
+                    if count == 0:
+                        eof = True
+                        break
+                    got += count
+                    records -= 1
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError,
+                    InterruptedError):
+                drained = True
+            except OSError as error:
+                failure = error
+            if got:
+                link.last_received_at = time.monotonic()
+                events = conn.receive_done(got)
+                if events:
+                    engine.handle_events(link, events)
+                if link.dropped:
+                    return
+                if conn.state is ConnectionState.CLOSED:
+                    if link.error is None:
+                        link.error = RemoteProtocolError("the peer ended the link")
+                    self.close_link(link, flush=True)
+                    return
+            if failure is not None:
+                if link.error is None:
+                    link.error = ConnectionLost(link.peer_id, f"receive failed: {failure}")
+                self._drop(link)
+                return
+            if eof:
+                events = conn.receive_eof()
+                if events:
+                    engine.handle_events(link, events)
+                self._drop(link)
+                return
+            if drained:
                 return
 
     def write_now(self, link: Link) -> None:

@@ -858,6 +858,13 @@ def markdown(results: dict) -> str:
         L.extend([f"## Round trip, {PING_SIZE} B ping-pong (200 warm-up + {PING_COUNT} timed),"
                   " µs", ""]
                  + md_table(["row", "p50", "p99", "p50 × raw-tcp", "p50 spread"], rows))
+    busy = results.get("busy_latency")
+    if busy:
+        rows = [[r.name, *cells] for r in LATENCY
+                if (cells := _latency_cells(busy["records"], r.name, busy["reps"]))]
+        L.extend([f"## Round trip on a busy machine: {busy['busy']} busy-loop processes"
+                  f" (`--busy {busy['busy']}` run of {busy['date']}, {busy['reps']} rep(s)), µs",
+                  ""] + md_table(["row", "p50 (min – max)", "p99", "p50 × raw-tcp"], rows))
     st = summary["stall"]
     if st or any(k[0] == "stall" for k in failed_keys):
         rows = [[v["row"], f"{v['accepted']:.0f}", fmt(v["first_full_s"], ".2f", "never"),
@@ -1057,28 +1064,58 @@ def readme_block(results: dict) -> str:
         if any(cells):
             rows.append([label] + cells)
     lines += md_table(["", *(human(size) for size in sizes)], rows)
+    busy = results.get("busy_latency")
     lines += ["64 B round trip, µs: p50 (min–max of the p50s), p99, and p50 × raw TCP of the"
-              " same rep:", ""]
+              " same rep" + (f"; on a quiet machine (this run) and on a busy one ({busy['busy']}"
+                             f" pure-Python busy-loop processes running, `--busy"
+                             f" {busy['busy']}`, {busy['reps']} reps, {busy['date'][:10]})"
+                             if busy else "") + ":", ""]
     rows = []
-    raw = _per_rep(records, "latency", "raw-tcp", PING_SIZE)
     for row, label in README_LATENCY:
-        ours = _per_rep(records, "latency", row, PING_SIZE)
-        if not ours:
-            if ("latency", row, PING_SIZE) in failed:
-                rows.append([label, "failed", "", ""])
+        cells = _latency_cells(records, row, meta["reps"])
+        busy_cells = _latency_cells(busy["records"], row, busy["reps"]) if busy else None
+        if cells is None and busy_cells is None:
             continue
-        p50 = [r["ping"]["p50_us"] for r in ours.values()]
-        ratios = [r["ping"]["p50_us"] / raw[rep]["ping"]["p50_us"]
-                  for rep, r in ours.items() if rep in raw]
-        if failures.get(("latency", row, PING_SIZE)):
-            nfailed = len(failures[("latency", row, PING_SIZE)])
-            label += f" (**failed in {nfailed} of {meta['reps']} reps**)"
-        rows.append([label, f"{median(p50):.0f} ({min(p50):.0f}–{max(p50):.0f})",
-                     f"{median([r['ping']['p99_us'] for r in ours.values()]):.0f}",
-                     f"×{median(ratios):.2f}" if ratios else ""])
-    lines += md_table(["", "p50", "p99", "p50 × raw TCP"], rows)
+        if busy:
+            rows.append([label, *(cells or ["", "", ""]), *(busy_cells or ["", "", ""])])
+        else:
+            rows.append([label, *(cells or ["", "", ""])])
+    headers = ["", "p50", "p99", "p50 × raw TCP"]
+    if busy:
+        headers += ["busy: p50", "busy: p99", "busy: p50 × raw TCP"]
+    lines += md_table(headers, rows)
     lines.append(README_END)
     return "\n".join(lines)
+
+
+def _latency_cells(records: list[dict], row: str, reps: int) -> list[str] | None:
+    """p50 (min–max), p99 and p50 × raw TCP of the same rep for one round-trip row; None when
+    the row was not measured."""
+    ours = _per_rep(records, "latency", row, PING_SIZE)
+    failed = sum(1 for r in records if r["section"] == "latency" and r["row"] == row
+                 and (r.get("failed") or not r.get("ok", True)))
+    if not ours:
+        return ["failed", "", ""] if failed else None
+    raw = _per_rep(records, "latency", "raw-tcp", PING_SIZE)
+    p50 = [r["ping"]["p50_us"] for r in ours.values()]
+    ratios = [r["ping"]["p50_us"] / raw[rep]["ping"]["p50_us"]
+              for rep, r in ours.items() if rep in raw]
+    text = f"{median(p50):.0f} ({min(p50):.0f}–{max(p50):.0f})"
+    if failed:
+        text += f" (**failed in {failed} of {reps} reps**)"
+    return [text, f"{median([r['ping']['p99_us'] for r in ours.values()]):.0f}",
+            f"×{median(ratios):.2f}" if ratios else ""]
+
+
+def attach_busy_latency(results: dict, busy_results: dict) -> None:
+    """Copy the round trips of a ``--busy`` run into ``results`` (``busy_latency``), so that
+    the README shows them next to this run's (quiet) ones from one results file."""
+    meta = busy_results["meta"]
+    if not meta.get("busy"):
+        raise SystemExit("--busy-results: that run was not made with --busy N")
+    results["busy_latency"] = {
+        "busy": meta["busy"], "date": meta["date"], "reps": meta["reps"],
+        "records": [r for r in busy_results["records"] if r["section"] == "latency"]}
 
 
 def _cpu_text(us: float) -> str:
@@ -1135,6 +1172,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--busy", type=int, default=0, metavar="N",
                    help="run with N pure-Python busy-loop processes for the whole run (a busy "
                         "machine: e.g. --busy 2 --only latency); recorded in the results")
+    p.add_argument("--busy-results", metavar="JSON",
+                   help="results of a --busy run: its round trips are attached to this run's "
+                        "results (with --render: that file is rewritten) and shown next to the "
+                        "quiet ones in the Markdown and the README")
     p.add_argument("--json", default=os.path.join(HERE, "results", "latest.json"),
                    help="results file (the Markdown goes next to it, .md)")
     p.add_argument("--render", metavar="JSON",
@@ -1163,6 +1204,10 @@ def main(argv=None) -> int:
     if args.render:
         with open(args.render) as f:
             results = json.load(f)
+        if args.busy_results:
+            with open(args.busy_results) as f:
+                attach_busy_latency(results, json.load(f))
+            write_results(args.render, results, markdown(results))
         print(markdown(results))
         if args.readme:
             update_readme(args.readme, results)
@@ -1203,6 +1248,9 @@ def main(argv=None) -> int:
     results["meta"]["wall_s"] = time.monotonic() - started
     results["summary"] = summarize(ctx.records)
     results["summary"]["distance"] = distance.summarize(sys.modules[__name__], ctx.records)
+    if args.busy_results:
+        with open(args.busy_results) as f:
+            attach_busy_latency(results, json.load(f))
     md = markdown(results)
     write_results(args.json, results, md)
     if args.readme:

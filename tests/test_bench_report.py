@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import statistics
 import sys
 from pathlib import Path
 
@@ -149,3 +150,39 @@ def test_busy_loops_spin_until_stopped_and_leave_no_process(bench):
     finally:
         busy.stop()
     assert all(p.returncode is not None for p in procs) and busy.procs == []
+
+
+def _busy_run(results: dict, busy: int, factor: float) -> dict:
+    """A --busy run: the committed round trips with every p50 and p99 scaled by factor."""
+    records = [{**r, "ping": {**r["ping"], "p50_us": r["ping"]["p50_us"] * factor,
+                              "p99_us": r["ping"]["p99_us"] * factor}}
+               for r in results["records"]
+               if r["section"] == "latency" and not r.get("failed")]
+    return {"meta": {**results["meta"], "busy": busy}, "records": records}
+
+
+def test_round_trips_of_a_busy_run_are_shown_next_to_the_quiet_ones(bench, results, tmp_path):
+    quiet = json.loads(json.dumps(results))
+    assert "busy: p50" not in bench.readme_block(quiet)
+    with pytest.raises(SystemExit, match="not made with --busy"):
+        bench.attach_busy_latency(quiet, _busy_run(results, 0, 1.0))
+    busy = _busy_run(results, 2, 0.5)
+    path = tmp_path / "busy.json"
+    path.write_text(json.dumps(busy))
+    rendered = tmp_path / "quiet.json"
+    rendered.write_text(json.dumps(quiet))
+    assert bench.main(["--render", str(rendered), "--busy-results", str(path)]) == 0
+    attached = json.loads(rendered.read_text())
+    assert attached["busy_latency"]["busy"] == 2
+    block = bench.readme_block(attached)
+    assert "on a busy one (2 pure-Python busy-loop processes running, `--busy 2`" in block
+    assert "| busy: p50 | busy: p99 | busy: p50 × raw TCP |" in block
+    raw = [r["ping"]["p50_us"] for r in results["records"]
+           if r["section"] == "latency" and r["row"] == "raw-tcp" and not r.get("failed")]
+    round_trips = block[block.index("64 B round trip"):]
+    raw_line = next(line for line in round_trips.splitlines() if line.startswith("| raw TCP |"))
+    p50 = statistics.median(raw)
+    assert f"| ×1.00 | {p50 / 2:.0f} ({min(raw) / 2:.0f}–{max(raw) / 2:.0f}) |" in raw_line
+    assert raw_line.endswith("| ×1.00 |")
+    md = (tmp_path / "quiet.md").read_text()
+    assert "## Round trip on a busy machine: 2 busy-loop processes" in md

@@ -59,7 +59,8 @@ class Row:
     name: str
     worker: str                 # file in bench/workers/
     transport: str              # spec["transport"] for the worker
-    needs: str | None = None    # capability: zmq | netq | tls | net-queue | grpc
+    needs: str | None = None    # capability: zmq | netq | tls (netq + certificate) |
+    #                             ssl (certificate) | net-queue | grpc | mqtt
     sizes: tuple | None = None  # throughput sizes it runs at (None: all)
 
     @property
@@ -78,6 +79,7 @@ THROUGHPUT = [
     Row("netq-tcp-batch", "netq_peer.py", "netq-tcp-batch", "netq", (64, 4 * KiB)),
     Row("netq-unix", "netq_peer.py", "netq-unix", "netq"),
     Row("netq-tls", "netq_peer.py", "netq-tls", "tls"),
+    Row("raw-ssl", "raw.py", "raw-ssl", "ssl"),
     Row("net-queue", "netqueue_peer.py", "net-queue", "net-queue"),
     Row("raw-grpc", "grpc_peer.py", "raw-grpc", "grpc", GRPC_SIZES),
     Row("netq-grpc", "grpc_peer.py", "netq-grpc", "netq", GRPC_SIZES),
@@ -87,6 +89,10 @@ THROUGHPUT = [
     Row("netq-mqtt", "netq_mqtt_peer.py", "netq-mqtt", "mqtt", MQTT_SIZES),
     Row("net-queue-mqtt", "netqueue_mqtt_peer.py", "net-queue-mqtt", "net-queue", MQTT_SIZES),
 ]
+# Rows compared with a raw peer of their own (same rep) besides raw-tcp: the same carrier
+# driven directly, without netq.
+FLOORS = {"netq-tls": "raw-ssl", "netq-grpc": "raw-grpc", "net-queue-grpc": "raw-grpc",
+          "netq-mqtt": "mqtt-paho", "net-queue-mqtt": "mqtt-paho"}
 LATENCY = [
     Row("raw-tcp", "raw.py", "raw-tcp"),
     Row("zmq", "zmq_peer.py", "zmq-dealer", "zmq"),
@@ -322,6 +328,49 @@ class Session:
             w.finish(self.deadline)
 
 
+class BusyLoops:
+    """``--busy N``: N pure-Python busy loops, one process each, for the whole run.
+
+    Stopped when the run ends, however it ends (main()'s ``finally``; SIGTERM is turned into
+    SystemExit there); each loop also exits by itself within milliseconds once its parent
+    is gone, so even a SIGKILLed orchestrator leaves none behind."""
+
+    SCRIPT = ("import os, sys\n"
+              "parent = int(sys.argv[1])\n"
+              "while os.getppid() == parent:\n"
+              "    for _ in range(200_000):\n"
+              "        pass\n")
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        try:
+            for _ in range(self.count):
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-c", self.SCRIPT, str(os.getpid())],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, start_new_session=True))
+        except BaseException:
+            self.stop()
+            raise
+        if self.procs:
+            log(f"busy: {self.count} busy-loop process(es) running: "
+                + " ".join(str(p.pid) for p in self.procs))
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                log(f"busy loop {p.pid} did not exit after SIGKILL")
+        self.procs = []
+
+
 # ============================================================================= context
 PROBE = """
 import json, sys, importlib.metadata as md
@@ -405,10 +454,12 @@ class Context:
             self.missing["mqtt"] = "paho-mqtt is not importable"
         elif not (shutil.which("mosquitto") or os.access("/usr/sbin/mosquitto", os.X_OK)):
             self.missing["mqtt"] = "mosquitto not found (sudo apt-get install -y mosquitto)"
-        if "tls" not in self.missing and self.wants("tls"):
+        if self.wants("tls") or self.wants("ssl"):
             self.tls = make_certificate(self.tmp)
             if self.tls is None:
-                self.missing["tls"] = "could not make a self-signed certificate (openssl missing?)"
+                reason = "could not make a self-signed certificate (openssl missing?)"
+                self.missing["ssl"] = reason
+                self.missing.setdefault("tls", reason)
         if self.wants("net-queue"):
             py, reason = netqueue_env.ensure(log=log)
             if py:
@@ -621,13 +672,25 @@ def _tracked_mib(side: dict) -> float:
     return (side.get("netq_memory_bytes") or 0) / MiB
 
 
+def _side_cpu_us(record: dict, side: str) -> float | None:
+    """CPU µs per message of one side (``send`` or ``recv``): that side's share of the
+    measured sender + receiver CPU, over the same message count as ``cpu_us_per_msg``."""
+    recv = record["recv"]
+    both, own = recv.get("cpu_us_per_msg"), recv.get(f"{side}_cpu_s")
+    total = (recv.get("send_cpu_s") or 0) + (recv.get("recv_cpu_s") or 0)
+    if both is None or own is None or total <= 0:
+        return None
+    return both * own / total
+
+
 def summarize(records: list[dict]) -> dict:
     good = [r for r in records if not r.get("failed") and not r.get("calibration")]
     by = {}
     for r in good:
         by.setdefault((r["section"], r["row"], r.get("size"), r.get("scenario")), []).append(r)
-    raw_gbps = {(r["size"], r["rep"]): r["recv"]["gb_per_s"] for r in good
-                if r["section"] == "throughput" and r["row"] == "raw-tcp" and r["ok"]}
+    gbps = {(r["row"], r["size"], r["rep"]): r["recv"]["gb_per_s"] for r in good
+            if r["section"] == "throughput" and r["ok"]}
+    raw_gbps = {(size, rep): v for (row, size, rep), v in gbps.items() if row == "raw-tcp"}
     raw_p50 = {r["rep"]: r["ping"]["p50_us"] for r in good
                if r["section"] == "latency" and r["row"] == "raw-tcp"}
     nq_iops = {(r["scenario"], r["rep"]): r["client"]["gbps"] for r in good
@@ -642,7 +705,12 @@ def summarize(records: list[dict]) -> dict:
                 "gb_per_s": median(gb), "gb_per_s_min": min(gb), "gb_per_s_max": max(gb),
                 "ratio_to_raw_tcp": median([r["recv"]["gb_per_s"] / raw_gbps[(size, r["rep"])]
                                             for r in rs if (size, r["rep"]) in raw_gbps]),
+                "ratio_to_floor": median([
+                    r["recv"]["gb_per_s"] / gbps[(FLOORS[row], size, r["rep"])]
+                    for r in rs if (FLOORS.get(row), size, r["rep"]) in gbps]),
                 "cpu_us_per_msg": median([r["recv"]["cpu_us_per_msg"] for r in rs]),
+                "send_cpu_us_per_msg": median([_side_cpu_us(r, "send") for r in rs]),
+                "recv_cpu_us_per_msg": median([_side_cpu_us(r, "recv") for r in rs]),
                 "send_peak_mib": median([r["send"]["peak_rss_kb"] / KiB for r in rs]),
                 "recv_peak_mib": median([r["recv"]["peak_rss_kb"] / KiB for r in rs]),
                 "send_over_base_mib": median([_over_base_mib(r["send"]) for r in rs]),
@@ -719,7 +787,9 @@ def markdown(results: dict) -> str:
          f"Python {meta['python']['main']} "
          f"(net-queue rows: {meta['python'].get('net-queue') or 'n/a'}); mode {meta['mode']}, "
          f"{meta['reps']} rep(s), ~{meta['target_s']} s per throughput measurement; "
-         f"wall time {meta.get('wall_s', 0):.0f} s.", ""]
+         f"wall time {meta.get('wall_s', 0):.0f} s."
+         + (f" **Busy machine: {meta['busy']} pure-Python busy-loop process(es) ran for the"
+            f" whole run** (`--busy {meta['busy']}`)." if meta.get("busy") else ""), ""]
     for note in results.get("notes", []):
         L.append(f"> **Note:** {note}")
     if results.get("notes"):
@@ -750,8 +820,11 @@ def markdown(results: dict) -> str:
             L.extend([f"## {title}", ""] + md_table(["row"] + [human(s) for s in sizes], rows))
 
         thr_table("One-way throughput: GB/s (× raw-tcp of the same rep, median over reps; "
-                  "MQTT rows: messages lost, if any)",
-                  lambda v: f"{fmt(v['gb_per_s'], '.3f')} (×{fmt(v['ratio_to_raw_tcp'], '.2f')})"
+                  "TLS, gRPC and MQTT rows also × their own raw peer: "
+                  + ", ".join(sorted(set(FLOORS.values()))) + "; MQTT rows: messages lost, if any)",
+                  lambda v: f"{fmt(v['gb_per_s'], '.3f')} (×{fmt(v['ratio_to_raw_tcp'], '.2f')}"
+                  + (f", ×{v['ratio_to_floor']:.2f} {FLOORS[v['row']]}"
+                     if v.get("ratio_to_floor") is not None else "") + ")"
                   + (f" **lost {v['lost']}**" if v.get("lost") else ""))
         thr_table("One-way throughput: messages/s", lambda v: f"{v['msgs_per_s']:,.0f}")
         thr_table("Spread of GB/s over reps (min – max) and messages per measurement",
@@ -760,6 +833,10 @@ def markdown(results: dict) -> str:
         thr_table("CPU per message, µs (user+sys of sender + receiver over the timed interval"
                   " / messages)",
                   lambda v: fmt(v["cpu_us_per_msg"], ".3g"))
+        thr_table("CPU per message, µs: sender / receiver (each side's user+sys over the same"
+                  " interval / messages)",
+                  lambda v: f"{fmt(v.get('send_cpu_us_per_msg'), '.3g')} / "
+                  f"{fmt(v.get('recv_cpu_us_per_msg'), '.3g')}")
         thr_table("Peak RSS, MiB: sender / receiver (MQTT: / broker)",
                   lambda v: f"{v['send_peak_mib']:.0f} / {v['recv_peak_mib']:.0f}"
                   + (f" / {v['broker_peak_mib']:.0f}" if v.get("broker_peak_mib") else ""))
@@ -781,6 +858,13 @@ def markdown(results: dict) -> str:
         L.extend([f"## Round trip, {PING_SIZE} B ping-pong (200 warm-up + {PING_COUNT} timed),"
                   " µs", ""]
                  + md_table(["row", "p50", "p99", "p50 × raw-tcp", "p50 spread"], rows))
+    busy = results.get("busy_latency")
+    if busy:
+        rows = [[r.name, *cells] for r in LATENCY
+                if (cells := _latency_cells(busy["records"], r.name, busy["reps"]))]
+        L.extend([f"## Round trip on a busy machine: {busy['busy']} busy-loop processes"
+                  f" (`--busy {busy['busy']}` run of {busy['date']}, {busy['reps']} rep(s)), µs",
+                  ""] + md_table(["row", "p50 (min – max)", "p99", "p50 × raw-tcp"], rows))
     st = summary["stall"]
     if st or any(k[0] == "stall" for k in failed_keys):
         rows = [[v["row"], f"{v['accepted']:.0f}", fmt(v["first_full_s"], ".2f", "never"),
@@ -866,7 +950,8 @@ README_THROUGHPUT = [  # (row, label, baseline row or None)
     ("zmq-push", "pyzmq PUSH/PULL", "raw-tcp"),
     ("netq-tcp", "**netq TCP**", "raw-tcp"),
     ("netq-unix", "netq Unix", "raw-tcp"),
-    ("netq-tls", "netq TLS", "raw-tcp"),
+    ("raw-ssl", "raw `ssl` socket, `sendall` per message", None),
+    ("netq-tls", "**netq TLS**", "raw-ssl"),
     ("netq-tcp-batch", "netq `put_many`/`get_many`", "raw-tcp"),
     ("net-queue", "net-queue TCP", "raw-tcp"),
     ("netq-tcp", "**netq TCP ÷ net-queue TCP**", "net-queue"),
@@ -877,6 +962,12 @@ README_THROUGHPUT = [  # (row, label, baseline row or None)
     ("netq-mqtt", "**netq MQTT** (0 lost unless marked)", "mqtt-paho"),
     ("net-queue-mqtt", "net-queue MQTT", "mqtt-paho"),
 ]
+# The README's CPU table: sender / receiver µs per message, each row next to its peers.
+README_CPU = [("raw-tcp", "raw TCP"), ("zmq-push", "pyzmq"), ("netq-tcp", "**netq TCP**"),
+              ("raw-ssl", "raw `ssl`"), ("netq-tls", "**netq TLS**"),
+              ("net-queue", "net-queue TCP"), ("raw-grpc", "raw grpcio"),
+              ("netq-grpc", "**netq gRPC**"), ("mqtt-paho", "raw paho"),
+              ("netq-mqtt", "**netq MQTT**")]
 README_LATENCY = [("raw-tcp", "raw TCP"), ("zmq", "pyzmq"), ("netq-tcp", "**netq TCP**"),
                   ("netq-unix", "netq Unix"), ("net-queue", "net-queue TCP"),
                   ("raw-grpc", "raw grpcio"), ("netq-grpc", "**netq gRPC**"),
@@ -903,15 +994,18 @@ def readme_block(results: dict) -> str:
                               if r.get("failed") or not r.get("ok", True)}
     date = meta["date"][:10]
     lines = [README_START, "",
-             f"Measured {date} by `python3 bench/run.py --reps {meta['reps']}`"
+             f"Measured {date} by `python3 bench/run.py --reps {meta['reps']}"
+             + (f" --busy {meta['busy']}`, **with {meta['busy']} busy-loop processes running"
+                f" throughout**" if meta.get("busy") else "`") +
              f" ({meta['mode']} mode, median of {meta['reps']} interleaved reps, min–max in"
              f" brackets; {m['cpu_model']},"
              f" {m['cores']} cores, {m['mem_gib']} GiB, kernel {m['kernel']}; Python"
              f" {meta['python']['main']}, net-queue on Python"
              f" {meta['python'].get('net-queue') or 'n/a'};"
              f" loopback; one private mosquitto per MQTT measurement). A ratio compares two rows"
-             f" of the same rep (median of the per-rep ratios). Every table (CPU per message, RSS,"
-             f" stalled receiver, many clients, iops):"
+             f" of the same rep (median of the per-rep ratios): × raw TCP, except netq TLS × raw"
+             f" `ssl` and the gRPC and MQTT rows × their raw library, the row above them."
+             f" Every table (CPU per message, RSS, stalled receiver, many clients, iops):"
              f" [bench/results/latest.md](bench/results/latest.md).",
              "",
              "One-way throughput, one sender process to one receiver process, GB/s"
@@ -954,28 +1048,79 @@ def readme_block(results: dict) -> str:
         if any(cells):
             rows.append([label] + cells)
     lines += md_table(["", *(human(size) for size in sizes)], rows)
-    lines += ["64 B round trip, µs: p50 (min–max of the p50s), p99, and p50 × raw TCP of the"
-              " same rep:", ""]
+    lines += ["CPU per message, µs (sender / receiver; user+sys of each process over the"
+              " receiver's timed interval, median over reps; MQTT: without the broker's):", ""]
     rows = []
-    raw = _per_rep(records, "latency", "raw-tcp", PING_SIZE)
+    for row, label in README_CPU:
+        cells = []
+        for size in sizes:
+            ours = _per_rep(records, "throughput", row, size)
+            send = median([_side_cpu_us(r, "send") for r in ours.values()])
+            recv = median([_side_cpu_us(r, "recv") for r in ours.values()])
+            if send is not None and recv is not None:
+                cells.append(f"{_cpu_text(send)} / {_cpu_text(recv)}")
+            else:
+                cells.append("failed" if ("throughput", row, size) in failed else "")
+        if any(cells):
+            rows.append([label] + cells)
+    lines += md_table(["", *(human(size) for size in sizes)], rows)
+    busy = results.get("busy_latency")
+    lines += ["64 B round trip, µs: p50 (min–max of the p50s), p99, and p50 × raw TCP of the"
+              " same rep" + (f"; on a quiet machine (this run) and on a busy one ({busy['busy']}"
+                             f" pure-Python busy-loop processes running, `--busy"
+                             f" {busy['busy']}`, {busy['reps']} reps, {busy['date'][:10]})"
+                             if busy else "") + ":", ""]
+    rows = []
     for row, label in README_LATENCY:
-        ours = _per_rep(records, "latency", row, PING_SIZE)
-        if not ours:
-            if ("latency", row, PING_SIZE) in failed:
-                rows.append([label, "failed", "", ""])
+        cells = _latency_cells(records, row, meta["reps"])
+        busy_cells = _latency_cells(busy["records"], row, busy["reps"]) if busy else None
+        if cells is None and busy_cells is None:
             continue
-        p50 = [r["ping"]["p50_us"] for r in ours.values()]
-        ratios = [r["ping"]["p50_us"] / raw[rep]["ping"]["p50_us"]
-                  for rep, r in ours.items() if rep in raw]
-        if failures.get(("latency", row, PING_SIZE)):
-            nfailed = len(failures[("latency", row, PING_SIZE)])
-            label += f" (**failed in {nfailed} of {meta['reps']} reps**)"
-        rows.append([label, f"{median(p50):.0f} ({min(p50):.0f}–{max(p50):.0f})",
-                     f"{median([r['ping']['p99_us'] for r in ours.values()]):.0f}",
-                     f"×{median(ratios):.2f}" if ratios else ""])
-    lines += md_table(["", "p50", "p99", "p50 × raw TCP"], rows)
+        if busy:
+            rows.append([label, *(cells or ["", "", ""]), *(busy_cells or ["", "", ""])])
+        else:
+            rows.append([label, *(cells or ["", "", ""])])
+    headers = ["", "p50", "p99", "p50 × raw TCP"]
+    if busy:
+        headers += ["busy: p50", "busy: p99", "busy: p50 × raw TCP"]
+    lines += md_table(headers, rows)
     lines.append(README_END)
     return "\n".join(lines)
+
+
+def _latency_cells(records: list[dict], row: str, reps: int) -> list[str] | None:
+    """p50 (min–max), p99 and p50 × raw TCP of the same rep for one round-trip row; None when
+    the row was not measured."""
+    ours = _per_rep(records, "latency", row, PING_SIZE)
+    failed = sum(1 for r in records if r["section"] == "latency" and r["row"] == row
+                 and (r.get("failed") or not r.get("ok", True)))
+    if not ours:
+        return ["failed", "", ""] if failed else None
+    raw = _per_rep(records, "latency", "raw-tcp", PING_SIZE)
+    p50 = [r["ping"]["p50_us"] for r in ours.values()]
+    ratios = [r["ping"]["p50_us"] / raw[rep]["ping"]["p50_us"]
+              for rep, r in ours.items() if rep in raw]
+    text = f"{median(p50):.0f} ({min(p50):.0f}–{max(p50):.0f})"
+    if failed:
+        text += f" (**failed in {failed} of {reps} reps**)"
+    return [text, f"{median([r['ping']['p99_us'] for r in ours.values()]):.0f}",
+            f"×{median(ratios):.2f}" if ratios else ""]
+
+
+def attach_busy_latency(results: dict, busy_results: dict) -> None:
+    """Copy the round trips of a ``--busy`` run into ``results`` (``busy_latency``), so that
+    the README shows them next to this run's (quiet) ones from one results file."""
+    meta = busy_results["meta"]
+    if not meta.get("busy"):
+        raise SystemExit("--busy-results: that run was not made with --busy N")
+    results["busy_latency"] = {
+        "busy": meta["busy"], "date": meta["date"], "reps": meta["reps"],
+        "records": [r for r in busy_results["records"] if r["section"] == "latency"]}
+
+
+def _cpu_text(us: float) -> str:
+    """Three significant digits, without exponents: 1.6 / 14.2 / 535 / 8920."""
+    return f"{us:.3g}" if us < 1000 else f"{us:.0f}"
 
 
 def update_readme(path: str, results: dict) -> None:
@@ -1024,6 +1169,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds per measurement before its processes are killed (default 30; "
                         "throughput gets half, many-clients and iops twice as long). A "
                         f"measurement that timed out in {MAX_TIMEOUTS} reps is not tried again.")
+    p.add_argument("--busy", type=int, default=0, metavar="N",
+                   help="run with N pure-Python busy-loop processes for the whole run (a busy "
+                        "machine: e.g. --busy 2 --only latency); recorded in the results")
+    p.add_argument("--busy-results", metavar="JSON",
+                   help="results of a --busy run: its round trips are attached to this run's "
+                        "results (with --render: that file is rewritten) and shown next to the "
+                        "quiet ones in the Markdown and the README")
     p.add_argument("--json", default=os.path.join(HERE, "results", "latest.json"),
                    help="results file (the Markdown goes next to it, .md)")
     p.add_argument("--render", metavar="JSON",
@@ -1043,24 +1195,37 @@ def write_results(path: str, results: dict, md: str) -> None:
         f.write(md + "\n")
 
 
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.render:
         with open(args.render) as f:
             results = json.load(f)
+        if args.busy_results:
+            with open(args.busy_results) as f:
+                attach_busy_latency(results, json.load(f))
+            write_results(args.render, results, markdown(results))
         print(markdown(results))
         if args.readme:
             update_readme(args.readme, results)
         return 0
+    if args.busy < 0:
+        raise SystemExit("--busy: a number of processes, >= 0")
     ctx = Context(args)
     started = time.monotonic()
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)     # so every `finally` below runs
+    busy = BusyLoops(args.busy)
     try:
+        busy.start()
         info = ctx.probe()
         now = datetime.datetime.now().astimezone()
         results = {"meta": {"date": now.isoformat(timespec="seconds"),
                             "mode": "quick" if ctx.quick else "full", "reps": ctx.reps,
                             "target_s": ctx.target_s, "sizes": ctx.sizes,
-                            "only": sorted(ctx.only or []),
+                            "only": sorted(ctx.only or []), "busy": args.busy,
                             "argv": sys.argv, "machine": machine_info(),
                             "python": {"orchestrator": sys.version.split()[0],
                                        "main": info.get("python"),
@@ -1078,10 +1243,14 @@ def main(argv=None) -> int:
             distance.rep(sys.modules[__name__], ctx, rep)
             log(f"--- rep {rep} done, {time.monotonic() - started:.0f} s elapsed")
     finally:
+        busy.stop()
         shutil.rmtree(ctx.tmp, ignore_errors=True)
     results["meta"]["wall_s"] = time.monotonic() - started
     results["summary"] = summarize(ctx.records)
     results["summary"]["distance"] = distance.summarize(sys.modules[__name__], ctx.records)
+    if args.busy_results:
+        with open(args.busy_results) as f:
+            attach_busy_latency(results, json.load(f))
     md = markdown(results)
     write_results(args.json, results, md)
     if args.readme:

@@ -8,12 +8,22 @@ raw-tcp-batch  the sender coalesces frames <= 64 KiB into one scatter-gather ``s
                (<= 64 KiB or 1000 iovecs, no payload copy); the receiver ``recv_into`` a 1 MiB
                staging buffer, parses many frames per syscall and hands out owned ``bytes``;
                payloads > 64 KiB are read straight into a fresh ``bytearray`` (MSG_WAITALL).
+raw-ssl        raw-tcp's framing over a blocking ``ssl`` socket (TLS 1.2 minimum, the run's
+               self-signed certificate, verified by the client against it; whatever version
+               and cipher OpenSSL negotiates: TLS 1.3, AES-GCM on x86). SSL sockets cannot
+               ``sendmsg``: the sender joins header and payload into one ``sendall`` up to
+               64 KiB (a copy that small is cheaper than a TLS record and a syscall of its
+               own) and makes two ``sendall`` calls (header, then the payload itself, no copy)
+               above that. The receiver ``recv_into`` one reused buffer in a loop (SSL sockets
+               take no MSG_WAITALL; each call returns at most one TLS record). The floor of
+               ``netq-tls``'s ratios.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import ssl
 import struct
 import sys
 
@@ -65,6 +75,29 @@ def sendmsg_all(sock: socket.socket, bufs: list, total: int) -> None:
         sent = sock.sendmsg(views)
 
 
+def ssl_server_context(tls: dict) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tls["cert"], tls["key"])
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def ssl_client_context(tls: dict) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)   # verifies the certificate and host
+    context.load_verify_locations(tls["cert"])
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+def ssl_recv_exact(sock: ssl.SSLSocket, view: memoryview, n: int) -> None:
+    got = 0
+    while got < n:
+        r = sock.recv_into(view[got:n], n - got)
+        if not r:
+            raise EOFError("peer closed")
+        got += r
+
+
 def recv_exact(sock: socket.socket, view: memoryview, n: int) -> None:
     got = sock.recv_into(view, n, socket.MSG_WAITALL)
     while got < n:
@@ -78,21 +111,22 @@ def recv_exact(sock: socket.socket, view: memoryview, n: int) -> None:
 class ReusedBufferReader:
     """Two syscalls per message, no user-space copy, one reused buffer."""
 
-    def __init__(self, sock: socket.socket, size: int) -> None:
+    def __init__(self, sock: socket.socket, size: int, exact=recv_exact) -> None:
         self.sock = sock
+        self.exact = exact
         self.hdr = bytearray(8)
         self.hv = memoryview(self.hdr)
         self.buf = bytearray(max(size, 1))
         self.bv = memoryview(self.buf)
 
     def read(self) -> memoryview:
-        recv_exact(self.sock, self.hv, 8)
+        self.exact(self.sock, self.hv, 8)
         n = HDR.unpack(self.hdr)[0]
         if n > len(self.buf):
             self.buf = bytearray(n)
             self.bv = memoryview(self.buf)
         if n:
-            recv_exact(self.sock, self.bv, n)
+            self.exact(self.sock, self.bv, n)
         return self.bv[:n]
 
 
@@ -143,7 +177,11 @@ def recv(spec: dict) -> None:
     rec = common.Recorder(count, size)
     common.ready(addr)
     sock = accept(listener)
-    read = (StagingReader(sock) if batched else ReusedBufferReader(sock, size)).read
+    if spec["transport"] == "raw-ssl":
+        sock = ssl_server_context(spec["tls"]).wrap_socket(sock, server_side=True)
+        read = ReusedBufferReader(sock, size, ssl_recv_exact).read
+    else:
+        read = (StagingReader(sock) if batched else ReusedBufferReader(sock, size)).read
     nbytes, last = rec.receive_all(read)
     rec.report(count + 1, nbytes, last)
     sock.close()
@@ -153,9 +191,14 @@ def send(spec: dict) -> None:
     size, count = spec["size"], spec["count"]
     payload = common.payload_of(size)
     sock = connect(spec["addr"])
+    if spec["transport"] == "raw-ssl":
+        host = spec["addr"].rsplit(":", 1)[0]
+        sock = ssl_client_context(spec["tls"]).wrap_socket(sock, server_hostname=host)
     clock = common.SendClock()
     clock.start()
-    if spec["transport"] == "raw-tcp-batch" and size <= SMALL:
+    if spec["transport"] == "raw-ssl":
+        _send_ssl(sock, payload, count + 1)
+    elif spec["transport"] == "raw-tcp-batch" and size <= SMALL:
         _send_coalesced(sock, payload, count + 1)
     else:
         sendmsg, pack = sock.sendmsg, HDR.pack
@@ -165,12 +208,25 @@ def send(spec: dict) -> None:
             if sendmsg([hdr, payload]) != total:
                 sendmsg_all(sock, [hdr, payload], total)   # finishes the partial write
     clock.sent()
-    sock.shutdown(socket.SHUT_WR)
-    sock.recv(1)           # returns b"" once the receiver has read everything and closed
+    sock.shutdown(socket.SHUT_WR)  # an SSL socket drops its TLS layer here: plain reads below
+    while sock.recv(65536):  # b"" once the receiver has read everything and closed (TLS 1.3:
+        pass                 # after the session tickets the sender never read)
     sock.close()
     clock.stop()
     clock.report(count, size)
     common.wait_released()
+
+
+def _send_ssl(sock: ssl.SSLSocket, payload: bytes, n: int) -> None:
+    """Per message: one ``sendall(header + payload)`` up to SMALL, else two ``sendall``."""
+    pack, size, sendall = HDR.pack, len(payload), sock.sendall
+    if size <= SMALL:
+        for _ in range(n):
+            sendall(pack(size) + payload)
+    else:
+        for _ in range(n):
+            sendall(pack(size))
+            sendall(payload)
 
 
 def _send_coalesced(sock: socket.socket, payload: bytes, n: int) -> None:

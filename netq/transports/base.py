@@ -217,7 +217,8 @@ class Transport:
         except BaseException as error:  # noqa: BLE001 - must reach futures and get()
             engine.failed(error)
         finally:
-            self._shutdown()
+            with self._lead:  # a caller leading the loop ends its turn first (it sees _aborted)
+                self._shutdown()
             engine.finished()
 
     def _step(self, cap: float | None) -> bool:

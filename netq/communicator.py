@@ -5,7 +5,8 @@ session engine (:mod:`netq.engine`, which runs the transport's I/O thread); ``ge
 next message from the per-peer inboxes, fairly across peers, and deserializes it on the
 caller's thread, so user code never runs on the I/O thread. ``close`` and ``statistics`` ask
 the engine what is still pending. The inboxes live here; the engine fills them through the
-:class:`netq.engine.Inbox` methods (``deliver``, ``wake_all``, ``consumer_waiting``).
+:class:`netq.engine.Inbox` methods (``deliver``, ``wake_all``, ``consumer_waiting``,
+``consumer_sleeping``).
 """
 
 from __future__ import annotations
@@ -368,6 +369,8 @@ class Communicator:
                         if led:
                             continue
                     self._sleepers += 1
+                    if self._caller_leads:
+                        engine.consumer_asleep()  # nobody may be polling: the I/O thread must
                     try:
                         self._recv_ready.wait(remaining)
                     finally:
@@ -441,6 +444,12 @@ class Communicator:
     @property
     def consumer_waiting(self) -> bool:
         return self._getters > 0
+
+    @property
+    def consumer_sleeping(self) -> bool:
+        # Asleep with nothing to take: a get() handed a message wakes and takes it (and then
+        # leads the loop or sleeps again), so only one with nothing waiting needs the loop run.
+        return self._sleepers > 0 and not self._ready
 
     # ------------------------------------------------------------------ close
 

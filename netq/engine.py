@@ -88,6 +88,10 @@ class Inbox(Protocol):
     def consumer_waiting(self) -> bool:
         """True while a get() is blocked waiting for a message."""
 
+    @property
+    def consumer_sleeping(self) -> bool:
+        """True while a get() sleeps with nothing to take (it does not lead the loop)."""
+
 
 class EngineAPI(Protocol):
     """What a transport may call on its engine (and nothing else)."""
@@ -111,6 +115,10 @@ class EngineAPI(Protocol):
     @property
     def consumer_waiting(self) -> bool:
         """A get() is blocked waiting (a reply is likely to follow what arrives)."""
+
+    @property
+    def consumer_sleeping(self) -> bool:
+        """A get() sleeps until a message is handed to it: the loop must not be left idle."""
 
     def new_connection(self) -> proto.Connection:
         """The protocol state for a new link (its HELLO is queued)."""
@@ -229,6 +237,14 @@ class SessionEngine:
     @property
     def consumer_waiting(self) -> bool:
         return self._inbox.consumer_waiting
+
+    @property
+    def consumer_sleeping(self) -> bool:
+        return self._inbox.consumer_sleeping
+
+    def consumer_asleep(self) -> None:
+        """A get() went to sleep: a loop parked for callers must run again (Transport.lead)."""
+        self.transport.unpark()
 
     def start(self) -> None:
         self.transport.start()

@@ -277,13 +277,15 @@ class Transport:
             with park:
                 self._parked = True
                 try:
-                    if engine.has_work or engine.closing:
+                    # A get() asleep on its condition does not lead: someone must poll.
+                    if engine.has_work or engine.closing or engine.consumer_sleeping:
                         return
                     park.wait(PARK_LIMIT)
                 finally:
                     self._parked = False
-            if engine.has_work or engine.closing or self._caller_rounds == rounds:
-                return  # work to do, or no caller led meanwhile: lead again
+            if engine.has_work or engine.closing or engine.consumer_sleeping \
+                    or self._caller_rounds == rounds:
+                return  # work to do, a get() asleep, or no caller led meanwhile: lead again
             if self._lead.acquire(blocking=False):
                 # Callers lead between their messages: keep the timers and holds on time.
                 try:
@@ -291,6 +293,12 @@ class Transport:
                     self._step(0.0)
                 finally:
                     self._lead.release()
+
+    def unpark(self) -> None:
+        """Any thread: a parked I/O thread takes the loop back now (a get() went to sleep)."""
+        if self._parked:
+            with self._park:
+                self._park.notify()
 
     def lead(self, timeout: float | None, ready: Callable[[], object]) -> bool:
         """A blocked ``get()`` runs the loop on its own thread until ``ready()`` or timeout.

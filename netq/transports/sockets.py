@@ -41,6 +41,7 @@ _TLS_WRITE = 256 * 1024  # plaintext encrypted per TLS send: bounds the cipherte
 _TLS_FILL = 256 * 1024  # bytes taken from a TLS link's socket per recv (many records at once)
 _TLS_READ_PER_EVENT = 4 << 20  # TLS bytes read per readable event before serving other links
 ACK_HOLD = 250e-6  # seconds an ACK may wait for the reply that a waiting get() is about to send
+LEAD_BELOW = 256 * 1024  # bytes handed to a waiting get() below which callers may lead the loop
 
 
 class SocketTransport(Transport):
@@ -127,9 +128,7 @@ class SocketTransport(Transport):
     # ----------------------------------------------------------------- waiting
 
     def wake(self) -> None:
-        if self._parked:
-            with self._park:
-                self._park.notify()
+        self.unpark()
         if self._idle and not self._wake_pending:
             self._wake_pending = True
             try:
@@ -325,14 +324,23 @@ class SocketTransport(Transport):
                 return
         # Looked at before reading: the message read now is what a blocked get() waited for.
         consumer_waiting = self.engine.consumer_waiting
+        session = link.session
         with link.lock:
             if mask & _WRITE:
                 link.write_blocked = False
                 self.write_now(link)
             if mask & _READ and not link.dropped:
-                self._read_link(link)
-                if consumer_waiting:
-                    self._handed_off = True
+                if consumer_waiting and session is not None:
+                    messages, size = session.received_messages, session.received_bytes
+                    self._read_link(link)
+                    if session.received_messages > messages \
+                            and session.received_bytes - size < LEAD_BELOW:
+                        # Small messages handed to a waiting get(): it may lead the loop from
+                        # now on. Large ones keep the I/O thread reading the next while the
+                        # caller takes this one (reading and consuming overlap).
+                        self._handed_off = True
+                else:
+                    self._read_link(link)
             if not link.dropped and link.conn.has_output:
                 if consumer_waiting and link.direct_ok and link.conn.output_is_only_acks():
                     self._hold_acks(link)

@@ -28,8 +28,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._interrupts import LoopTurns
+from ..exceptions import RemoteProtocolError
 from ..options import Purpose
-from ..protocol import Connection
+from ..protocol import Connection, ConnectionState
 
 if TYPE_CHECKING:
     from ..engine import EngineAPI
@@ -352,6 +353,31 @@ class Transport:
     def _after_io(self, link: Link) -> None:
         """After reading or writing a link: let the engine move more of its session's queue."""
         self.engine.after_io(link)
+
+    def _received(self, link: Link, events: list) -> bool:
+        """Hand the events of bytes just received to the engine (link lock held).
+
+        False when the link ended meanwhile: dropped, or closed by the peer (then its last
+        output is flushed and it is closed).
+        """
+        if events:
+            self.engine.handle_events(link, events)
+        if link.dropped:
+            return False
+        if link.conn.state is ConnectionState.CLOSED:
+            if link.error is None:
+                link.error = RemoteProtocolError("the peer ended the link")
+            self.close_link(link, flush=True)
+            return False
+        return True
+
+    def _end_of_stream(self, link: Link) -> None:
+        """The peer's end of the stream: what it completes goes to the engine, then the link
+        is dropped (link lock held)."""
+        events = link.conn.receive_eof()
+        if events:
+            self.engine.handle_events(link, events)
+        self._drop(link)
 
     def close_link(self, link: Link, flush: bool) -> None:
         if link.dropped:

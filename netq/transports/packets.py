@@ -29,17 +29,34 @@ import collections
 import threading
 import time
 
-from ..exceptions import RemoteProtocolError
-from ..protocol import ConnectionState
-from ..protocol.connection import Buffer
+from ..protocol.connection import Buffer, Connection
 from .base import Link, Transport
 
-__all__ = ("PacketTransport", "PACKET_SIZE", "Link")
+__all__ = ("PacketTransport", "PACKET_SIZE", "Link", "next_packet")
 
 PACKET_SIZE = 1024 * 1024  # bytes: default body per packet (the sweet spot measured for MQTT)
 
 # Inbox entry kinds (carrier threads -> I/O thread)
 _OPENED, _PACKET, _CLOSED, _CONNECT_FAILED = range(4)
+
+
+def next_packet(conn: Connection, limit: int) -> tuple[list[Buffer], int]:
+    """The next packet's worth of ``conn``'s queued output, without copying: its buffers (the
+    last one cut at ``limit`` bytes) and their total size. ``conn.sent(size)`` takes them off
+    once the packet is out."""
+    parts: list[Buffer] = []
+    size = 0
+    for buffer in conn.outgoing():
+        length = len(buffer)
+        if size + length > limit:
+            parts.append(memoryview(buffer)[: limit - size])
+            size = limit
+            break
+        parts.append(buffer)
+        size += length
+        if size == limit:
+            break
+    return parts, size
 
 
 class PacketTransport(Transport):
@@ -165,15 +182,7 @@ class PacketTransport(Transport):
                 link.last_received_at = time.monotonic()
                 with link.lock:
                     conn = link.conn
-                    events = conn.receive_data(value)
-                    if events:
-                        engine.handle_events(link, events)
-                    if link.dropped:
-                        continue
-                    if conn.state is ConnectionState.CLOSED:
-                        if link.error is None:
-                            link.error = RemoteProtocolError("the peer ended the link")
-                        self.close_link(link, flush=True)
+                    if not self._received(link, conn.receive_data(value)):
                         continue
                     if conn.has_output:
                         self.write_now(link)
@@ -217,19 +226,7 @@ class PacketTransport(Transport):
             return
         conn = link.conn
         while conn.has_output and self._can_send(link):
-            limit = self._packet_limit(link)
-            parts: list[Buffer] = []
-            size = 0
-            for buffer in conn.outgoing():
-                length = len(buffer)
-                if size + length > limit:
-                    parts.append(memoryview(buffer)[: limit - size])
-                    size = limit
-                    break
-                parts.append(buffer)
-                size += length
-                if size == limit:
-                    break
+            parts, size = next_packet(conn, self._packet_limit(link))
             header = self._packet_header(link, size)
             if header:
                 payload = b"".join([header, *parts])

@@ -26,8 +26,7 @@ import stat
 import time
 from typing import cast
 
-from ..exceptions import AuthenticationError, ConnectionLost, RemoteProtocolError
-from ..protocol import ConnectionState
+from ..exceptions import AuthenticationError, ConnectionLost
 from .base import Link, Transport
 
 __all__ = ("TCPTransport", "UnixTransport", "Link")
@@ -380,7 +379,6 @@ class SocketTransport(Transport):
     def _read(self, link: Link) -> None:
         conn = link.conn
         sock = link.sock
-        engine = self.engine
         tls = self._ssl is not None
         for _ in range(_READS_PER_EVENT):
             buffer = conn.receive_buffer()
@@ -395,21 +393,10 @@ class SocketTransport(Transport):
                 self._drop(link)
                 return
             if count == 0:
-                events = conn.receive_eof()
-                if events:
-                    engine.handle_events(link, events)
-                self._drop(link)
+                self._end_of_stream(link)
                 return
             link.last_received_at = time.monotonic()
-            events = conn.receive_done(count)
-            if events:
-                engine.handle_events(link, events)
-            if link.dropped:
-                return
-            if conn.state is ConnectionState.CLOSED:
-                if link.error is None:
-                    link.error = RemoteProtocolError("the peer ended the link")
-                self.close_link(link, flush=True)
+            if not self._received(link, conn.receive_done(count)):
                 return
             if count < len(buffer) and not (tls and sock.pending()):
                 # Drained. (A large direct read keeps going: more of the body is usually on
@@ -426,7 +413,6 @@ class SocketTransport(Transport):
         conn = link.conn
         stream = link.sock
         recv_into = stream.recv_into
-        engine = self.engine
         left = _TLS_READ_PER_EVENT
         while True:
             buffer = conn.receive_buffer()
@@ -449,15 +435,7 @@ class SocketTransport(Transport):
                 failure = error
             if got:
                 link.last_received_at = time.monotonic()
-                events = conn.receive_done(got)
-                if events:
-                    engine.handle_events(link, events)
-                if link.dropped:
-                    return
-                if conn.state is ConnectionState.CLOSED:
-                    if link.error is None:
-                        link.error = RemoteProtocolError("the peer ended the link")
-                    self.close_link(link, flush=True)
+                if not self._received(link, conn.receive_done(got)):
                     return
             if failure is not None:
                 if link.error is None:
@@ -465,10 +443,7 @@ class SocketTransport(Transport):
                 self._drop(link)
                 return
             if eof:
-                events = conn.receive_eof()
-                if events:
-                    engine.handle_events(link, events)
-                self._drop(link)
+                self._end_of_stream(link)
                 return
             if drained:
                 return

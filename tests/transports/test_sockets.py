@@ -46,6 +46,15 @@ def _echo(server: nq.Communicator, count: int) -> threading.Thread:
     return thread
 
 
+def _round_trips(server: nq.Communicator, client: nq.Communicator, count: int) -> None:
+    """``count`` round trips: afterwards the client's I/O thread has left the loop to get()."""
+    echo = _echo(server, count)
+    for index in range(count):
+        client.put(index)
+        assert client.get(timeout=T).data == index
+    echo.join(T)
+
+
 def test_round_trips_are_led_by_the_waiting_caller(transport):
     server, client = _stream_pair(transport)
     rounds = 300
@@ -62,11 +71,7 @@ def test_round_trips_are_led_by_the_waiting_caller(transport):
 
 def test_what_arrives_while_no_caller_leads_is_still_received(transport):
     server, client = _stream_pair(transport)
-    echo = _echo(server, 20)
-    for index in range(20):  # leaves the client's I/O thread parked, its caller gone
-        client.put(index)
-        client.get(timeout=T)
-    echo.join(T)
+    _round_trips(server, client, 20)  # leaves the client's I/O thread parked, its caller gone
     future = server.put(b"while the client's code is busy elsewhere")
     # Acknowledged means the client's netq read it: the parked I/O thread took the loop back.
     assert future.result(T) is None
@@ -90,11 +95,7 @@ def test_a_held_ack_goes_out_when_the_waiting_caller_does_not_reply(transport):
 
 def test_a_caller_led_get_keeps_its_timeout(transport):
     server, client = _stream_pair(transport)
-    echo = _echo(server, 5)
-    for index in range(5):
-        client.put(index)
-        client.get(timeout=T)
-    echo.join(T)
+    _round_trips(server, client, 5)
     for timeout in (0.05, 0.3):
         started = time.monotonic()
         with pytest.raises(nq.Empty):
@@ -105,11 +106,7 @@ def test_a_caller_led_get_keeps_its_timeout(transport):
 
 def test_close_ends_a_caller_led_get(transport):
     server, client = _stream_pair(transport)
-    echo = _echo(server, 5)
-    for index in range(5):
-        client.put(index)
-        client.get(timeout=T)
-    echo.join(T)
+    _round_trips(server, client, 5)
     outcome: list[BaseException] = []
 
     def wait_forever() -> None:

@@ -32,7 +32,7 @@ import grpc.aio
 
 from ..._buffers import POOL_MIN
 from ...exceptions import AuthenticationError, ConnectionLost
-from ..packets import PACKET_SIZE
+from ..packets import PACKET_SIZE, next_packet
 from .config import (
     channel_credentials,
     channel_options,
@@ -302,19 +302,8 @@ class GRPCTransport(LoopDrivenTransport):
         conn = link.conn
         stream: Stream = link.channel
         while conn.has_output and self._can_send(link):
-            limit = self._packet_limit(link)
-            parts = []
-            size = 0
-            for buffer in conn.outgoing():
-                length = len(buffer)
-                if size + length > limit:
-                    parts.append(memoryview(buffer)[: limit - size])
-                    size = limit
-                    break
-                parts.append(buffer)
-                size += length
-                if size == limit:
-                    break
+            parts, size = next_packet(conn, self._packet_limit(link))
+            payload: bytes | bytearray
             if len(parts) == 1 and type(parts[0]) is bytes:
                 payload = parts[0]
             elif size >= POOL_MIN:

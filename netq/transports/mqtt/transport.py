@@ -35,8 +35,7 @@ import paho.mqtt.client as paho
 
 from ...brokers import INSTALL_HINT
 from ...exceptions import BrokerUnavailable, ConnectionLost
-from ...protocol.connection import Buffer
-from ..packets import PACKET_SIZE, PacketTransport
+from ..packets import PACKET_SIZE, PacketTransport, next_packet
 from . import paho_adapter
 from .channels import Channel, ChannelTableMixin
 from .link import HEADER_SIZE, Kind, Window, parse_header
@@ -251,20 +250,8 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         conn = link.conn
         channel = link.channel
         while conn.has_output and self._can_send(link):
-            limit = self._packet_limit(link)
-            parts: list[Buffer] = [b""]  # [0]: the link header, once the size is known
-            size = 0
-            for buffer in conn.outgoing():
-                length = len(buffer)
-                if size + length > limit:
-                    parts.append(memoryview(buffer)[: limit - size])
-                    size = limit
-                    break
-                parts.append(buffer)
-                size += length
-                if size == limit:
-                    break
-            parts[0] = self._packet_header(link, size)
+            parts, size = next_packet(conn, self._packet_limit(link))
+            parts.insert(0, self._packet_header(link, size))
             if not channel.closed:
                 if size >= ZERO_COPY_FROM:
                     self._client.publish_parts(channel.topic_out, parts, HEADER_SIZE + size,

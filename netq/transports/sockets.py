@@ -377,15 +377,14 @@ class SocketTransport(Transport):
         return wait
 
     def _read(self, link: Link) -> None:
+        """Read a plain (not TLS: :meth:`_read_tls`) link until drained or its share is read."""
         conn = link.conn
         sock = link.sock
-        tls = self._ssl is not None
         for _ in range(_READS_PER_EVENT):
             buffer = conn.receive_buffer()
             try:
                 count = sock.recv_into(buffer)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError,
-                    ssl.SSLWantWriteError):
+            except (BlockingIOError, InterruptedError):
                 return
             except OSError as error:
                 if link.error is None:
@@ -398,7 +397,7 @@ class SocketTransport(Transport):
             link.last_received_at = time.monotonic()
             if not self._received(link, conn.receive_done(count)):
                 return
-            if count < len(buffer) and not (tls and sock.pending()):
+            if count < len(buffer):
                 # Drained. (A large direct read keeps going: more of the body is usually on
                 # its way, and another recv_into is cheaper than a round through select.)
                 return

@@ -55,6 +55,13 @@ class LoopDrivenTransport(PacketTransport):
         self._feed_error: BaseException | None = None  # raised by _feed, re-raised by _sleep
         super().__init__(engine)
 
+    def call_soon(self, callback) -> None:
+        """Any thread: run ``callback()`` on the carrier's loop soon (nothing once it closed)."""
+        try:
+            self._loop.call_soon_threadsafe(callback)
+        except RuntimeError:
+            pass  # the loop is closed: whatever it was for is gone
+
     def packet_received(self, link, payload) -> None:
         if self._feeding and not self._inbox:
             self._feed(link, payload)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import threading
 from typing import TYPE_CHECKING
 
 from ..._buffers import ReceivePool
@@ -79,17 +78,14 @@ class Stream:
         if packet is not END:
             self.queued += len(packet)
         if self.waiting:
-            if threading.get_ident() == self.transport._io_ident:
+            if self.transport.on_io_thread:
                 self.waiting = False
                 self.ready.set()
             elif not self.wake_posted:
                 # asyncio objects belong to the loop's thread: one callback wakes the writer.
                 # A writer busy with a write needs none: it looks at the deque when done.
                 self.wake_posted = True
-                try:
-                    self.transport._loop.call_soon_threadsafe(self._wake_writer)
-                except RuntimeError:
-                    pass  # the loop is closed: the stream is gone
+                self.transport.call_soon(self._wake_writer)
 
     def _wake_writer(self) -> None:
         """On the loop: the packet a caller's thread queued goes out now."""

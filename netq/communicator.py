@@ -245,7 +245,15 @@ class Communicator:
         then raises :class:`ResourceClosed`.
         """
         session, item = self._take(peers, block, timeout)
-        return self._open(session, item)
+        try:
+            return self._open(session, item)
+        except Exception:
+            raise  # this message's own error (DeserializationError): it is dropped
+        except BaseException:
+            # Ctrl-C (a kernel interrupt) while the message was being unpickled: it is not
+            # the message's fault, so it goes back to the front of its queue for the next get().
+            self._give_back([(session, item)])
+            raise
 
     def get_nowait(self, *peers: uuid.UUID) -> Message:
         return self.get(*peers, block=False)
@@ -253,22 +261,34 @@ class Communicator:
     def get_many(self, *peers: uuid.UUID, max_messages: int = 1024,
                  timeout: float | None = None, block: bool = True) -> list[Message]:
         """At least one message (blocking like ``get``) and at most ``max_messages``."""
-        session, item = self._take(peers, block, timeout)
-        if type(item) is Incoming and item.batch:
-            # Open a put_many() batch once, taking what fits, instead of taking its first
-            # element and queueing the rest to pop again one by one.
-            messages = self._open_batch(session, item, max_messages)
-        else:
-            messages = [self._open(session, item)]
-        while len(messages) < max_messages:
-            try:
-                session, item = self._take(peers, False, None)
-            except (Empty, ResourceClosed):
-                break
-            if type(item) is Incoming and item.batch:
-                messages.extend(self._open_batch(session, item, max_messages - len(messages)))
-            else:
-                messages.append(self._open(session, item))
+        current: tuple[PeerSession, Any] | None = self._take(peers, block, timeout)
+        messages: list[Message] = []
+        sources: list[PeerSession] = []  # where each of messages came from
+        try:
+            while current is not None:
+                session, item = current
+                if type(item) is Incoming and item.batch:
+                    # Open a put_many() batch once, taking what fits, instead of taking its
+                    # first element and queueing the rest to pop again one by one.
+                    opened = self._open_batch(session, item, max_messages - len(messages))
+                else:
+                    opened = [self._open(session, item)]
+                current = None
+                messages += opened
+                sources += [session] * len(opened)
+                if len(messages) < max_messages:
+                    try:
+                        current = self._take(peers, False, None)
+                    except (Empty, ResourceClosed):
+                        pass
+        except BaseException as error:
+            # What was opened goes back in order, for the next get. So does the message being
+            # opened, unless the error is its own (DeserializationError: it is dropped).
+            taken = [*zip(sources, [message.data for message in messages], strict=True)]
+            if current is not None and not isinstance(error, Exception):
+                taken.append(current)
+            self._give_back(taken)
+            raise
         return messages
 
     def add_arrival_listener(self, listener: Callable[[], None]) -> None:
@@ -308,6 +328,34 @@ class Communicator:
             for listener in list(self._arrival_listeners):
                 listener()
         return taken
+
+    def _give_back(self, taken: list[tuple[PeerSession, Any]]) -> None:
+        """Put messages taken by a get that then failed back at the front of their inboxes.
+
+        ``taken`` in the order they were taken: unopened messages (as _take returned them) and
+        values of opened ones. An unopened message's bytes count as held again: its entry
+        leaves the lent list, or, if another get released that list meanwhile, the engine
+        takes back the consumption.
+        """
+        if not taken:
+            return
+        engine = self._engine
+        with self._recv_lock:
+            for session, item in reversed(taken):
+                if type(item) is Incoming:
+                    entry = (session, item.size)
+                    if entry in self._lent:
+                        self._lent.remove(entry)
+                    else:
+                        engine.returned(session, item.size)
+                session.inbox.appendleft(item)
+                if not session.in_ready:
+                    session.in_ready = True
+                    self._ready.appendleft(session)
+            if self._sleepers:
+                self._recv_ready.notify(len(taken))
+        for listener in list(self._arrival_listeners):
+            listener()
 
     def _take(self, peers: tuple[uuid.UUID, ...], block: bool,
               timeout: float | None) -> tuple[PeerSession, Any]:

@@ -464,6 +464,16 @@ class SessionEngine:
         if wake:
             self.transport.wake()
 
+    def returned(self, session: PeerSession, nbytes: int) -> None:
+        """A message consumed() already went back to ``session``'s inbox (inbox lock held).
+
+        Undoes the counting, so that the message counts once when it is taken again. Credit
+        that went out for it in between stays out: the peer may send one message early.
+        """
+        session.consumed_messages -= 1
+        session.consumed_bytes -= nbytes
+        self._consumed_total -= nbytes
+
     # ================================================================== I/O thread: links
 
     def new_connection(self) -> proto.Connection:

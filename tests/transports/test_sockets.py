@@ -129,10 +129,11 @@ def test_ctrl_c_during_caller_led_gets_tears_no_link():
 
     A turn of the loop is never torn (netq._interrupts defers the interrupt to the turn's
     end, or raises it while the turn only waits): the link stays up and nothing arrives twice
-    or out of order. An interrupt that lands in get() itself, after it took a message and
-    before it returned it, drops that message (as with queue.Queue.get): at most one gap per
-    interrupt. In a child process (tests/transports/interrupt_child.py): interrupts land
-    anywhere in the main thread, the test runner's own code included.
+    or out of order. An interrupt that lands while get() unpickles gives the message back
+    (tests/test_communicator.py); one in the few bytecodes between taking and returning, or in
+    this loop's own code after get() returned, still drops it: at most one gap per interrupt.
+    In a child process (tests/transports/interrupt_child.py): interrupts land anywhere in the
+    main thread, the test runner's own code included.
     """
     child = subprocess.run([sys.executable, str(Path(__file__).with_name("interrupt_child.py"))],
                            capture_output=True, text=True, timeout=120)

@@ -363,6 +363,7 @@ class Communicator:
         engine = self._engine
         deadline = None
         spin_until = None
+        looked_again = False  # the loop was offered to this get and not taken: sleep next
         with self._recv_lock:
             if self._lent:
                 self._release_lent()
@@ -406,7 +407,8 @@ class Communicator:
                 # for it), once for everything that waits on the connection.
                 self._getters += 1
                 try:
-                    if self._caller_leads and (not peers or engine.server_session is not None):
+                    if self._caller_leads and not looked_again and (
+                            not peers or engine.server_session is not None):
                         # Run the I/O loop here if the I/O thread has left it to callers: the
                         # message is then read on this thread, with no hand-over wake-up.
                         self._recv_lock.release()
@@ -414,8 +416,10 @@ class Communicator:
                             led = engine.lead_io(remaining, self._ready.__len__)
                         finally:
                             self._recv_lock.acquire()
-                        if led:
-                            continue
+                        # Look again either way: while the lock was released, a message
+                        # the I/O thread delivered, or close(), notified nobody (no sleepers).
+                        looked_again = not led
+                        continue
                     self._sleepers += 1
                     if self._caller_leads:
                         engine.consumer_asleep()  # nobody may be polling: the I/O thread must
@@ -423,6 +427,7 @@ class Communicator:
                         self._recv_ready.wait(remaining)
                     finally:
                         self._sleepers -= 1
+                    looked_again = False  # woken: this get may lead the loop again
                 finally:
                     self._getters -= 1
 

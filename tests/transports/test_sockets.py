@@ -124,6 +124,53 @@ def test_close_ends_a_caller_led_get(transport):
     assert outcome and isinstance(outcome[0], nq.ResourceClosed)
 
 
+@pytest.mark.parametrize("event", ["message", "close"])
+def test_what_happens_while_a_get_is_offered_the_loop_wakes_it(transport, monkeypatch, event):
+    """get() releases its lock to offer itself as the loop's leader. If the I/O thread leads
+    and delivers a message (or close() runs) just then, nobody is asleep to notify: the get
+    must look again before it sleeps, or it sleeps until its timeout (forever without one).
+    The offer is widened here so that this happens every time."""
+    server, client = _stream_pair(transport)
+    offered = threading.Event()
+    original = client._engine.lead_io
+
+    def lead_io_after(timeout, ready):
+        if not offered.is_set():
+            offered.set()
+            if event == "message":
+                server.put("meanwhile", client.id)
+                wait_for(lambda: client.statistics().peers[0].queue_in == 1, T,
+                         message="the I/O thread to deliver the message")
+            else:
+                closer = threading.Thread(target=client.close, kwargs={"timeout": T})
+                closer.start()
+                wait_for(lambda: not closer.is_alive(), T, message="close() to return")
+            return False  # the I/O thread leads: this get() waits for its hand-over
+        return original(timeout, ready)
+
+    monkeypatch.setattr(client._engine, "lead_io", lead_io_after)
+    outcome: list[object] = []
+
+    def get_without_timeout() -> None:
+        try:
+            outcome.append(client.get().data)
+        except BaseException as error:  # noqa: BLE001 - the outcome is the assertion
+            outcome.append(error)
+
+    getter = threading.Thread(target=get_without_timeout, daemon=True)  # may be stuck for good
+    getter.start()
+    getter.join(T)
+    if getter.is_alive():
+        client.close(timeout=T)  # ends the stuck get(), then fail
+        getter.join(T)
+        pytest.fail(f"get() slept through the {event} that came while it offered to lead")
+    assert offered.is_set()
+    if event == "message":
+        assert outcome == ["meanwhile"]
+    else:
+        assert len(outcome) == 1 and isinstance(outcome[0], nq.ResourceClosed), outcome
+
+
 def test_ctrl_c_during_caller_led_gets_tears_no_link():
     """SIGINT hits the main thread again and again while its get() calls lead the loop.
 

@@ -318,16 +318,20 @@ class Communicator:
         rest = values[take:]
         if rest:
             with self._recv_lock:
-                session.inbox.extendleft(reversed(rest))
-                if not session.in_ready:
-                    session.in_ready = True
-                    self._ready.appendleft(session)
-                if self._sleepers:
-                    self._recv_ready.notify(len(rest))
+                self._push_front(session, rest)
             # Other getters may have looked while this batch was being opened: tell them.
             for listener in list(self._arrival_listeners):
                 listener()
         return taken
+
+    def _push_front(self, session: PeerSession, items: list[Any]) -> None:
+        """``items`` go to the front of ``session``'s inbox, in order (receive lock held)."""
+        session.inbox.extendleft(reversed(items))
+        if not session.in_ready:
+            session.in_ready = True
+            self._ready.appendleft(session)
+        if self._sleepers:
+            self._recv_ready.notify(len(items))
 
     def _give_back(self, taken: list[tuple[PeerSession, Any]]) -> None:
         """Put messages taken by a get that then failed back at the front of their inboxes.
@@ -348,12 +352,7 @@ class Communicator:
                         self._lent.remove(entry)
                     else:
                         engine.returned(session, item.size)
-                session.inbox.appendleft(item)
-                if not session.in_ready:
-                    session.in_ready = True
-                    self._ready.appendleft(session)
-            if self._sleepers:
-                self._recv_ready.notify(len(taken))
+                self._push_front(session, [item])
         for listener in list(self._arrival_listeners):
             listener()
 

@@ -12,7 +12,11 @@ interrupt is raised at once, as Python's own handler would.
 The handler replaces Python's default one only, and only when a ``get()`` on the main thread
 first leads the loop; it behaves exactly like the default one whenever no loop turn is under
 way, and a handler the program installed itself is never touched (netq then leads the loop
-from other threads only).
+from other threads only). A process whose SIGINT is ignored (started under ``nohup``, by a
+service manager, as a background job of a non-interactive shell) or left to the operating
+system's default action (the process ends, no Python code runs) can never see a
+``KeyboardInterrupt`` there, so its main thread leads the loop as any other thread does, and
+the disposition is left as it was.
 """
 
 from __future__ import annotations
@@ -42,8 +46,8 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
 def _ours_or_installable() -> bool:
     """Whether the main thread's SIGINT goes to our handler (installing it over the default)."""
     current = signal.getsignal(signal.SIGINT)
-    if current is _on_sigint:
-        return True
+    if current is _on_sigint or current in (signal.SIG_IGN, signal.SIG_DFL):
+        return True  # ours, or no interrupt can ever be raised in this thread
     if current is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_sigint)
         return True
@@ -60,7 +64,11 @@ class LoopTurns:
 
     @staticmethod
     def may_lead() -> bool:
-        """May this thread lead the loop? Not the main thread under a program's own handler."""
+        """May this thread lead the loop? Not the main thread under a program's own handler.
+
+        On the main thread this installs netq's handler over Python's default one (see the
+        module docstring); an ignored or operating-system default SIGINT is left as it is.
+        """
         if threading.current_thread() is not threading.main_thread():
             return True
         return _ours_or_installable()

@@ -20,6 +20,9 @@ PAD = bytes(2048)  # parse work per message, so that interrupts land in the turn
 
 
 def main() -> None:
+    # The test needs Python's own handler, whatever this process inherited (an ignored SIGINT
+    # under nohup or a background job would make every pthread_kill below a no-op).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER,
                     nq.CommunicatorOptions(netloc=nq.NetworkLocation(host="127.0.0.1", port=0)))
     port = server.address[1]

@@ -11,6 +11,7 @@ suite (tcp, tls, unix, tcp6); the packet carriers do not let callers lead.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -55,7 +56,17 @@ def _round_trips(server: nq.Communicator, client: nq.Communicator, count: int) -
     echo.join(T)
 
 
-def test_round_trips_are_led_by_the_waiting_caller(transport):
+@pytest.fixture(params=["default-handler", "ignored"])
+def sigint_disposition(request):
+    """The main thread's SIGINT as a program meets it: Python's handler, or ignored (nohup)."""
+    found = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler if request.param == "default-handler"
+                  else signal.SIG_IGN)
+    yield request.param
+    signal.signal(signal.SIGINT, found)
+
+
+def test_round_trips_are_led_by_the_waiting_caller(transport, sigint_disposition):
     server, client = _stream_pair(transport)
     rounds = 300
     echo = _echo(server, rounds)

@@ -1,0 +1,61 @@
+"""netq._interrupts: which SIGINT dispositions let a get() on the main thread lead the loop.
+
+The tests set the disposition they need and restore the one they found, so they do not depend
+on what the test process inherited (an ignored SIGINT under ``nohup`` or a background CI step).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+import pytest
+
+from netq._interrupts import LoopTurns
+
+
+def _programs_own_handler(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.fixture
+def restore_sigint() -> Iterator[None]:
+    assert threading.current_thread() is threading.main_thread()
+    found = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, found)
+
+
+@pytest.mark.parametrize("disposition", [signal.SIG_IGN, signal.SIG_DFL],
+                         ids=["ignored", "os-default"])
+def test_no_interrupt_can_arrive_so_the_main_thread_leads_and_keeps_the_disposition(
+        restore_sigint, disposition):
+    signal.signal(signal.SIGINT, disposition)
+    assert LoopTurns.may_lead()
+    assert signal.getsignal(signal.SIGINT) is disposition
+
+
+def test_pythons_default_handler_is_replaced_by_the_deferring_one(restore_sigint):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert LoopTurns.may_lead()
+    replaced = signal.getsignal(signal.SIGINT)
+    assert replaced is not signal.default_int_handler
+    assert LoopTurns.may_lead()  # and it is recognised as netq's own from then on
+    assert signal.getsignal(signal.SIGINT) is replaced
+
+
+def test_a_programs_own_handler_is_never_touched(restore_sigint):
+    signal.signal(signal.SIGINT, _programs_own_handler)
+    assert not LoopTurns.may_lead()
+    assert signal.getsignal(signal.SIGINT) is _programs_own_handler
+
+
+def test_other_threads_always_lead(restore_sigint):
+    signal.signal(signal.SIGINT, _programs_own_handler)
+    answers: list[bool] = []
+    thread = threading.Thread(target=lambda: answers.append(LoopTurns.may_lead()))
+    thread.start()
+    thread.join(10)
+    assert answers == [True]

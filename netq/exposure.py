@@ -212,12 +212,13 @@ def _check_broker(purpose: Purpose, options: CommunicatorOptions) -> None:
     if _load_is_code_safe(options) is not None:
         return
     LOGGER.warning(
-        "netq MQTT %s through %s: %s, the connection has neither TLS nor broker credentials, "
-        "and it unpickles what arrives with the default PickleSerializer: any client of that "
-        "broker can make this process run code. Use TLS and broker authentication "
-        "(SecurityOptions(certificate=...), MQTTOptions(username=..., password=...)) with "
-        "topic ACLs, or PickleSerializer(restrict=[...]) / BytesSerializer.",
-        purpose.value, options.netloc, why)
+        "netq MQTT %s of service %r: %s, the connection to it has neither TLS nor broker "
+        "credentials, and this %s unpickles what arrives with an unrestricted "
+        "PickleSerializer: any client of that broker can make this process run code. Use TLS "
+        "and broker authentication with topic ACLs (SecurityOptions(certificate=...), "
+        "MQTTOptions(username=..., password=...)), or PickleSerializer(restrict=[...]) / "
+        "BytesSerializer.",
+        purpose.value, options.netloc.path or "netq", why, purpose.value)
 
 
 def shared_authkey(path: str | os.PathLike[str], *, create: bool = True) -> bytes:

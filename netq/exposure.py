@@ -44,7 +44,8 @@ from .exceptions import UnprotectedServer
 from .options import CommunicatorOptions, Protocol, Purpose, SecurityOptions
 from .stream import BytesSerializer, PickleSerializer
 
-__all__ = ("check", "reachable_by_others", "protection", "shared_authkey", "AUTHKEY_BYTES")
+__all__ = ("check", "reachable_by_others", "broker_exposure", "protection", "shared_authkey",
+           "AUTHKEY_BYTES")
 
 LOGGER = logging.getLogger("netq")
 AUTHKEY_BYTES = 32  # random bytes in a key made by shared_authkey(): 256 bits, as HMAC-SHA256's
@@ -112,8 +113,7 @@ def reachable_by_others(protocol: Protocol, options: CommunicatorOptions) -> str
     never binds or sends anything."""
     netloc = options.netloc
     if protocol is Protocol.UNIX or (protocol is Protocol.GRPC and netloc.path is not None):
-        path = netloc.unix_path() if protocol is Protocol.UNIX else os.fspath(netloc.path or "")
-        return _unix_socket_exposure(path)
+        return _unix_socket_exposure(netloc.unix_path())
     if protocol is Protocol.MQTT:
         return broker_exposure(options)
     return _host_exposure(netloc.host, netloc.port)
@@ -129,7 +129,7 @@ def broker_exposure(options: CommunicatorOptions) -> str | None:
     return f"its broker {host}:{options.netloc.port} is not on a loopback address"
 
 
-def _load_is_code_safe(options: CommunicatorOptions) -> str | None:
+def _load_protection(options: CommunicatorOptions) -> str | None:
     load = options.serialization.load
     owner = getattr(load, "__self__", None)
     if isinstance(owner, PickleSerializer):
@@ -149,7 +149,7 @@ def protection(options: CommunicatorOptions, purpose: Purpose = Purpose.SERVER) 
             return "an authkey"
         if purpose is Purpose.SERVER and security.tls and security.client_ca is not None:
             return "client certificates (mutual TLS)"
-    return _load_is_code_safe(options)
+    return _load_protection(options)
 
 
 def _where(protocol: Protocol, options: CommunicatorOptions) -> str:
@@ -209,7 +209,7 @@ def _check_broker(purpose: Purpose, options: CommunicatorOptions) -> None:
         return
     if options.mqtt.username is not None:
         return
-    if _load_is_code_safe(options) is not None:
+    if _load_protection(options) is not None:
         return
     LOGGER.warning(
         "netq MQTT %s of service %r: %s, the connection to it has neither TLS nor broker "

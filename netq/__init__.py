@@ -34,8 +34,10 @@ from .exceptions import (
     RemoteProtocolError,
     ResourceClosed,
     UnknownPeer,
+    UnprotectedServer,
     UnsupportedProtocol,
 )
+from .exposure import shared_authkey
 from .futures import DeliveryFuture
 from .options import (
     CommunicatorOptions,
@@ -86,6 +88,7 @@ __all__ = [
     "DeserializationError",
     "UnsupportedProtocol",
     "AuthenticationError",
+    "UnprotectedServer",
     "BrokerUnavailable",
     "ProtocolError",
     "LocalProtocolError",
@@ -93,6 +96,7 @@ __all__ = [
     "KiB",
     "MiB",
     "GiB",
+    "shared_authkey",
     "stream",
     "transports",
 ]
@@ -104,6 +108,9 @@ def new(protocol: Protocol | str = Protocol.TCP, purpose: Purpose | str = Purpos
 
     A server binds at once (so a taken port raises ``OSError`` here); a client connects, and
     reconnects, on its I/O thread. Each call without ``options`` gets a fresh random id.
+    A server that other machines can reach and that would unpickle anything from
+    unauthenticated peers raises :class:`UnprotectedServer` before it binds (see
+    :mod:`netq.exposure` and ``SecurityOptions.allow_untrusted_peers``).
     """
     protocol = Protocol(protocol)
     purpose = Purpose(purpose)

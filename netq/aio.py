@@ -112,5 +112,11 @@ class AsyncCommunicator:
 
 def new(protocol: Protocol | str = Protocol.TCP, purpose: Purpose | str = Purpose.CLIENT,
         options: CommunicatorOptions | None = None) -> AsyncCommunicator:
-    """Like :func:`netq.new`, returning the asyncio face."""
+    """Like :func:`netq.new`, returning the asyncio face.
+
+    The same rules hold, as it is the same core: a server that other machines can reach and
+    that has no authkey, no client certificates and an unrestricted pickle ``load`` raises
+    :class:`~netq.UnprotectedServer` here, before it binds (see :mod:`netq.exposure`). Like
+    :func:`netq.new` it does not wait for the network, so it may be called in a coroutine.
+    """
     return AsyncCommunicator(_new(protocol, purpose, options))

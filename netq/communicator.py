@@ -29,6 +29,7 @@ from .exceptions import (
     ResourceClosed,
     UnknownPeer,
 )
+from .exposure import check as check_exposure
 from .futures import DeliveryFuture
 from .options import CommunicatorOptions, Protocol, Purpose
 from .protocol.connection import MessageReceived as Incoming  # what waits in an inbox
@@ -84,6 +85,7 @@ class Communicator:
 
     def __init__(self, protocol: Protocol, purpose: Purpose, options: CommunicatorOptions,
                  transport_class: type) -> None:
+        check_exposure(protocol, purpose, options)  # before anything binds: may refuse
         self.options = options
         self.protocol = Protocol(protocol)
         self.purpose = Purpose(purpose)

@@ -8,6 +8,13 @@ per-peer table (the same fields as the Jupyter widget, :mod:`netq.display`) is r
 place; written to a file or a pipe, one plain line per interval instead. At the end: the
 final table, a legend, and a summary with a delivery check.
 
+``--host`` (TCP and gRPC) makes the server listen elsewhere than loopback, for example
+``0.0.0.0`` to watch it from another machine's point of view. The security rules of every netq
+server apply (:mod:`netq.exposure`): a server that other machines can reach must authenticate
+its peers, so the demo then gives the server and its clients a random ``authkey`` made for the
+run (its clients are in this process; a stranger who connects is refused before anything it
+sends is unpickled).
+
 The command line itself (``python -m netq``, its subcommands and their help) is built in
 :mod:`netq.__main__` from :func:`add_arguments` and :data:`SUMMARY` / :data:`DESCRIPTION`.
 """
@@ -16,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import ipaddress
 import random
+import secrets
 import shutil
 import sys
 import threading
@@ -32,10 +41,12 @@ from . import (
     Protocol,
     Purpose,
     ResourceClosed,
+    SecurityOptions,
     new,
     transports,
 )
 from .display import format_bytes, format_count, format_rate, text_table
+from .exposure import reachable_by_others
 
 SIZES = (64, 4096, 65536, 1 << 20)  # bytes; chosen per message with WEIGHTS
 WEIGHTS = (60, 25, 10, 5)
@@ -124,6 +135,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=_protocol_help())
     parser.add_argument("--port", type=int, default=0,
                         help="TCP port, or the broker's for mqtt (default: any free one)")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="tcp and grpc: the address the server listens on (default "
+                             "127.0.0.1). Beyond loopback (e.g. 0.0.0.0) the server and its "
+                             "clients share a random authkey made for the run, so nobody "
+                             "else can get a message unpickled by it")
 
 
 def render(stats, names: dict[uuid.UUID, str]) -> str:
@@ -131,9 +147,11 @@ def render(stats, names: dict[uuid.UUID, str]) -> str:
     return text_table(stats, names)
 
 
-def intro(clients: int, seconds: float, protocol: str) -> str:
+def intro(clients: int, seconds: float, protocol: str, host: str = "127.0.0.1") -> str:
     """The one line that says what the demo does."""
     where = _WHERE.get(protocol, f"over {protocol}")
+    if host != "127.0.0.1":
+        where = where.replace("on loopback", f"listening on {host or 'every address'}")
     return (f"netq demo: a server and {clients} clients in this process {where} for "
             f"{seconds:g} s. Each client puts messages of "
             f"64 B to 1 MiB (client-0 slowly); the server gets them, checks their order and "
@@ -165,23 +183,39 @@ class _Tally:
 
 
 def run(clients: int = 4, seconds: float = 5.0, interval: float | None = None,
-        protocol: str = "tcp", port: int = 0, out=sys.stdout) -> dict:
+        protocol: str = "tcp", port: int = 0, out=sys.stdout, host: str = "127.0.0.1") -> dict:
     """Run the demo; returns the summary (messages, bytes, seconds, losses).
 
     ``protocol="mqtt"`` starts a private mosquitto (netq.brokers.local_broker) for the run.
-    Raises :class:`Unavailable` naming what is missing when the protocol cannot run here.
+    ``host`` (tcp and grpc) is where the server listens; beyond loopback the run uses an
+    authkey of its own. Raises :class:`Unavailable` naming what is missing when the protocol
+    cannot run here, and :class:`ValueError` for a ``host`` with unix or mqtt.
     """
     why = missing(protocol)
     if why is not None:
         raise Unavailable(f"--protocol {protocol} cannot run here: {why}")
+    if protocol not in ("tcp", "grpc") and host != "127.0.0.1":
+        raise ValueError(f"--host applies to tcp and grpc, not to {protocol}")
     if protocol == "mqtt":
         from .brokers import local_broker
 
         with local_broker(port=port) as broker:
             return _run(clients, seconds, interval, protocol,
                         NetworkLocation(broker.host, broker.port, path="demo"), out)
-    return _run(clients, seconds, interval, protocol,
-                NetworkLocation(host="127.0.0.1", port=port), out)
+    return _run(clients, seconds, interval, protocol, NetworkLocation(host=host, port=port), out)
+
+
+def _reach(host: str) -> str:
+    """Where the in-process clients connect to a server listening on ``host``: loopback of
+    the same family for a wildcard (every address), else that address itself."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    try:
+        if ipaddress.ip_address(host).is_unspecified:
+            return "::1"
+    except ValueError:
+        pass  # a host name: connect to it as given
+    return host
 
 
 def _rows(text: str, width: int) -> int:
@@ -194,17 +228,24 @@ def _run(clients: int, seconds: float, interval: float | None, protocol: str,
     interactive = out.isatty() if hasattr(out, "isatty") else False
     if interval is None:
         interval = 0.5 if interactive else 1.0
-    out.write(intro(clients, seconds, protocol) + "\n")
+    out.write(intro(clients, seconds, protocol, netloc.host) + "\n")
     if interactive:
         out.write(LEGEND + "\n")
-    out.flush()
     options = CommunicatorOptions(
         netloc=netloc,
         connection=ConnectionOptions(recv_budget=8 << 20, send_budget=8 << 20))
+    exposed = reachable_by_others(Protocol(protocol), options)
+    if exposed is not None:
+        # The rule every netq server follows: peers that can reach it must authenticate.
+        options = options.replace(security=SecurityOptions(authkey=secrets.token_bytes(32)))
+        out.write(f"The server is reachable beyond this host ({exposed}); it and its "
+                  f"clients share a random authkey made for this run, so a stranger who "
+                  f"connects is refused before anything it sends is unpickled.\n")
+    out.flush()
     server = new(Protocol(protocol), Purpose.SERVER, options)
     address = server.address
     if protocol in ("tcp", "grpc"):
-        client_netloc = NetworkLocation(host="127.0.0.1", port=address[1])
+        client_netloc = NetworkLocation(host=_reach(netloc.host), port=address[1])
     else:
         client_netloc = netloc
     stop = threading.Event()
@@ -220,7 +261,7 @@ def _run(clients: int, seconds: float, interval: float | None, protocol: str,
     def client_main(index: int) -> None:
         # Each client sends (index, sequence, payload); the server checks the sequence.
         client = new(Protocol(protocol), Purpose.CLIENT, CommunicatorOptions(
-            netloc=client_netloc, connection=options.connection))
+            netloc=client_netloc, connection=options.connection, security=options.security))
         names[client.id] = f"client-{index}"
         rng = random.Random(index)
 
@@ -348,8 +389,9 @@ def _run(clients: int, seconds: float, interval: float | None, protocol: str,
 def command(args: argparse.Namespace) -> int:
     """The ``demo`` subcommand: exit 0 when every message arrived once and in order."""
     try:
-        summary = run(args.clients, args.seconds, args.interval, args.protocol, args.port)
-    except Unavailable as error:
+        summary = run(args.clients, args.seconds, args.interval, args.protocol, args.port,
+                      host=args.host)
+    except (Unavailable, ValueError) as error:
         print(f"netq demo: {error}", file=sys.stderr)
         return 2
     ok = (summary["sent"] == summary["received"] and not summary["problems"]

@@ -15,6 +15,9 @@ The tree, read as "who is to blame"::
     ├── UnsupportedProtocol (+ ValueError)
     │                               no transport is registered under that name
     ├── AuthenticationError         the peer failed (or refused) the authkey challenge
+    ├── UnprotectedServer (+ ValueError)
+    │                               a server others can reach would unpickle anything from
+    │                               unauthenticated peers; the message names the three fixes
     ├── BrokerUnavailable (+ OSError)
     │                               MQTT: no broker to use (mosquitto missing, or it did not
     │                               start or answer); the message says how to fix it
@@ -45,6 +48,7 @@ __all__ = (
     "DeserializationError",
     "UnsupportedProtocol",
     "AuthenticationError",
+    "UnprotectedServer",
     "BrokerUnavailable",
     "ProtocolError",
     "LocalProtocolError",
@@ -115,6 +119,12 @@ class UnsupportedProtocol(NetqError, ValueError):
 
 class AuthenticationError(NetqError):
     """The peer failed the authkey challenge, or one side has a key and the other none."""
+
+
+class UnprotectedServer(NetqError, ValueError):
+    """A server that other machines (or users) can reach, with no authkey, no client
+    certificates and an unrestricted pickle ``load``, refused to start (see
+    :mod:`netq.exposure`). Raised by ``netq.new()`` before anything is bound."""
 
 
 class BrokerUnavailable(NetqError, OSError):

@@ -194,6 +194,14 @@ class SecurityOptions:
     authkey             shared secret; both ends prove they hold it (HMAC-SHA256
                         challenge-response) before any payload is deserialized.
     server_hostname     name checked against the server certificate (default: netloc host).
+    allow_untrusted_peers
+                        server: start even though peers that can reach it are not
+                        authenticated and may run code in it. Without it, a server reachable
+                        from other machines (or, on a Unix socket, other users) refuses to
+                        start unless it has an ``authkey``, client certificates, or a ``load``
+                        that does not unpickle arbitrary globals (:mod:`netq.exposure`); with
+                        it, the server starts and logs a WARNING saying so. No effect on
+                        loopback servers.
     """
 
     key: Path | str | None = None
@@ -202,6 +210,21 @@ class SecurityOptions:
     client_ca: Path | str | None = None
     authkey: bytes | None = None
     server_hostname: str | None = None
+    allow_untrusted_peers: bool = False
+
+    def __post_init__(self) -> None:
+        if self.authkey is not None:
+            if isinstance(self.authkey, str):
+                raise TypeError("authkey must be bytes, not str: pass key.encode() or "
+                                "netq.shared_authkey(path)")
+            if not isinstance(self.authkey, (bytes, bytearray)):
+                raise TypeError(f"authkey must be bytes, got {type(self.authkey).__name__}")
+            if not self.authkey:
+                raise ValueError("authkey must not be empty: an empty key is one everybody has")
+            object.__setattr__(self, "authkey", bytes(self.authkey))
+        if not isinstance(self.allow_untrusted_peers, bool):
+            raise TypeError("allow_untrusted_peers must be True or False, got "
+                            f"{self.allow_untrusted_peers!r}")
 
     @property
     def tls(self) -> bool:

@@ -1,0 +1,219 @@
+"""Servers on addresses that are not loopback, inside a network namespace of the test's own.
+
+Run by ``tests/test_security_defaults.py`` as::
+
+    unshare --net python3 tests/exposure_child.py TRANSPORT COMBINATION...
+
+In a fresh network namespace nothing but this process exists: the child brings ``lo`` up and
+gives it two addresses that are not loopback (:data:`HOST4` in 198.18.0.0/15, the
+benchmarking range, and :data:`HOST6` in 2001:db8::/32, the documentation range), so a server
+bound there is "reachable by other machines" as far as netq can tell, while every packet stays
+inside the namespace. For each combination it starts a server (or, for MQTT, a mosquitto on
+:data:`HOST4` and a server through it), and when the server starts, a client that does one
+round trip; it prints one line ``RESULT {json}`` per combination: ``refused`` (the
+UnprotectedServer text) or ``round_trip``, plus the WARNING records of the ``netq`` logger
+logged meanwhile. TLS files (a CA, a server certificate for both addresses, a client
+certificate) are made here, for these addresses.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import json
+import logging
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import netq as nq
+
+HOST4 = "198.18.0.1"
+HOST6 = "2001:db8::1"
+ROUND_TRIP_TIMEOUT = 30.0  # seconds; only a broken build waits this long
+# default: no protection (on a TLS transport: TLS without client certificates, which
+# authenticates the server, not its clients); broker-tls / credentials: MQTT only.
+COMBINATIONS = ("default", "authkey", "mtls", "restrict", "bytes", "optout",
+                "broker-tls", "credentials")
+
+TRANSPORTS = {  # name: (protocol, host, TLS to the server)
+    "tcp": (nq.Protocol.TCP, HOST4, False),
+    "tcp6": (nq.Protocol.TCP, HOST6, False),
+    "tls": (nq.Protocol.TCP, HOST4, True),
+    "grpc": (nq.Protocol.GRPC, HOST4, False),
+    "grpc-tls": (nq.Protocol.GRPC, HOST4, True),
+    "mqtt": (nq.Protocol.MQTT, HOST4, False),
+}
+
+
+def set_up_namespace() -> None:
+    for command in (["ip", "link", "set", "lo", "up"],
+                    ["ip", "addr", "add", f"{HOST4}/32", "dev", "lo"],
+                    ["ip", "-6", "addr", "add", f"{HOST6}/128", "dev", "lo", "nodad"]):
+        subprocess.run(command, check=True, capture_output=True, text=True)
+
+
+def make_tls_files(directory: Path) -> dict[str, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def name(common: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+    def issue(subject, key, issuer, issuer_key, *, ca=False, usage=None, san=None):
+        builder = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(issuer)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(hours=1))
+                   .not_valid_after(now + datetime.timedelta(days=1))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if ca:
+            builder = builder.add_extension(x509.KeyUsage(
+                digital_signature=True, key_cert_sign=True, crl_sign=True,
+                content_commitment=False, key_encipherment=False, data_encipherment=False,
+                key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        else:
+            builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        if san is not None:
+            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    files = {}
+
+    def write(label: str, cert, key) -> None:
+        files[label] = directory / f"{label}.pem"
+        files[label].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        files[label + "_key"] = directory / f"{label}.key"
+        files[label + "_key"].write_bytes(key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption()))
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = issue("exposure test CA", ca_key, name("exposure test CA"), ca_key, ca=True)
+    write("ca", ca, ca_key)
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    write("server", issue("server", server_key, ca.subject, ca_key,
+                          usage=ExtendedKeyUsageOID.SERVER_AUTH,
+                          san=[x509.IPAddress(ipaddress.ip_address(HOST4)),
+                               x509.IPAddress(ipaddress.ip_address(HOST6))]), server_key)
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    write("client", issue("client", client_key, ca.subject, ca_key,
+                          usage=ExtendedKeyUsageOID.CLIENT_AUTH), client_key)
+    return files
+
+
+class Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def options_for(transport: str, combination: str, netloc: nq.NetworkLocation,
+                files: dict[str, Path]):
+    """(server options, client options) for one combination."""
+    if combination not in COMBINATIONS:
+        raise ValueError(f"unknown combination {combination!r}")
+    protocol, _, tls = TRANSPORTS[transport]
+    server_security: dict = {}
+    client_security: dict = {}
+    serialization = nq.SerializationOptions()
+    mqtt = nq.MQTTOptions()
+    if tls or combination == "mtls":
+        server_security = {"certificate": files["server"], "key": files["server_key"]}
+        client_security = {"certificate": files["ca"]}
+    if combination == "authkey":
+        key = b"exposure test key"
+        server_security["authkey"] = client_security["authkey"] = key
+    elif combination == "mtls":
+        server_security["client_ca"] = files["ca"]
+        client_security.update(client_certificate=files["client"], key=files["client_key"])
+    elif combination == "restrict":
+        serialization = nq.SerializationOptions(
+            load=nq.PickleSerializer(restrict=["builtins"]).load)
+    elif combination == "bytes":
+        serializer = nq.BytesSerializer()
+        serialization = nq.SerializationOptions(load=serializer.load, dump=serializer.dump)
+    elif combination == "optout":
+        server_security["allow_untrusted_peers"] = True
+    elif combination == "broker-tls":  # MQTT: TLS to the broker
+        server_security = {"certificate": files["ca"]}
+        client_security = {"certificate": files["ca"]}
+    elif combination == "credentials":  # MQTT: broker credentials
+        mqtt = nq.MQTTOptions(username="netq", password="secret")
+    if protocol is nq.Protocol.MQTT:  # both ends are broker clients: the same security
+        client_security = dict(server_security)
+
+    def build(security: dict) -> nq.CommunicatorOptions:
+        return nq.CommunicatorOptions(
+            netloc=netloc, serialization=serialization, mqtt=mqtt,
+            security=nq.SecurityOptions(**security) if security else None)
+
+    return build(server_security), build(client_security)
+
+
+def run(transport: str, combination: str, files: dict[str, Path], directory: Path) -> dict:
+    protocol, host, _ = TRANSPORTS[transport]
+    records = Records()
+    logger = logging.getLogger("netq")
+    logger.addHandler(records)
+    broker = None
+    try:
+        if protocol is nq.Protocol.MQTT:
+            from netq.brokers import LocalBroker
+
+            tls = ({"certfile": files["server"], "keyfile": files["server_key"]}
+                   if combination == "broker-tls" else {})
+            broker = LocalBroker(host=host, directory=directory / f"broker-{combination}",
+                                 **tls)
+            broker.start()
+            netloc = nq.NetworkLocation(host, broker.port, path=f"exposure-{combination}")
+        else:
+            netloc = nq.NetworkLocation(host, 0)
+        server_options, client_options = options_for(transport, combination, netloc, files)
+        try:
+            server = nq.new(protocol, nq.Purpose.SERVER, server_options)
+        except nq.UnprotectedServer as refusal:
+            return {"refused": str(refusal), "warnings": records.messages}
+        try:
+            if protocol is not nq.Protocol.MQTT:
+                client_options = client_options.replace(
+                    netloc=nq.NetworkLocation(host, server.address[1]))
+            bytes_only = combination == "bytes"
+            with nq.new(protocol, nq.Purpose.CLIENT, client_options) as client:
+                client.put(b"ping" if bytes_only else "ping").result(ROUND_TRIP_TIMEOUT)
+                message = server.get(timeout=ROUND_TRIP_TIMEOUT)
+                server.put(b"pong" if bytes_only else "pong", message.peer).result(
+                    ROUND_TRIP_TIMEOUT)
+                reply = client.get(timeout=ROUND_TRIP_TIMEOUT)
+            address = server.address
+        finally:
+            server.close(timeout=ROUND_TRIP_TIMEOUT)
+        return {"round_trip": [repr(message.data), repr(reply.data)],
+                "address": repr(address), "warnings": records.messages}
+    finally:
+        logger.removeHandler(records)
+        if broker is not None:
+            broker.stop()
+
+
+def main(argv: list[str]) -> int:
+    transport, combinations = argv[0], argv[1:]
+    set_up_namespace()
+    with tempfile.TemporaryDirectory(prefix="netq-exposure-") as name:
+        directory = Path(name)
+        files = make_tls_files(directory)
+        for combination in combinations:
+            result = run(transport, combination, files, directory)
+            print("RESULT " + json.dumps({"combination": combination, **result}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -10,8 +10,9 @@ stops them from running code in it:
   listening address is not a loopback address (``0.0.0.0``, ``::``, ``""``, a LAN address, a
   name that resolves to one); a Unix socket server (``Protocol.UNIX``, or gRPC with
   ``netloc.path``) whose socket directory is group/world-writable without the sticky bit (other
-  users can replace the socket) or whose socket file the process umask leaves writable by group
-  or others (connecting to a Unix socket needs only write permission on its file). An MQTT
+  users can replace the socket). The socket file itself is made owner-only
+  (:func:`owner_only`) before the server listens, whatever the umask, since connecting to a
+  Unix socket needs only write permission on its file. An MQTT
   communicator is reached through its broker: a broker that is not on a loopback address
   (decided from the literal host, without a DNS lookup) is shared with other machines.
 * **protected** (:func:`protection`): an ``authkey`` (peers prove they hold it before anything
@@ -45,7 +46,7 @@ from .options import CommunicatorOptions, Protocol, Purpose, SecurityOptions
 from .stream import BytesSerializer, PickleSerializer
 
 __all__ = ("check", "reachable_by_others", "broker_exposure", "protection", "shared_authkey",
-           "AUTHKEY_BYTES")
+           "owner_only", "AUTHKEY_BYTES")
 
 LOGGER = logging.getLogger("netq")
 AUTHKEY_BYTES = 32  # random bytes in a key made by shared_authkey(): 256 bits, as HMAC-SHA256's
@@ -63,16 +64,15 @@ def _is_loopback(address: str) -> bool:
     return ip.is_loopback
 
 
-def _umask() -> int | None:
-    """The process umask, read without changing it (Linux /proc), or None if unknown."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return None
+def owner_only(path: str) -> None:
+    """Make a freshly bound Unix socket file readable and writable by its owner only.
+
+    Called between ``bind`` and ``listen``, so no one else connects in between: connecting to
+    a Unix socket needs write permission on its file, and the umask alone (``0002`` is common)
+    would leave it to the group. Other users reach such a server only where netq is told to
+    let them (an authkey, restrict) by the rule in :func:`check`.
+    """
+    os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
 
 
 def _unix_socket_exposure(path: str) -> str | None:
@@ -84,11 +84,6 @@ def _unix_socket_exposure(path: str) -> str | None:
     if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
         return (f"its socket {path} is in {directory}, which other users may write to "
                 f"(mode {stat.S_IMODE(mode):04o}, no sticky bit): they can reach it and replace it")
-    umask = _umask()
-    if umask is not None and (~umask) & (stat.S_IWGRP | stat.S_IWOTH):
-        who = "every user" if (~umask) & stat.S_IWOTH else "its group"
-        return (f"the process umask {umask:04o} makes its socket {path} writable by {who}, "
-                f"and writing to a Unix socket's file is all it takes to connect")
     return None
 
 

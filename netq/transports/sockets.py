@@ -27,6 +27,7 @@ import time
 from typing import cast
 
 from ..exceptions import AuthenticationError, ConnectionLost
+from ..exposure import owner_only
 from .base import Link, Transport
 
 __all__ = ("TCPTransport", "UnixTransport", "Link")
@@ -110,6 +111,7 @@ class SocketTransport(Transport):
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(address)
+            self._bound(address)
             sock.listen(1024)
         except BaseException:
             sock.close()
@@ -118,6 +120,9 @@ class SocketTransport(Transport):
         self._listener = sock
         self.address = sock.getsockname()
         self._selector.register(sock, _READ, "listen")
+
+    def _bound(self, address) -> None:
+        """The listening socket is bound and not yet listening: nobody can connect yet."""
 
     def _close_wake(self) -> None:
         self._selector.close()
@@ -657,6 +662,9 @@ class UnixTransport(SocketTransport):
 
     def _tune(self, sock: socket.socket) -> None:
         pass
+
+    def _bound(self, address) -> None:
+        owner_only(address)  # before listen: no other user connects in between
 
     def _listen(self) -> None:
         path = self._options.netloc.unix_path()

@@ -32,6 +32,7 @@ import grpc.aio
 
 from ..._buffers import POOL_MIN
 from ...exceptions import AuthenticationError, ConnectionLost
+from ...exposure import owner_only
 from ..packets import PACKET_SIZE, next_packet
 from .config import (
     channel_credentials,
@@ -111,9 +112,11 @@ class GRPCTransport(LoopDrivenTransport):
             await server.stop(None)
             del server
             raise OSError(errno.EADDRINUSE, f"gRPC could not bind {target}: {failure}")
+        netloc = self._options.netloc
+        if netloc.path is not None:
+            owner_only(os.fspath(netloc.path))  # bound, not yet serving: see owner_only()
         await server.start()
         self._grpc_server = server
-        netloc = self._options.netloc
         self.address = os.fspath(netloc.path) if netloc.path is not None else (netloc.host, port)
 
     async def _serve_stream(self, request_iterator, context):

@@ -102,7 +102,14 @@ class ConnectionOptions:
                     send_budget, close() waiting for acknowledgements, a client that cannot
                     connect, a full receive budget); repeated every 30 s while it lasts.
     session_timeout how long a disconnected peer's session (its queues, unacknowledged
-                    messages) waits for a reconnect before its futures fail.
+                    messages) waits for a reconnect before its futures fail. Server: seconds
+                    since the client's link broke. Client: seconds with no connection attempt
+                    under way (waiting to retry after a failed one), summed since the link
+                    broke. Time spent in an attempt (connecting, handshaking) does not count:
+                    the server may be alive, busy with a storm of others, and holding the
+                    session, so a storm fails nothing; a server that refuses every attempt
+                    (nothing listens) fails the client's puts after about session_timeout.
+                    The client keeps retrying afterwards; later puts wait again.
     heartbeat       idle time after which a PING is sent; a link silent for 3 heartbeats is
                     dropped (and the client reconnects).
     reconnect_min / reconnect_max

@@ -178,7 +178,8 @@ def clients_main(port: int, first: int, count: int, timeout: float) -> None:
         op = command["op"]
         if op == "get":
             expected = ("broadcast", command["tag"])
-            got = wrong = 0
+            got = 0
+            wrong: list[str] = []
             deadline = time.monotonic() + command["timeout"]
             for client in clients:
                 try:
@@ -188,8 +189,11 @@ def clients_main(port: int, first: int, count: int, timeout: float) -> None:
                 if message.data == expected:
                     got += 1
                 else:
-                    wrong += 1
-            _reply(got=got, wrong=wrong, **warned())
+                    wrong.append(repr(message.data)[:100])
+            reconnects = sum(peer.reconnects for client in clients
+                             for peer in client.statistics().peers)
+            _reply(got=got, wrong=len(wrong), wrong_samples=wrong[:3], reconnects=reconnects,
+                   **warned())
         elif op == "put":
             tag = command["tag"]
             futures = [client.put((first + index, tag)) for index, client in enumerate(clients)]
@@ -338,20 +342,24 @@ def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
             result["connect_p99_s"] = _percentile(connect, 0.99)
             result["connect_max_s"] = max(connect)
         counted = _wait_for_count(server, "hello", clients, 30)
-        lost = clients - counted["count"]
+        lost = result["lost_hello"] = clients - counted["count"]
         duplicates = counted["duplicates"]
         broadcast = server.ask(timeout, op="broadcast", tag="first", timeout=timeout)
         result["broadcast_ok"] = broadcast["ok"]
         result["broadcast_s"] = broadcast.get("seconds")
         gets = [child.ask(timeout + 60, op="get", tag="first", timeout=timeout)
                 for child in children]
-        lost += clients - sum(get["got"] for get in gets)
+        result["lost_broadcast"] = clients - sum(get["got"] for get in gets)
+        lost += result["lost_broadcast"]
+        result["unexpected"] = [w for get in gets for w in get["wrong_samples"]][:5]
+        result["reconnects_before_restart"] = sum(get["reconnects"] for get in gets)
         result["warnings_before_restart"] = sum(get["warnings"] for get in gets)
         result["false_zero_attempts"] = sum(get["zero_attempts"] for get in gets)
         # The server listened the whole time: any "refused" so far is false.
         result["false_refused"] = sum(get["refused_warnings"] for get in gets)
         result["warning_samples"] = [s for get in gets for s in get["samples"]][:3]
         if restart:
+            killed = time.monotonic()
             server.kill()
             for child in children:
                 child.tell(op="put", tag="again", timeout=timeout)
@@ -361,19 +369,25 @@ def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
             server = Child("server-restarted", ["--role", "server", "--port", str(port)],
                            log_dir)
             server.expect(60)
+            result["server_down_s"] = time.monotonic() - killed  # until it listens again
             agains = [child.expect(timeout + 60) for child in children]
             result["restart_put_failures"] = sum(again["failures"] for again in agains)
             result["failure_samples"] += [f for again in agains for f in again["failed"]][:5]
             result["restart_to_all_resumed_s"] = max(a["last_done"] for a in agains) - restarted
+            result["kill_to_all_resumed_s"] = max(a["last_done"] for a in agains) - killed
             counted = _wait_for_count(server, "again", clients, 30)
-            lost += clients - counted["count"]
+            result["lost_again"] = clients - counted["count"]
+            lost += result["lost_again"]
             duplicates += counted["duplicates"]
             broadcast = server.ask(timeout, op="broadcast", tag="second", timeout=timeout)
             result["broadcast_ok"] = result["broadcast_ok"] and broadcast["ok"]
             result["broadcast_after_restart_s"] = broadcast.get("seconds")
             gets = [child.ask(timeout + 60, op="get", tag="second", timeout=timeout)
                     for child in children]
-            lost += clients - sum(get["got"] for get in gets)
+            result["lost_broadcast_after_restart"] = clients - sum(get["got"] for get in gets)
+            lost += result["lost_broadcast_after_restart"]
+            result["unexpected"] += [w for get in gets for w in get["wrong_samples"]][:5]
+            result["reconnects"] = sum(get["reconnects"] for get in gets)
         result["lost"] = lost
         result["duplicates"] = duplicates
         closes = [child.ask(120, op="close") for child in children]

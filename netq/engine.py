@@ -411,7 +411,7 @@ class SessionEngine:
         started = self._attempt_started_at
         if started is not None:
             stage = ("connected, the netq handshake is not finished yet"
-                     if self._attempt_reached_server else "no answer from the server yet")
+                     if self._attempt_reached_server else "TCP connect not completed yet")
             progress = f"attempt {attempts} in progress for {now - started:.0f} s: {stage}"
             failures = self._connect_failures
             if failures:

@@ -165,6 +165,12 @@ def clients_main(port: int, first: int, count: int, timeout: float) -> None:
         future.add_done_callback(done)
         futures.append(future)
     failed = _wait_all(futures, timeout)
+    # A future's done-callbacks run just after result() returns in a waiter: give the last
+    # ones a moment (bounded) before reading the times they record.
+    settle = time.monotonic() + 10
+    while any(a is None and f.done() for a, f in zip(acked, futures, strict=True)) \
+            and time.monotonic() < settle:
+        time.sleep(0.01)
     connect = sorted(acked[i] - created[i] for i in range(count) if acked[i] is not None)
     _reply(connected=len(connect), failures=len(failed), failed=failed[:5], connect=connect,
            first_created=created[0], last_acked=max(filter(None, acked), default=None))

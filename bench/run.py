@@ -7,9 +7,11 @@
     python3 bench/run.py --render bench/results/latest.json     # re-print the tables
 
 Sections, interleaved per rep (rep -> section -> size -> transport) so that machine noise
-spreads evenly: one-way throughput, 64 B round trip, stalled receiver, many clients, and
-net-queue's iops scenarios. Every endpoint is its own process (bench/workers/*.py); timing is
-done on the receiving side. See bench/README.md for what each row means.
+spreads evenly: one-way throughput, 64 B round trip, stalled receiver, many clients,
+net-queue's iops scenarios, the distance row (bench/distance.py) and the connection storm
+(bench/storm.py: 2000 clients created at once). Every endpoint is its own process
+(bench/workers/*.py); timing is done on the receiving side. See bench/README.md for what
+each row means.
 
 The orchestrator is stdlib only. Workers run under this interpreter (override with
 NETQ_BENCH_PY) with the repository root on PYTHONPATH, and the net-queue rows under the
@@ -43,13 +45,14 @@ sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True      # keep bench/ free of __pycache__ (workers: env below)
 import distance  # noqa: E402
 import netqueue_env  # noqa: E402
+import storm  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SIZES = [64, 4 * KiB, 64 * KiB, MiB, 16 * MiB]
 PING_SIZE, PING_COUNT = 64, 3000
 STALL_SIZE, STALL_SECONDS = MiB, 2.0
 MANY_PROCS, MANY_COMMS, MANY_COUNT, MANY_SIZE = 4, 50, 1000, KiB
-SECTIONS = ("throughput", "latency", "stall", "many-clients", "iops", "distance")
+SECTIONS = ("throughput", "latency", "stall", "many-clients", "iops", "distance", "storm")
 MAX_TIMEOUTS = 2        # a measurement that timed out this often is skipped in later reps
 
 
@@ -111,7 +114,7 @@ IOPS_ROWS = [Row("netq-tcp", "../iops.py", "netq", "netq"),            # transpo
              Row("net-queue", "../iops.py", "net_queue", "net-queue")]
 SECTION_ROWS = {"throughput": THROUGHPUT, "latency": LATENCY, "stall": [SCENARIO_ROW],
                 "many-clients": [SCENARIO_ROW], "iops": IOPS_ROWS,
-                "distance": distance.rows(Row)}
+                "distance": distance.rows(Row), "storm": storm.rows(Row)}
 IOPS_SCENARIOS = [
     ("2 MiB x 1000 async", ["async", "--step-size", "0", "--max-size", "21", "--reps", "1000"]),
     ("2 MiB x 1000 sync", ["sync", "--step-size", "0", "--max-size", "21", "--reps", "1000"]),
@@ -920,6 +923,7 @@ def markdown(results: dict) -> str:
                              "CPU µs/op (both processes)", "peak RSS server / client (MiB)",
                              "counts verified"], rows))
     L.extend(distance.markdown(sys.modules[__name__], summary.get("distance"), failed_keys))
+    L.extend(storm.markdown(sys.modules[__name__], summary.get("storm"), failed_keys))
     if failed:
         L.extend(["## Failures", "", "(on a timeout, the JSON record's `detail` holds every "
                   "thread's stack of the processes still running and, for netq, their "
@@ -1241,6 +1245,7 @@ def main(argv=None) -> int:
             scenarios_rep(ctx, rep)
             iops_rep(ctx, rep)
             distance.rep(sys.modules[__name__], ctx, rep)
+            storm.rep(sys.modules[__name__], ctx, rep)
             log(f"--- rep {rep} done, {time.monotonic() - started:.0f} s elapsed")
     finally:
         busy.stop()
@@ -1248,6 +1253,7 @@ def main(argv=None) -> int:
     results["meta"]["wall_s"] = time.monotonic() - started
     results["summary"] = summarize(ctx.records)
     results["summary"]["distance"] = distance.summarize(sys.modules[__name__], ctx.records)
+    results["summary"]["storm"] = storm.summarize(sys.modules[__name__], ctx.records)
     if args.busy_results:
         with open(args.busy_results) as f:
             attach_busy_latency(results, json.load(f))

@@ -132,6 +132,9 @@ class EngineAPI(Protocol):
     def link_closed(self, link: Link) -> None:
         """The link's socket or channel is gone (link lock held)."""
 
+    def connect_started(self) -> None:
+        """Client: the transport starts an attempt to reach the server."""
+
     def connect_failed(self, address: str, reason: str) -> None:
         """Client: an attempt to reach the server failed; the transport retries."""
 
@@ -216,7 +219,18 @@ class SessionEngine:
         self.connect_error = ""  # what the last failed attempt ran into ("" once connected)
         self._unreachable_since: float | None = time.monotonic() if not self._server else None
         self._unreachable_warned_at: float | None = None
-        self._connect_attempts = 0
+        self._connect_attempts = 0  # attempts started since the last connection
+        self._connect_failures = 0  # of which ended in failure
+        self._attempt_started_at: float | None = None  # the attempt under way, if any
+        self._attempt_reached_server = False  # the attempt under way reached a listener
+        # The client's session clock (docs/guarantees.md, "session_timeout"): it runs only
+        # while no attempt is under way (between a failed attempt and the next one), so a
+        # client whose attempts are slow because the server is busy (a storm) fails nothing.
+        # Transports that do not report when an attempt starts (connect_started) leave it
+        # running from the start or the disconnection.
+        self._absent_total = 0.0  # seconds counted so far since the last connection
+        # When the stretch being counted now began (None: an attempt is under way).
+        self._absent_since: float | None = self.created if not self._server else None
 
         self.transport: Transport = transport_class(self)
 
@@ -389,13 +403,28 @@ class SessionEngine:
                 f"takes them slower than put() queues them")
 
     def explain_unreachable(self, now: float) -> str:
-        """Client: what connecting to the server has run into so far."""
+        """Client: what connecting to the server has run into so far (counts that are true:
+        attempts started, the one under way and how far it got, the last failure's reason)."""
         where = str(self.options.netloc)
         since = self._unreachable_since or now
-        what = self.connect_error or "no answer yet"
+        attempts = self._connect_attempts
+        started = self._attempt_started_at
+        if started is not None:
+            stage = ("connected, the netq handshake is not finished yet"
+                     if self._attempt_reached_server else "TCP connect not completed yet")
+            progress = f"attempt {attempts} in progress for {now - started:.0f} s: {stage}"
+            failures = self._connect_failures
+            if failures:
+                progress += (f"; {failures} failed before it, the last with: "
+                             f"{self.connect_error}")
+        elif attempts:
+            progress = (f"{attempts} attempt{'s' if attempts > 1 else ''}; last failed with: "
+                        f"{self.connect_error or 'no reason given'}")
+        else:
+            progress = "no attempt has ended yet"
         return (f"not connected to the server at {where} for {now - since:.0f} s "
-                f"({self._connect_attempts} attempts; last: {what}); netq keeps retrying "
-                f"every {self.options.connection.reconnect_max:g} s at most")
+                f"({progress}); netq keeps retrying every "
+                f"{self.options.connection.reconnect_max:g} s at most")
 
     def explain_close_wait(self) -> str:
         """What close() is still waiting for."""
@@ -478,6 +507,8 @@ class SessionEngine:
 
     def new_connection(self) -> proto.Connection:
         connection = self.options.connection
+        if not self._server and self._attempt_started_at is not None:
+            self._attempt_reached_server = True
         grant = flow.initial_grant(self.limits, self._room())
         self._outstanding += grant  # the Link built around it counts it (Link.credit_counted)
         hello = proto.make_hello(
@@ -736,7 +767,10 @@ class SessionEngine:
                 self._unreachable_since = None
                 self._unreachable_warned_at = None
                 self.connect_error = ""
-                self._connect_attempts = 0
+            self._connect_attempts = self._connect_failures = 0
+            self._attempt_started_at = None
+            self._attempt_reached_server = False
+            self._absent_total, self._absent_since = 0.0, None
 
     def _send_session(self, session: PeerSession, link: Link, token: bytes, last_received: int,
                       resumed: bool) -> None:
@@ -828,26 +862,60 @@ class SessionEngine:
                 self._inbox.wake_all()
                 return
         if session is None or session.link is not link:
-            if session is None and not self._server and link.error is not None \
-                    and not isinstance(link.error, AuthenticationError):
-                self.connect_failed(link.peer_name, str(link.error))
+            error = link.error
+            if session is None and not self._server and error is not None \
+                    and not isinstance(error, AuthenticationError):
+                # The attempt reached the server and ended before the netq handshake did.
+                reason = error.reason if isinstance(error, ResourceClosed) and error.reason \
+                    else str(error)
+                if not reason.startswith("connected"):
+                    reason = f"connected, then before the netq handshake ended: {reason}"
+                self.connect_failed(str(self.options.netloc), reason)
             return
         if session.goodbye_received or session.state is PeerState.CLOSED:
             session.link = None
             self._end_session(session, ResourceClosed(session.id, "the peer closed"))
             return
         session.mark_disconnected(now)
-        if not self._server and self._unreachable_since is None:
-            self._unreachable_since = now
+        if not self._server:
+            if self._unreachable_since is None:
+                self._unreachable_since = now
+            self._absent_total = 0.0
+            self._absent_since = now  # until the next attempt starts
 
-    def connect_failed(self, address: str, reason: str) -> None:
+    def connect_started(self) -> None:
+        now = time.monotonic()
         self._timers_changed()
         self._connect_attempts += 1
+        self._attempt_started_at = now
+        self._attempt_reached_server = False
+        if self._absent_since is not None:  # an attempt under way stops the session clock
+            self._absent_total += now - self._absent_since
+            self._absent_since = None
+
+    def connect_failed(self, address: str, reason: str) -> None:
+        now = time.monotonic()
+        self._timers_changed()
+        if self._attempt_started_at is None:  # a transport that does not report its starts
+            self._connect_attempts += 1
+        self._connect_failures += 1
+        self._attempt_started_at = None
+        self._attempt_reached_server = False
+        if self._absent_since is None:
+            self._absent_since = now
         self.connect_error = reason if address == str(self.options.netloc) \
             else f"{address}: {reason}"
         if self._unreachable_since is None:
-            self._unreachable_since = time.monotonic()
+            self._unreachable_since = now
         LOGGER.debug("netq client: connecting to %s failed: %s", address, reason)
+
+    def absent_for(self, now: float) -> float:
+        """Client: seconds counted against ``session_timeout`` since the last connection:
+        the time spent with no connection attempt under way (docs/guarantees.md)."""
+        total = self._absent_total
+        if self._absent_since is not None:
+            total += now - self._absent_since
+        return total
 
     def wants_connection(self) -> bool:
         if self._stopping:
@@ -948,16 +1016,26 @@ class SessionEngine:
             state = session.state
             if state is PeerState.DISCONNECTED:
                 assert session.disconnected_at is not None
-                waited = now - session.disconnected_at
-                if waited >= connection.session_timeout:
-                    session.disconnected_at = now  # client: a fresh period for later puts
-                    error = ConnectionLost(session.id, "no reconnect within session_timeout")
-                    if self._server:
-                        self._end_session(session, error)
-                    else:
-                        with session.send_lock:
-                            session.fail_outbound(error)
+                if self._server:
+                    waited = now - session.disconnected_at
                 else:
+                    waited = self.absent_for(now)
+                if waited >= connection.session_timeout:
+                    if self._server:
+                        self._end_session(session, ConnectionLost(
+                            session.id, "no reconnect within session_timeout"))
+                    else:
+                        # A fresh period for later puts.
+                        self._absent_total = 0.0
+                        if self._absent_since is not None:
+                            self._absent_since = now
+                        with session.send_lock:
+                            session.fail_outbound(ConnectionLost(
+                                session.id, f"the server could not be reached: no connection "
+                                            f"attempt under way for session_timeout="
+                                            f"{connection.session_timeout:g} s in all "
+                                            f"(last: {self.connect_error or 'no reason given'})"))
+                elif self._server or self._absent_since is not None:  # the clock runs
                     wait = min(wait, connection.session_timeout - waited)
             elif state is PeerState.CLOSED and self._server and not session.inbox \
                     and session.link is None:
@@ -1041,7 +1119,7 @@ class SessionEngine:
             if session.outbox or session.inflight:
                 if not self._server and session.state is not PeerState.CONNECTED \
                         and session.token == NO_TOKEN and session.reconnects == 0 \
-                        and time.monotonic() - self.created \
+                        and self.absent_for(time.monotonic()) \
                         > self.options.connection.session_timeout:
                     continue  # never connected within session_timeout: give up
                 return False

@@ -22,6 +22,7 @@ runs the loop; "on the I/O thread" means "leading it".
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -417,7 +418,9 @@ class Transport:
     def _schedule_reconnect(self) -> None:
         if self._server or self._aborted or not self.engine.wants_connection():
             return
-        self._reconnect_at = time.monotonic() + self._backoff
+        # Jittered (half to all of the backoff): clients that lost their server together do
+        # not come back in lockstep, each retry wave spread over half a backoff.
+        self._reconnect_at = time.monotonic() + self._backoff * random.uniform(0.5, 1.0)
         self._backoff = min(self._backoff * 2, self._options.connection.reconnect_max)
 
     def _wants_connection(self) -> bool:

@@ -36,6 +36,10 @@ LOGGER = logging.getLogger("netq")
 _READ = selectors.EVENT_READ
 _WRITE = selectors.EVENT_WRITE
 _READS_PER_EVENT = 32  # recv calls per readable event before serving other links
+# Connections accepted per readable event of the listener before the links already served get
+# their turn (the listener stays readable, so the rest come on the next turn of the loop).
+_ACCEPTS_PER_EVENT = 256
+_SOMAXCONN_FILE = "/proc/sys/net/core/somaxconn"
 _TLS_JOIN = 256 * 1024  # small buffers are joined up to this size for one SSL write
 _TLS_WRITE = 256 * 1024  # plaintext encrypted per TLS send: bounds the ciphertext a link holds
 _TLS_FILL = 256 * 1024  # bytes taken from a TLS link's socket per recv (many records at once)
@@ -112,7 +116,7 @@ class SocketTransport(Transport):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(address)
             self._bound(address)
-            sock.listen(1024)
+            sock.listen(listen_backlog())
         except BaseException:
             sock.close()
             self._close_wake()
@@ -190,7 +194,7 @@ class SocketTransport(Transport):
     def _accept(self) -> None:
         listener = self._listener
         assert listener is not None  # a "listen" event comes only from the registered listener
-        for _ in range(64):
+        for _ in range(_ACCEPTS_PER_EVENT):
             try:
                 sock, address = listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -234,6 +238,7 @@ class SocketTransport(Transport):
         if not self._wants_connection():
             return
         where = str(self._options.netloc)
+        self.engine.connect_started()
         try:
             family, address = self._address()
             sock = self._new_socket(family)
@@ -241,9 +246,9 @@ class SocketTransport(Transport):
             self._attempt_failed(where, f"cannot resolve or open a socket: {error}")
             return
         code = sock.connect_ex(address)
-        if code not in (0, errno.EINPROGRESS, errno.EAGAIN, errno.EWOULDBLOCK):
+        if code not in (0, errno.EINPROGRESS):
             sock.close()
-            self._attempt_failed(where, _connect_error(code))
+            self._attempt_failed(where, _connect_error(code, family))
             return
         self._connecting = sock
         self._connect_started = time.monotonic()
@@ -269,7 +274,7 @@ class SocketTransport(Transport):
         where = str(self._options.netloc)
         if code:
             sock.close()
-            self._attempt_failed(where, _connect_error(code))
+            self._attempt_failed(where, _connect_error(code, sock.family))
             return
         try:
             self._open_link(sock, sock.getpeername(), server_side=False)
@@ -636,13 +641,32 @@ class _TLSStream:
             self.unsent = self.unsent[count:]
 
 
-def _connect_error(code: int) -> str:
-    """A connect() errno as a sentence that says what it means for a netq client."""
+def listen_backlog() -> int:
+    """The listen backlog a server asks for: the system's maximum (Linux:
+    ``net.core.somaxconn``, which caps whatever is asked), so that a storm of clients
+    connecting at once waits in the kernel's queue instead of having its SYNs dropped and
+    retried seconds later."""
+    try:
+        with open(_SOMAXCONN_FILE) as file:
+            return max(int(file.read().split()[0]), socket.SOMAXCONN)
+    except (OSError, ValueError, IndexError):
+        return max(socket.SOMAXCONN, 4096)
+
+
+def _connect_error(code: int, family: int) -> str:
+    """A connect() errno as a sentence that says what it means for a netq client: "refused"
+    only when the kernel said so (ECONNREFUSED: a reset in answer to our SYN, or no socket
+    listening on the file)."""
     text = os.strerror(code).lower()
     if code == errno.ECONNREFUSED:
         return f"{text} (nothing listens there: is the server running, on this port?)"
     if code in (errno.ENOENT,):
         return f"{text} (no socket file: is the server running?)"
+    if code in (errno.EAGAIN, errno.EWOULDBLOCK):
+        if family == socket.AF_UNIX:
+            return (f"{text} (the server's queue of connections to accept is full: it is busy "
+                    f"accepting others)")
+        return f"{text} (no free local port for another connection)"
     if code in (errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH):
         return f"{text} (the host does not answer)"
     return text

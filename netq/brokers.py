@@ -280,3 +280,273 @@ def broker(**settings) -> Iterator[NetworkLocation]:
         return
     with local_broker(**settings) as private:
         yield private.netloc
+
+
+# ====================================================================== RabbitMQ
+
+RABBITMQ_HINT = ("install RabbitMQ: `sudo apt-get install -y rabbitmq-server` (Debian/Ubuntu; "
+                 "the rabbitmq_mqtt plugin ships with it)")
+_RABBITMQ_SEARCH = ("/usr/lib/rabbitmq/bin/rabbitmq-server", "/usr/sbin/rabbitmq-server",
+                    "/usr/local/sbin/rabbitmq-server", "/opt/homebrew/sbin/rabbitmq-server")
+_RABBITMQ_START_TIMEOUT = 90.0  # seconds a node gets to open its MQTT listener (~12 s idle)
+
+
+def find_rabbitmq() -> tuple[str, str, str]:
+    """``(rabbitmq-server, rabbitmqctl, epmd)`` executables, or :class:`BrokerUnavailable`.
+
+    The script under ``/usr/lib/rabbitmq/bin`` comes first: ``/usr/sbin/rabbitmq-server`` is a
+    wrapper that switches to the ``rabbitmq`` user, which could not read our private
+    directories."""
+    for candidate in _RABBITMQ_SEARCH:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            server = candidate
+            break
+    else:
+        raise BrokerUnavailable(f"rabbitmq-server was not found; {RABBITMQ_HINT}")
+    ctl = os.path.join(os.path.dirname(server), "rabbitmqctl")
+    epmd = shutil.which("epmd") or "/usr/bin/epmd"
+    if not (os.access(ctl, os.X_OK) and os.access(epmd, os.X_OK)):
+        raise BrokerUnavailable(f"rabbitmqctl or Erlang's epmd is missing; {RABBITMQ_HINT}")
+    return server, ctl, epmd
+
+
+class RabbitMQNode:
+    """One RabbitMQ node of a :class:`RabbitMQCluster`: its name, ports and data directory."""
+
+    def __init__(self, cluster: RabbitMQCluster, index: int) -> None:
+        self.cluster = cluster
+        self.index = index
+        self.name = f"netq{cluster.tag}n{index}@localhost"
+        host = cluster.host
+        self.mqtt_port = _free_port(host)
+        self.amqp_port = _free_port(host)
+        self.dist_port = _free_port(host)
+        self.directory = cluster.directory / f"node{index}"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def netloc(self) -> NetworkLocation:
+        """The node's MQTT listener (``path`` unset: the default service)."""
+        return NetworkLocation(self.cluster.host, self.mqtt_port)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "stdout.log"
+
+    def config(self) -> str:
+        host = self.cluster.host
+        lines = [f"listeners.tcp.default = {host}:{self.amqp_port}",
+                 f"mqtt.listeners.tcp.default = {host}:{self.mqtt_port}",
+                 "mqtt.allow_anonymous = true",
+                 # Our messages are small and many: no disk alarm on a nearly full CI disk.
+                 "disk_free_limit.absolute = 50MB",
+                 "vm_memory_high_watermark.relative = 0.2",
+                 "log.console = false", "log.file.level = warning"]
+        if self.index:
+            lines += ["cluster_formation.peer_discovery_backend = classic_config",
+                      f"cluster_formation.classic_config.nodes.1 = {self.cluster.nodes[0].name}"]
+        return "\n".join(lines) + "\n"
+
+    def environment(self) -> dict[str, str]:
+        cluster = self.cluster
+        environment = dict(os.environ)
+        environment.update({
+            "HOME": str(cluster.home), "ERL_EPMD_PORT": str(cluster.epmd_port),
+            "ERL_EPMD_ADDRESS": cluster.host,
+            "RABBITMQ_NODENAME": self.name, "RABBITMQ_USE_LONGNAME": "false",
+            "RABBITMQ_NODE_IP_ADDRESS": cluster.host,
+            "RABBITMQ_NODE_PORT": str(self.amqp_port), "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(self.directory / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.directory / "log"),
+            "RABBITMQ_CONFIG_FILE": str(self.directory / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.directory / "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": str(self.directory / "rabbitmq-env.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.directory / "enabled_plugins"),
+            "RABBITMQ_PID_FILE": str(self.directory / "rabbitmq.pid"),
+            # epmd is ours (RabbitMQCluster), stopped by its pid: the node must not start one.
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-start_epmd false",
+            "RABBITMQ_CTL_ERL_ARGS": "-start_epmd false",
+        })
+        return environment
+
+    def start_process(self) -> None:
+        """Launch the node (returns at once; :meth:`wait_ready` waits for MQTT)."""
+        if self.process is not None and self.process.poll() is None:
+            return
+        for sub in ("mnesia", "log"):
+            (self.directory / sub).mkdir(parents=True, exist_ok=True)
+        (self.directory / "rabbitmq.conf").write_text(self.config())
+        (self.directory / "advanced.config").write_text("[].\n")
+        (self.directory / "rabbitmq-env.conf").write_text("")
+        (self.directory / "enabled_plugins").write_text("[rabbitmq_mqtt].\n")
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [self.cluster.binaries[0]], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                env=self.environment(), start_new_session=True)
+
+    def wait_ready(self, timeout: float = _RABBITMQ_START_TIMEOUT) -> None:
+        """Wait until the MQTT listener accepts connections, or raise BrokerUnavailable."""
+        process = self.process
+        assert process is not None  # start_process() has launched it
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                break
+            try:
+                with socket.create_connection((self.cluster.host, self.mqtt_port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise BrokerUnavailable(
+            f"RabbitMQ node {self.name} did not open MQTT on {self.cluster.host}:"
+            f"{self.mqtt_port} within {timeout:g} s; log {self.log_path}:\n{self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        texts = []
+        for path in (self.log_path, *sorted((self.directory / "log").glob("*.log"))):
+            try:
+                texts.append(path.read_text(errors="replace")[-1500:])
+            except OSError:
+                pass
+        return "\n".join(texts)
+
+    def stop(self) -> None:
+        """Stop the node by its pid (SIGTERM: a clean shutdown; SIGKILL after 30 s) and every
+        process it started (its process group: erl_child_setup, inet_gethost)."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            try:
+                os.kill(process.pid, signal.SIGTERM)
+                process.wait(30.0)
+            except subprocess.TimeoutExpired:
+                pass
+            except ProcessLookupError:
+                pass
+        _kill_group(process)
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL the node and its helpers (a crash)."""
+        if self.process is not None:
+            _kill_group(self.process)
+        self.process = None
+
+    def restart(self) -> None:
+        """Stop the node, start it again with the same name, ports and data; wait for MQTT."""
+        self.stop()
+        self.start_process()
+        self.wait_ready()
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.pid is not None else "stopped"
+        return f"<RabbitMQNode {self.name} mqtt {self.cluster.host}:{self.mqtt_port} {state}>"
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL the process group a broker was started in (start_new_session) and reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+
+
+class RabbitMQCluster:
+    """Private RabbitMQ nodes with the MQTT plugin, on loopback, started concurrently; the
+    nodes after the first join it (``classic_config`` peer discovery). One node is a cluster
+    of one: ``RabbitMQCluster(1).start().nodes[0].netloc``.
+
+    Everything is private: an ``epmd`` on a free port (started and stopped by its pid), a HOME
+    with its own ``.erlang.cookie``, per node a name, AMQP/MQTT/distribution ports on
+    ``host`` only, and its data and logs under ``directory`` (removed by :meth:`close`).
+    Starting takes about 12 s per node on an idle machine (nodes start in parallel).
+    """
+
+    def __init__(self, size: int = 1, *, host: str = "127.0.0.1",
+                 directory: str | os.PathLike | None = None) -> None:
+        if size < 1:
+            raise ValueError("a cluster has at least one node")
+        self.binaries = find_rabbitmq()
+        self.host = host
+        self.tag = os.urandom(3).hex()
+        self._own_directory = directory is None
+        self.directory = Path(directory if directory is not None
+                              else tempfile.mkdtemp(prefix="netq-rabbitmq-"))
+        self.home = self.directory / "home"
+        self.home.mkdir(parents=True, exist_ok=True)
+        cookie = self.home / ".erlang.cookie"
+        cookie.write_text(os.urandom(16).hex().upper())
+        cookie.chmod(0o400)
+        self.epmd_port = _free_port(host)
+        self.epmd: subprocess.Popen | None = None
+        self.nodes = [RabbitMQNode(self, index) for index in range(size)]
+
+    def start(self) -> RabbitMQCluster:
+        """Start epmd and every node at once; wait until each one's MQTT listener is up."""
+        try:
+            if self.epmd is None:
+                environment = dict(os.environ, ERL_EPMD_ADDRESS=self.host, HOME=str(self.home))
+                self.epmd = subprocess.Popen(
+                    [self.binaries[2], "-port", str(self.epmd_port)], env=environment,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, start_new_session=True)
+                self._wait_epmd()
+            for node in self.nodes:
+                node.start_process()
+            for node in self.nodes:
+                node.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_epmd(self) -> None:
+        deadline = time.monotonic() + _START_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((self.host, self.epmd_port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        raise BrokerUnavailable(f"epmd did not listen on {self.host}:{self.epmd_port}")
+
+    def ctl(self, node: RabbitMQNode, *arguments: str, timeout: float = 60.0) -> str:
+        """Run ``rabbitmqctl -n <node> ...`` against one of our nodes; its output."""
+        result = subprocess.run([self.binaries[1], "-n", node.name, *arguments],
+                                env=node.environment(), capture_output=True, text=True,
+                                timeout=timeout, stdin=subprocess.DEVNULL)
+        if result.returncode:
+            raise BrokerUnavailable(f"rabbitmqctl {' '.join(arguments)} on {node.name} "
+                                    f"failed: {result.stderr or result.stdout}")
+        return result.stdout
+
+    def running_nodes(self) -> list[str]:
+        """The names of the cluster's running nodes, as the first node sees them."""
+        text = self.ctl(self.nodes[0], "eval", "rabbit_nodes:all_running().")
+        return sorted(name.strip(" '\n") for name in text.strip().strip("[]").split(","))
+
+    def stop(self) -> None:
+        """Stop every node, then epmd, by their pids (idempotent)."""
+        for node in self.nodes:
+            node.stop()
+        if self.epmd is not None:
+            _kill_group(self.epmd)
+            self.epmd = None
+
+    def close(self) -> None:
+        """Stop everything and remove the private directory."""
+        self.stop()
+        if self._own_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> RabbitMQCluster:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

@@ -390,9 +390,9 @@ class SessionEngine:
 
     def explain_unreachable(self, now: float) -> str:
         """Client: what connecting to the server has run into so far."""
-        where = str(self.options.netloc)
+        where = self.transport.connect_target()
         since = self._unreachable_since or now
-        what = self.connect_error or "no answer yet"
+        what = self.transport.connect_state() or self.connect_error or "no answer yet"
         return (f"not connected to the server at {where} for {now - since:.0f} s "
                 f"({self._connect_attempts} attempts; last: {what}); netq keeps retrying "
                 f"every {self.options.connection.reconnect_max:g} s at most")

@@ -38,7 +38,8 @@ from pathlib import Path
 from .exceptions import BrokerUnavailable
 from .options import NetworkLocation
 
-__all__ = ("LocalBroker", "local_broker", "broker", "environment_broker", "find_mosquitto",
+__all__ = ("LocalBroker", "local_broker", "AmqttBroker", "RabbitMQCluster", "RabbitMQNode",
+           "find_rabbitmq", "broker", "environment_broker", "find_mosquitto",
            "BROKER_VARIABLE", "INSTALL_HINT")
 
 BROKER_VARIABLE = "NETQ_MQTT_BROKER"  # "host:port" of a running broker (binder/start sets it)
@@ -77,6 +78,8 @@ class LocalBroker:
     certificates) make the listener TLS-only. ``extra`` lines go into the configuration
     verbatim. ``port=0`` picks a free port; :meth:`restart` keeps the same one.
     """
+
+    kind = "mosquitto"
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
                  max_inflight_messages: int | None = None,
@@ -127,6 +130,10 @@ class LocalBroker:
     def log_path(self) -> Path:
         return self.directory / "mosquitto.log"
 
+    def command(self) -> list[str]:
+        """The broker's command line."""
+        return [self.binary, "-c", str(self.config_path)]
+
     def config(self) -> str:
         """The configuration file's text."""
         # Run as whoever we are: started as root, mosquitto would switch to the "mosquitto"
@@ -165,15 +172,15 @@ class LocalBroker:
             self.config_path.write_text(self.config())
             with open(self.log_path, "ab") as log:
                 self.process = subprocess.Popen(
-                    [self.binary, "-c", str(self.config_path)], stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=log, start_new_session=True)
+                    self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    start_new_session=True)
             if self._wait_listening():
                 return self
             self._reap()
             if fixed_port:
                 break  # the port is taken (or the config is wrong): trying again won't help
         raise BrokerUnavailable(
-            f"mosquitto did not start listening on {self.host}:{self.port}; "
+            f"{self.kind} did not start listening on {self.host}:{self.port}; "
             f"log {self.log_path}:\n{self._log_tail()}")
 
     def _wait_listening(self) -> bool:
@@ -242,7 +249,7 @@ class LocalBroker:
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.pid is not None else "stopped"
-        return f"<LocalBroker mosquitto {self.host}:{self.port} {state}>"
+        return f"<{type(self).__name__} {self.kind} {self.host}:{self.port} {state}>"
 
 
 def local_broker(**settings) -> LocalBroker:
@@ -449,12 +456,21 @@ class RabbitMQNode:
 
 
 def _kill_group(process: subprocess.Popen) -> None:
-    """SIGKILL the process group a broker was started in (start_new_session) and reap it."""
+    """SIGKILL the process group a broker was started in (start_new_session), reap its leader
+    and wait until the rest of the group is gone too (RabbitMQ's Erlang VM is a child of the
+    leader script: until it is gone it holds the node's name and ports)."""
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     process.wait()
+    deadline = time.monotonic() + _STOP_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.02)
 
 
 class RabbitMQCluster:
@@ -466,6 +482,10 @@ class RabbitMQCluster:
     with its own ``.erlang.cookie``, per node a name, AMQP/MQTT/distribution ports on
     ``host`` only, and its data and logs under ``directory`` (removed by :meth:`close`).
     Starting takes about 12 s per node on an idle machine (nodes start in parallel).
+
+    RabbitMQ 3.10 caveat: the first node of a cluster, killed with SIGKILL, does not come back
+    (its MQTT plugin fails to restart its Raft member: ``badrpc, nodedown``); the other nodes,
+    and a node of a cluster of one, do.
     """
 
     def __init__(self, size: int = 1, *, host: str = "127.0.0.1",
@@ -489,6 +509,12 @@ class RabbitMQCluster:
 
     def start(self) -> RabbitMQCluster:
         """Start epmd and every node at once; wait until each one's MQTT listener is up."""
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> RabbitMQCluster:
+        """Start epmd and every node's process, without waiting for them (see
+        :meth:`wait_ready`): clusters launched one after the other start in parallel."""
         try:
             if self.epmd is None:
                 environment = dict(os.environ, ERL_EPMD_ADDRESS=self.host, HOME=str(self.home))
@@ -499,6 +525,15 @@ class RabbitMQCluster:
                 self._wait_epmd()
             for node in self.nodes:
                 node.start_process()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self) -> RabbitMQCluster:
+        """Wait until every node's MQTT listener is up (BrokerUnavailable, all stopped, if
+        one does not come up)."""
+        try:
             for node in self.nodes:
                 node.wait_ready()
         except BaseException:
@@ -550,3 +585,52 @@ class RabbitMQCluster:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+# ====================================================================== amqtt
+
+AMQTT_VERSION = "0.12.1"  # the amqtt release netq is tested with (MQTT 3.1.1 only)
+
+
+class AmqttBroker(LocalBroker):
+    """A private amqtt broker (pure Python, MQTT 3.1.1 only) on a free loopback port.
+
+    ``binary`` is the ``amqtt`` script of an environment that has ``amqtt`` installed: keep it
+    in a virtual environment of its own (its dependency pins are not netq's), e.g.
+    ``python -m venv /tmp/amqtt && /tmp/amqtt/bin/pip install amqtt==0.12.1`` and
+    ``AmqttBroker(binary="/tmp/amqtt/bin/amqtt")``. Started, stopped, killed and restarted as
+    :class:`LocalBroker`; its log goes to ``<directory>/amqtt.log``.
+    """
+
+    kind = "amqtt"
+
+    def __init__(self, *, binary: str | os.PathLike, host: str = "127.0.0.1", port: int = 0,
+                 directory: str | os.PathLike | None = None) -> None:
+        if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+            raise BrokerUnavailable(f"no amqtt executable at {os.fspath(binary)}; install it "
+                                    f"with `pip install amqtt=={AMQTT_VERSION}` in a venv of "
+                                    f"its own")
+        self.binary = os.fspath(binary)
+        self.host = host
+        self.port = port
+        self._own_directory = directory is None
+        self.directory = Path(directory if directory is not None
+                              else tempfile.mkdtemp(prefix="netq-amqtt-"))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.process = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "amqtt.yaml"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "amqtt.log"
+
+    def command(self) -> list[str]:
+        return [self.binary, "-c", str(self.config_path)]
+
+    def config(self) -> str:
+        return (f"listeners:\n  default:\n    type: tcp\n    bind: {self.host}:{self.port}\n"
+                "plugins:\n  amqtt.plugins.authentication.AnonymousAuthPlugin:\n"
+                "    allow_anonymous: true\n")

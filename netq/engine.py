@@ -732,7 +732,7 @@ class SessionEngine:
                 waited = now - self._unreachable_since
                 if self._unreachable_warned_at is not None:
                     LOGGER.info("netq client: connected to %s after %.0f s",
-                                self.options.netloc, waited)
+                                self.transport.connect_target(), waited)
                 self._unreachable_since = None
                 self._unreachable_warned_at = None
                 self.connect_error = ""

@@ -53,6 +53,7 @@ _ACK_DELAY = 0.001  # seconds a lone netq ACK/CREDIT waits for a reply to share 
 _CONNACK_TIMEOUT = 3.0
 _PRESENCE_TICK = 0.2  # seconds between presence checks on paho's thread
 _SMALLEST_CUT = 4 * 1024  # bytes: packets are never cut below this when the broker drops us
+_QUICK_DROP = 5.0  # seconds: a drop this soon after connecting, twice, is the packet's fault
 # MQTT 5 CONNACK reason codes (and a 3.1.1 "unacceptable protocol version", 1, read as one)
 # that mean "speak another protocol": unspecified, malformed, protocol error, unsupported.
 _PROTOCOL_REFUSALS = frozenset({0x01, 0x80, 0x81, 0x82, 0x84})
@@ -106,6 +107,7 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         self._presence_checked_at = 0.0
         self._auto_protocol = mqtt.protocol_version is None
         self._learned_max_packet: int | None = None  # 3.1.1: cut after the broker dropped us
+        self._large_drop = 0  # the largest publish unacknowledged at the last broker drop
         self._attempt_pending = False
         self._acks_due = False
         self._held: set = set()  # links whose lone ACK/CREDIT output waits (I/O thread)
@@ -244,6 +246,8 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
                 LOGGER.info("netq mqtt %s: broker connection lost (%s); reconnecting",
                             self.engine.purpose.value, reason_code)
                 self._maybe_cut_packets(largest)
+            else:
+                self._large_drop = 0
         for channel in channels:
             self._end(channel, ConnectionLost(self._peer(channel),
                                               f"MQTT broker connection lost ({reason_code})"),
@@ -251,19 +255,24 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
 
     def _maybe_cut_packets(self, largest: int) -> None:
         """MQTT 3.1.1 tells no packet limit: a broker drops a client whose packet is over its
-        limit. Dropped with a large publish unacknowledged, cut packets to half its size (the
-        next drop halves again), so that a put gets through instead of a reconnect loop."""
+        limit, and again after each reconnect, as netq resends. Two drops in a row with a
+        large publish unacknowledged, the second within ``_QUICK_DROP`` of connecting (a
+        crashed or restarted broker is not that quick twice): cut packets to half that size
+        (and again on the next such drop), so that a put gets through, not a reconnect loop."""
+        now = time.monotonic()
+        previous = self._large_drop
+        self._large_drop = largest
         if (paho_adapter.speaks_mqtt5(self._client) or self._mqtt.max_packet_size is not None
-                or largest < 2 * _SMALLEST_CUT):
+                or largest < 2 * _SMALLEST_CUT or previous < 2 * _SMALLEST_CUT
+                or now - self._broker_ready_at > _QUICK_DROP):
             return
-        limit = max(_SMALLEST_CUT, largest // 2)
-        first = self._learned_max_packet is None
-        if not first and self._learned_max_packet is not None \
-                and limit >= self._learned_max_packet:
+        limit = max(_SMALLEST_CUT, min(largest, previous) // 2)
+        learned = self._learned_max_packet
+        if learned is not None and limit >= learned:
             return
         self._learned_max_packet = limit
-        LOGGER.log(logging.WARNING if first else logging.INFO,
-                   "netq mqtt %s: %s dropped the connection with a %d-byte publish "
+        LOGGER.log(logging.WARNING if learned is None else logging.INFO,
+                   "netq mqtt %s: %s dropped the connection twice with a %d-byte publish "
                    "unacknowledged; MQTT 3.1.1 does not tell the broker's packet limit, so "
                    "packets are now cut to at most %d bytes. Set MQTTOptions(max_packet_size=) "
                    "to the broker's limit (mosquitto: max_packet_size) to skip this",

@@ -36,6 +36,9 @@ from transports.mqtt_testing import MQTTSpec, mosquitto_missing
 T = 30  # seconds: generous bound for one step on a loaded machine
 KiB = 1024
 SESSION = 120.0  # session_timeout: long enough for a broker or node restart
+# Seconds a test that restarts a RabbitMQ node may take: a node needs ~12 s to start on an idle
+# machine, and several times that on this 2-core machine when it is loaded.
+RESTART_BOUND = 300
 
 
 def _options(netloc: nq.NetworkLocation, service: str, **settings) -> nq.CommunicatorOptions:
@@ -186,6 +189,7 @@ def test_rabbitmq_defaults_either_start_order_kill_and_rejoin(rabbitmq):
         fleet.close()
 
 
+@pytest.mark.timeout(RESTART_BOUND)
 def test_rabbitmq_node_killed_and_restarted_loses_nothing(rabbitmq):
     """Server and 3 clients on a node of its own, killed (SIGKILL) and started again mid
     traffic: everyone reconnects, resumes, and nothing is lost or duplicated."""
@@ -208,6 +212,7 @@ def test_rabbitmq_node_killed_and_restarted_loses_nothing(rabbitmq):
         fleet.close()
 
 
+@pytest.mark.timeout(RESTART_BOUND)
 @pytest.mark.parametrize("server_first", [True, False], ids=["server-first", "clients-first"])
 def test_rabbitmq_cluster_server_on_one_node_clients_on_the_other(rabbitmq_cluster,
                                                                   server_first):

@@ -12,9 +12,9 @@ retained "online" status and every client's Last Will cross a mosquitto bridge (
 * faults: broker B (the clients' side) crashes and restarts mid-traffic, then the bridge link
   alone is reset; after netq reconnects every message has arrived exactly once, in order,
   through a bridge that preserves in-flight messages and through one that loses them;
-* what the network must preserve: a bridge that drops the RETAIN flag hides the server from
-  clients that join later; a far broker's smaller packet limit is met by
-  ``MQTTOptions.max_packet_size``.
+* what the network must (and need not) preserve: a bridge that drops the RETAIN flag no longer
+  hides the server from clients that join later (they ask, the live server answers); a far
+  broker's smaller packet limit is met by ``MQTTOptions.max_packet_size``.
 """
 
 from __future__ import annotations

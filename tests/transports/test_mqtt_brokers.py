@@ -31,6 +31,7 @@ import netq as nq
 from netq.brokers import AmqttBroker, local_broker
 from netq.transports.mqtt import link_statistics
 from netq_testing import wait_for
+from transports.brokers_testing import crash_and_restart
 from transports.mqtt_testing import MQTTSpec, mosquitto_missing
 
 T = 30  # seconds: generous bound for one step on a loaded machine
@@ -201,12 +202,7 @@ def test_rabbitmq_node_killed_and_restarted_loses_nothing(rabbitmq):
             fleet.start_client()
         fleet.round_trips()
 
-        def crash() -> None:
-            node.kill()
-            node.start_process()
-            node.wait_ready()
-
-        fleet.traffic(200, disrupt=crash)
+        fleet.traffic(200, disrupt=lambda: crash_and_restart(node))
         fleet.round_trips()
     finally:
         fleet.close()
@@ -233,12 +229,7 @@ def test_rabbitmq_cluster_server_on_one_node_clients_on_the_other(rabbitmq_clust
             fleet.traffic(100)
             return
 
-        def crash() -> None:
-            node_b.kill()
-            node_b.start_process()
-            node_b.wait_ready()
-
-        fleet.traffic(200, disrupt=crash)
+        fleet.traffic(200, disrupt=lambda: crash_and_restart(node_b))
         fleet.round_trips()
         assert rabbitmq_cluster.running_nodes() == sorted(n.name for n in rabbitmq_cluster.nodes)
     finally:

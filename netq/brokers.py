@@ -38,7 +38,8 @@ from pathlib import Path
 from .exceptions import BrokerUnavailable
 from .options import NetworkLocation
 
-__all__ = ("LocalBroker", "local_broker", "broker", "environment_broker", "find_mosquitto",
+__all__ = ("LocalBroker", "local_broker", "AmqttBroker", "RabbitMQCluster", "RabbitMQNode",
+           "find_rabbitmq", "broker", "environment_broker", "find_mosquitto",
            "BROKER_VARIABLE", "INSTALL_HINT")
 
 BROKER_VARIABLE = "NETQ_MQTT_BROKER"  # "host:port" of a running broker (binder/start sets it)
@@ -77,6 +78,8 @@ class LocalBroker:
     certificates) make the listener TLS-only. ``extra`` lines go into the configuration
     verbatim. ``port=0`` picks a free port; :meth:`restart` keeps the same one.
     """
+
+    kind = "mosquitto"
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
                  max_inflight_messages: int | None = None,
@@ -127,6 +130,10 @@ class LocalBroker:
     def log_path(self) -> Path:
         return self.directory / "mosquitto.log"
 
+    def command(self) -> list[str]:
+        """The broker's command line."""
+        return [self.binary, "-c", str(self.config_path)]
+
     def config(self) -> str:
         """The configuration file's text."""
         # Run as whoever we are: started as root, mosquitto would switch to the "mosquitto"
@@ -165,15 +172,15 @@ class LocalBroker:
             self.config_path.write_text(self.config())
             with open(self.log_path, "ab") as log:
                 self.process = subprocess.Popen(
-                    [self.binary, "-c", str(self.config_path)], stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=log, start_new_session=True)
+                    self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    start_new_session=True)
             if self._wait_listening():
                 return self
             self._reap()
             if fixed_port:
                 break  # the port is taken (or the config is wrong): trying again won't help
         raise BrokerUnavailable(
-            f"mosquitto did not start listening on {self.host}:{self.port}; "
+            f"{self.kind} did not start listening on {self.host}:{self.port}; "
             f"log {self.log_path}:\n{self._log_tail()}")
 
     def _wait_listening(self) -> bool:
@@ -242,7 +249,7 @@ class LocalBroker:
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.pid is not None else "stopped"
-        return f"<LocalBroker mosquitto {self.host}:{self.port} {state}>"
+        return f"<{type(self).__name__} {self.kind} {self.host}:{self.port} {state}>"
 
 
 def local_broker(**settings) -> LocalBroker:
@@ -280,3 +287,350 @@ def broker(**settings) -> Iterator[NetworkLocation]:
         return
     with local_broker(**settings) as private:
         yield private.netloc
+
+
+# ====================================================================== RabbitMQ
+
+RABBITMQ_HINT = ("install RabbitMQ: `sudo apt-get install -y rabbitmq-server` (Debian/Ubuntu; "
+                 "the rabbitmq_mqtt plugin ships with it)")
+_RABBITMQ_SEARCH = ("/usr/lib/rabbitmq/bin/rabbitmq-server", "/usr/sbin/rabbitmq-server",
+                    "/usr/local/sbin/rabbitmq-server", "/opt/homebrew/sbin/rabbitmq-server")
+_RABBITMQ_START_TIMEOUT = 90.0  # seconds a node gets to open its MQTT listener (~12 s idle)
+
+
+def find_rabbitmq() -> tuple[str, str, str]:
+    """``(rabbitmq-server, rabbitmqctl, epmd)`` executables, or :class:`BrokerUnavailable`.
+
+    The script under ``/usr/lib/rabbitmq/bin`` comes first: ``/usr/sbin/rabbitmq-server`` is a
+    wrapper that switches to the ``rabbitmq`` user, which could not read our private
+    directories."""
+    for candidate in _RABBITMQ_SEARCH:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            server = candidate
+            break
+    else:
+        raise BrokerUnavailable(f"rabbitmq-server was not found; {RABBITMQ_HINT}")
+    ctl = os.path.join(os.path.dirname(server), "rabbitmqctl")
+    epmd = shutil.which("epmd") or "/usr/bin/epmd"
+    if not (os.access(ctl, os.X_OK) and os.access(epmd, os.X_OK)):
+        raise BrokerUnavailable(f"rabbitmqctl or Erlang's epmd is missing; {RABBITMQ_HINT}")
+    return server, ctl, epmd
+
+
+class RabbitMQNode:
+    """One RabbitMQ node of a :class:`RabbitMQCluster`: its name, ports and data directory."""
+
+    def __init__(self, cluster: RabbitMQCluster, index: int) -> None:
+        self.cluster = cluster
+        self.index = index
+        self.name = f"netq{cluster.tag}n{index}@localhost"
+        host = cluster.host
+        self.mqtt_port = _free_port(host)
+        self.amqp_port = _free_port(host)
+        self.dist_port = _free_port(host)
+        self.directory = cluster.directory / f"node{index}"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def netloc(self) -> NetworkLocation:
+        """The node's MQTT listener (``path`` unset: the default service)."""
+        return NetworkLocation(self.cluster.host, self.mqtt_port)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "stdout.log"
+
+    def config(self) -> str:
+        host = self.cluster.host
+        lines = [f"listeners.tcp.default = {host}:{self.amqp_port}",
+                 f"mqtt.listeners.tcp.default = {host}:{self.mqtt_port}",
+                 "mqtt.allow_anonymous = true",
+                 # Our messages are small and many: no disk alarm on a nearly full CI disk.
+                 "disk_free_limit.absolute = 50MB",
+                 "vm_memory_high_watermark.relative = 0.2",
+                 "log.console = false", "log.file.level = warning"]
+        if self.index:
+            lines += ["cluster_formation.peer_discovery_backend = classic_config",
+                      f"cluster_formation.classic_config.nodes.1 = {self.cluster.nodes[0].name}"]
+        return "\n".join(lines) + "\n"
+
+    def environment(self) -> dict[str, str]:
+        cluster = self.cluster
+        environment = dict(os.environ)
+        environment.update({
+            "HOME": str(cluster.home), "ERL_EPMD_PORT": str(cluster.epmd_port),
+            "ERL_EPMD_ADDRESS": cluster.host,
+            "RABBITMQ_NODENAME": self.name, "RABBITMQ_USE_LONGNAME": "false",
+            "RABBITMQ_NODE_IP_ADDRESS": cluster.host,
+            "RABBITMQ_NODE_PORT": str(self.amqp_port), "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(self.directory / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(self.directory / "log"),
+            "RABBITMQ_CONFIG_FILE": str(self.directory / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.directory / "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": str(self.directory / "rabbitmq-env.conf"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.directory / "enabled_plugins"),
+            "RABBITMQ_PID_FILE": str(self.directory / "rabbitmq.pid"),
+            # epmd is ours (RabbitMQCluster), stopped by its pid: the node must not start one.
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-start_epmd false",
+            "RABBITMQ_CTL_ERL_ARGS": "-start_epmd false",
+        })
+        return environment
+
+    def start_process(self) -> None:
+        """Launch the node (returns at once; :meth:`wait_ready` waits for MQTT)."""
+        if self.process is not None and self.process.poll() is None:
+            return
+        for sub in ("mnesia", "log"):
+            (self.directory / sub).mkdir(parents=True, exist_ok=True)
+        (self.directory / "rabbitmq.conf").write_text(self.config())
+        (self.directory / "advanced.config").write_text("[].\n")
+        (self.directory / "rabbitmq-env.conf").write_text("")
+        (self.directory / "enabled_plugins").write_text("[rabbitmq_mqtt].\n")
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [self.cluster.binaries[0]], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                env=self.environment(), start_new_session=True)
+
+    def wait_ready(self, timeout: float = _RABBITMQ_START_TIMEOUT) -> None:
+        """Wait until the MQTT listener accepts connections, or raise BrokerUnavailable."""
+        process = self.process
+        assert process is not None  # start_process() has launched it
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                break
+            try:
+                with socket.create_connection((self.cluster.host, self.mqtt_port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise BrokerUnavailable(
+            f"RabbitMQ node {self.name} did not open MQTT on {self.cluster.host}:"
+            f"{self.mqtt_port} within {timeout:g} s; log {self.log_path}:\n{self._log_tail()}")
+
+    def _log_tail(self) -> str:
+        texts = []
+        for path in (self.log_path, *sorted((self.directory / "log").glob("*.log"))):
+            try:
+                texts.append(path.read_text(errors="replace")[-1500:])
+            except OSError:
+                pass
+        return "\n".join(texts)
+
+    def stop(self) -> None:
+        """Stop the node by its pid (SIGTERM: a clean shutdown; SIGKILL after 30 s) and every
+        process it started (its process group: erl_child_setup, inet_gethost)."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            try:
+                os.kill(process.pid, signal.SIGTERM)
+                process.wait(30.0)
+            except subprocess.TimeoutExpired:
+                pass
+            except ProcessLookupError:
+                pass
+        _kill_group(process)
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL the node and its helpers (a crash)."""
+        if self.process is not None:
+            _kill_group(self.process)
+        self.process = None
+
+    def restart(self) -> None:
+        """Stop the node, start it again with the same name, ports and data; wait for MQTT."""
+        self.stop()
+        self.start_process()
+        self.wait_ready()
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.pid is not None else "stopped"
+        return f"<RabbitMQNode {self.name} mqtt {self.cluster.host}:{self.mqtt_port} {state}>"
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL the process group a broker was started in (start_new_session), reap its leader
+    and wait until the rest of the group is gone too (RabbitMQ's Erlang VM is a child of the
+    leader script: until it is gone it holds the node's name and ports)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+    deadline = time.monotonic() + _STOP_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.02)
+
+
+class RabbitMQCluster:
+    """Private RabbitMQ nodes with the MQTT plugin, on loopback, started concurrently; the
+    nodes after the first join it (``classic_config`` peer discovery). One node is a cluster
+    of one: ``RabbitMQCluster(1).start().nodes[0].netloc``.
+
+    Everything is private: an ``epmd`` on a free port (started and stopped by its pid), a HOME
+    with its own ``.erlang.cookie``, per node a name, AMQP/MQTT/distribution ports on
+    ``host`` only, and its data and logs under ``directory`` (removed by :meth:`close`).
+    Starting takes about 12 s per node on an idle machine (nodes start in parallel).
+
+    RabbitMQ 3.10 caveat: the first node of a cluster, killed with SIGKILL, does not come back
+    (its MQTT plugin fails to restart its Raft member: ``badrpc, nodedown``); the other nodes,
+    and a node of a cluster of one, do.
+    """
+
+    def __init__(self, size: int = 1, *, host: str = "127.0.0.1",
+                 directory: str | os.PathLike | None = None) -> None:
+        if size < 1:
+            raise ValueError("a cluster has at least one node")
+        self.binaries = find_rabbitmq()
+        self.host = host
+        self.tag = os.urandom(3).hex()
+        self._own_directory = directory is None
+        self.directory = Path(directory if directory is not None
+                              else tempfile.mkdtemp(prefix="netq-rabbitmq-"))
+        self.home = self.directory / "home"
+        self.home.mkdir(parents=True, exist_ok=True)
+        cookie = self.home / ".erlang.cookie"
+        cookie.write_text(os.urandom(16).hex().upper())
+        cookie.chmod(0o400)
+        self.epmd_port = _free_port(host)
+        self.epmd: subprocess.Popen | None = None
+        self.nodes = [RabbitMQNode(self, index) for index in range(size)]
+
+    def start(self) -> RabbitMQCluster:
+        """Start epmd and every node at once; wait until each one's MQTT listener is up."""
+        self.launch()
+        return self.wait_ready()
+
+    def launch(self) -> RabbitMQCluster:
+        """Start epmd and every node's process, without waiting for them (see
+        :meth:`wait_ready`): clusters launched one after the other start in parallel."""
+        try:
+            if self.epmd is None:
+                environment = dict(os.environ, ERL_EPMD_ADDRESS=self.host, HOME=str(self.home))
+                self.epmd = subprocess.Popen(
+                    [self.binaries[2], "-port", str(self.epmd_port)], env=environment,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, start_new_session=True)
+                self._wait_epmd()
+            for node in self.nodes:
+                node.start_process()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self) -> RabbitMQCluster:
+        """Wait until every node's MQTT listener is up (BrokerUnavailable, all stopped, if
+        one does not come up)."""
+        try:
+            for node in self.nodes:
+                node.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_epmd(self) -> None:
+        deadline = time.monotonic() + _START_TIMEOUT
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((self.host, self.epmd_port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        raise BrokerUnavailable(f"epmd did not listen on {self.host}:{self.epmd_port}")
+
+    def ctl(self, node: RabbitMQNode, *arguments: str, timeout: float = 60.0) -> str:
+        """Run ``rabbitmqctl -n <node> ...`` against one of our nodes; its output."""
+        result = subprocess.run([self.binaries[1], "-n", node.name, *arguments],
+                                env=node.environment(), capture_output=True, text=True,
+                                timeout=timeout, stdin=subprocess.DEVNULL)
+        if result.returncode:
+            raise BrokerUnavailable(f"rabbitmqctl {' '.join(arguments)} on {node.name} "
+                                    f"failed: {result.stderr or result.stdout}")
+        return result.stdout
+
+    def running_nodes(self) -> list[str]:
+        """The names of the cluster's running nodes, as the first node sees them."""
+        text = self.ctl(self.nodes[0], "eval", "rabbit_nodes:all_running().")
+        return sorted(name.strip(" '\n") for name in text.strip().strip("[]").split(","))
+
+    def stop(self) -> None:
+        """Stop every node, then epmd, by their pids (idempotent)."""
+        for node in self.nodes:
+            node.stop()
+        if self.epmd is not None:
+            _kill_group(self.epmd)
+            self.epmd = None
+
+    def close(self) -> None:
+        """Stop everything and remove the private directory."""
+        self.stop()
+        if self._own_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> RabbitMQCluster:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+# ====================================================================== amqtt
+
+AMQTT_VERSION = "0.12.1"  # the amqtt release netq is tested with (MQTT 3.1.1 only)
+
+
+class AmqttBroker(LocalBroker):
+    """A private amqtt broker (pure Python, MQTT 3.1.1 only) on a free loopback port.
+
+    ``binary`` is the ``amqtt`` script of an environment that has ``amqtt`` installed: keep it
+    in a virtual environment of its own (its dependency pins are not netq's), e.g.
+    ``python -m venv /tmp/amqtt && /tmp/amqtt/bin/pip install amqtt==0.12.1`` and
+    ``AmqttBroker(binary="/tmp/amqtt/bin/amqtt")``. Started, stopped, killed and restarted as
+    :class:`LocalBroker`; its log goes to ``<directory>/amqtt.log``.
+    """
+
+    kind = "amqtt"
+
+    def __init__(self, *, binary: str | os.PathLike, host: str = "127.0.0.1", port: int = 0,
+                 directory: str | os.PathLike | None = None) -> None:
+        if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+            raise BrokerUnavailable(f"no amqtt executable at {os.fspath(binary)}; install it "
+                                    f"with `pip install amqtt=={AMQTT_VERSION}` in a venv of "
+                                    f"its own")
+        self.binary = os.fspath(binary)
+        self.host = host
+        self.port = port
+        self._own_directory = directory is None
+        self.directory = Path(directory if directory is not None
+                              else tempfile.mkdtemp(prefix="netq-amqtt-"))
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.process = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "amqtt.yaml"
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "amqtt.log"
+
+    def command(self) -> list[str]:
+        return [self.binary, "-c", str(self.config_path)]
+
+    def config(self) -> str:
+        return (f"listeners:\n  default:\n    type: tcp\n    bind: {self.host}:{self.port}\n"
+                "plugins:\n  amqtt.plugins.authentication.AnonymousAuthPlugin:\n"
+                "    allow_anonymous: true\n")

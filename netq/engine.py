@@ -404,16 +404,23 @@ class SessionEngine:
 
     def explain_unreachable(self, now: float) -> str:
         """Client: what connecting to the server has run into so far (counts that are true:
-        attempts started, the one under way and how far it got, the last failure's reason)."""
-        where = str(self.options.netloc)
+        attempts started, the one under way and how far it got, the last failure's reason),
+        in the transport's own terms where it has them (an MQTT broker without a live server)."""
+        where = self.transport.connect_target()
         since = self._unreachable_since or now
         attempts = self._connect_attempts
+        failures = self._connect_failures
         started = self._attempt_started_at
-        if started is not None:
+        state = self.transport.connect_state()
+        if state is not None:
+            progress = state
+            if failures:
+                progress += (f"; {failures} attempt{'s' if failures > 1 else ''} failed, the "
+                             f"last with: {self.connect_error or 'no reason given'}")
+        elif started is not None:
             stage = ("connected, the netq handshake is not finished yet"
                      if self._attempt_reached_server else "TCP connect not completed yet")
             progress = f"attempt {attempts} in progress for {now - started:.0f} s: {stage}"
-            failures = self._connect_failures
             if failures:
                 progress += (f"; {failures} failed before it, the last with: "
                              f"{self.connect_error}")
@@ -763,7 +770,7 @@ class SessionEngine:
                 waited = now - self._unreachable_since
                 if self._unreachable_warned_at is not None:
                     LOGGER.info("netq client: connected to %s after %.0f s",
-                                self.options.netloc, waited)
+                                self.transport.connect_target(), waited)
                 self._unreachable_since = None
                 self._unreachable_warned_at = None
                 self.connect_error = ""

@@ -254,10 +254,14 @@ class MQTTOptions:
                       sequence numbers and acks catch what a broker drops anyway).
     keepalive         MQTT keepalive; the broker publishes our Last Will 1.5x this after it
                       loses us without a DISCONNECT.
-    protocol_version  5 (MQTT 5: the broker's Maximum Packet Size is read from CONNACK) or 4
-                      (MQTT 3.1.1: set ``max_packet_size`` if the broker limits packets).
+    protocol_version  None (default: MQTT 5 first; MQTT 3.1.1 when the broker refuses it, closes
+                      the connection or does not answer CONNECT within 3 s, said at INFO), 5
+                      (MQTT 5 only: the broker's Maximum Packet Size is read from CONNACK) or
+                      4 (MQTT 3.1.1 only).
     max_packet_size   a cap on each MQTT packet we publish (None: the broker's CONNACK limit
-                      on MQTT 5, else unlimited); chunks are cut to fit under it.
+                      on MQTT 5; on 3.1.1 unlimited until the broker drops the connection with
+                      a large publish unacknowledged: then packets are cut to half that size,
+                      with a WARNING); chunks are cut to fit under it.
     window_packets    link packets a sender may have unacknowledged in the broker at once, to
                       start with (it adapts: +1 per clean window, halved when the broker
                       drops one), between 2 and ``window_packets_max``.
@@ -270,7 +274,7 @@ class MQTTOptions:
     prefix: str = "netq"
     qos: int = 1
     keepalive: int = 10
-    protocol_version: int = 5
+    protocol_version: int | None = None
     max_packet_size: int | None = None
     window_packets: int = 64
     window_packets_max: int = 512
@@ -282,8 +286,9 @@ class MQTTOptions:
     def __post_init__(self) -> None:
         if self.qos not in (0, 1, 2):
             raise ValueError("qos must be 0, 1 or 2")
-        if self.protocol_version not in (4, 5):
-            raise ValueError("protocol_version must be 4 (MQTT 3.1.1) or 5")
+        if self.protocol_version not in (None, 4, 5):
+            raise ValueError("protocol_version must be None (try 5, then 3.1.1), "
+                             "4 (MQTT 3.1.1) or 5")
         if not self.prefix or any(c in self.prefix for c in "#+"):
             raise ValueError("prefix must be a non-empty topic without wildcards")
         if self.max_packet_size is not None and self.max_packet_size < 4096:

@@ -34,6 +34,13 @@ import pytest
 
 import netq as nq
 from harness import Env, Harness, SocketSpec, TLSFiles, TransportSpec
+from transports.brokers_testing import (  # noqa: F401 - session broker fixtures
+    RabbitMQSpec,
+    amqtt_binary,
+    rabbitmq,
+    rabbitmq_brokers,
+    rabbitmq_cluster,
+)
 from transports.grpc_testing import GRPCSpec
 from transports.mqtt_testing import MQTTSpec, mqtt_broker  # noqa: F401 - the session broker fixture
 
@@ -170,7 +177,7 @@ TRANSPORTS: dict[str, TransportSpec] = {
     "tls": SocketSpec("tls", nq.Protocol.TCP, host="127.0.0.1", tls=True),
     "unix": SocketSpec("unix", nq.Protocol.UNIX),
     "tcp6": SocketSpec("tcp6", nq.Protocol.TCP, host="::1"),
-    "mqtt": MQTTSpec(),
+    "mqtt": MQTTSpec(), "mqtt-rabbitmq": RabbitMQSpec(),
     "grpc": GRPCSpec("grpc"), "grpc-tls": GRPCSpec("grpc-tls", tls=True),
 }
 

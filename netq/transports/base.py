@@ -131,6 +131,17 @@ class Transport:
             target=self._run,
             name=f"netq-io-{engine.purpose.value}-{str(engine.id)[:8]}", daemon=True)
 
+    # ----------------------------------------------------------------- diagnostics
+
+    def connect_target(self) -> str:
+        """Client: where connection attempts go, in this transport's terms (for messages)."""
+        return str(self._options.netloc)
+
+    def connect_state(self) -> str | None:
+        """Client: what stands between us and the server right now, when the transport knows
+        more than the last failed attempt says (a broker between us, say); None otherwise."""
+        return None
+
     # ----------------------------------------------------------------- subclass hooks
 
     def _wait(self, timeout: float) -> None:

@@ -59,6 +59,12 @@ class MemoryTransport:
     def abort(self) -> None:
         pass
 
+    def connect_target(self) -> str:
+        return str(self.engine.options.netloc)
+
+    def connect_state(self) -> str | None:
+        return None
+
     def join(self) -> None:
         pass
 

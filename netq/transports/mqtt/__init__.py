@@ -7,7 +7,13 @@ default ``netq``)::
     <base>/c2s/<client-id>             client -> server link packets (server subscribes c2s/+)
     <base>/s2c/<client-id>             server -> client link packets
     <base>/status/<client-id>/<inst>   retained "online"; Last Will: empty retained (= offline)
-    <base>/status/server/<inst>        retained "online <server-id>"; Last Will: empty retained
+    <base>/status/server/<inst>        retained "online <server-id>" (a hint), then "live
+                                       <server-id>" (never retained; every 10 s and on each
+                                       question); Last Will: empty retained
+    <base>/who                         a client asks for the live server (see presence.py)
+
+netq speaks MQTT 5 and falls back to MQTT 3.1.1 by itself (``MQTTOptions.protocol_version``
+None) when a broker refuses MQTT 5, closes without a CONNACK or does not answer in 3 s.
 
 ``<inst>`` names one broker connection (8 hex digits, new on every reconnect), so a late Last
 Will of an old connection never ends a newer one; an empty retained payload both announces

@@ -59,7 +59,7 @@ class Channel:
 
     __slots__ = ("cid", "epoch", "state", "topic_out", "link", "closed", "peer_closed",
                  "wants_wake", "published_seq", "last_probe", "servers", "ack_due",
-                 "hold_until")
+                 "hold_until", "server_id")
 
     def __init__(self, cid: str, epoch: int, state: LinkState, topic_out: str) -> None:
         self.cid = cid
@@ -75,6 +75,7 @@ class Channel:
         self.servers: frozenset[int] = frozenset()  # client: server instances online at open
         self.ack_due = False  # the peer asked for an ack that no packet has carried yet
         self.hold_until = 0.0  # a lone netq ACK/CREDIT waits until then for company
+        self.server_id = ""  # client: the id the server announced (before its HELLO names it)
 
     @property
     def instance(self) -> int:
@@ -212,8 +213,16 @@ class ChannelTableMixin(MQTTShared):
             self.channel_closed(channel.link, error)
 
     def _peer(self, channel: Channel) -> Any:
+        """The peer's id for errors about this link: from its HELLO, else from the topic
+        (server) or the server's announcement (client). Never None, which would read as
+        "this communicator is closed"."""
         link = channel.link
-        return link.peer_id if link is not None else None
+        if link is not None and link.peer_id is not None:
+            return link.peer_id
+        try:
+            return uuid.UUID(channel.cid if self._is_server else channel.server_id)
+        except ValueError:
+            return uuid.UUID(int=0)
 
     def _all_channels(self) -> list[Channel]:
         """Every live channel, the client's current one included (``_lock`` held)."""
@@ -295,6 +304,7 @@ class ChannelTableMixin(MQTTShared):
             channel = Channel(self._my_cid, epoch, LinkState(epoch, window),
                                f"{self._c2s}{self._my_cid}")
             channel.servers = frozenset(self._servers)
+            channel.server_id = next(iter(self._servers.values()), "")
             self._current = channel
         netloc = self._options.netloc
         channel.link = self.channel_opened(channel, f"mqtt://{netloc.host}:{netloc.port}/{self._base}")

@@ -10,10 +10,12 @@ attributes and helpers (``_in_packet``, ``_out_packet``, ``_out_messages``,
 ``_packet_handle``, ``_do_on_publish``, ``_handle_on_message``, ``_send_puback``, ``_sock``,
 ``_sockpairW``, ``_thread``, ``_state``, ``_protocol``, ``_manual_ack``, ``_msgtime_mutex``,
 ``_last_msg_out``, ``_last_bytes_received``, ``_call_socket_register_write``); :func:`stop` calls
-``_reset_sockets``. None of these is paho's public contract: before moving the pin, check them
-against the new paho (``tests/transports/test_mqtt.py`` and the conformance suite exercise every
-path). ``_reset_sockets`` has no public equivalent (without it paho's wake-up socketpair stays
-open after ``loop_stop``).
+``_reset_sockets``; :func:`use_mqtt311` sets ``_protocol`` and ``_clean_session`` (the fallback
+from MQTT 5), :func:`drop_connection` calls ``_sock_close`` and :func:`forget_publishes`
+empties ``_out_messages``. None of these is paho's public contract: before moving the pin,
+check them against the new paho (``tests/transports/test_mqtt.py`` and the conformance suite
+exercise every path). ``_reset_sockets`` has no public equivalent (without it paho's wake-up
+socketpair stays open after ``loop_stop``).
 
 Everything else here is public paho API: :func:`new_client` builds the client from netq's
 options (MQTT 5 or 3.1.1, no paho-side flow control, reconnect backoff, credentials, TLS) and
@@ -42,7 +44,8 @@ from ...protocol.connection import Buffer
 if TYPE_CHECKING:
     from ...options import CommunicatorOptions
 
-__all__ = ("Gather", "PahoClient", "new_client", "on_socket_open", "stop", "ZERO_COPY_FROM")
+__all__ = ("Gather", "PahoClient", "new_client", "on_socket_open", "stop", "ZERO_COPY_FROM",
+           "use_mqtt311", "drop_connection", "forget_publishes", "speaks_mqtt5")
 
 ZERO_COPY_FROM = 64 * 1024  # packets at least this large skip paho's copying paths
 _IOV_MAX = 1024  # buffers per sendmsg (Linux UIO_MAXIOV); the rest goes in the next call
@@ -394,7 +397,7 @@ def new_client(options: CommunicatorOptions, client_id: str) -> PahoClient:
     """A paho client set up from ``options`` (a :class:`netq.CommunicatorOptions`); the
     transport adds its callbacks, its timer and its Last Will."""
     mqtt = options.mqtt
-    if mqtt.protocol_version == 5:
+    if mqtt.protocol_version != 4:  # 5, or None: MQTT 5 first (see use_mqtt311)
         client = PahoClient(CallbackAPIVersion.VERSION2, client_id=client_id,
                             protocol=paho.MQTTv5)
     else:
@@ -438,3 +441,39 @@ def stop(client: PahoClient) -> None:
     client.disconnect()
     client.loop_stop()
     client._reset_sockets()  # paho keeps its wake-up socketpair open after loop_stop
+
+
+def speaks_mqtt5(client: PahoClient) -> bool:
+    """The client's next CONNECT (or its current session) is MQTT 5."""
+    return client._protocol == paho.MQTTv5
+
+
+def use_mqtt311(client: PahoClient) -> None:
+    """Speak MQTT 3.1.1 from the next CONNECT on (a fresh session each time, as netq's MQTT 5
+    connections have): for brokers that do not answer an MQTT 5 CONNECT. paho fixes the
+    protocol in its constructor; switching in place keeps the client, its callbacks, its Will
+    and its thread."""
+    client._protocol = paho.MQTTv311
+    client._clean_session = True
+
+
+def drop_connection(client: PahoClient) -> None:
+    """Close the broker socket (paho's thread only, e.g. from the ``tick`` timer): paho's
+    loop finds it gone and reconnects after its backoff, as after a broken connection."""
+    client._sock_close()
+
+
+def forget_publishes(client: PahoClient) -> int:
+    """Forget every publish paho still holds unacknowledged (it would resend them after a
+    reconnect); returns the largest payload among them (0 if none), in bytes.
+
+    netq ends every link when the broker connection drops and resends what matters on new
+    links, so these resends are useless at best; at worst a publish the broker cannot take
+    (over its packet limit) would end every new connection again."""
+    largest = 0
+    with client._out_message_mutex:
+        for message in client._out_messages.values():
+            largest = max(largest, len(message.payload))
+        client._out_messages.clear()
+        client._inflight_messages = 0
+    return largest

@@ -41,7 +41,12 @@ class MQTTShared(PacketTransport):
     _current: Channel | None
     _windows: dict[str, Window]
     _connected: bool
-    _servers: dict[int, str]
+    _servers: dict[int, str]  # client: live server instances -> their ids
+    _hints: dict[int, float]  # client: retained "online" not yet confirmed -> first seen
+    _announced_at: float
+    _asked_at: float
+    _server_seen_at: float
+    _broker_ready_at: float
     _attempt_pending: bool
     _acks_due: bool
     _last_tick: float

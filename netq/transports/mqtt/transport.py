@@ -34,13 +34,13 @@ import time
 import paho.mqtt.client as paho
 
 from ...brokers import INSTALL_HINT
-from ...exceptions import BrokerUnavailable, ConnectionLost
+from ...exceptions import BrokerUnavailable, ConnectionLost, RemoteProtocolError
 from ..packets import PACKET_SIZE, PacketTransport, next_packet
 from . import paho_adapter
 from .channels import Channel, ChannelTableMixin
 from .link import HEADER_SIZE, Kind, Window, parse_header
 from .paho_adapter import ZERO_COPY_FROM, PahoClient, new_client
-from .presence import SERVER, PresenceMixin, new_instance
+from .presence import QUERY, PresenceMixin, new_instance
 
 __all__ = ("MQTTTransport", "link_statistics")
 
@@ -48,6 +48,15 @@ LOGGER = logging.getLogger("netq")
 _MQTT_OVERHEAD = 64  # fixed header, packet id, property lengths: a generous upper bound
 _OPEN, _DATA = int(Kind.OPEN), int(Kind.DATA)
 _ACK_DELAY = 0.001  # seconds a lone netq ACK/CREDIT waits for a reply to share its publish
+# Seconds a broker gets to answer our CONNECT: past it, an MQTT 5 CONNECT is taken as not
+# understood (amqtt 0.12 never answers one that carries a Will) and we try MQTT 3.1.1.
+_CONNACK_TIMEOUT = 3.0
+_PRESENCE_TICK = 0.2  # seconds between presence checks on paho's thread
+_SMALLEST_CUT = 4 * 1024  # bytes: packets are never cut below this when the broker drops us
+_QUICK_DROP = 5.0  # seconds: a drop this soon after connecting, twice, is the packet's fault
+# MQTT 5 CONNACK reason codes (and a 3.1.1 "unacceptable protocol version", 1, read as one)
+# that mean "speak another protocol": unspecified, malformed, protocol error, unsupported.
+_PROTOCOL_REFUSALS = frozenset({0x01, 0x80, 0x81, 0x82, 0x84})
 
 
 class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
@@ -75,6 +84,7 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         self._c2s = f"{self._base}/c2s/"
         self._s2c = f"{self._base}/s2c/"
         self._status = f"{self._base}/status/"
+        self._query_topic = f"{self._base}/{QUERY}"
         self._is_server = engine.purpose.value == "server"
         self._my_cid = str(options.id)
         self._lock = threading.Lock()  # channels, readiness, pending attempts
@@ -82,9 +92,22 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         self._current: Channel | None = None  # client: the live channel
         self._windows: dict[str, Window] = {}  # per client id: survives links
         self._connected = False  # broker CONNACK ok and subscriptions granted
-        self._connect_error: str | None = None
         self._ready_event = threading.Event()
-        self._servers: dict[int, str] = {}  # client: server instance -> its id, online
+        self._servers: dict[int, str] = {}  # client: live server instance -> its id
+        self._hints: dict[int, float] = {}  # client: retained "online" instance -> first seen
+        self._announced_at = 0.0  # server: our last "live"
+        self._asked_at = 0.0  # client: our last question on <base>/who
+        self._server_seen_at = 0.0
+        self._broker_ready_at = time.monotonic()
+        # What the broker connection runs into (None: nothing yet, or connected), in words
+        # for the engine's "not connected" explanations.
+        self._broker_problem: str | None = None
+        self._tcp_accepted = False  # some broker accepted our TCP connection at least once
+        self._socket_opened_at: float | None = None  # a CONNECT awaits its CONNACK since then
+        self._presence_checked_at = 0.0
+        self._auto_protocol = mqtt.protocol_version is None
+        self._learned_max_packet: int | None = None  # 3.1.1: cut after the broker dropped us
+        self._large_drop = 0  # the largest publish unacknowledged at the last broker drop
         self._attempt_pending = False
         self._acks_due = False
         self._held: set = set()  # links whose lone ACK/CREDIT output waits (I/O thread)
@@ -110,7 +133,8 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         role = "s" if self._is_server else "c"
         client_id = f"netq-{role}-{str(options.id)[:8]}-{os.urandom(4).hex()}"
         client = new_client(options, client_id)
-        client.tick = self._tick
+        client.tick = self._carrier_tick
+        client.on_socket_open = self._on_socket_open
         client.on_connect = self._on_connect
         client.on_connect_fail = self._on_connect_fail
         client.on_disconnect = self._on_disconnect
@@ -123,7 +147,7 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         netloc = self._options.netloc
         # MQTT 5: a fresh session on every connect; 3.1.1 ignores it (paho's default).
         clean_start: paho.CleanStartOption = (
-            True if self._mqtt.protocol_version == 5 else paho.MQTT_CLEAN_START_FIRST_ONLY)
+            True if self._mqtt.protocol_version != 4 else paho.MQTT_CLEAN_START_FIRST_ONLY)
         self._client.connect_async(netloc.host, netloc.port, keepalive=self._mqtt.keepalive,
                                    clean_start=clean_start)
         self._client.loop_start()
@@ -134,10 +158,36 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
     # ------------------------------------------------------------------ paho callbacks
     # (paho's thread: only bookkeeping and hand-offs)
 
+    def _broker_name(self) -> str:
+        netloc = self._options.netloc
+        return f"the MQTT broker at {netloc.host}:{netloc.port}"
+
+    def _protocol_name(self) -> str:
+        return "MQTT 5" if paho_adapter.speaks_mqtt5(self._client) else "MQTT 3.1.1"
+
+    def _fall_back(self, why: str) -> bool:
+        """MQTT 5 failed for ``why``: speak 3.1.1 from the next CONNECT on, if we may choose."""
+        if not (self._auto_protocol and paho_adapter.speaks_mqtt5(self._client)):
+            return False
+        paho_adapter.use_mqtt311(self._client)
+        LOGGER.info("netq mqtt %s: %s %s; speaking MQTT 3.1.1 instead (set "
+                    "MQTTOptions(protocol_version=4) to skip trying MQTT 5)",
+                    self.engine.purpose.value, self._broker_name(), why)
+        return True
+
+    def _on_socket_open(self, client, userdata, sock) -> None:
+        paho_adapter.on_socket_open(client, userdata, sock)
+        self._tcp_accepted = True
+        self._socket_opened_at = time.monotonic()
+
     def _on_connect(self, client, userdata, flags, reason_code, properties) -> None:
+        self._socket_opened_at = None
         if reason_code.is_failure:
-            self._connect_error = f"the broker refused us: {reason_code}"
-            LOGGER.warning("netq mqtt: %s", self._connect_error)
+            if reason_code.value in _PROTOCOL_REFUSALS and self._fall_back(
+                    f"refused MQTT 5 ({reason_code})"):
+                return
+            self._broker_problem = f"{self._broker_name()} refused us: {reason_code}"
+            LOGGER.warning("netq mqtt: %s", self._broker_problem)
             return
         self.counters["broker_connects"] += 1
         limit = None
@@ -145,24 +195,25 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
             limit = properties.MaximumPacketSize
         self._broker_max_packet = limit
         qos = self._mqtt.qos
-        if self._is_server:
-            topics = [(f"{self._c2s}+", qos), (f"{self._status}+/+", qos)]
-        else:
-            topics = [(f"{self._s2c}{self._my_cid}", qos), (f"{self._status}{SERVER}/+", qos)]
-        client.subscribe(topics)
+        link_topic = f"{self._c2s}+" if self._is_server else f"{self._s2c}{self._my_cid}"
+        client.subscribe([(topic, qos) for topic in (link_topic, *self._presence_topics())])
 
     def _on_connect_fail(self, client, userdata) -> None:
-        self._connect_error = "could not reach the broker"
+        self._socket_opened_at = None
+        self._broker_problem = (f"no MQTT broker at {self._options.netloc.host}:"
+                                f"{self._options.netloc.port} (nothing accepts the connection)")
 
     def _on_subscribe(self, client, userdata, mid, reason_codes, properties) -> None:
         if any(code.is_failure for code in reason_codes):
-            self._connect_error = f"the broker refused our subscriptions: {reason_codes}"
-            LOGGER.warning("netq mqtt: %s", self._connect_error)
+            self._broker_problem = (f"{self._broker_name()} refused our subscriptions: "
+                                    f"{reason_codes}")
+            LOGGER.warning("netq mqtt: %s", self._broker_problem)
             return
-        self._announce(client)
         with self._lock:
             self._connected = True
-            self._connect_error = None
+            self._broker_problem = None
+            self._broker_ready_at = time.monotonic()
+        self._announce(client)
         self._ready_event.set()
         self._maybe_open()
 
@@ -171,24 +222,90 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
             was_connected = self._connected
             self._connected = False
             self._servers.clear()
+            self._hints.clear()
             channels = self._all_channels()
+        unanswered = self._socket_opened_at is not None
+        self._socket_opened_at = None
+        # Every link ends below; what paho would resend belongs to them.
+        largest = paho_adapter.forget_publishes(client)
         if was_connected:
             self.counters["broker_disconnects"] += 1
         if not self._stopped:
             self._next_instance(client)
-            if was_connected:
+            if unanswered:
+                protocol = self._protocol_name()
+                if not self._fall_back("closed the connection without answering an MQTT 5 "
+                                       "CONNECT"):
+                    self._broker_problem = (
+                        f"{self._broker_name()} closed the connection without answering "
+                        f"CONNECT ({protocol}"
+                        + (" unsupported?)" if protocol == "MQTT 5" else ")"))
+            elif was_connected:
+                self._broker_problem = (f"{self._broker_name()} closed the connection "
+                                        f"({reason_code}); reconnecting")
                 LOGGER.info("netq mqtt %s: broker connection lost (%s); reconnecting",
                             self.engine.purpose.value, reason_code)
+                self._maybe_cut_packets(largest)
+            else:
+                self._large_drop = 0
         for channel in channels:
             self._end(channel, ConnectionLost(self._peer(channel),
                                               f"MQTT broker connection lost ({reason_code})"),
                       notify=False)
 
+    def _maybe_cut_packets(self, largest: int) -> None:
+        """MQTT 3.1.1 tells no packet limit: a broker drops a client whose packet is over its
+        limit, and again after each reconnect, as netq resends. Two drops in a row with a
+        large publish unacknowledged, the second within ``_QUICK_DROP`` of connecting (a
+        crashed or restarted broker is not that quick twice): cut packets to half that size
+        (and again on the next such drop), so that a put gets through, not a reconnect loop."""
+        now = time.monotonic()
+        previous = self._large_drop
+        self._large_drop = largest
+        if (paho_adapter.speaks_mqtt5(self._client) or self._mqtt.max_packet_size is not None
+                or largest < 2 * _SMALLEST_CUT or previous < 2 * _SMALLEST_CUT
+                or now - self._broker_ready_at > _QUICK_DROP):
+            return
+        limit = max(_SMALLEST_CUT, min(largest, previous) // 2)
+        learned = self._learned_max_packet
+        if learned is not None and limit >= learned:
+            return
+        self._learned_max_packet = limit
+        LOGGER.log(logging.WARNING if learned is None else logging.INFO,
+                   "netq mqtt %s: %s dropped the connection twice with a %d-byte publish "
+                   "unacknowledged; MQTT 3.1.1 does not tell the broker's packet limit, so "
+                   "packets are now cut to at most %d bytes. Set MQTTOptions(max_packet_size=) "
+                   "to the broker's limit (mosquitto: max_packet_size) to skip this",
+                   self.engine.purpose.value, self._broker_name(), largest, limit)
+
+    def _carrier_tick(self) -> None:
+        """paho's thread, every pass of its loop: the CONNACK deadline, presence, probes."""
+        now = time.monotonic()
+        if now - self._presence_checked_at >= _PRESENCE_TICK:
+            self._presence_checked_at = now
+            opened = self._socket_opened_at
+            if opened is not None and now - opened >= _CONNACK_TIMEOUT:
+                self._socket_opened_at = None
+                protocol = self._protocol_name()
+                self._broker_problem = (
+                    f"{self._broker_name()} did not answer our {protocol} CONNECT within "
+                    f"{_CONNACK_TIMEOUT:g} s" + (" (MQTT 5 unsupported?)"
+                                                 if protocol == "MQTT 5" else ""))
+                if self._fall_back(f"did not answer an MQTT 5 CONNECT within "
+                                   f"{_CONNACK_TIMEOUT:g} s"):
+                    paho_adapter.drop_connection(self._client)
+            elif self._connected and not self._stopped:
+                self._presence_tick(self._client, now)
+        self._tick()
+
     def _on_message(self, client, userdata, message) -> None:
         topic = message.topic
         payload = message.payload
         if topic.startswith(self._status):
-            self._on_status(topic[len(self._status):], payload)
+            self._on_status(client, topic[len(self._status):], bytes(payload))
+            return
+        if self._is_server and topic == self._query_topic:
+            self._on_question(client)
             return
         header = parse_header(payload)
         if header is None:
@@ -267,8 +384,12 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         self.address = f"mqtt://{netloc.host}:{netloc.port}/{self._base}"
         self._broker_connect()
         if not self._ready_event.wait(self._mqtt.connect_timeout):
-            why = self._connect_error or "no answer"
+            why = self._broker_problem or "no answer"
             self._stop_carrier()
+            if self._tcp_accepted:
+                raise RemoteProtocolError(
+                    f"no MQTT session with the broker at {netloc.host}:{netloc.port} within "
+                    f"{self._mqtt.connect_timeout:g} s: {why}")
             raise BrokerUnavailable(
                 f"no MQTT broker at {netloc.host}:{netloc.port} within "
                 f"{self._mqtt.connect_timeout:g} s ({why}); start one with "
@@ -291,7 +412,8 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
 
     def _packet_limit(self, link) -> int:
         limit = min(PACKET_SIZE, self.engine.options.connection.max_size)
-        broker = self._mqtt.max_packet_size or self._broker_max_packet
+        broker = self._mqtt.max_packet_size or self._broker_max_packet \
+            or self._learned_max_packet
         if broker:
             room = broker - HEADER_SIZE - len(link.channel.topic_out) - _MQTT_OVERHEAD
             limit = min(limit, max(room, 1024))
@@ -334,13 +456,31 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
 
     # ================================================================== introspection
 
+    def connect_target(self) -> str:
+        """Client: where our server is looked for (the broker and the topics), for messages."""
+        netloc = self._options.netloc
+        return f"mqtt://{netloc.host}:{netloc.port}/{self._base}"
+
+    def connect_state(self) -> str | None:
+        """Client: why no link is up, in the transport's terms: no broker, a broker that
+        refuses us or our protocol, or a broker with no live server on our topics."""
+        if self._is_server:
+            return None
+        if self._connected:
+            return self._presence_state(time.monotonic())
+        if self._broker_problem is not None:
+            return self._broker_problem
+        return f"no answer yet from {self._broker_name()}"
+
     def link_statistics(self) -> dict:
         """Counters of the link layer (gaps = broker drops detected) and the send windows."""
         with self._lock:
             windows = {cid: (w.packets, w.gaps) for cid, w in self._windows.items()}
             links = len(self._channels) + (self._current is not None)
         return {**self.counters, "links": links, "windows": windows,
-                "broker_max_packet": self._broker_max_packet, "connected": self._connected}
+                "broker_max_packet": self._broker_max_packet,
+                "learned_max_packet": self._learned_max_packet,
+                "protocol": self._protocol_name(), "connected": self._connected}
 
 
 def link_statistics(communicator) -> dict:

@@ -1,0 +1,171 @@
+"""Brokers other than the session mosquitto, for tests/transports/test_mqtt_brokers.py and the
+conformance suite's ``mqtt-rabbitmq`` case.
+
+* ``rabbitmq`` (session): a RabbitMQ node of its own, and ``rabbitmq_cluster`` (session): a
+  2-node cluster (:class:`netq.brokers.RabbitMQCluster`, Debian's ``rabbitmq-server`` with the
+  ``rabbitmq_mqtt`` plugin); all three nodes are launched together on first use (about 15-25 s
+  on this 2-core machine).
+* ``amqtt_binary`` (session): the ``amqtt`` script of a venv of its own (amqtt's pins must not
+  touch netq's environment), made once with ``pip install amqtt==0.12.1`` and cached under
+  ``$NETQ_AMQTT_VENV`` (default ``~/.cache/netq/amqtt-0.12.1``).
+* :class:`RabbitMQSpec`: Protocol.MQTT through the single RabbitMQ node, for the conformance
+  suite.
+
+Each skips with the reason only where the broker cannot be had (not installed, no network for
+pip); a broker that is there but fails to start fails the test.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+import netq as nq
+from netq.brokers import AMQTT_VERSION, RabbitMQCluster, RabbitMQNode, find_rabbitmq
+from netq.exceptions import BrokerUnavailable
+from transports.mqtt_testing import MQTTSpec
+
+AMQTT_VENV_VARIABLE = "NETQ_AMQTT_VENV"
+_PIP_TIMEOUT = 300  # seconds pip gets to install amqtt into its venv (once per machine)
+
+
+def rabbitmq_missing() -> str | None:
+    try:
+        find_rabbitmq()
+    except BrokerUnavailable as error:
+        return str(error)
+    return None
+
+
+class RabbitMQBrokers:
+    """The session's RabbitMQ: a node of its own and a 2-node cluster, launched together."""
+
+    def __init__(self) -> None:
+        self.single = RabbitMQCluster(1)
+        self.cluster = RabbitMQCluster(2)
+
+    def start(self) -> RabbitMQBrokers:
+        try:
+            self.single.launch()
+            self.cluster.launch()
+            self.single.wait_ready()
+            self.cluster.wait_ready()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        self.single.close()
+        self.cluster.close()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_brokers():
+    reason = rabbitmq_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    brokers = RabbitMQBrokers()
+    try:
+        yield brokers.start()
+    finally:
+        brokers.close()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq(rabbitmq_brokers) -> RabbitMQNode:
+    """A RabbitMQ node of its own (a cluster of one) for the whole session."""
+    return rabbitmq_brokers.single.nodes[0]
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_cluster(rabbitmq_brokers) -> RabbitMQCluster:
+    """A 2-node RabbitMQ cluster for the whole session."""
+    return rabbitmq_brokers.cluster
+
+
+_NODE_BACK_WITHIN = 45.0  # seconds a killed RabbitMQ node gets before a second start
+
+
+def crash_and_restart(node: RabbitMQNode) -> None:
+    """SIGKILL a RabbitMQ node and start it again with the same name, ports and data. A
+    cluster node of RabbitMQ 3.10 sometimes does not open its MQTT listener after such a
+    crash (its MQTT plugin's Raft member fails to restart); a second start brings it back."""
+    node.kill()
+    node.start_process()
+    try:
+        node.wait_ready(_NODE_BACK_WITHIN)
+    except BrokerUnavailable:
+        node.stop()
+        node.start_process()
+        node.wait_ready()
+
+
+def amqtt_venv() -> Path:
+    default = Path.home() / ".cache" / "netq" / f"amqtt-{AMQTT_VERSION}"
+    return Path(os.environ.get(AMQTT_VENV_VARIABLE) or default)
+
+
+def ensure_amqtt() -> str:
+    """The path of the ``amqtt`` script, installing it into its own venv first if needed (under
+    a file lock: parallel sessions install it once). Raises RuntimeError saying why not."""
+    venv = amqtt_venv()
+    script = venv / "bin" / "amqtt"
+    marker = venv / f".netq-amqtt-{AMQTT_VERSION}"
+    if marker.exists() and os.access(script, os.X_OK):
+        return str(script)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f".amqtt-{AMQTT_VERSION}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists() and os.access(script, os.X_OK):
+            return str(script)
+        steps = [[sys.executable, "-m", "venv", str(venv)],
+                 [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                  "--disable-pip-version-check", f"amqtt=={AMQTT_VERSION}"]]
+        for step in steps:
+            try:
+                result = subprocess.run(step, capture_output=True, text=True,
+                                        timeout=_PIP_TIMEOUT, stdin=subprocess.DEVNULL)
+            except (OSError, subprocess.TimeoutExpired) as error:
+                raise RuntimeError(f"{' '.join(step)}: {error}") from error
+            if result.returncode:
+                raise RuntimeError(f"{' '.join(step)} failed: {result.stderr[-800:]}")
+        marker.write_text("ok\n")
+    return str(script)
+
+
+@pytest.fixture(scope="session")
+def amqtt_binary() -> str:
+    try:
+        return ensure_amqtt()
+    except RuntimeError as error:
+        pytest.skip(f"amqtt {AMQTT_VERSION} could not be installed in a venv of its own: "
+                    f"{error}")
+
+
+class RabbitMQSpec(MQTTSpec):
+    """Protocol.MQTT through the session's single RabbitMQ node, with default options:
+    netq finds out by itself that RabbitMQ speaks MQTT 3.1.1 only."""
+
+    name = "mqtt-rabbitmq"
+
+    def __repr__(self) -> str:
+        return "<transport mqtt-rabbitmq>"
+
+    def unavailable(self) -> str | None:
+        try:
+            import paho.mqtt  # noqa: F401
+        except ImportError as error:
+            return f"MQTT not usable here: {error}"
+        return rabbitmq_missing()  # mosquitto is not needed
+
+    def server_netloc(self, env) -> nq.NetworkLocation:
+        node = env.request.getfixturevalue("rabbitmq")
+        return nq.NetworkLocation(node.cluster.host, node.mqtt_port,
+                                  path=f"t-{uuid.uuid4().hex[:12]}")

@@ -35,6 +35,7 @@ from .exceptions import (
     ResourceClosed,
     UnknownPeer,
     UnsupportedProtocol,
+    UsedInForkedChild,
 )
 from .futures import DeliveryFuture
 from .options import (
@@ -79,6 +80,7 @@ __all__ = [
     "NetqError",
     "ResourceClosed",
     "ConnectionLost",
+    "UsedInForkedChild",
     "Empty",
     "Full",
     "UnknownPeer",

@@ -5,17 +5,18 @@ can be imported:
 
     python check_wheel.py /path/to/README.md
 
-It checks that netq comes from site-packages with the version and licence of the metadata, that
-every subpackage imports (the wheel lists its packages explicitly in pyproject.toml, and a
-new one can be missed), that ``python -m netq --version`` works, and that the README's
-server.py/client.py example runs as two processes (on a free port instead of 51966).
+The venv has the wheel alone, without extras: the core must work with the standard library
+only. It checks that netq comes from site-packages with the version and licence of the
+metadata; that the wheel holds every subpackage (pyproject.toml lists them explicitly, and a
+new one can be missed) and each one imports, or fails only for want of its extra's library;
+that ``python -m netq --version`` works; and that the README's server.py/client.py example runs
+as two processes over TCP (on a free port instead of 51966).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import pkgutil
 import re
 import socket
 import subprocess
@@ -26,6 +27,9 @@ from pathlib import Path
 
 BLOCK = re.compile(r"^```python\n(# (server|client)\.py\n.*?)^```", re.MULTILINE | re.DOTALL)
 TIMEOUT = 60  # seconds for each example process
+# subpackage -> the top-level module of its extra's library (pyproject.toml's extras)
+NEEDS_EXTRA = {"netq.transports.mqtt": "paho", "netq.transports.grpc": "grpc",
+               "netq.widgets": "ipywidgets"}
 
 
 def check(condition: bool, message: str) -> None:
@@ -53,14 +57,19 @@ def main() -> None:
     files = [str(f) for f in importlib.metadata.files("netq") or []]
     check(any(f.endswith("licenses/LICENSE") for f in files), "no LICENSE in the wheel")
 
-    names = ["netq"] + [info.name for info in
-                        pkgutil.walk_packages(netq.__path__, "netq.") if info.ispkg]
-    for name in names:
-        importlib.import_module(name)
-    for expected in ("netq.protocol", "netq.transports", "netq.transports.grpc",
-                     "netq.transports.mqtt", "netq.widgets"):
+    names = sorted(f.parent.as_posix().replace("/", ".") for f in
+                   importlib.metadata.files("netq") or [] if f.name == "__init__.py")
+    for expected in ("netq", "netq.protocol", "netq.transports", *NEEDS_EXTRA):
         check(expected in names, f"subpackage {expected} is missing from the wheel")
-    print(f"check_wheel: netq {version} from {location.parent}; imported {', '.join(names)}")
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ImportError as error:  # a ModuleNotFoundError, or netq's own saying which extra
+            cause = error if isinstance(error, ModuleNotFoundError) else error.__cause__
+            missing = (getattr(cause, "name", None) or "").split(".")[0]
+            check(NEEDS_EXTRA.get(name) == missing, f"import {name}: {error!r}")
+            print(f"check_wheel: {name} needs its extra: {error}")
+    print(f"check_wheel: netq {version} from {location.parent}; wheel packages: {', '.join(names)}")
 
     result = subprocess.run([sys.executable, "-m", "netq", "--version"], capture_output=True,
                             text=True, timeout=TIMEOUT)

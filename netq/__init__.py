@@ -36,6 +36,7 @@ from .exceptions import (
     UnknownPeer,
     UnprotectedServer,
     UnsupportedProtocol,
+    UsedInForkedChild,
 )
 from .exposure import shared_authkey
 from .futures import DeliveryFuture
@@ -81,6 +82,7 @@ __all__ = [
     "NetqError",
     "ResourceClosed",
     "ConnectionLost",
+    "UsedInForkedChild",
     "Empty",
     "Full",
     "UnknownPeer",

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
@@ -28,6 +30,7 @@ from .exceptions import (
     MessageTooLarge,
     ResourceClosed,
     UnknownPeer,
+    UsedInForkedChild,
 )
 from .exposure import check as check_exposure
 from .futures import DeliveryFuture
@@ -76,11 +79,35 @@ def _part_codecs(serialization):
     return dump_parts, load_parts
 
 
+# Every communicator not yet garbage-collected, so that a forked child can mark the ones it
+# inherited as unusable (_mark_inherited_after_fork). Marking at fork time keeps the cost on
+# put() and get() at one attribute check, instead of an os.getpid() per call.
+_live_communicators: weakref.WeakSet[Communicator] = weakref.WeakSet()
+
+
+def _mark_inherited_after_fork() -> None:
+    # Runs in the child, right after os.fork(), with only the forking thread alive: it must not
+    # take locks (another thread of the parent may have held them at the fork) nor do I/O.
+    child = os.getpid()
+    for communicator in list(_live_communicators):
+        communicator._fork_error = UsedInForkedChild(communicator.id, communicator._creator_pid,
+                                                     child)
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
+    os.register_at_fork(after_in_child=_mark_inherited_after_fork)
+
+
 class Communicator:
     """A server or client endpoint. Thread-safe; use as a context manager.
 
     Create with :func:`netq.new`. The constructor never blocks: a client connects (and
     reconnects) on the I/O thread, and ``put`` queues until the link is up.
+
+    A communicator belongs to the process that created it: in a child forked after that
+    (``os.fork()``, the ``fork`` start method of :mod:`multiprocessing`), every call raises
+    :class:`UsedInForkedChild` at once and ``close()`` returns without touching the parent's
+    connections. Create communicators in the child, after the fork.
     """
 
     def __init__(self, protocol: Protocol, purpose: Purpose, options: CommunicatorOptions,
@@ -90,6 +117,9 @@ class Communicator:
         self.protocol = Protocol(protocol)
         self.purpose = Purpose(purpose)
         self.id: uuid.UUID = options.id
+        self._creator_pid = os.getpid()
+        # Set in a forked child by _mark_inherited_after_fork: every call there raises it.
+        self._fork_error: UsedInForkedChild | None = None
         self._dump_parts, self._load_parts = _part_codecs(options.serialization)
         self._message_limit = options.serialization.message_limit
         self._spin = options.connection.spin
@@ -114,6 +144,7 @@ class Communicator:
         # A blocked get() may run the I/O loop itself (leader/followers; Transport.lead).
         self._caller_leads: bool = self._transport.caller_leads
         self._engine.start()
+        _live_communicators.add(self)
 
     # ================================================================== user API
 
@@ -139,7 +170,8 @@ class Communicator:
 
     @property
     def closed(self) -> bool:
-        return self._engine.closing
+        """True once ``close()`` began, and always in a forked child (it cannot be used there)."""
+        return self._fork_error is not None or self._engine.closing
 
     @property
     def transport(self) -> Any:
@@ -153,6 +185,8 @@ class Communicator:
         return self._transport.address
 
     def _targets(self, peers: tuple[uuid.UUID, ...]) -> list[PeerSession]:
+        if self._fork_error is not None:
+            raise self._fork_error
         engine = self._engine
         if engine.closing:
             raise ResourceClosed(None, "put after close()")
@@ -361,6 +395,9 @@ class Communicator:
     def _take(self, peers: tuple[uuid.UUID, ...], block: bool,
               timeout: float | None) -> tuple[PeerSession, Any]:
         """Pop the next raw item, fairly: round-robin over peers with queued messages."""
+        if self._fork_error is not None:
+            # Before any lock: one the parent's I/O thread held at the fork is never released.
+            raise self._fork_error
         engine = self._engine
         deadline = None
         spin_until = None
@@ -516,7 +553,12 @@ class Communicator:
         after ``session_timeout``). A wait longer than ``stall_warning`` logs a WARNING that
         says what it waits for. With ``timeout`` (seconds), whatever is still pending then
         fails with :class:`ResourceClosed` and the links are closed.
+
+        In a forked child it returns at once and does nothing: the connections are the
+        parent's, which must not see a goodbye from the child.
         """
+        if self._fork_error is not None:
+            return
         engine = self._engine
         with self._close_lock:
             if engine.closed.is_set():
@@ -554,6 +596,8 @@ class Communicator:
 
     def statistics(self) -> CommunicatorStatistics:
         """A frozen snapshot: totals and one row per peer (see :mod:`netq.statistics`)."""
+        if self._fork_error is not None:
+            raise self._fork_error
         engine = self._engine
         now = time.monotonic()
         rows = []

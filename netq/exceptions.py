@@ -5,7 +5,9 @@ The tree, read as "who is to blame"::
     NetqError
     ├── ResourceClosed              a peer or the communicator is gone; ``.peer`` says which
     │   │                           (``None``: this communicator itself)
-    │   └── ConnectionLost          ... without a goodbye: killed, cut off, session expired
+    │   ├── ConnectionLost          ... without a goodbye: killed, cut off, session expired
+    │   └── UsedInForkedChild       a communicator created before ``os.fork()`` was used in
+    │                               the child: its connections belong to the parent
     ├── Empty  (+ queue.Empty)      get_nowait() / get(timeout=) found nothing
     ├── Full   (+ queue.Full)       put would exceed the peer's send window
     ├── UnknownPeer  (+ KeyError)   a peer id this communicator has never seen
@@ -41,6 +43,7 @@ __all__ = (
     "NetqError",
     "ResourceClosed",
     "ConnectionLost",
+    "UsedInForkedChild",
     "Empty",
     "Full",
     "UnknownPeer",
@@ -75,6 +78,30 @@ class ResourceClosed(NetqError):
 
 class ConnectionLost(ResourceClosed):
     """The peer vanished without a goodbye (killed, network cut, session expired)."""
+
+
+class UsedInForkedChild(ResourceClosed):
+    """A communicator was used in a child forked after it was created.
+
+    Its I/O thread and connections belong to the process that created it (``parent_pid``);
+    the child (``child_pid``) has copies of its sockets but no I/O thread, and anything it sent
+    or closed would corrupt the parent's links. So every call in the child fails at once with
+    this error (``close()`` returns without touching the links), and the parent's communicator
+    keeps working. Create communicators after the fork, or use the ``spawn`` (or
+    ``forkserver``) start method of :mod:`multiprocessing`.
+    """
+
+    def __init__(self, communicator_id: uuid.UUID, parent_pid: int, child_pid: int) -> None:
+        self.communicator_id = communicator_id
+        self.parent_pid = parent_pid
+        self.child_pid = child_pid
+        super().__init__(None, (
+            f"netq communicator {communicator_id} was created in process {parent_pid} and used "
+            f"in forked child {child_pid}: create communicators after fork, or use the spawn "
+            f"start method (multiprocessing.get_context('spawn'))"))
+
+    def __str__(self) -> str:
+        return self.reason
 
 
 class Empty(NetqError, queue.Empty):

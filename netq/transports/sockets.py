@@ -2,7 +2,8 @@
 
 One I/O thread per communicator runs a ``selectors`` loop over the listening socket, every
 link and a wake-up socketpair. Reads go straight into the buffers the protocol core points at
-(``recv_into``); writes are scatter-gather ``sendmsg`` of the core's iovec list. TLS runs over
+(``recv_into``); writes are scatter-gather ``sendmsg`` of the core's iovec list (one ``send``
+per buffer of that list where the platform has no ``sendmsg``: Windows). TLS runs over
 memory BIOs (``_TLSStream``: many records per syscall both ways); an OpenSSL object must not be
 written by two threads, so TLS links are written by the I/O thread only, with small buffers
 joined first. The loop itself (engine service, reconnects, closing) is
@@ -23,10 +24,11 @@ import selectors
 import socket
 import ssl
 import stat
+import sys
 import time
 from typing import cast
 
-from ..exceptions import AuthenticationError, ConnectionLost
+from ..exceptions import AuthenticationError, ConnectionLost, UnsupportedProtocol
 from ..exposure import owner_only
 from .base import Link, Transport
 
@@ -46,6 +48,9 @@ _TLS_FILL = 256 * 1024  # bytes taken from a TLS link's socket per recv (many re
 _TLS_READ_PER_EVENT = 4 << 20  # TLS bytes read per readable event before serving other links
 ACK_HOLD = 250e-6  # seconds an ACK may wait for the reply that a waiting get() is about to send
 LEAD_BELOW = 256 * 1024  # bytes handed to a waiting get() below which callers may lead the loop
+# Windows has no socket.sendmsg: plain links then send the core's buffers one per call (small
+# messages are already coalesced into one buffer by the core; large ones go from their own).
+GATHER_WRITES = hasattr(socket.socket, "sendmsg")
 
 
 class SocketTransport(Transport):
@@ -67,6 +72,7 @@ class SocketTransport(Transport):
         self._connecting: socket.socket | None = None
         self._connect_started = 0.0
         self._ssl = self._make_ssl_context()
+        self._gather = GATHER_WRITES
         self.direct_writes = self._ssl is None
         self._read_link = self._read if self._ssl is None else self._read_tls
         # Where TLS links' ciphertext lands on its way from the socket into OpenSSL: one
@@ -464,13 +470,16 @@ class SocketTransport(Transport):
         conn = link.conn
         sock = link.sock
         tls = self._ssl is not None
+        gather = self._gather
         while conn.has_output:
             buffers = conn.outgoing()
             try:
                 if tls:
                     sent = sock.send(self._tls_chunk(buffers))
-                else:
+                elif gather:
                     sent = sock.sendmsg(buffers)
+                else:
+                    sent = sock.send(buffers[0])
             except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError,
                     ssl.SSLWantReadError):
                 sent = 0
@@ -680,6 +689,13 @@ class UnixTransport(SocketTransport):
     """Unix domain stream sockets: same host, no TCP/IP stack, no TLS needed."""
 
     family_name = "unix"
+
+    def __init__(self, engine) -> None:
+        if not hasattr(socket, "AF_UNIX"):
+            raise UnsupportedProtocol(
+                f"Protocol.UNIX needs Unix domain sockets (socket.AF_UNIX), which Python on "
+                f"{sys.platform} does not have: use Protocol.TCP on 127.0.0.1 instead")
+        super().__init__(engine)
 
     def _address(self):
         return socket.AF_UNIX, self._options.netloc.unix_path()

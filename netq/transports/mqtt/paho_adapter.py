@@ -49,6 +49,7 @@ __all__ = ("Gather", "PahoClient", "new_client", "on_socket_open", "stop", "ZERO
 
 ZERO_COPY_FROM = 64 * 1024  # packets at least this large skip paho's copying paths
 _IOV_MAX = 1024  # buffers per sendmsg (Linux UIO_MAXIOV); the rest goes in the next call
+_GATHER_WRITES = hasattr(socket.socket, "sendmsg")  # Windows has no sendmsg
 # What a short PUBACK means, for paho's on_publish callback (netq sets none): never changed.
 _PUBACK_SUCCESS = ReasonCode(PacketTypes.PUBACK)
 _DIRECT_COMMANDS = (paho.PUBLISH, paho.PUBACK)  # packets another thread may write itself
@@ -246,7 +247,7 @@ class PahoClient(paho.Client):
         if type(buf) is not Gather:
             return super()._sock_send(buf)
         sock = cast(socket.socket | None, self._sock)  # paho: SocketLike, a real socket here
-        if isinstance(sock, ssl.SSLSocket):  # no sendmsg: one buffer per call
+        if isinstance(sock, ssl.SSLSocket) or not _GATHER_WRITES:  # one buffer per call
             return super()._sock_send(buf.buffers[0])  # type: ignore[arg-type]  # any buffer
         if sock is None:
             raise ConnectionError("self._sock is None")

@@ -1,0 +1,91 @@
+"""The docs site's notebook pipeline: nbval executes, the writer keeps the outputs, the site
+renders them without executing again (docs/conf.py refuses to build without them).
+
+The writer (notebooks/executed_notebooks.py) runs here on two small notebooks in a pytest of
+their own, with a real kernel: the one that passes is written with its outputs, the one with a
+failing cell is not, and a stale copy of it is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("nbval")
+
+REPO = Path(__file__).resolve().parents[1]
+
+CONFTEST = f"""
+import sys
+from pathlib import Path
+sys.path.insert(0, {str(REPO / "notebooks")!r})
+from executed_notebooks import ExecutedNotebookWriter
+
+def pytest_configure(config):
+    config.option.nbval_lax = True
+    config.option.nbval_current_env = True
+    config.pluginmanager.register(ExecutedNotebookWriter(Path(__file__).parents[1] / "out"))
+"""
+
+
+def notebook(*sources: str):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# a notebook")]
+    nb.cells += [nbformat.v4.new_code_cell(source) for source in sources]
+    return nb
+
+
+@pytest.mark.timeout(120)
+def test_nbval_run_writes_passed_notebooks_with_outputs(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "conftest.py").write_text(CONFTEST)
+    nbformat.write(notebook("print('hello')", "x = 6 * 7\nx", "assert x == 42"),
+                   str(run / "good.ipynb"))
+    nbformat.write(notebook("print('before')", "assert False, 'this cell fails'"),
+                   str(run / "bad.ipynb"))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "bad.ipynb").write_text("stale")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+         str(run)],
+        cwd=run, capture_output=True, text=True, timeout=100,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert "1 failed, 4 passed" in result.stdout, result.stdout + result.stderr
+
+    assert not (tmp_path / "out" / "bad.ipynb").exists()  # failed: no stale outputs either
+    executed = nbformat.read(str(tmp_path / "out" / "good.ipynb"), as_version=4)
+    nbformat.validate(executed)
+    code = [cell for cell in executed.cells if cell.cell_type == "code"]
+    assert [cell.execution_count for cell in code] == [1, 2, 3]
+    assert code[0].outputs[0].output_type == "stream"
+    assert code[0].outputs[0].text == "hello\n"
+    assert code[1].outputs[0].output_type == "execute_result"
+    assert code[1].outputs[0].data["text/plain"] == "42"
+    assert code[1].outputs[0].execution_count == 2
+    assert code[2].outputs == []
+    # the committed notebook is untouched: still without outputs
+    source = nbformat.read(str(run / "good.ipynb"), as_version=4)
+    assert all(cell.get("outputs", []) == [] for cell in source.cells)
+
+
+def test_docs_build_refuses_to_run_without_the_executed_notebooks(tmp_path):
+    sphinx = pytest.importorskip("sphinx")
+    del sphinx
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "01-x.ipynb").write_text("{}")
+    conf = (REPO / "docs" / "conf.py").read_text()
+    (docs / "conf.py").write_text(conf)
+    result = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-q", str(docs), str(tmp_path / "html")],
+        capture_output=True, text=True, timeout=100)
+    assert result.returncode != 0
+    assert "01-x.ipynb is missing from docs/_executed/notebooks/" in result.stderr
+    assert "python3 -m pytest notebooks" in result.stderr

@@ -74,7 +74,7 @@ nitpicky = True
 nitpick_ignore_regex = [
     (r"py:.*", r"_?(builtins|typing|collections|uuid|ssl|socket|asyncio|concurrent|queue|enum|"
                r"threading|pathlib|os|io|logging|types|dataclasses|weakref|pickle|"
-               r"multiprocessing|bokeh|jupyter_bokeh|ipywidgets|grpc|paho)(\..*)?"),
+               r"multiprocessing|subprocess|secrets|bokeh|jupyter_bokeh|ipywidgets|grpc|paho)(\..*)?"),
     (r"py:.*", r"netq\.(protocol|engine|session|flow|relay|_\w+|"
                r"transports\.(base|packets|sockets|mqtt\.\w+|grpc\.\w+))(\..*)?"),
     (r"py:.*", r"(.*\.)?_\w+"),

@@ -49,7 +49,8 @@ __all__ = ("check", "reachable_by_others", "broker_exposure", "protection", "sha
            "owner_only", "AUTHKEY_BYTES")
 
 LOGGER = logging.getLogger("netq")
-AUTHKEY_BYTES = 32  # random bytes in a key made by shared_authkey(): 256 bits, as HMAC-SHA256's
+#: Random bytes in a key made by :func:`shared_authkey`: 256 bits, as HMAC-SHA256's.
+AUTHKEY_BYTES = 32
 _RUNS_CODE = ("it would unpickle whatever they send (an unrestricted PickleSerializer, the "
               "default), which lets any of them run code in this process")
 
@@ -219,13 +220,13 @@ def _check_broker(purpose: Purpose, options: CommunicatorOptions) -> None:
 def shared_authkey(path: str | os.PathLike[str], *, create: bool = True) -> bytes:
     """The authkey kept in the file ``path``, made first if it does not exist.
 
-    A new key is :data:`AUTHKEY_BYTES` random bytes from :mod:`secrets`, written as one line
-    of hex text to a file only its owner can read (mode 0600, its missing parent directories
-    0700). Give the same file to every client (copy it, or put it on a shared filesystem) and
-    pass ``SecurityOptions(authkey=shared_authkey(path))`` on both ends. Two processes that
-    create it at once agree on one key (the file is created exclusively). ``create=False``
-    raises :class:`FileNotFoundError` instead of making a key (for clients). A key file that
-    group or others can read, or that is not hex text, raises :class:`ValueError`.
+    A new key is :data:`~netq.exposure.AUTHKEY_BYTES` random bytes from :mod:`secrets`, written
+    as one line of hex text to a file only its owner can read (mode 0600, its missing parent
+    directories 0700). Give the same file to every client (copy it, or put it on a shared
+    filesystem) and pass ``SecurityOptions(authkey=shared_authkey(path))`` on both ends. Two
+    processes that create it at once agree on one key (the file is created exclusively).
+    ``create=False`` raises :class:`FileNotFoundError` instead of making a key (for clients). A
+    key file that group or others can read, or that is not hex text, raises :class:`ValueError`.
     """
     path = Path(path).expanduser()
     if create and not path.exists():

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
@@ -37,7 +38,20 @@ from .session import Outgoing, PeerSession, PeerState
 from .statistics import CommunicatorStatistics, PeerStatistics, RateMeter
 from .stream import Stream
 
-__all__ = ("Communicator", "Message")
+__all__ = ("Communicator", "Message", "live_communicators")
+
+# Every communicator of this process, weakly (the kernel-wide dashboard lists them; nothing
+# here keeps one alive). Added to once per construction, read by live_communicators().
+_INSTANCES: weakref.WeakSet[Communicator] = weakref.WeakSet()
+_INSTANCES_LOCK = threading.Lock()
+
+
+def live_communicators() -> list[Communicator]:
+    """The communicators of this process that are still referenced, oldest first (open or
+    closed: a closed one stays listed until it is garbage-collected)."""
+    with _INSTANCES_LOCK:
+        found = list(_INSTANCES)
+    return sorted(found, key=lambda communicator: communicator._created)
 
 LOGGER = logging.getLogger("netq")
 _CLOSE_POLL = 0.002  # seconds between checks while close() waits for acknowledgements
@@ -112,6 +126,9 @@ class Communicator:
         # A blocked get() may run the I/O loop itself (leader/followers; Transport.lead).
         self._caller_leads: bool = self._transport.caller_leads
         self._engine.start()
+        self._created = time.monotonic()
+        with _INSTANCES_LOCK:
+            _INSTANCES.add(self)
 
     # ================================================================== user API
 
@@ -626,3 +643,10 @@ class Communicator:
         from .display import communicator_bundle
 
         return communicator_bundle(self, include, exclude)
+
+    def _ipython_display_(self) -> None:
+        """Jupyter display with a display id, so the live view can be replaced by its final
+        static form when it stops (see :mod:`netq.display`)."""
+        from .display import communicator_display
+
+        communicator_display(self)

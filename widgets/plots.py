@@ -4,12 +4,14 @@
 ``source`` (one ``ColumnDataSource``), a ``root`` (the bokeh layout) and ``update(stats)``.
 
 The source is *wide*: column ``t`` (the communicator's uptime, seconds) plus, for each plotted
-peer ``i``, ``p<i>_mb_in``, ``p<i>_mb_out`` (MB/s), ``p<i>_queue_in``, ``p<i>_queue_out``
-(messages) and ``p<i>_memory`` (MiB). One ``stream()`` per tick then carries every peer in one
-patch message, whatever the number of peers. A peer that joins adds its columns (filled with
-NaN for the past) and its lines; a peer that leaves gets NaN from then on (its lines end and its
-legend entry says "left"), and its columns are dropped once its data has rolled out of the
-window. At most ``max_peers`` peers are plotted at a time (the table shows them all).
+peer ``i``, ``p<i>_mb_in``, ``p<i>_mb_out`` (MiB/s), ``p<i>_queue_in``, ``p<i>_queue_out``
+(messages) and ``p<i>_memory`` (MiB). The axes label their ticks in auto-scaled binary units
+(``512 KiB/s``, ``1.5 MiB``), the unit convention of the whole display. One ``stream()`` per
+tick then carries every peer in one patch message, whatever the number of peers. A peer that
+joins adds its columns (filled with NaN for the past) and its lines; a peer that leaves gets
+NaN from then on (its lines end and its legend entry says "left"), and its columns are dropped
+once its data has rolled out of the window. At most ``max_peers`` peers are plotted at a time
+(the table shows them all).
 """
 
 from __future__ import annotations
@@ -24,14 +26,17 @@ from typing import TYPE_CHECKING, Any
 
 from bokeh.core.properties import value
 from bokeh.core.serialization import make_id
-from bokeh.layouts import column
-from bokeh.models import ColumnDataSource, DataRange1d
-from bokeh.models.annotations import Legend, LegendItem  # bokeh.models' star import hides them
-from bokeh.palettes import Category10_10
+from bokeh.layouts import column, row
+from bokeh.models import ColumnDataSource, CustomJSTickFormatter, DataRange1d, Range1d
+from bokeh.models.annotations import (  # bokeh.models' star import hides them
+    Legend,
+    LegendItem,
+    Title,
+)
 from bokeh.plotting import figure
 from jupyter_bokeh import BokehModel
 
-from ..display import MiB, peer_name, peer_values
+from ..display import PALETTE, MiB, peer_name, peer_values
 
 if TYPE_CHECKING:
     from bokeh.models.renderers import GlyphRenderer
@@ -48,36 +53,63 @@ METRICS = {
     "memory": ("memory", "solid", lambda v: v["memory"] / MiB),
 }
 FIGURES = {
-    "throughput": "throughput, MB/s (solid: in, dashed: out)",
-    "queue": "queue depth, messages (solid: in, dashed: out)",
-    "memory": "memory held, MiB",
+    "throughput": "throughput (solid: in, dashed: out)",
+    "queue": "queued messages (solid: in, dashed: out)",
+    "memory": "memory held",
 }
+# Tick labels in binary units, scaled to the tick (the plotted values are MiB or MiB/s).
+_BINARY_TICKS = """
+const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+let value = tick * 1048576, unit = 0;
+while (Math.abs(value) >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
+const text = value === 0 ? "0" : (Math.abs(value) < 10 ? value.toFixed(1) : value.toFixed(0));
+return value === 0 ? "0" : text + " " + units[unit] + SUFFIX;
+"""
+TICK_FORMATTERS = {"throughput": "/s", "memory": ""}
 
 
 class PeerPlots:
     """Three bokeh figures (throughput, queue depth, memory) with one line per peer."""
 
     def __init__(self, names: Mapping[uuid.UUID, str] | None = None, *, history: int = 600,
-                 max_peers: int = 16, width: int = 760, height: int = 170) -> None:
+                 max_peers: int = 16, width: int = 780, height: int = 170) -> None:
         self.names = names
         self.history = history  # points kept per line (rollover)
         self.max_peers = max_peers
         self.source = ColumnDataSource(data={"t": []})
         self.figures = {}
+        # Three small figures side by side, as wide together as the table above them.
         for key, title in FIGURES.items():
-            fig = figure(title=title, width=width, height=height, x_axis_label="uptime (s)",
-                         tools="pan,wheel_zoom,box_zoom,reset,save", toolbar_location="right",
-                         name=f"netq-{key}", y_range=DataRange1d(start=0))
+            fig = figure(title=title, width=width // len(FIGURES), height=height,
+                         x_axis_label="uptime (s)", tools="pan,wheel_zoom,box_zoom,reset,save",
+                         toolbar_location="right", name=f"netq-{key}",
+                         y_range=DataRange1d(start=0), min_border_left=10)
             fig.toolbar.autohide = True
+            if isinstance(fig.title, Title):
+                fig.title.text_font_size = "9pt"
+            fig.axis.major_label_text_font_size = "8pt"
+            fig.xaxis.axis_label_text_font_size = "8pt"
+            if key in TICK_FORMATTERS:
+                fig.yaxis.formatter = CustomJSTickFormatter(
+                    code=_BINARY_TICKS.replace("SUFFIX", repr(TICK_FORMATTERS[key])))
             self.figures[key] = fig
         x_range = self.figures["throughput"].x_range
         for fig in self.figures.values():
             fig.x_range = x_range
-        legend = Legend(items=[], location="top_left", click_policy="hide",
-                        label_text_font_size="9pt")
-        self.figures["memory"].add_layout(legend, "right")
+        # One legend for all three figures, in a strip of its own above them: its items
+        # point at each peer's renderers in every figure (clicking one hides them all).
+        self.legend_strip = figure(width=width, height=34, toolbar_location=None,
+                                   name="netq-legend", outline_line_color=None,
+                                   min_border=0, x_range=Range1d(start=0, end=1),
+                                   y_range=Range1d(start=0, end=1))
+        self.legend_strip.axis.visible = False
+        self.legend_strip.grid.visible = False
+        legend = Legend(items=[], location="top_left", orientation="horizontal",
+                        click_policy="hide", label_text_font_size="9pt", border_line_alpha=0,
+                        background_fill_alpha=0, margin=0)
+        self.legend_strip.add_layout(legend, "center")
         self.legend = legend
-        self.root = column(*self.figures.values(), name="netq-plots")
+        self.root = column(self.legend_strip, row(*self.figures.values()), name="netq-plots")
         self.peers: dict[uuid.UUID, int] = {}  # plotted peer -> its column index i
         self.departed: dict[uuid.UUID, int] = {}  # plotted peer that left -> tick it left
         self._renderers: dict[uuid.UUID, list[GlyphRenderer[Any]]] = {}
@@ -126,6 +158,15 @@ class PeerPlots:
     def _name(self, peer: uuid.UUID) -> str:
         return peer_name(peer, self.names)
 
+    def colour(self, peer: uuid.UUID) -> str | None:
+        """The colour of a plotted peer's lines (None if it is not plotted)."""
+        index = self.peers.get(peer)
+        return None if index is None else PALETTE[index % len(PALETTE)]
+
+    def colours(self) -> dict[uuid.UUID, str]:
+        """Every plotted peer's colour: the table shows them as the plots' legend."""
+        return {peer: PALETTE[index % len(PALETTE)] for peer, index in self.peers.items()}
+
     def _add(self, peers: list[uuid.UUID]) -> None:
         data = dict(self.source.data)
         length = len(data["t"])
@@ -138,14 +179,18 @@ class PeerPlots:
         self.source.data = data  # one full replace per join (rare), streams otherwise
         for peer in peers:
             index = self.peers[peer]
-            color = Category10_10[index % len(Category10_10)]
+            color = self.colour(peer)
+            # Peers with the same traffic draw the same line: earlier peers are drawn wider
+            # and below, so each stays visible as a coloured edge under the later ones.
+            width = max(1.4, 4.0 - 0.5 * (index % 6))
             renderers: list[GlyphRenderer[Any]] = []
             for suffix, (fig_key, dash, _) in METRICS.items():
                 renderers.append(self.figures[fig_key].line(
                     x="t", y=f"p{index}_{suffix}", source=self.source, color=color,
-                    line_dash=dash, line_width=1.6, name=f"{peer}-{suffix}"))
+                    line_dash=dash, line_width=width, line_alpha=0.9,
+                    name=f"{peer}-{suffix}"))
             self._renderers[peer] = renderers
-            # One legend entry per peer (on the memory figure) toggles all of its lines.
+            # One legend entry per peer (in the strip above the figures) toggles its lines.
             item = LegendItem(label=value(self._name(peer)), renderers=renderers)
             self._legend_items[peer] = item
             self.legend.items = list(self._legend_items.values())

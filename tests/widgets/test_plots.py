@@ -9,6 +9,7 @@ import pytest
 from jupyter_bokeh import BokehModel
 from netq.widgets import DisplayOnlyBokehModel, PeerPlots
 
+from netq.display import MiB
 from widget_testing import make_row, make_stats, same_columns
 
 A, B, C = (uuid.UUID(int=i) for i in (0xA0, 0xB0, 0xC0))
@@ -21,10 +22,10 @@ def tick(plots, t, *rows):
 
 def test_one_point_per_tick_for_each_peer_in_plot_units():
     plots = PeerPlots(NAMES)
-    tick(plots, 1.0, make_row(A, bytes_in_per_s=2e6, bytes_out_per_s=5e5, queue_in=3,
+    tick(plots, 1.0, make_row(A, bytes_in_per_s=2 * MiB, bytes_out_per_s=MiB / 2, queue_in=3,
                               queue_out=1, memory=3 << 20))
     assert plots.source.data["t"] == [1.0]
-    assert plots.series(A, "mb_in") == [2.0] and plots.series(A, "mb_out") == [0.5]
+    assert plots.series(A, "mb_in") == [2.0] and plots.series(A, "mb_out") == [0.5]  # MiB/s
     assert plots.series(A, "queue_in") == [3.0] and plots.series(A, "queue_out") == [1.0]
     assert plots.series(A, "memory") == [3.0]  # MiB
     # one line per metric on the right figure, one legend entry per peer

@@ -26,8 +26,9 @@ from .statistics import CommunicatorStatistics, PeerStatistics
 __all__ = ("Column", "COLUMNS", "PALETTE", "peer_name", "peer_values", "peer_fields",
            "format_count", "format_rate", "format_bytes", "format_byte_rate", "format_address",
            "format_duration", "text_table", "html_table", "header_line", "title_html",
-           "svg_charts", "static_bundle", "in_kernel", "StaticSummary", "monitor",
-           "communicator_bundle", "communicator_display")
+           "svg_chart", "svg_charts", "Series", "STYLE", "STATE_COLOURS", "title_state",
+           "static_bundle", "in_kernel", "StaticSummary", "monitor", "communicator_bundle",
+           "communicator_display")
 
 # One unit convention everywhere: binary (KiB = 1024 B, MiB = 1024 KiB), for memory, credit
 # and rates alike (MiB/s), so that a rate and a budget can be compared at a glance.
@@ -227,7 +228,7 @@ _TEXT = frozenset({"peer", "state"})  # the cells that need escaping
 STATE_COLOURS = {"open": "#2e7d32", "connected": "#2e7d32", "connecting": "#b26a00",
                  "closing": "#b26a00", "waiting": "#c62828", "cannot connect": "#c62828",
                  "closed": "#616161", "stopped": "#1565c0"}
-_STYLE = ("<style>"
+STYLE = ("<style>"
           ".netq-summary{font-family:var(--jp-ui-font-family,system-ui,sans-serif);"
           "font-size:12px;color:var(--jp-ui-font-color1,#222);max-width:820px}"
           ".netq-title{display:flex;flex-wrap:wrap;align-items:baseline;gap:4px 10px;"
@@ -311,7 +312,7 @@ def html_table(stats: CommunicatorStatistics,
     inside the summary (the static charts).
     """
     escape = html.escape
-    parts = [_STYLE, '<div class="netq-summary">']
+    parts = [STYLE, '<div class="netq-summary">']
     if header:
         parts.append(title_html(stats, view_state))
     parts.append('<table class="netq-table"><thead><tr><th>peer</th>')

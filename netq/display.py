@@ -28,7 +28,7 @@ __all__ = ("Column", "COLUMNS", "PALETTE", "peer_name", "peer_values", "peer_fie
            "format_duration", "text_table", "html_table", "header_line", "title_html",
            "svg_chart", "svg_charts", "Series", "STYLE", "STATE_COLOURS", "title_state",
            "static_bundle", "in_kernel", "StaticSummary", "monitor", "communicator_bundle",
-           "communicator_display")
+           "communicator_display", "environment", "environment_line")
 
 # One unit convention everywhere: binary (KiB = 1024 B, MiB = 1024 KiB), for memory, credit
 # and rates alike (MiB/s), so that a rate and a budget can be compared at a glance.
@@ -74,6 +74,8 @@ def format_address(address: object) -> str:
     Accepts what transports report: a ``(host, port[, flow, scope])`` tuple, its ``str()``
     (``"('127.0.0.1', 44503)"``), a path, or any other text (returned as is).
     """
+    if address is None or address in ("None", ""):
+        return "-"  # not bound or connected (yet, or any more)
     if isinstance(address, str):
         match = _TUPLE.fullmatch(address.strip())
         if match is None:
@@ -350,12 +352,13 @@ def html_table(stats: CommunicatorStatistics,
 
 
 class Series(NamedTuple):
-    """One line of a static chart: its label, colour, dash (SVG ``stroke-dasharray`` or "")
-    and values (NaN: no point)."""
+    """One line of a static chart: its label, colour, dash (SVG ``stroke-dasharray`` or ""),
+    values (NaN: no point) and stroke width (px)."""
     label: str
     colour: str
     dash: str
     values: list[float]
+    width: float = 1.6
 
 
 def _nice_ceiling(value: float) -> float:
@@ -371,7 +374,7 @@ def _nice_ceiling(value: float) -> float:
 
 
 def svg_chart(title: str, times: list[float], series: list[Series],
-              format_tick: Callable[[float], str], *, width: int = 260,
+              format_tick: Callable[[float], str], *, width: int = 258,
               height: int = 130, bound: tuple[str, float] | None = None) -> str:
     """A small line chart as inline SVG (no script, no browser): what a static page shows.
 
@@ -398,7 +401,7 @@ def svg_chart(title: str, times: list[float], series: list[Series],
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10">',
-           f'<text x="{left}" y="12" font-size="11" font-weight="600">{escape(title)}</text>',
+           f'<text x="4" y="12" font-size="11" font-weight="600">{escape(title)}</text>',
            f'<rect x="{left}" y="{top}" width="{inner_w}" height="{inner_h}" fill="none" '
            f'stroke="#bbb"/>']
     for fraction in (0.0, 0.5, 1.0):
@@ -428,7 +431,8 @@ def svg_chart(title: str, times: list[float], series: list[Series],
             if len(points) == 1:
                 points = points * 2
             if points:
-                out.append(f'<polyline fill="none" stroke="{line.colour}" stroke-width="1.6"'
+                out.append(f'<polyline fill="none" stroke="{line.colour}" '
+                           f'stroke-width="{line.width:.1f}"'
                            f'{dash} points="{" ".join(points)}"><title>{escape(line.label)}'
                            f'</title></polyline>')
     out.append("</svg>")
@@ -535,3 +539,42 @@ def communicator_display(communicator) -> None:
         Monitor(communicator)._ipython_display_()
         return
     display(static_bundle(communicator.statistics()), raw=True)
+
+
+def environment() -> dict[str, str]:
+    """Where a measurement was taken: netq and Python versions, CPU model, cores usable by this
+    process, and the load average (1 min) against them. Notebooks print it first, so that a
+    machine-dependent number is read beside the machine that produced it."""
+    import os
+    import platform
+
+    from . import __version__
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    try:
+        load = f"{os.getloadavg()[0]:.2f}"
+    except OSError:
+        load = "unknown"
+    return {"netq": __version__, "python": platform.python_version(),
+            "system": f"{platform.system()} {platform.release()}", "cpu": model,
+            "cores": str(cores), "load (1 min)": load}
+
+
+def environment_line() -> str:
+    """:func:`environment` as one line, e.g. for a notebook's first output."""
+    env = environment()
+    return (f"netq {env['netq']}, Python {env['python']} on {env['system']}; "
+            f"{env['cores']} cores ({env['cpu']}); load average {env['load (1 min)']} "
+            f"over 1 min")

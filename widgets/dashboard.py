@@ -323,7 +323,8 @@ class Dashboard:
         if snap.links:
             parts.append('<table class="netq-table netq-links"><thead><tr><th>link</th>'
                          '<th class="state">state</th><th>→ msg/s</th><th>→</th>'
-                         '<th>← msg/s</th><th>←</th><th>queued → / ←</th><th>credit →</th>'
+                         '<th>← msg/s</th><th>←</th><th>messages → / ←</th>'
+                         '<th>queued → / ←</th><th>credit →</th>'
                          '<th class="state">waiting</th></tr></thead><tbody>')
             for link in snap.links:
                 row = link.a_row
@@ -337,6 +338,9 @@ class Dashboard:
                           f"{link.b_row.queue_in} / {link.b_row.queue_out}" if link.b_row
                           else "-")
                 credit = format_bytes(row.credit_out) if row else "-"
+                totals = (f"{format_count(row.messages_out)} / {format_count(row.messages_in)}"
+                          if row else f"{format_count(link.b_row.messages_in)} / "
+                          f"{format_count(link.b_row.messages_out)}" if link.b_row else "-")
                 kind = "link blocked" if link.blocked else "link"
                 parts.append(
                     f'<tr class="{kind}" data-a="{link.a}" data-b="{link.b}">'
@@ -344,7 +348,7 @@ class Dashboard:
                     f'<td class="state">{escape(link.state)}</td>'
                     f'<td>{format_count(forward[0])}</td><td>{format_byte_rate(forward[1])}</td>'
                     f'<td>{format_count(back[0])}</td><td>{format_byte_rate(back[1])}</td>'
-                    f'<td>{queued}</td><td>{credit}</td>'
+                    f'<td>{totals}</td><td>{queued}</td><td>{credit}</td>'
                     f'<td class="state">{escape(link.blocked) or "-"}</td></tr>')
             parts.append("</tbody></table>")
         parts.append(self._stalls_html())
@@ -425,8 +429,9 @@ class Dashboard:
             word = title_state(snapshot) if snapshot is not None else "other process"
             fill = STATE_COLOURS.get(word, "#9e9e9e")
             label = self.name(node)
-            detail = (f"{snapshot.protocol.upper()} {format_address(snapshot.address)}"
-                      if snapshot is not None else "not in this kernel")
+            address = format_address(snapshot.address) if snapshot is not None else "-"
+            detail = ("not in this kernel" if snapshot is None else snapshot.protocol.upper()
+                      + (f" {address}" if address != "-" else ""))
             out.append(f'<rect x="{x:.0f}" y="{y:.0f}" width="{box_w}" height="{box_h}" rx="4" '
                        f'fill="#fff" stroke="{fill}" stroke-width="2"/>'
                        f'<rect x="{x:.0f}" y="{y:.0f}" width="5" height="{box_h}" fill="{fill}"/>'
@@ -521,6 +526,7 @@ _DASHBOARD_STYLE = ("<style>.netq-bar{display:inline-block;width:50px;height:7px
                     "background:#e0e0e0;margin-right:5px;vertical-align:middle}"
                     ".netq-bar span{display:block;height:7px}"
                     ".netq-map{display:block;margin:4px 0 8px}"
+                    ".netq-dashboard-view{max-width:none}"
                     ".netq-links{margin-top:8px}"
                     ".netq-links tr.blocked td{background:#fde2e1}"
                     ".netq-links td.state{max-width:360px;white-space:normal;text-align:left}"

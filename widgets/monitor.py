@@ -203,14 +203,16 @@ class Monitor:
                 for suffix in suffixes:
                     dash = "4 3" if suffix.endswith("_out") else ""
                     found.append(Series(f"{name} {suffix}", colour, dash,
-                                        data.get(f"p{index}_{suffix}", [])))
+                                        data.get(f"p{index}_{suffix}", []),
+                                        self.plots.line_width(index)))
             return found
 
         return svg_charts([
-            svg_chart("throughput (solid: in, dashed: out)", times,
+            svg_chart("throughput: in solid, out dashed", times,
                       lines(("mb_in", "mb_out")), lambda v: format_byte_rate(v * MiB)),
-            svg_chart("queued messages (solid: in, dashed: out)", times,
-                      lines(("queue_in", "queue_out")), format_count),
+            svg_chart("queued messages: in solid, out dashed", times,
+                      lines(("queue_in", "queue_out")),
+                      lambda v: format_count(v) if v >= 10 else f"{v:g}"),
             svg_chart("memory held", times, lines(("memory",)),
                       lambda v: format_bytes(v * MiB)),
         ])

@@ -158,6 +158,11 @@ class PeerPlots:
     def _name(self, peer: uuid.UUID) -> str:
         return peer_name(peer, self.names)
 
+    @staticmethod
+    def line_width(index: int) -> float:
+        """Pixels: peers plotted earlier draw wider lines (drawn below the later ones)."""
+        return max(1.4, 4.0 - 0.5 * (index % 6))
+
     def colour(self, peer: uuid.UUID) -> str | None:
         """The colour of a plotted peer's lines (None if it is not plotted)."""
         index = self.peers.get(peer)
@@ -182,7 +187,7 @@ class PeerPlots:
             color = self.colour(peer)
             # Peers with the same traffic draw the same line: earlier peers are drawn wider
             # and below, so each stays visible as a coloured edge under the later ones.
-            width = max(1.4, 4.0 - 0.5 * (index % 6))
+            width = self.line_width(index)
             renderers: list[GlyphRenderer[Any]] = []
             for suffix, (fig_key, dash, _) in METRICS.items():
                 renderers.append(self.figures[fig_key].line(

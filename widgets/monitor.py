@@ -134,6 +134,7 @@ class Monitor:
             self.update()
             return self
         self._sampler = Sampler.attach(self.communicator, self, self.interval)
+        self.update()  # the badge leaves "stopped" now, not at the next tick
         self._show_live()
         return self
 

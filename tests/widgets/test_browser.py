@@ -91,20 +91,25 @@ CELLS = [
     SETUP,
     "# NBVAL_IGNORE_OUTPUT\nserver  # a communicator as the last expression: a live monitor",
     "# NBVAL_IGNORE_OUTPUT\nmonitor = server.monitor(names=names)\nmonitor",
+    ("# NBVAL_IGNORE_OUTPUT\nimport netq.widgets\n"
+     "board = netq.widgets.dashboard(interval=0.5, names={server.id: 'server', **names})\n"
+     "board"),
     "add_client()  # a peer joins while this cell keeps the kernel busy\ntime.sleep(6)",
     ('t = monitor.plots.source.data["t"]\n'
+     'sampler = monitor.sampler or sampler  # kept from the first run (stopped by now)\n'
      'print(f"netq-check points={len(t)} unique={len(set(t))} '
      'echoes={monitor.bokeh.ignored_echoes} peers={len(monitor.stats.peers)} '
      'ticks={monitor.plots.ticks} refreshes={monitor.bokeh.refreshes} '
-     'cpu_s={monitor.sampler.cpu_seconds:.3f} '
-     'cpu={100 * monitor.sampler.cpu_fraction():.3f}%")\n'
+     'cpu_s={sampler.cpu_seconds:.3f} cpu={100 * sampler.cpu_fraction():.3f}%")\n'
      'assert len(t) == len(set(t))'),
     ("import os  # the kernel stays busy until the test releases it: the monitors keep updating\n"
      "deadline = time.monotonic() + 180\n"
      "while not os.path.exists(\"release\") and time.monotonic() < deadline:\n"
      "    time.sleep(0.1)"),
+    # then the views stop: the monitor and the dashboard give way to their static forms
+    "monitor.stop()\nboard.stop()",
 ]
-CHECK_CELL, BUSY_CELL = 4, 5
+CHECK_CELL, BUSY_CELL = 5, 6
 
 # JavaScript: the number of points in each bokeh ColumnDataSource with a "t" column.
 POINTS_JS = """() => {
@@ -313,6 +318,18 @@ TABLES_JS = """() => [...document.querySelectorAll('.netq-monitor .netq-table')]
   (table) => [...table.querySelectorAll('tr.peer')].map((row) => row.innerText))"""
 
 
+# The monitors' title rows, as text (textContent: the badge's CSS upper-casing aside).
+TITLES_JS = """() => [...document.querySelectorAll('.netq-monitor .netq-title')].map(
+  (title) => [...title.children].map((part) => part.textContent.trim()).join(' '))"""
+# The live dashboard: its text, link rows and whether its map is drawn.
+DASHBOARD_JS = """() => {
+  const board = document.querySelector('.netq-dashboard');
+  if (board == null) return null;
+  return {text: board.textContent, links: board.querySelectorAll('tr.link').length,
+          map: board.querySelector('svg.netq-map line') != null};
+}"""
+
+
 def _tables(page) -> list[list[str]]:
     """Rows of every monitor table, read in one go (the tables are replaced at 2 Hz)."""
     return page.evaluate(TABLES_JS)
@@ -327,7 +344,7 @@ def _exercise(page, lab: Lab) -> None:
     # both monitors: a table with a row per peer, and bokeh canvases (inside shadow roots,
     # which playwright's CSS selectors pierce)
     wait_for_page(lambda: len(_tables(page)) == 2 and all(len(t) >= 3 for t in _tables(page)),
-              90, "both monitors' tables with 3 peers")
+              240, "both monitors' tables with 3 peers")
     wait_for_page(lambda: page.locator(".netq-monitor canvas").count() >= 6, 60,
               "bokeh canvases in both monitors")
     counts = wait_for_page(lambda: (lambda c: len(c) >= 2 and min(c.values()) >= 2 and c)(
@@ -345,12 +362,22 @@ def _exercise(page, lab: Lab) -> None:
                                and c)(_points(page)), 15, "both plots growing while busy")
     assert "*" in busy.inner_text(), "the busy cell ended before the plots grew"
     tables = _tables(page)
+    titles = page.evaluate(TITLES_JS)
+    assert len(titles) == 2 and all(t.startswith("netq TCP server 127.0.0.1:") for t in titles), \
+        titles
+    assert all("open" in t and "up " in t and "4 peers" in t and "('" not in t
+               for t in titles), titles
+    board = wait_for_page(lambda: (lambda b: b and b["links"] >= 4 and b)(
+        page.evaluate(DASHBOARD_JS)), 60, "the dashboard with 4 links")
+    assert board["map"] and "server → client-3" in board["text"], board
     (lab.root / "release").touch()  # the busy cell may end now
     assert all("connected" in row for row in tables[0]), tables
     assert any("client-3" in row for row in tables[1]), tables
     page.screenshot(path=str(ARTIFACTS / "widgets-jupyterlab.png"), timeout=120_000)
-    for index, name in ((0, "widgets-monitor.png"), (1, "widgets-monitor-2.png")):
-        monitor = page.locator(".netq-monitor").nth(index)
+    for index, name in ((0, "widgets-monitor.png"), (1, "widgets-monitor-2.png"),
+                        (0, "widgets-dashboard.png")):
+        monitor = page.locator(".netq-dashboard" if "dashboard" in name
+                               else ".netq-monitor").nth(index)
         monitor.evaluate("(element) => element.scrollIntoView()")
         box = monitor.bounding_box()  # (an element screenshot would wait for a still element)
         if box is not None:
@@ -367,6 +394,15 @@ def _exercise(page, lab: Lab) -> None:
     page.keyboard.press("Shift+Enter")
     text = wait_for_page(lambda: _check_line(cell, after=1), 60, "the re-run check cell")
     final = _points(page)
+    # the stop cell ran after the busy one: the stopped monitor and dashboard show their
+    # static forms (title badge "stopped"; the dashboard's map and links, without a script)
+    wait_for_page(lambda: page.locator(".netq-state-stopped").count() >= 2, 60,
+                  "the stopped monitor's and dashboard's static forms")
+    stopped = page.locator(".netq-state-stopped").first.locator("xpath=../..")
+    stopped.evaluate("(element) => element.scrollIntoView()")
+    box = stopped.bounding_box()
+    if box is not None:
+        page.screenshot(path=str(ARTIFACTS / "widgets-stopped.png"), clip=box, timeout=120_000)
     numbers = dict(re.findall(r"(\w+)=([0-9.]+)", text))
     (ARTIFACTS / "widgets-jupyterlab.txt").write_text(
         f"{text}\nbrowser points per source: {counts} -> {later}; while a cell ran: "

@@ -209,9 +209,9 @@ class Monitor:
             return found
 
         return svg_charts([
-            svg_chart("throughput: in solid, out dashed", times,
+            svg_chart("throughput, dashed: out", times,
                       lines(("mb_in", "mb_out")), lambda v: format_byte_rate(v * MiB)),
-            svg_chart("queued messages: in solid, out dashed", times,
+            svg_chart("queued messages, dashed: out", times,
                       lines(("queue_in", "queue_out")),
                       lambda v: format_count(v) if v >= 10 else f"{v:g}"),
             svg_chart("memory held", times, lines(("memory",)),

@@ -52,9 +52,9 @@ METRICS = {
     "queue_out": ("queue", "dashed", lambda v: float(v["queue_out"])),
     "memory": ("memory", "solid", lambda v: v["memory"] / MiB),
 }
-FIGURES = {
-    "throughput": "throughput (solid: in, dashed: out)",
-    "queue": "queued messages (solid: in, dashed: out)",
+FIGURES = {  # titles short enough for a third of the table's width
+    "throughput": "throughput, dashed: out",
+    "queue": "queued messages, dashed: out",
     "memory": "memory held",
 }
 # Tick labels in binary units, scaled to the tick (the plotted values are MiB or MiB/s).
@@ -196,7 +196,11 @@ class PeerPlots:
                     name=f"{peer}-{suffix}"))
             self._renderers[peer] = renderers
             # One legend entry per peer (in the strip above the figures) toggles its lines.
-            item = LegendItem(label=value(self._name(peer)), renderers=renderers)
+            # Its swatch is drawn from its first renderer, which must be in the strip's own
+            # figure: a line there with no points, in the peer's colour and width.
+            swatch: GlyphRenderer[Any] = self.legend_strip.line(
+                x=[], y=[], color=color, line_width=width, name=f"{peer}-swatch")
+            item = LegendItem(label=value(self._name(peer)), renderers=[swatch, *renderers])
             self._legend_items[peer] = item
             self.legend.items = list(self._legend_items.values())
 
@@ -215,7 +219,8 @@ class PeerPlots:
             for suffix in METRICS:
                 data.pop(f"p{index}_{suffix}", None)
             renderers = self._renderers.pop(peer)
-            for fig in self.figures.values():
+            renderers.extend(self._legend_items[peer].renderers[:1])  # the strip's swatch
+            for fig in (*self.figures.values(), self.legend_strip):
                 kept = [r for r in fig.renderers if r not in renderers]
                 if len(kept) != len(fig.renderers):
                     fig.renderers = kept

@@ -353,13 +353,13 @@ def _exercise(page, lab: Lab) -> None:
     # plots keep growing while that cell runs
     wait_for_page(lambda: all(len(t) == 4 for t in _tables(page)), 60, "4 peers in both tables")
     later = wait_for_page(lambda: (lambda c: sum(c.get(k, 0) > n for k, n in counts.items()) >= 2
-                               and c)(_points(page)), 60, "both plots growing")
+                               and c)(_points(page)), 180, "both plots growing")
     # while the last cell keeps the kernel busy, the plots still grow
     busy = page.locator(".jp-Cell").nth(BUSY_CELL).locator(".jp-InputPrompt")
     wait_for_page(lambda: "*" in busy.inner_text(), 90, "the busy cell to start")
     during = _points(page)
     grown = wait_for_page(lambda: (lambda c: sum(c.get(k, 0) > n for k, n in during.items()) >= 2
-                               and c)(_points(page)), 15, "both plots growing while busy")
+                               and c)(_points(page)), 60, "both plots growing while busy")
     assert "*" in busy.inner_text(), "the busy cell ended before the plots grew"
     tables = _tables(page)
     titles = page.evaluate(TITLES_JS)

@@ -141,7 +141,7 @@ class Dashboard:
         if interval <= 0:
             raise ValueError("interval must be positive (seconds)")
         self.interval = interval
-        self.names = dict(names or {})
+        self.names = names if names is not None else {}  # read at each tick: may grow
         self.idle_stop = idle_stop
         self.widget = ipywidgets.HTML(value="")
         self.widget.add_class("netq-dashboard")

@@ -27,7 +27,13 @@ from typing import TYPE_CHECKING, Any
 from bokeh.core.properties import value
 from bokeh.core.serialization import make_id
 from bokeh.layouts import column, row
-from bokeh.models import ColumnDataSource, CustomJSTickFormatter, DataRange1d, Range1d
+from bokeh.models import (
+    AdaptiveTicker,
+    ColumnDataSource,
+    CustomJSTickFormatter,
+    DataRange1d,
+    Range1d,
+)
 from bokeh.models.annotations import (  # bokeh.models' star import hides them
     Legend,
     LegendItem,
@@ -90,6 +96,9 @@ class PeerPlots:
             fig.axis.major_label_text_font_size = "8pt"
             fig.xaxis.axis_label_text_font_size = "8pt"
             if key in TICK_FORMATTERS:
+                # ticks at multiples of a power of two (0, 4, 8, 12 KiB), labelled in units
+                fig.yaxis.ticker = AdaptiveTicker(base=2, mantissas=[1], min_interval=2**-20,
+                                                  num_minor_ticks=0)
                 fig.yaxis.formatter = CustomJSTickFormatter(
                     code=_BINARY_TICKS.replace("SUFFIX", repr(TICK_FORMATTERS[key])))
             self.figures[key] = fig
@@ -198,8 +207,9 @@ class PeerPlots:
             # One legend entry per peer (in the strip above the figures) toggles its lines.
             # Its swatch is drawn from its first renderer, which must be in the strip's own
             # figure: a line there with no points, in the peer's colour and width.
+            # (two points outside the strip's range: a renderer with no data draws no swatch)
             swatch: GlyphRenderer[Any] = self.legend_strip.line(
-                x=[], y=[], color=color, line_width=width, name=f"{peer}-swatch")
+                x=[-2, -1], y=[-2, -2], color=color, line_width=width, name=f"{peer}-swatch")
             item = LegendItem(label=value(self._name(peer)), renderers=[swatch, *renderers])
             self._legend_items[peer] = item
             self.legend.items = list(self._legend_items.values())

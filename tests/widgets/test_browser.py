@@ -370,7 +370,6 @@ def _exercise(page, lab: Lab) -> None:
     board = wait_for_page(lambda: (lambda b: b and b["links"] >= 4 and b)(
         page.evaluate(DASHBOARD_JS)), 60, "the dashboard with 4 links")
     assert board["map"] and "server → client-0" in board["text"], board
-    (lab.root / "release").touch()  # the busy cell may end now
     assert all("connected" in row for row in tables[0]), tables
     assert any("client-3" in row for row in tables[1]), tables
     page.screenshot(path=str(ARTIFACTS / "widgets-jupyterlab.png"), timeout=120_000)
@@ -382,6 +381,8 @@ def _exercise(page, lab: Lab) -> None:
         box = monitor.bounding_box()  # (an element screenshot would wait for a still element)
         if box is not None:
             page.screenshot(path=str(ARTIFACTS / name), clip=box, timeout=120_000)
+    # the busy cell may end now; the stop cell after it replaces the live views
+    (lab.root / "release").touch()
     # once Run All is done and the kernel idle, the browser's echoes have reached the kernel:
     # run the check cell again and read what it printed
     cell = page.locator(".jp-Cell").nth(CHECK_CELL)

@@ -24,21 +24,18 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from bokeh.core.properties import value
 from bokeh.core.serialization import make_id
 from bokeh.layouts import column, row
 from bokeh.models import (
     AdaptiveTicker,
     ColumnDataSource,
+    CustomJS,
     CustomJSTickFormatter,
     DataRange1d,
     Range1d,
+    TapTool,
 )
-from bokeh.models.annotations import (  # bokeh.models' star import hides them
-    Legend,
-    LegendItem,
-    Title,
-)
+from bokeh.models.annotations import Title  # bokeh.models' star import hides it
 from bokeh.plotting import figure
 from jupyter_bokeh import BokehModel
 
@@ -72,6 +69,33 @@ const text = value === 0 ? "0" : (Math.abs(value) < 10 ? value.toFixed(1) : valu
 return value === 0 ? "0" : text + " " + units[unit] + SUFFIX;
 """
 TICK_FORMATTERS = {"throughput": "/s", "memory": ""}
+# The legend strip, in pixels (its x range is its width): height, swatch width, gap between
+# swatch and label, gap between entries, and a 9pt label's average character width.
+LEGEND_HEIGHT, SWATCH, SWATCH_GAP, ENTRY_GAP, CHAR_WIDTH = 26, 18, 6, 20, 6.5
+# A tap on a legend entry: hide or show that peer's lines, dim its entry while hidden.
+_TOGGLE_LINES = """
+const i = source.selected.indices[0];
+if (i == null || lines[i] == null) return;
+const visible = !lines[i][0].visible;
+for (const line of lines[i]) line.visible = visible;
+source.patch({alpha: [[i, visible ? 1.0 : 0.3]]});
+source.selected.indices = [];
+"""
+
+
+def _legend_columns(entries: list[tuple[str, str]]) -> dict[str, list[Any]]:
+    """The legend strip's columns for (label, colour) entries laid out from the left."""
+    columns: dict[str, list[Any]] = {key: [] for key in (
+        "left", "swatch_right", "text_x", "right", "label", "colour", "alpha")}
+    x = 4.0
+    for label, colour in entries:
+        right = x + SWATCH + SWATCH_GAP + CHAR_WIDTH * len(label)
+        for key, item in (("left", x), ("swatch_right", x + SWATCH),
+                          ("text_x", x + SWATCH + SWATCH_GAP), ("right", right),
+                          ("label", label), ("colour", colour), ("alpha", 1.0)):
+            columns[key].append(item)
+        x = right + ENTRY_GAP
+    return columns
 
 
 class PeerPlots:
@@ -105,24 +129,38 @@ class PeerPlots:
         x_range = self.figures["throughput"].x_range
         for fig in self.figures.values():
             fig.x_range = x_range
-        # One legend for all three figures, in a strip of its own above them: its items
-        # point at each peer's renderers in every figure (clicking one hides them all).
-        self.legend_strip = figure(width=width, height=34, toolbar_location=None,
+        # One legend for all three figures, in a strip of its own above them. Its swatches and
+        # labels are ordinary glyphs (a Legend draws its swatches from the renderers of its
+        # own figure, which JupyterLab's views left blank); a tap on an entry hides or shows
+        # that peer's lines in all three figures.
+        self.legend_strip = figure(width=width, height=LEGEND_HEIGHT, toolbar_location=None,
                                    name="netq-legend", outline_line_color=None,
-                                   min_border=0, x_range=Range1d(start=0, end=1),
-                                   y_range=Range1d(start=0, end=1))
+                                   min_border=0, x_range=Range1d(start=0, end=width),
+                                   y_range=Range1d(start=0, end=1), tools="")
         self.legend_strip.axis.visible = False
         self.legend_strip.grid.visible = False
-        legend = Legend(items=[], location="top_left", orientation="horizontal",
-                        click_policy="hide", label_text_font_size="9pt", border_line_alpha=0,
-                        background_fill_alpha=0, margin=0)
-        self.legend_strip.add_layout(legend, "center")
-        self.legend = legend
+        self.legend_source = ColumnDataSource(data=_legend_columns([]))
+        hit: GlyphRenderer[Any] = self.legend_strip.quad(
+            left="left", right="right", bottom=0, top=1, source=self.legend_source,
+            fill_alpha=0, line_alpha=0, name="netq-legend-hit")
+        swatches: GlyphRenderer[Any] = self.legend_strip.quad(
+            left="left", right="swatch_right", bottom=0.38, top=0.62, source=self.legend_source,
+            fill_color="colour", line_color=None, fill_alpha="alpha", name="netq-legend-swatch")
+        labels: GlyphRenderer[Any] = self.legend_strip.text(
+            x="text_x", y=0.5, text="label", source=self.legend_source, text_font_size="9pt",
+            text_baseline="middle", text_alpha="alpha", text_color="#333",
+            name="netq-legend-label")
+        for renderer in (hit, swatches, labels):
+            renderer.nonselection_glyph = renderer.glyph  # no dimming while an entry is tapped
+        self.legend_toggle = CustomJS(args={"source": self.legend_source, "lines": []},
+                                      code=_TOGGLE_LINES)
+        self.legend_source.selected.js_on_change("indices", self.legend_toggle)
+        self.legend_strip.add_tools(TapTool(renderers=[hit]))
         self.root = column(self.legend_strip, row(*self.figures.values()), name="netq-plots")
         self.peers: dict[uuid.UUID, int] = {}  # plotted peer -> its column index i
         self.departed: dict[uuid.UUID, int] = {}  # plotted peer that left -> tick it left
         self._renderers: dict[uuid.UUID, list[GlyphRenderer[Any]]] = {}
-        self._legend_items: dict[uuid.UUID, LegendItem] = {}  # in legend order
+        self._legend_labels: dict[uuid.UUID, str] = {}  # in legend order
         self._next_index = 0
         self.ticks = 0
         # Context manager around structure changes; the Monitor sets it to its
@@ -149,12 +187,13 @@ class PeerPlots:
                 self._forget_rolled_out()
                 for peer in left:
                     self.departed[peer] = self.ticks
-                    self._legend_items[peer].label = value(f"{self._name(peer)} (left)")
+                    self._legend_labels[peer] = f"{self._name(peer)} (left)"
                 for peer in back:  # it came back (session resumed)
                     del self.departed[peer]
-                    self._legend_items[peer].label = value(self._name(peer))
+                    self._legend_labels[peer] = self._name(peer)
                 if joined:
                     self._add(joined)
+                self._draw_legend()
         point = {"t": [stats.uptime]}
         for peer, index in self.peers.items():
             row = rows.get(peer)
@@ -204,15 +243,19 @@ class PeerPlots:
                     line_dash=dash, line_width=width, line_alpha=0.9,
                     name=f"{peer}-{suffix}"))
             self._renderers[peer] = renderers
-            # One legend entry per peer (in the strip above the figures) toggles its lines.
-            # Its swatch is drawn from its first renderer, which must be in the strip's own
-            # figure: a line there with no points, in the peer's colour and width.
-            # (two points outside the strip's range: a renderer with no data draws no swatch)
-            swatch: GlyphRenderer[Any] = self.legend_strip.line(
-                x=[-2, -1], y=[-2, -2], color=color, line_width=width, name=f"{peer}-swatch")
-            item = LegendItem(label=value(self._name(peer)), renderers=[swatch, *renderers])
-            self._legend_items[peer] = item
-            self.legend.items = list(self._legend_items.values())
+            self._legend_labels[peer] = self._name(peer)
+
+    def legend_labels(self) -> list[str]:
+        """The shared legend's entries, in order (a departed peer's ends in "(left)")."""
+        return list(self._legend_labels.values())
+
+    def _draw_legend(self) -> None:
+        """Lay the legend's entries out left to right (called on structure changes only)."""
+        entries = [(label, self.colour(peer) or "#444")
+                   for peer, label in self._legend_labels.items()]
+        self.legend_source.data = _legend_columns(entries)
+        self.legend_toggle.args = {"source": self.legend_source,
+                                   "lines": [self._renderers[p] for p in self._legend_labels]}
 
     def _rolled_out(self) -> list[uuid.UUID]:
         return [peer for peer, tick in self.departed.items()
@@ -229,13 +272,11 @@ class PeerPlots:
             for suffix in METRICS:
                 data.pop(f"p{index}_{suffix}", None)
             renderers = self._renderers.pop(peer)
-            renderers.extend(self._legend_items[peer].renderers[:1])  # the strip's swatch
-            for fig in (*self.figures.values(), self.legend_strip):
+            for fig in self.figures.values():
                 kept = [r for r in fig.renderers if r not in renderers]
                 if len(kept) != len(fig.renderers):
                     fig.renderers = kept
-            del self._legend_items[peer]
-            self.legend.items = list(self._legend_items.values())
+            del self._legend_labels[peer]
         self.source.data = data
 
     # -- inspection (tests, notebooks) ----------------------------------------------------

@@ -330,6 +330,45 @@ DASHBOARD_JS = """() => {
 }"""
 
 
+# A monitor's shared legend as drawn: for each plotted peer's colour in its table (the
+# swatch before the name), how many pixels of exactly that colour the legend strip's canvas
+# (the monitor's short canvas, inside bokeh's shadow roots) has.
+LEGEND_JS = """(monitor) => {
+  const hex = (r, g, b) => '#' + [r, g, b].map((v) => v.toString(16).padStart(2, '0')).join('');
+  const counts = {};
+  for (const swatch of monitor.querySelectorAll('.netq-table .netq-swatch')) {
+    const [r, g, b] = getComputedStyle(swatch).backgroundColor.match(/\\d+/g).map(Number);
+    counts[hex(r, g, b)] = 0;
+  }
+  const canvases = [];
+  const walk = (root) => {
+    for (const element of root.querySelectorAll('*')) {
+      if (element.tagName === 'CANVAS') canvases.push(element);
+      if (element.shadowRoot) walk(element.shadowRoot);
+    }
+  };
+  walk(monitor);
+  const strips = canvases.filter((c) => c.clientHeight > 0 && c.clientHeight <= 40);
+  for (const canvas of strips) {
+    const context = canvas.getContext('2d');
+    if (context == null || canvas.width === 0) continue;
+    const data = context.getImageData(0, 0, canvas.width, canvas.height).data;
+    for (let i = 0; i < data.length; i += 4) {
+      const colour = hex(data[i], data[i + 1], data[i + 2]);
+      if (data[i + 3] === 255 && colour in counts) counts[colour] += 1;
+    }
+  }
+  return {strips: strips.length, counts};
+}"""
+
+
+def _legend_swatches(monitor) -> dict | None:
+    """The legend strip's pixels per table colour, once every colour is drawn (else None)."""
+    legend = monitor.evaluate(LEGEND_JS)
+    counts = legend["counts"]
+    return legend if len(counts) == 4 and min(counts.values()) >= 30 else None
+
+
 def _tables(page) -> list[list[str]]:
     """Rows of every monitor table, read in one go (the tables are replaced at 2 Hz)."""
     return page.evaluate(TABLES_JS)
@@ -372,6 +411,12 @@ def _exercise(page, lab: Lab) -> None:
     assert board["map"] and "server → client-0" in board["text"], board
     assert all("connected" in row for row in tables[0]), tables
     assert any("client-3" in row for row in tables[1]), tables
+    # the shared legend above the plots draws one swatch per peer, in the colour the table
+    # shows before that peer's name (which is the colour of its lines)
+    for index in range(2):
+        monitor = page.locator(".netq-monitor").nth(index)
+        wait_for_page(lambda m=monitor: _legend_swatches(m), 60,
+                      f"monitor {index}'s legend: a swatch in each table colour")
     page.screenshot(path=str(ARTIFACTS / "widgets-jupyterlab.png"), timeout=120_000)
     for index, name in ((0, "widgets-monitor.png"), (1, "widgets-monitor-2.png"),
                         (0, "widgets-dashboard.png")):

@@ -91,7 +91,7 @@ def test_live_view_follows_real_traffic(frontend):
             frontend.state(monitor.table.root)["value"]), message="the departed peer's row gone")
         wait_for(lambda: math.isnan(monitor.plots.series(first.id, "mb_in")[-1]),
                    message="the departed peer's lines ending")
-        labels = [item.label.value for item in monitor.plots.legend.items]
+        labels = monitor.plots.legend_labels()
         assert "client-0 (left)" in labels
         assert sampler.errors == type(sampler.errors)()  # nothing went wrong on the thread
 

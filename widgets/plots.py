@@ -73,13 +73,16 @@ TICK_FORMATTERS = {"throughput": "/s", "memory": ""}
 # swatch and label, gap between entries, and a 9pt label's average character width.
 LEGEND_HEIGHT, SWATCH, SWATCH_GAP, ENTRY_GAP, CHAR_WIDTH = 26, 18, 6, 20, 6.5
 # A tap on a legend entry: hide or show that peer's lines, dim its entry while hidden.
+# (The entry is found by the tap's x, in pixels: no selection, so no tap mode to get in the way.)
 _TOGGLE_LINES = """
-const i = source.selected.indices[0];
-if (i == null || lines[i] == null) return;
+const x = cb_data.geometries.x;
+const left = source.get_column("left"), right = source.get_column("right");
+let i = -1;
+for (let k = 0; k < left.length; k++) if (left[k] <= x && x <= right[k]) i = k;
+if (i < 0 || lines[i] == null) return;
 const visible = !lines[i][0].visible;
 for (const line of lines[i]) line.visible = visible;
 source.patch({alpha: [[i, visible ? 1.0 : 0.3]]});
-source.selected.indices = [];
 """
 
 
@@ -143,19 +146,17 @@ class PeerPlots:
         hit: GlyphRenderer[Any] = self.legend_strip.quad(
             left="left", right="right", bottom=0, top=1, source=self.legend_source,
             fill_alpha=0, line_alpha=0, name="netq-legend-hit")
-        swatches: GlyphRenderer[Any] = self.legend_strip.quad(
+        self.legend_strip.quad(
             left="left", right="swatch_right", bottom=0.38, top=0.62, source=self.legend_source,
             fill_color="colour", line_color=None, fill_alpha="alpha", name="netq-legend-swatch")
-        labels: GlyphRenderer[Any] = self.legend_strip.text(
+        self.legend_strip.text(
             x="text_x", y=0.5, text="label", source=self.legend_source, text_font_size="9pt",
             text_baseline="middle", text_alpha="alpha", text_color="#333",
             name="netq-legend-label")
-        for renderer in (hit, swatches, labels):
-            renderer.nonselection_glyph = renderer.glyph  # no dimming while an entry is tapped
         self.legend_toggle = CustomJS(args={"source": self.legend_source, "lines": []},
                                       code=_TOGGLE_LINES)
-        self.legend_source.selected.js_on_change("indices", self.legend_toggle)
-        self.legend_strip.add_tools(TapTool(renderers=[hit]))
+        self.legend_strip.add_tools(TapTool(renderers=[hit], behavior="inspect",
+                                            callback=self.legend_toggle))
         self.root = column(self.legend_strip, row(*self.figures.values()), name="netq-plots")
         self.peers: dict[uuid.UUID, int] = {}  # plotted peer -> its column index i
         self.departed: dict[uuid.UUID, int] = {}  # plotted peer that left -> tick it left

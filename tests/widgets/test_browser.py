@@ -19,6 +19,7 @@ package is missing; CI installs both (.ci/run, the dev extra). Never ``playwrigh
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import secrets
@@ -362,6 +363,36 @@ LEGEND_JS = """(monitor) => {
 }"""
 
 
+# Where a monitor's legend strip is on the page (its short canvas), and the names of the
+# plotted lines the browser has hidden (a tap on a legend entry hides that peer's lines).
+STRIP_BOX_JS = """(monitor) => {
+  const walk = (root) => {
+    for (const element of root.querySelectorAll('*')) {
+      if (element.tagName === 'CANVAS' && element.clientHeight > 0 && element.clientHeight <= 40)
+        return element;
+      const found = element.shadowRoot ? walk(element.shadowRoot) : null;
+      if (found) return found;
+    }
+    return null;
+  };
+  const strip = walk(monitor);
+  if (strip == null) return null;
+  const box = strip.getBoundingClientRect();
+  return {x: box.x, y: box.y, width: box.width, height: box.height};
+}"""
+HIDDEN_LINES_JS = """() => {
+  const hidden = new Set();
+  for (const doc of window.Bokeh.documents) {
+    const models = doc._all_models != null ? doc._all_models.values() : doc.all_models;
+    for (const model of models)
+      if (typeof model.name === 'string' && model.visible === false
+          && /-(mb_in|mb_out|queue_in|queue_out|memory)$/.test(model.name))
+        hidden.add(model.name);
+  }
+  return [...hidden];
+}"""
+
+
 def _legend_swatches(monitor) -> dict | None:
     """The legend strip's pixels per table colour, once every colour is drawn (else None)."""
     legend = monitor.evaluate(LEGEND_JS)
@@ -426,6 +457,20 @@ def _exercise(page, lab: Lab) -> None:
         box = monitor.bounding_box()  # (an element screenshot would wait for a still element)
         if box is not None:
             page.screenshot(path=str(ARTIFACTS / name), clip=box, timeout=120_000)
+    # a tap on the first legend entry (its swatch) hides that peer's five lines; another
+    # shows them again
+    monitor = page.locator(".netq-monitor").nth(1)
+    monitor.evaluate("(element) => element.scrollIntoView()")
+    clicked = -math.inf
+    for hidden in (5, 0):
+        strip = monitor.evaluate(STRIP_BOX_JS)
+        # bokeh takes two taps within 300 ms for a double tap (not a tap): keep them apart
+        time.sleep(max(0.0, clicked + 0.4 - time.monotonic()))
+        page.mouse.click(strip["x"] + 13, strip["y"] + strip["height"] / 2)
+        clicked = time.monotonic()
+        lines = wait_for_page(lambda n=hidden: (lambda h: len(h) == n and (h or ["none"]))(
+            page.evaluate(HIDDEN_LINES_JS)), 30, f"{hidden} lines hidden by the legend")
+        assert len({name.rsplit("-", 1)[0] for name in lines}) == 1, lines  # one peer's
     # the busy cell may end now; the stop cell after it replaces the live views
     (lab.root / "release").touch()
     # once Run All is done and the kernel idle, the browser's echoes have reached the kernel:

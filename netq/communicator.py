@@ -41,7 +41,7 @@ from .session import Outgoing, PeerSession, PeerState
 from .statistics import CommunicatorStatistics, PeerStatistics, RateMeter
 from .stream import Stream
 
-__all__ = ("Communicator", "Message")
+__all__ = ("Communicator", "Message", "live_communicators")
 
 LOGGER = logging.getLogger("netq")
 _CLOSE_POLL = 0.002  # seconds between checks while close() waits for acknowledgements
@@ -79,15 +79,27 @@ def _part_codecs(serialization):
     return dump_parts, load_parts
 
 
-# Every communicator not yet garbage-collected, so that a forked child can mark the ones it
-# inherited as unusable (_mark_inherited_after_fork). Marking at fork time keeps the cost on
-# put() and get() at one attribute check, instead of an os.getpid() per call.
+# Every communicator of this process not yet garbage-collected, weakly (nothing here keeps one
+# alive): the kernel-wide dashboard lists them (live_communicators()), and a forked child marks
+# the ones it inherited as unusable (_mark_inherited_after_fork). Marking at fork time keeps the
+# cost on put() and get() at one attribute check, instead of an os.getpid() per call. The lock
+# guards iteration against a concurrent construction (a WeakSet's iterator is Python code).
 _live_communicators: weakref.WeakSet[Communicator] = weakref.WeakSet()
+_live_communicators_lock = threading.Lock()
+
+
+def live_communicators() -> list[Communicator]:
+    """The communicators of this process that are still referenced, oldest first (open or
+    closed: a closed one stays listed until it is garbage-collected)."""
+    with _live_communicators_lock:
+        found = list(_live_communicators)
+    return sorted(found, key=lambda communicator: communicator._created)
 
 
 def _mark_inherited_after_fork() -> None:
     # Runs in the child, right after os.fork(), with only the forking thread alive: it must not
-    # take locks (another thread of the parent may have held them at the fork) nor do I/O.
+    # take locks (another thread of the parent may have held them at the fork) nor do I/O. With
+    # one thread left, nothing can change the set while it is read.
     child = os.getpid()
     for communicator in list(_live_communicators):
         communicator._fork_error = UsedInForkedChild(communicator.id, communicator._creator_pid,
@@ -144,7 +156,9 @@ class Communicator:
         # A blocked get() may run the I/O loop itself (leader/followers; Transport.lead).
         self._caller_leads: bool = self._transport.caller_leads
         self._engine.start()
-        _live_communicators.add(self)
+        self._created = time.monotonic()
+        with _live_communicators_lock:
+            _live_communicators.add(self)
 
     # ================================================================== user API
 
@@ -672,3 +686,10 @@ class Communicator:
         from .display import communicator_bundle
 
         return communicator_bundle(self, include, exclude)
+
+    def _ipython_display_(self) -> None:
+        """Jupyter display with a display id, so the live view can be replaced by its final
+        static form when it stops (see :mod:`netq.display`)."""
+        from .display import communicator_display
+
+        communicator_display(self)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import subprocess
 import sys
 import textwrap
@@ -20,7 +22,7 @@ def row(**fields) -> PeerStatistics:
                   queue_out_bytes=10, inflight=0, inflight_bytes=0, messages_in=5, bytes_in=50,
                   messages_out=1, bytes_out=10, credit_out=4 << 20, credit_in=65536,
                   memory=1536, reconnects=0, connected_for=1.0, messages_in_per_s=12345.0,
-                  bytes_in_per_s=2.5e6, messages_out_per_s=0.0, bytes_out_per_s=0.0)
+                  bytes_in_per_s=2.5 * (1 << 20), messages_out_per_s=0.0, bytes_out_per_s=0.0)
     values.update(fields)
     return PeerStatistics(**values)
 
@@ -29,7 +31,7 @@ def stats(*rows) -> CommunicatorStatistics:
     return CommunicatorStatistics(
         id=uuid.uuid4(), purpose="server", protocol="tcp", address="127.0.0.1:1",
         state="open", uptime=2.0, time=2.0, peers=rows, messages_in=5, bytes_in=50,
-        messages_out=1, bytes_out=10, messages_in_per_s=12345.0, bytes_in_per_s=2.5e6,
+        messages_out=1, bytes_out=10, messages_in_per_s=12345.0, bytes_in_per_s=2.5 * (1 << 20),
         messages_out_per_s=0.0, bytes_out_per_s=0.0, memory=1536)
 
 
@@ -146,3 +148,56 @@ def test_a_waiting_peer_and_a_failed_connect_stand_out():
     assert 'class="netq-waits"' in html
     healthy = display.html_table(stats(row()))
     assert "peer blocked" not in healthy and "class=\"netq-waits\"" not in healthy
+
+
+def test_addresses_durations_and_rates_read_as_people_write_them():
+    assert display.format_address("('127.0.0.1', 44503)") == "127.0.0.1:44503"
+    assert display.format_address(("::1", 80, 0, 0)) == "[::1]:80"
+    assert display.format_address("('::1', 80, 0, 0)") == "[::1]:80"
+    assert display.format_address("/tmp/netq.sock") == "/tmp/netq.sock"
+    assert display.format_duration(4.24) == "4.2 s"
+    assert display.format_duration(192) == "3 min 12 s"
+    assert display.format_duration(7500) == "2 h 05 min"
+    assert display.format_byte_rate(2.5 * (1 << 20)) == "2.50 MiB/s"
+    assert display.format_byte_rate(512) == "512 B/s"
+    # one unit convention: no decimal MB anywhere in what the tables show
+    assert all("MB" not in column.header for column in display.COLUMNS)
+
+
+def test_the_title_row_names_role_transport_address_and_a_coloured_state():
+    snapshot = stats(row())
+    title = display.title_html(snapshot)
+    assert "netq TCP server" in title and "127.0.0.1:1" in title
+    assert "netq-state-open" in title and display.STATE_COLOURS["open"] in title
+    assert "up 2.0 s" in title and "1 peer<" in title
+    assert "(" not in display.title_html(dataclasses.replace(
+        snapshot, address="('127.0.0.1', 44503)")).split("netq-address")[1].split("</span>")[0]
+    stopped = display.title_html(snapshot, view_state="stopped")
+    assert "netq-state-stopped" in stopped and display.STATE_COLOURS["stopped"] in stopped
+    closed = dataclasses.replace(snapshot, state="closed")
+    assert "netq-state-closed" in display.title_html(closed, view_state="stopped")
+    waiting = stats(row(blocked="no credit", blocked_for=6.0))
+    assert "netq-state-waiting" in display.title_html(waiting)
+    client = dataclasses.replace(stats(row(state="connecting")), purpose="client")
+    assert "netq-state-connecting" in display.title_html(client)
+    refused = dataclasses.replace(client, connect_error="connection refused")
+    assert "netq-state-cannot-connect" in display.title_html(refused)
+    # the plots' colours are the table's legend
+    markup = display.html_table(snapshot, colours={PEER: "#123456"})
+    assert 'class="netq-swatch" style="background:#123456"' in markup
+
+
+def test_static_charts_keep_their_bound_and_lines_inside_the_range():
+    times = [0.0, 1.0, 2.0, 3.0]
+    lines = [display.Series("a", "#1f77b4", "", [0.0, 10.0, float("nan"), 30.0])]
+    svg = display.svg_chart("memory", times, lines, display.format_bytes,
+                            bound=("budget", 100.0), height=130)
+    assert svg.startswith("<svg") and svg.endswith("</svg>") and "<script" not in svg
+    assert svg.count("<polyline") == 2  # the NaN splits the line
+    ys = [float(y) for y in re.findall(r",([0-9.]+)", " ".join(
+        re.findall(r'points="([^"]+)"', svg)))]
+    bound_y = float(re.search(r'stroke="#c62828" stroke-dasharray="4 3"', svg) and
+                    re.findall(r'y1="([0-9.]+)"', svg)[-1])
+    top, bottom = 18, 130 - 20
+    assert all(top <= y <= bottom for y in [*ys, bound_y])
+    assert ">100 B<" in svg  # ticks in the formatter's units, the top one round

@@ -10,15 +10,17 @@ jupyter_bokeh are missing.
     server = nq.new(purpose=nq.Purpose.SERVER)
     server              # last expression of a cell: a live monitor
     server.monitor()    # the same, with options (interval=, names=, history=, ...)
+    netq.widgets.dashboard()   # every communicator of the kernel and the links between them
 
 See ``docs/widgets.md``.
 """
 
 from __future__ import annotations
 
+from .dashboard import Dashboard, dashboard
 from .monitor import Monitor, PeerTable
 from .plots import METRICS, DisplayOnlyBokehModel, PeerPlots, load_bokeh
 from .sampler import Sampler
 
 __all__ = ("Monitor", "PeerTable", "PeerPlots", "DisplayOnlyBokehModel", "Sampler",
-           "load_bokeh", "METRICS")
+           "load_bokeh", "METRICS", "Dashboard", "dashboard")

@@ -23,7 +23,20 @@ from typing import TYPE_CHECKING
 
 import ipywidgets
 
-from ..display import html_table, in_kernel, peer_fields, static_bundle, text_table
+from ..display import (
+    MiB,
+    Series,
+    format_byte_rate,
+    format_bytes,
+    format_count,
+    html_table,
+    in_kernel,
+    peer_fields,
+    peer_name,
+    svg_chart,
+    svg_charts,
+    text_table,
+)
 from .plots import DisplayOnlyBokehModel, PeerPlots, load_bokeh
 from .sampler import DEFAULT_INTERVAL, Sampler
 
@@ -52,9 +65,14 @@ class PeerTable:
         return [peer_fields(row, self.names)
                 for row in sorted(self.stats.peers, key=lambda r: str(r.peer))]
 
-    def update(self, stats: CommunicatorStatistics) -> None:
+    def update(self, stats: CommunicatorStatistics,
+               colours: Mapping[uuid.UUID, str] | None = None,
+               view_state: str | None = None) -> None:
+        """Show ``stats``; ``colours``: the plotted peers' swatches; ``view_state``: the title's
+        badge instead of ``open`` (``"stopped"``)."""
         self.stats = stats
-        self.root.value = html_table(stats, self.names, self.max_rows)
+        self.root.value = html_table(stats, self.names, self.max_rows, colours=colours,
+                                     view_state=view_state)
 
 
 class Monitor:
@@ -88,6 +106,10 @@ class Monitor:
         self._lock = threading.Lock()  # one update at a time (sampler vs. user thread)
         self._sampler: Sampler | None = None
         self._stopped = False  # stop() was called: displaying again does not restart
+        # Set when displayed through _ipython_display_: the output that the static form
+        # replaces when this view stops updating (and the live one again on start()).
+        self.display_id: str | None = None
+        self._showing_static = False
         self.update()
         if start:
             self.start()
@@ -100,8 +122,8 @@ class Monitor:
             stats = self.communicator.statistics()
         with self._lock:
             self.stats = stats
-            self.table.update(stats)
             self.plots.update(stats)
+            self.table.update(stats, self.plots.colours(), self.view_state)
 
     def start(self) -> Monitor:
         """Attach to the communicator's sampler thread (idempotent)."""
@@ -112,14 +134,28 @@ class Monitor:
             self.update()
             return self
         self._sampler = Sampler.attach(self.communicator, self, self.interval)
+        self.update()  # the badge leaves "stopped" now, not at the next tick
+        self._show_live()
         return self
 
     def stop(self) -> None:
-        """Stop updating; the sampler thread ends when no monitor of its communicator is left."""
+        """Stop updating; the sampler thread ends when no monitor of its communicator is left.
+
+        The view says so: its badge reads ``stopped`` and, where it was displayed, the live
+        widget is replaced by its static form (title, table and charts as of now).
+        """
         self._stopped = True
         sampler, self._sampler = self._sampler, None
         if sampler is not None:
             sampler.detach(self)
+        self.update()
+        self._show_static()
+
+    @property
+    def view_state(self) -> str | None:
+        """What the title's badge says instead of the communicator's ``open``: ``stopped``
+        once :meth:`stop` was called (None while live)."""
+        return "stopped" if self._stopped else None
 
     def close(self) -> None:
         """Stop and close the widgets (their views disappear from the notebook)."""
@@ -144,6 +180,72 @@ class Monitor:
 
     def _sampler_stopped(self, stats) -> None:
         self._sampler = None
+        if stats is not None:
+            self.update(stats)
+        self._show_static()
+
+    # -- static form ------------------------------------------------------------------------
+
+    def charts_html(self) -> str:
+        """The plotted history as inline SVG charts (what a static page shows)."""
+        with self._lock:
+            data = {key: list(values) for key, values in self.plots.source.data.items()}
+            peers = dict(self.plots.peers)
+            departed = set(self.plots.departed)
+        times = data.get("t", [])
+        if len(times) < 2 or not peers:
+            return ""
+
+        def lines(suffixes: tuple[str, ...]) -> list[Series]:
+            found = []
+            for peer, index in peers.items():
+                name = peer_name(peer, self.names) + (" (left)" if peer in departed else "")
+                colour = self.plots.colour(peer) or "#444"
+                for suffix in suffixes:
+                    dash = "4 3" if suffix.endswith("_out") else ""
+                    found.append(Series(f"{name} {suffix}", colour, dash,
+                                        data.get(f"p{index}_{suffix}", []),
+                                        self.plots.line_width(index)))
+            return found
+
+        return svg_charts([
+            svg_chart("throughput, dashed: out", times,
+                      lines(("mb_in", "mb_out")), lambda v: format_byte_rate(v * MiB)),
+            svg_chart("queued messages, dashed: out", times,
+                      lines(("queue_in", "queue_out")),
+                      lambda v: format_count(v) if v >= 10 else f"{v:g}"),
+            svg_chart("memory held", times, lines(("memory",)),
+                      lambda v: format_bytes(v * MiB)),
+        ])
+
+    def static_html(self) -> str:
+        """Title row, table (with the plots' colours) and SVG charts: no script, no widget."""
+        stats = self.stats
+        return html_table(stats, self.names, self.table.max_rows, colours=self.plots.colours(),
+                          view_state=self.view_state, footer=self.charts_html())
+
+    def static_bundle(self) -> dict[str, str]:
+        """``text/plain`` + ``text/html`` (:meth:`static_html`): nbconvert, a docs site and
+        GitHub show this where no widget manager runs."""
+        return {"text/plain": text_table(self.stats, self.names, self.table.max_rows),
+                "text/html": self.static_html()}
+
+    def _show_static(self) -> None:
+        """Replace the displayed live widget by the static form (same output, same place)."""
+        if self.display_id is None or self._showing_static or not in_kernel():
+            return
+        from IPython.display import update_display
+
+        self._showing_static = True
+        update_display(self.static_bundle(), raw=True, display_id=self.display_id)
+
+    def _show_live(self) -> None:
+        if self.display_id is None or not self._showing_static or not in_kernel():
+            return
+        from IPython.display import update_display
+
+        self._showing_static = False
+        update_display(self._live_bundle(), raw=True, display_id=self.display_id)
 
     # -- display ----------------------------------------------------------------------------
 
@@ -152,20 +254,40 @@ class Monitor:
         return text_table(stats, self.names, self.table.max_rows)
 
     def _repr_html_(self) -> str:
-        stats = self.stats if self.running else self.communicator.statistics()
-        return html_table(stats, self.names, self.table.max_rows)
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        """In a kernel: the live widget (plus static fallbacks); elsewhere: static only."""
         if not self.running:
             self.update()
-        bundle = static_bundle(self.stats, self.names, self.table.max_rows)
-        if in_kernel():
-            load_bokeh()
-            with self._lock:  # the new view renders from the current document
-                self.bokeh.refresh()
-            if not self._stopped:
-                self.start()
-            bundle.update(self.widget._repr_mimebundle_() or {})
-            bundle["text/plain"] = text_table(self.stats, self.names, self.table.max_rows)
+        return self.static_html()
+
+    def _live_bundle(self) -> dict:
+        load_bokeh()
+        with self._lock:  # the new view renders from the current document
+            self.bokeh.refresh()
+        bundle = self.widget._repr_mimebundle_() or {}
+        bundle.update(self.static_bundle())  # our text, not the VBox's repr
         return bundle
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        """In a kernel: the live widget (plus its static form); elsewhere: static only."""
+        if not self.running:
+            self.update()
+        if not in_kernel():
+            return self.static_bundle()
+        if not self._stopped:
+            self.start()
+        if not self.running:  # closed or stopped: there is nothing live to show
+            return self.static_bundle()
+        return self._live_bundle()
+
+    def _ipython_display_(self) -> None:
+        """Display with a display id, so that :meth:`stop` (or the communicator closing) can
+        put the static form in the live widget's place: a stopped view never looks live, and
+        an executed notebook keeps a picture rather than an empty widget box."""
+        from IPython.display import display
+
+        bundle = self._repr_mimebundle_()
+        if "application/vnd.jupyter.widget-view+json" not in bundle:
+            display(bundle, raw=True)
+            return
+        self.display_id = self.display_id or uuid.uuid4().hex
+        self._showing_static = False
+        display(bundle, raw=True, display_id=self.display_id)

@@ -4,12 +4,14 @@
 ``source`` (one ``ColumnDataSource``), a ``root`` (the bokeh layout) and ``update(stats)``.
 
 The source is *wide*: column ``t`` (the communicator's uptime, seconds) plus, for each plotted
-peer ``i``, ``p<i>_mb_in``, ``p<i>_mb_out`` (MB/s), ``p<i>_queue_in``, ``p<i>_queue_out``
-(messages) and ``p<i>_memory`` (MiB). One ``stream()`` per tick then carries every peer in one
-patch message, whatever the number of peers. A peer that joins adds its columns (filled with
-NaN for the past) and its lines; a peer that leaves gets NaN from then on (its lines end and its
-legend entry says "left"), and its columns are dropped once its data has rolled out of the
-window. At most ``max_peers`` peers are plotted at a time (the table shows them all).
+peer ``i``, ``p<i>_mb_in``, ``p<i>_mb_out`` (MiB/s), ``p<i>_queue_in``, ``p<i>_queue_out``
+(messages) and ``p<i>_memory`` (MiB). The axes label their ticks in auto-scaled binary units
+(``512 KiB/s``, ``1.5 MiB``), the unit convention of the whole display. One ``stream()`` per
+tick then carries every peer in one patch message, whatever the number of peers. A peer that
+joins adds its columns (filled with NaN for the past) and its lines; a peer that leaves gets
+NaN from then on (its lines end and its legend entry says "left"), and its columns are dropped
+once its data has rolled out of the window. At most ``max_peers`` peers are plotted at a time
+(the table shows them all).
 """
 
 from __future__ import annotations
@@ -22,16 +24,22 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from bokeh.core.properties import value
 from bokeh.core.serialization import make_id
-from bokeh.layouts import column
-from bokeh.models import ColumnDataSource, DataRange1d
-from bokeh.models.annotations import Legend, LegendItem  # bokeh.models' star import hides them
-from bokeh.palettes import Category10_10
+from bokeh.layouts import column, row
+from bokeh.models import (
+    AdaptiveTicker,
+    ColumnDataSource,
+    CustomJS,
+    CustomJSTickFormatter,
+    DataRange1d,
+    Range1d,
+    TapTool,
+)
+from bokeh.models.annotations import Title  # bokeh.models' star import hides it
 from bokeh.plotting import figure
 from jupyter_bokeh import BokehModel
 
-from ..display import MiB, peer_name, peer_values
+from ..display import PALETTE, MiB, peer_name, peer_values
 
 if TYPE_CHECKING:
     from bokeh.models.renderers import GlyphRenderer
@@ -47,41 +55,113 @@ METRICS = {
     "queue_out": ("queue", "dashed", lambda v: float(v["queue_out"])),
     "memory": ("memory", "solid", lambda v: v["memory"] / MiB),
 }
-FIGURES = {
-    "throughput": "throughput, MB/s (solid: in, dashed: out)",
-    "queue": "queue depth, messages (solid: in, dashed: out)",
-    "memory": "memory held, MiB",
+FIGURES = {  # titles short enough for a third of the table's width
+    "throughput": "throughput, dashed: out",
+    "queue": "queued messages, dashed: out",
+    "memory": "memory held",
 }
+# Tick labels in binary units, scaled to the tick (the plotted values are MiB or MiB/s).
+_BINARY_TICKS = """
+const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+let value = tick * 1048576, unit = 0;
+while (Math.abs(value) >= 1024 && unit < units.length - 1) { value /= 1024; unit += 1; }
+const text = value === 0 ? "0" : (Math.abs(value) < 10 ? value.toFixed(1) : value.toFixed(0));
+return value === 0 ? "0" : text + " " + units[unit] + SUFFIX;
+"""
+TICK_FORMATTERS = {"throughput": "/s", "memory": ""}
+# The legend strip, in pixels (its x range is its width): height, swatch width, gap between
+# swatch and label, gap between entries, and a 9pt label's average character width.
+LEGEND_HEIGHT, SWATCH, SWATCH_GAP, ENTRY_GAP, CHAR_WIDTH = 26, 18, 6, 20, 6.5
+# A tap on a legend entry: hide or show that peer's lines, dim its entry while hidden.
+# (The entry is found by the tap's x, in pixels: no selection, so no tap mode to get in the way.)
+_TOGGLE_LINES = """
+const x = cb_data.geometries.x;
+const left = source.get_column("left"), right = source.get_column("right");
+let i = -1;
+for (let k = 0; k < left.length; k++) if (left[k] <= x && x <= right[k]) i = k;
+if (i < 0 || lines[i] == null) return;
+const visible = !lines[i][0].visible;
+for (const line of lines[i]) line.visible = visible;
+source.patch({alpha: [[i, visible ? 1.0 : 0.3]]});
+"""
+
+
+def _legend_columns(entries: list[tuple[str, str]]) -> dict[str, list[Any]]:
+    """The legend strip's columns for (label, colour) entries laid out from the left."""
+    columns: dict[str, list[Any]] = {key: [] for key in (
+        "left", "swatch_right", "text_x", "right", "label", "colour", "alpha")}
+    x = 4.0
+    for label, colour in entries:
+        right = x + SWATCH + SWATCH_GAP + CHAR_WIDTH * len(label)
+        for key, item in (("left", x), ("swatch_right", x + SWATCH),
+                          ("text_x", x + SWATCH + SWATCH_GAP), ("right", right),
+                          ("label", label), ("colour", colour), ("alpha", 1.0)):
+            columns[key].append(item)
+        x = right + ENTRY_GAP
+    return columns
 
 
 class PeerPlots:
     """Three bokeh figures (throughput, queue depth, memory) with one line per peer."""
 
     def __init__(self, names: Mapping[uuid.UUID, str] | None = None, *, history: int = 600,
-                 max_peers: int = 16, width: int = 760, height: int = 170) -> None:
+                 max_peers: int = 16, width: int = 780, height: int = 170) -> None:
         self.names = names
         self.history = history  # points kept per line (rollover)
         self.max_peers = max_peers
         self.source = ColumnDataSource(data={"t": []})
         self.figures = {}
+        # Three small figures side by side, as wide together as the table above them.
         for key, title in FIGURES.items():
-            fig = figure(title=title, width=width, height=height, x_axis_label="uptime (s)",
-                         tools="pan,wheel_zoom,box_zoom,reset,save", toolbar_location="right",
-                         name=f"netq-{key}", y_range=DataRange1d(start=0))
+            fig = figure(title=title, width=width // len(FIGURES), height=height,
+                         x_axis_label="uptime (s)", tools="pan,wheel_zoom,box_zoom,reset,save",
+                         toolbar_location="right", name=f"netq-{key}",
+                         y_range=DataRange1d(start=0), min_border_left=10)
             fig.toolbar.autohide = True
+            if isinstance(fig.title, Title):
+                fig.title.text_font_size = "9pt"
+            fig.axis.major_label_text_font_size = "8pt"
+            fig.xaxis.axis_label_text_font_size = "8pt"
+            if key in TICK_FORMATTERS:
+                # ticks at multiples of a power of two (0, 4, 8, 12 KiB), labelled in units
+                fig.yaxis.ticker = AdaptiveTicker(base=2, mantissas=[1], min_interval=2**-20,
+                                                  num_minor_ticks=0)
+                fig.yaxis.formatter = CustomJSTickFormatter(
+                    code=_BINARY_TICKS.replace("SUFFIX", repr(TICK_FORMATTERS[key])))
             self.figures[key] = fig
         x_range = self.figures["throughput"].x_range
         for fig in self.figures.values():
             fig.x_range = x_range
-        legend = Legend(items=[], location="top_left", click_policy="hide",
-                        label_text_font_size="9pt")
-        self.figures["memory"].add_layout(legend, "right")
-        self.legend = legend
-        self.root = column(*self.figures.values(), name="netq-plots")
+        # One legend for all three figures, in a strip of its own above them. Its swatches and
+        # labels are ordinary glyphs (a Legend draws its swatches from the renderers of its
+        # own figure, which JupyterLab's views left blank); a tap on an entry hides or shows
+        # that peer's lines in all three figures.
+        self.legend_strip = figure(width=width, height=LEGEND_HEIGHT, toolbar_location=None,
+                                   name="netq-legend", outline_line_color=None,
+                                   min_border=0, x_range=Range1d(start=0, end=width),
+                                   y_range=Range1d(start=0, end=1), tools="")
+        self.legend_strip.axis.visible = False
+        self.legend_strip.grid.visible = False
+        self.legend_source = ColumnDataSource(data=_legend_columns([]))
+        hit: GlyphRenderer[Any] = self.legend_strip.quad(
+            left="left", right="right", bottom=0, top=1, source=self.legend_source,
+            fill_alpha=0, line_alpha=0, name="netq-legend-hit")
+        self.legend_strip.quad(
+            left="left", right="swatch_right", bottom=0.38, top=0.62, source=self.legend_source,
+            fill_color="colour", line_color=None, fill_alpha="alpha", name="netq-legend-swatch")
+        self.legend_strip.text(
+            x="text_x", y=0.5, text="label", source=self.legend_source, text_font_size="9pt",
+            text_baseline="middle", text_alpha="alpha", text_color="#333",
+            name="netq-legend-label")
+        self.legend_toggle = CustomJS(args={"source": self.legend_source, "lines": []},
+                                      code=_TOGGLE_LINES)
+        self.legend_strip.add_tools(TapTool(renderers=[hit], behavior="inspect",
+                                            callback=self.legend_toggle))
+        self.root = column(self.legend_strip, row(*self.figures.values()), name="netq-plots")
         self.peers: dict[uuid.UUID, int] = {}  # plotted peer -> its column index i
         self.departed: dict[uuid.UUID, int] = {}  # plotted peer that left -> tick it left
         self._renderers: dict[uuid.UUID, list[GlyphRenderer[Any]]] = {}
-        self._legend_items: dict[uuid.UUID, LegendItem] = {}  # in legend order
+        self._legend_labels: dict[uuid.UUID, str] = {}  # in legend order
         self._next_index = 0
         self.ticks = 0
         # Context manager around structure changes; the Monitor sets it to its
@@ -108,12 +188,13 @@ class PeerPlots:
                 self._forget_rolled_out()
                 for peer in left:
                     self.departed[peer] = self.ticks
-                    self._legend_items[peer].label = value(f"{self._name(peer)} (left)")
+                    self._legend_labels[peer] = f"{self._name(peer)} (left)"
                 for peer in back:  # it came back (session resumed)
                     del self.departed[peer]
-                    self._legend_items[peer].label = value(self._name(peer))
+                    self._legend_labels[peer] = self._name(peer)
                 if joined:
                     self._add(joined)
+                self._draw_legend()
         point = {"t": [stats.uptime]}
         for peer, index in self.peers.items():
             row = rows.get(peer)
@@ -125,6 +206,20 @@ class PeerPlots:
 
     def _name(self, peer: uuid.UUID) -> str:
         return peer_name(peer, self.names)
+
+    @staticmethod
+    def line_width(index: int) -> float:
+        """Pixels: peers plotted earlier draw wider lines (drawn below the later ones)."""
+        return max(1.4, 4.0 - 0.5 * (index % 6))
+
+    def colour(self, peer: uuid.UUID) -> str | None:
+        """The colour of a plotted peer's lines (None if it is not plotted)."""
+        index = self.peers.get(peer)
+        return None if index is None else PALETTE[index % len(PALETTE)]
+
+    def colours(self) -> dict[uuid.UUID, str]:
+        """Every plotted peer's colour: the table shows them as the plots' legend."""
+        return {peer: PALETTE[index % len(PALETTE)] for peer, index in self.peers.items()}
 
     def _add(self, peers: list[uuid.UUID]) -> None:
         data = dict(self.source.data)
@@ -138,17 +233,30 @@ class PeerPlots:
         self.source.data = data  # one full replace per join (rare), streams otherwise
         for peer in peers:
             index = self.peers[peer]
-            color = Category10_10[index % len(Category10_10)]
+            color = self.colour(peer)
+            # Peers with the same traffic draw the same line: earlier peers are drawn wider
+            # and below, so each stays visible as a coloured edge under the later ones.
+            width = self.line_width(index)
             renderers: list[GlyphRenderer[Any]] = []
             for suffix, (fig_key, dash, _) in METRICS.items():
                 renderers.append(self.figures[fig_key].line(
                     x="t", y=f"p{index}_{suffix}", source=self.source, color=color,
-                    line_dash=dash, line_width=1.6, name=f"{peer}-{suffix}"))
+                    line_dash=dash, line_width=width, line_alpha=0.9,
+                    name=f"{peer}-{suffix}"))
             self._renderers[peer] = renderers
-            # One legend entry per peer (on the memory figure) toggles all of its lines.
-            item = LegendItem(label=value(self._name(peer)), renderers=renderers)
-            self._legend_items[peer] = item
-            self.legend.items = list(self._legend_items.values())
+            self._legend_labels[peer] = self._name(peer)
+
+    def legend_labels(self) -> list[str]:
+        """The shared legend's entries, in order (a departed peer's ends in "(left)")."""
+        return list(self._legend_labels.values())
+
+    def _draw_legend(self) -> None:
+        """Lay the legend's entries out left to right (called on structure changes only)."""
+        entries = [(label, self.colour(peer) or "#444")
+                   for peer, label in self._legend_labels.items()]
+        self.legend_source.data = _legend_columns(entries)
+        self.legend_toggle.args = {"source": self.legend_source,
+                                   "lines": [self._renderers[p] for p in self._legend_labels]}
 
     def _rolled_out(self) -> list[uuid.UUID]:
         return [peer for peer, tick in self.departed.items()
@@ -169,8 +277,7 @@ class PeerPlots:
                 kept = [r for r in fig.renderers if r not in renderers]
                 if len(kept) != len(fig.renderers):
                     fig.renderers = kept
-            del self._legend_items[peer]
-            self.legend.items = list(self._legend_items.values())
+            del self._legend_labels[peer]
         self.source.data = data
 
     # -- inspection (tests, notebooks) ----------------------------------------------------

@@ -19,6 +19,7 @@ package is missing; CI installs both (.ci/run, the dev extra). Never ``playwrigh
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import secrets
@@ -91,20 +92,25 @@ CELLS = [
     SETUP,
     "# NBVAL_IGNORE_OUTPUT\nserver  # a communicator as the last expression: a live monitor",
     "# NBVAL_IGNORE_OUTPUT\nmonitor = server.monitor(names=names)\nmonitor",
+    ("# NBVAL_IGNORE_OUTPUT\nimport netq.widgets\n"
+     "board = netq.widgets.dashboard(interval=0.5, names={server.id: 'server', **names})\n"
+     "board"),
     "add_client()  # a peer joins while this cell keeps the kernel busy\ntime.sleep(6)",
     ('t = monitor.plots.source.data["t"]\n'
+     'sampler = monitor.sampler or sampler  # kept from the first run (stopped by now)\n'
      'print(f"netq-check points={len(t)} unique={len(set(t))} '
      'echoes={monitor.bokeh.ignored_echoes} peers={len(monitor.stats.peers)} '
      'ticks={monitor.plots.ticks} refreshes={monitor.bokeh.refreshes} '
-     'cpu_s={monitor.sampler.cpu_seconds:.3f} '
-     'cpu={100 * monitor.sampler.cpu_fraction():.3f}%")\n'
+     'cpu_s={sampler.cpu_seconds:.3f} cpu={100 * sampler.cpu_fraction():.3f}%")\n'
      'assert len(t) == len(set(t))'),
     ("import os  # the kernel stays busy until the test releases it: the monitors keep updating\n"
      "deadline = time.monotonic() + 180\n"
      "while not os.path.exists(\"release\") and time.monotonic() < deadline:\n"
      "    time.sleep(0.1)"),
+    # then the views stop: the monitor and the dashboard give way to their static forms
+    "monitor.stop()\nboard.stop()",
 ]
-CHECK_CELL, BUSY_CELL = 4, 5
+CHECK_CELL, BUSY_CELL = 5, 6
 
 # JavaScript: the number of points in each bokeh ColumnDataSource with a "t" column.
 POINTS_JS = """() => {
@@ -313,6 +319,87 @@ TABLES_JS = """() => [...document.querySelectorAll('.netq-monitor .netq-table')]
   (table) => [...table.querySelectorAll('tr.peer')].map((row) => row.innerText))"""
 
 
+# The monitors' title rows, as text (textContent: the badge's CSS upper-casing aside).
+TITLES_JS = """() => [...document.querySelectorAll('.netq-monitor .netq-title')].map(
+  (title) => [...title.children].map((part) => part.textContent.trim()).join(' '))"""
+# The live dashboard: its text, link rows and whether its map is drawn.
+DASHBOARD_JS = """() => {
+  const board = document.querySelector('.netq-dashboard');
+  if (board == null) return null;
+  return {text: board.textContent, links: board.querySelectorAll('tr.link').length,
+          map: board.querySelector('svg.netq-map line') != null};
+}"""
+
+
+# A monitor's shared legend as drawn: for each plotted peer's colour in its table (the
+# swatch before the name), how many pixels of exactly that colour the legend strip's canvas
+# (the monitor's short canvas, inside bokeh's shadow roots) has.
+LEGEND_JS = """(monitor) => {
+  const hex = (r, g, b) => '#' + [r, g, b].map((v) => v.toString(16).padStart(2, '0')).join('');
+  const counts = {};
+  for (const swatch of monitor.querySelectorAll('.netq-table .netq-swatch')) {
+    const [r, g, b] = getComputedStyle(swatch).backgroundColor.match(/\\d+/g).map(Number);
+    counts[hex(r, g, b)] = 0;
+  }
+  const canvases = [];
+  const walk = (root) => {
+    for (const element of root.querySelectorAll('*')) {
+      if (element.tagName === 'CANVAS') canvases.push(element);
+      if (element.shadowRoot) walk(element.shadowRoot);
+    }
+  };
+  walk(monitor);
+  const strips = canvases.filter((c) => c.clientHeight > 0 && c.clientHeight <= 40);
+  for (const canvas of strips) {
+    const context = canvas.getContext('2d');
+    if (context == null || canvas.width === 0) continue;
+    const data = context.getImageData(0, 0, canvas.width, canvas.height).data;
+    for (let i = 0; i < data.length; i += 4) {
+      const colour = hex(data[i], data[i + 1], data[i + 2]);
+      if (data[i + 3] === 255 && colour in counts) counts[colour] += 1;
+    }
+  }
+  return {strips: strips.length, counts};
+}"""
+
+
+# Where a monitor's legend strip is on the page (its short canvas), and the names of the
+# plotted lines the browser has hidden (a tap on a legend entry hides that peer's lines).
+STRIP_BOX_JS = """(monitor) => {
+  const walk = (root) => {
+    for (const element of root.querySelectorAll('*')) {
+      if (element.tagName === 'CANVAS' && element.clientHeight > 0 && element.clientHeight <= 40)
+        return element;
+      const found = element.shadowRoot ? walk(element.shadowRoot) : null;
+      if (found) return found;
+    }
+    return null;
+  };
+  const strip = walk(monitor);
+  if (strip == null) return null;
+  const box = strip.getBoundingClientRect();
+  return {x: box.x, y: box.y, width: box.width, height: box.height};
+}"""
+HIDDEN_LINES_JS = """() => {
+  const hidden = new Set();
+  for (const doc of window.Bokeh.documents) {
+    const models = doc._all_models != null ? doc._all_models.values() : doc.all_models;
+    for (const model of models)
+      if (typeof model.name === 'string' && model.visible === false
+          && /-(mb_in|mb_out|queue_in|queue_out|memory)$/.test(model.name))
+        hidden.add(model.name);
+  }
+  return [...hidden];
+}"""
+
+
+def _legend_swatches(monitor) -> dict | None:
+    """The legend strip's pixels per table colour, once every colour is drawn (else None)."""
+    legend = monitor.evaluate(LEGEND_JS)
+    counts = legend["counts"]
+    return legend if len(counts) == 4 and min(counts.values()) >= 30 else None
+
+
 def _tables(page) -> list[list[str]]:
     """Rows of every monitor table, read in one go (the tables are replaced at 2 Hz)."""
     return page.evaluate(TABLES_JS)
@@ -327,7 +414,7 @@ def _exercise(page, lab: Lab) -> None:
     # both monitors: a table with a row per peer, and bokeh canvases (inside shadow roots,
     # which playwright's CSS selectors pierce)
     wait_for_page(lambda: len(_tables(page)) == 2 and all(len(t) >= 3 for t in _tables(page)),
-              90, "both monitors' tables with 3 peers")
+              240, "both monitors' tables with 3 peers")
     wait_for_page(lambda: page.locator(".netq-monitor canvas").count() >= 6, 60,
               "bokeh canvases in both monitors")
     counts = wait_for_page(lambda: (lambda c: len(c) >= 2 and min(c.values()) >= 2 and c)(
@@ -336,25 +423,56 @@ def _exercise(page, lab: Lab) -> None:
     # plots keep growing while that cell runs
     wait_for_page(lambda: all(len(t) == 4 for t in _tables(page)), 60, "4 peers in both tables")
     later = wait_for_page(lambda: (lambda c: sum(c.get(k, 0) > n for k, n in counts.items()) >= 2
-                               and c)(_points(page)), 60, "both plots growing")
+                               and c)(_points(page)), 180, "both plots growing")
     # while the last cell keeps the kernel busy, the plots still grow
     busy = page.locator(".jp-Cell").nth(BUSY_CELL).locator(".jp-InputPrompt")
     wait_for_page(lambda: "*" in busy.inner_text(), 90, "the busy cell to start")
     during = _points(page)
     grown = wait_for_page(lambda: (lambda c: sum(c.get(k, 0) > n for k, n in during.items()) >= 2
-                               and c)(_points(page)), 15, "both plots growing while busy")
+                               and c)(_points(page)), 60, "both plots growing while busy")
     assert "*" in busy.inner_text(), "the busy cell ended before the plots grew"
     tables = _tables(page)
-    (lab.root / "release").touch()  # the busy cell may end now
+    titles = page.evaluate(TITLES_JS)
+    assert len(titles) == 2 and all(t.startswith("netq TCP server 127.0.0.1:") for t in titles), \
+        titles
+    assert all("open" in t and "up " in t and "4 peers" in t and "('" not in t
+               for t in titles), titles
+    board = wait_for_page(lambda: (lambda b: b and b["links"] >= 4 and b)(
+        page.evaluate(DASHBOARD_JS)), 60, "the dashboard with 4 links")
+    assert board["map"] and "server → client-0" in board["text"], board
     assert all("connected" in row for row in tables[0]), tables
     assert any("client-3" in row for row in tables[1]), tables
-    page.screenshot(path=str(ARTIFACTS / "widgets-jupyterlab.png"), timeout=120_000)
-    for index, name in ((0, "widgets-monitor.png"), (1, "widgets-monitor-2.png")):
+    # the shared legend above the plots draws one swatch per peer, in the colour the table
+    # shows before that peer's name (which is the colour of its lines)
+    for index in range(2):
         monitor = page.locator(".netq-monitor").nth(index)
+        wait_for_page(lambda m=monitor: _legend_swatches(m), 60,
+                      f"monitor {index}'s legend: a swatch in each table colour")
+    page.screenshot(path=str(ARTIFACTS / "widgets-jupyterlab.png"), timeout=120_000)
+    for index, name in ((0, "widgets-monitor.png"), (1, "widgets-monitor-2.png"),
+                        (0, "widgets-dashboard.png")):
+        monitor = page.locator(".netq-dashboard" if "dashboard" in name
+                               else ".netq-monitor").nth(index)
         monitor.evaluate("(element) => element.scrollIntoView()")
         box = monitor.bounding_box()  # (an element screenshot would wait for a still element)
         if box is not None:
             page.screenshot(path=str(ARTIFACTS / name), clip=box, timeout=120_000)
+    # a tap on the first legend entry (its swatch) hides that peer's five lines; another
+    # shows them again
+    monitor = page.locator(".netq-monitor").nth(1)
+    monitor.evaluate("(element) => element.scrollIntoView()")
+    clicked = -math.inf
+    for hidden in (5, 0):
+        strip = monitor.evaluate(STRIP_BOX_JS)
+        # bokeh takes two taps within 300 ms for a double tap (not a tap): keep them apart
+        time.sleep(max(0.0, clicked + 0.4 - time.monotonic()))
+        page.mouse.click(strip["x"] + 13, strip["y"] + strip["height"] / 2)
+        clicked = time.monotonic()
+        lines = wait_for_page(lambda n=hidden: (lambda h: len(h) == n and (h or ["none"]))(
+            page.evaluate(HIDDEN_LINES_JS)), 30, f"{hidden} lines hidden by the legend")
+        assert len({name.rsplit("-", 1)[0] for name in lines}) == 1, lines  # one peer's
+    # the busy cell may end now; the stop cell after it replaces the live views
+    (lab.root / "release").touch()
     # once Run All is done and the kernel idle, the browser's echoes have reached the kernel:
     # run the check cell again and read what it printed
     cell = page.locator(".jp-Cell").nth(CHECK_CELL)
@@ -367,6 +485,15 @@ def _exercise(page, lab: Lab) -> None:
     page.keyboard.press("Shift+Enter")
     text = wait_for_page(lambda: _check_line(cell, after=1), 60, "the re-run check cell")
     final = _points(page)
+    # the stop cell ran after the busy one: the stopped monitor and dashboard show their
+    # static forms (title badge "stopped"; the dashboard's map and links, without a script)
+    wait_for_page(lambda: page.locator(".netq-state-stopped").count() >= 2, 60,
+                  "the stopped monitor's and dashboard's static forms")
+    stopped = page.locator(".netq-state-stopped").first.locator("xpath=../..")
+    stopped.evaluate("(element) => element.scrollIntoView()")
+    box = stopped.bounding_box()
+    if box is not None:
+        page.screenshot(path=str(ARTIFACTS / "widgets-stopped.png"), clip=box, timeout=120_000)
     numbers = dict(re.findall(r"(\w+)=([0-9.]+)", text))
     (ARTIFACTS / "widgets-jupyterlab.txt").write_text(
         f"{text}\nbrowser points per source: {counts} -> {later}; while a cell ran: "

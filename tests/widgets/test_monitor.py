@@ -21,11 +21,12 @@ from widget_testing import Traffic, same_columns
 
 ROW = re.compile(r'<tr class="peer" data-peer="([0-9a-f-]+)">(.*?)</tr>')
 CELL = re.compile(r'<td class="([a-z_]+)">(.*?)</td>')
+SWATCH = re.compile(r'<span class="netq-swatch"[^>]*></span>')  # the plots' legend
 
 
 def table_rows(markup: str) -> dict[str, dict[str, str]]:
     """The per-peer rows of a rendered table: peer id -> {column key: text}."""
-    return {peer: {key: html.unescape(text) for key, text in CELL.findall(cells)}
+    return {peer: {key: html.unescape(SWATCH.sub("", text)) for key, text in CELL.findall(cells)}
             for peer, cells in ROW.findall(markup)}
 
 
@@ -55,7 +56,10 @@ def test_live_view_follows_real_traffic(frontend):
         wait_for(flowing, message="3 peers sending")
         markup, source, stats, kernel_source = frontend_view(frontend, monitor)
         # the browser's table is the snapshot's table, row by row
-        assert markup == html_table(stats, names, 50)
+        assert markup == html_table(stats, names, 50, colours=monitor.plots.colours())
+        # the plots' colours are the table's legend: one distinct swatch per plotted peer
+        swatches = re.findall(r'class="netq-swatch" style="background:(#[0-9a-f]{6})"', markup)
+        assert len(swatches) == len(set(swatches)) == 3
         rows = table_rows(markup)
         assert set(rows) == {str(c.id) for c in traffic.clients}
         for row in stats.peers:
@@ -87,7 +91,7 @@ def test_live_view_follows_real_traffic(frontend):
             frontend.state(monitor.table.root)["value"]), message="the departed peer's row gone")
         wait_for(lambda: math.isnan(monitor.plots.series(first.id, "mb_in")[-1]),
                    message="the departed peer's lines ending")
-        labels = [item.label.value for item in monitor.plots.legend.items]
+        labels = monitor.plots.legend_labels()
         assert "client-0 (left)" in labels
         assert sampler.errors == type(sampler.errors)()  # nothing went wrong on the thread
 
@@ -232,3 +236,43 @@ def test_a_client_that_cannot_connect_is_visibly_different(frontend):
     finally:
         monitor.close()
         client.close(timeout=1)
+
+
+def test_a_stopped_or_closed_view_says_so_and_leaves_its_static_form(frontend, monkeypatch):
+    """stop() turns the badge to "stopped" and puts the static form (title, table, SVG charts)
+    in the displayed widget's place; start() brings the live widget back; the communicator
+    closing leaves the static form with a "closed" badge."""
+    import IPython.display
+    import netq.widgets.monitor as monitor_module
+
+    shown: list[tuple[str, dict]] = []
+    monkeypatch.setattr(monitor_module, "in_kernel", lambda: True)
+    monkeypatch.setattr(monitor_module, "load_bokeh", lambda: None)
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda bundle, raw, display_id=None: shown.append(("display", bundle)))
+    monkeypatch.setattr(IPython.display, "update_display",
+                        lambda bundle, raw, display_id: shown.append((display_id, bundle)))
+    with Traffic(clients=2) as traffic:
+        monitor = Monitor(traffic.server, interval=0.1)
+        monitor._ipython_display_()
+        assert monitor.running and monitor.display_id
+        assert "application/vnd.jupyter.widget-view+json" in shown[0][1]
+        assert "netq-state-open" in monitor.table.root.value
+        wait_for(lambda: len(monitor.plots.source.data["t"]) >= 3 and
+                 len(monitor.plots.peers) == 2, message="a few points for 2 peers")
+        monitor.stop()
+        assert "netq-state-stopped" in monitor.table.root.value  # the live widget too
+        display_id, static = shown[-1]
+        assert display_id == monitor.display_id
+        assert set(static) == {"text/plain", "text/html"}
+        assert "netq-state-stopped" in static["text/html"]
+        assert static["text/html"].count("<svg") == 3 and "<script" not in static["text/html"]
+        assert static["text/html"].count("<polyline") >= 2 * 3  # a line per peer and chart
+        monitor.start()
+        assert "application/vnd.jupyter.widget-view+json" in shown[-1][1]
+        assert "netq-state-open" in monitor.table.root.value
+        sampler = monitor.sampler
+    sampler.thread.join(5)
+    display_id, final = shown[-1]
+    assert display_id == monitor.display_id and "netq-state-closed" in final["text/html"]
+    assert "application/vnd.jupyter.widget-view+json" not in final

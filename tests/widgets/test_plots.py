@@ -9,6 +9,7 @@ import pytest
 from jupyter_bokeh import BokehModel
 from netq.widgets import DisplayOnlyBokehModel, PeerPlots
 
+from netq.display import MiB
 from widget_testing import make_row, make_stats, same_columns
 
 A, B, C = (uuid.UUID(int=i) for i in (0xA0, 0xB0, 0xC0))
@@ -21,16 +22,16 @@ def tick(plots, t, *rows):
 
 def test_one_point_per_tick_for_each_peer_in_plot_units():
     plots = PeerPlots(NAMES)
-    tick(plots, 1.0, make_row(A, bytes_in_per_s=2e6, bytes_out_per_s=5e5, queue_in=3,
+    tick(plots, 1.0, make_row(A, bytes_in_per_s=2 * MiB, bytes_out_per_s=MiB / 2, queue_in=3,
                               queue_out=1, memory=3 << 20))
     assert plots.source.data["t"] == [1.0]
-    assert plots.series(A, "mb_in") == [2.0] and plots.series(A, "mb_out") == [0.5]
+    assert plots.series(A, "mb_in") == [2.0] and plots.series(A, "mb_out") == [0.5]  # MiB/s
     assert plots.series(A, "queue_in") == [3.0] and plots.series(A, "queue_out") == [1.0]
     assert plots.series(A, "memory") == [3.0]  # MiB
     # one line per metric on the right figure, one legend entry per peer
     lines = {r.glyph.y for fig in plots.figures.values() for r in fig.renderers}
     assert lines == {f"p0_{m}" for m in ("mb_in", "mb_out", "queue_in", "queue_out", "memory")}
-    assert [item.label.value for item in plots.legend.items] == ["alpha"]
+    assert plots.legend_labels() == ["alpha"]
 
 
 def test_rollover_keeps_the_last_history_points():
@@ -49,7 +50,7 @@ def test_peers_join_at_runtime_and_their_past_is_nan():
     assert plots.series(A, "queue_in") == [1.0, 2.0, 3.0]
     past = plots.series(B, "queue_in")
     assert math.isnan(past[0]) and math.isnan(past[1]) and past[2] == 30.0
-    assert [item.label.value for item in plots.legend.items] == ["alpha", "bravo"]
+    assert plots.legend_labels() == ["alpha", "bravo"]
     assert len(plots.figures["throughput"].renderers) == 4  # in + out per peer
 
 
@@ -58,12 +59,12 @@ def test_a_peer_that_leaves_ends_its_lines_and_is_dropped_once_rolled_out():
     tick(plots, 1.0, make_row(A), make_row(B, queue_in=5))
     tick(plots, 2.0, make_row(A))  # B left
     assert math.isnan(plots.series(B, "queue_in")[-1])
-    assert [item.label.value for item in plots.legend.items] == ["alpha", "bravo (left)"]
+    assert plots.legend_labels() == ["alpha", "bravo (left)"]
     for t in range(3, 7):
         tick(plots, float(t), make_row(A))
     assert B not in plots.peers
     assert not any(key.startswith("p1_") for key in plots.source.data)
-    assert [item.label.value for item in plots.legend.items] == ["alpha"]
+    assert plots.legend_labels() == ["alpha"]
     assert len(plots.figures["memory"].renderers) == 1
 
 

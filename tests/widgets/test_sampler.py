@@ -43,3 +43,51 @@ def test_sampler_costs_well_under_one_percent_of_a_core_for_8_peers(frontend):
           f"{100 * fraction:.3f} % of a core")
     assert shown == PEERS and ticks >= 10
     assert fraction < 0.01, f"sampler used {100 * fraction:.2f} % of a core"
+
+
+def test_sampler_cost_at_500_peers_is_measured(frontend, tmp_path):
+    """The same measurement with 500 peers: 5 child processes of 100 real TCP clients
+    (``tests/load_child.py``) connected to a server in this process, idle. The table shows 50
+    rows and the plots 16 peers, so the cost grows with statistics() and the table, not with
+    the plots. Recorded in ``sampler-cpu-500.json`` with the load average; the bound here is
+    loose (a loaded machine slows every tick), the README states the measured figure."""
+    import netq as nq
+    from test_load import LoadChild
+
+    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation(host="127.0.0.1", port=0)))
+    children = []
+    try:
+        for index in range(5):
+            children.append(LoadChild(nq.Protocol.TCP, server.address, index * 100, 100, 1,
+                                      tmp_path / f"child-{index}.log", size=64))
+        for child in children:
+            child.ready(300)
+        wait_for(lambda: len(server.peers) == 500, 300, message="500 peers")
+        load = os.getloadavg()[0]
+        monitor = Monitor(server, interval=0.5, start=True)  # 2 Hz
+        sampler = monitor.sampler
+        time.sleep(SECONDS)  # the interval measured: CPU seconds over ticks, both counted
+        ticks, cpu, fraction = sampler.ticks, sampler.cpu_seconds, sampler.cpu_fraction()
+        shown = len(monitor.stats.peers)
+        monitor.stop()
+        sampler.thread.join(5)
+    finally:
+        for child in children:
+            try:
+                child.send("close")
+                child.read(120)
+            except (OSError, RuntimeError, ValueError):
+                pass
+            child.close()
+        server.close(timeout=30)
+    per_tick_ms = 1000 * cpu / max(ticks, 1)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "sampler-cpu-500.json").write_text(json.dumps({
+        "peers": shown, "hz": 2, "ticks": ticks, "cpu_seconds": cpu,
+        "cpu_per_tick_ms": per_tick_ms, "core_fraction": fraction,
+        "load_average_1min": load, "cores": os.cpu_count()}, indent=2) + "\n")
+    print(f"\nsampler: {shown} peers, {ticks} ticks at 2 Hz, {per_tick_ms:.2f} ms CPU per tick, "
+          f"{100 * fraction:.3f} % of a core (load average {load:.1f})")
+    assert shown == 500 and ticks >= 5
+    assert fraction < 0.10, f"sampler used {100 * fraction:.2f} % of a core at 500 peers"

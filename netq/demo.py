@@ -72,7 +72,7 @@ LEGEND = (
     "columns (one row per client, as the server sees it):\n"
     "  queue in    messages received, waiting for the server's get()\n"
     "  queue out   replies put() by the server, not yet sent\n"
-    "  in / out    messages and MB per second received from / sent to the client\n"
+    "  in / out    messages and MiB per second received from / sent to the client\n"
     "  memory      bytes netq holds for the client (queued in + unsent + unacknowledged)\n"
     "  credit in   bytes the client may still send before the server grants more\n"
     "  credit out  bytes the client still lets the server send\n"
@@ -163,7 +163,7 @@ def progress_line(elapsed: float, stats, clients: int, acknowledged: int) -> str
     connected = sum(1 for row in stats.peers if row.state == "connected")
     return (f"{elapsed:5.1f} s  {connected} of {clients} clients connected  "
             f"received {format_count(stats.messages_in_per_s)} msg/s "
-            f"{format_rate(stats.bytes_in_per_s / 1e6)} MB/s  "
+            f"{format_rate(stats.bytes_in_per_s / 2**20)} MiB/s  "
             f"replied {format_count(stats.messages_out_per_s)} msg/s  "
             f"queued for get() {sum(row.queue_in for row in stats.peers)}  "
             f"server memory {format_bytes(stats.memory)}  "

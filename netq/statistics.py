@@ -102,8 +102,8 @@ class CommunicatorStatistics:
         """One line, for terminals and logs."""
         line = (f"{self.purpose} {self.protocol} {self.address} {self.state}: "
                 f"{len(self.peers)} peers, in {self.messages_in} msg "
-                f"({self.bytes_in_per_s / 1e6:.1f} MB/s), out {self.messages_out} msg "
-                f"({self.bytes_out_per_s / 1e6:.1f} MB/s), memory {self.memory / 2**20:.1f} MiB")
+                f"({self.bytes_in_per_s / 2**20:.1f} MiB/s), out {self.messages_out} msg "
+                f"({self.bytes_out_per_s / 2**20:.1f} MiB/s), memory {self.memory / 2**20:.1f} MiB")
         if self.connect_error:
             line += f"; cannot connect: {self.connect_error}"
         return line

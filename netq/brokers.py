@@ -80,6 +80,8 @@ class LocalBroker:
     """
 
     kind = "mosquitto"
+    config_name = "mosquitto.conf"  # in :attr:`directory`
+    log_name = "mosquitto.log"
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0,
                  max_inflight_messages: int | None = None,
@@ -105,9 +107,14 @@ class LocalBroker:
             raise ValueError("TLS needs both certfile and keyfile")
         self.require_certificate = require_certificate
         self.extra = list(extra)
+        self._use_directory(directory)
+
+    def _use_directory(self, directory: str | os.PathLike | None) -> None:
+        """Keep the broker's files in ``directory``, or in a new private one removed by
+        :meth:`close`; no process yet."""
         self._own_directory = directory is None
         self.directory = Path(directory if directory is not None
-                              else tempfile.mkdtemp(prefix="netq-mosquitto-"))
+                              else tempfile.mkdtemp(prefix=f"netq-{self.kind}-"))
         self.directory.mkdir(parents=True, exist_ok=True)
         self.process: subprocess.Popen | None = None
 
@@ -124,11 +131,11 @@ class LocalBroker:
 
     @property
     def config_path(self) -> Path:
-        return self.directory / "mosquitto.conf"
+        return self.directory / self.config_name
 
     @property
     def log_path(self) -> Path:
-        return self.directory / "mosquitto.log"
+        return self.directory / self.log_name
 
     def command(self) -> list[str]:
         """The broker's command line."""
@@ -603,6 +610,8 @@ class AmqttBroker(LocalBroker):
     """
 
     kind = "amqtt"
+    config_name = "amqtt.yaml"
+    log_name = "amqtt.log"
 
     def __init__(self, *, binary: str | os.PathLike, host: str = "127.0.0.1", port: int = 0,
                  directory: str | os.PathLike | None = None) -> None:
@@ -613,22 +622,7 @@ class AmqttBroker(LocalBroker):
         self.binary = os.fspath(binary)
         self.host = host
         self.port = port
-        self._own_directory = directory is None
-        self.directory = Path(directory if directory is not None
-                              else tempfile.mkdtemp(prefix="netq-amqtt-"))
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.process = None
-
-    @property
-    def config_path(self) -> Path:
-        return self.directory / "amqtt.yaml"
-
-    @property
-    def log_path(self) -> Path:
-        return self.directory / "amqtt.log"
-
-    def command(self) -> list[str]:
-        return [self.binary, "-c", str(self.config_path)]
+        self._use_directory(directory)
 
     def config(self) -> str:
         return (f"listeners:\n  default:\n    type: tcp\n    bind: {self.host}:{self.port}\n"

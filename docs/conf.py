@@ -76,7 +76,8 @@ nitpick_ignore_regex = [
                r"threading|pathlib|os|io|logging|types|dataclasses|weakref|pickle|"
                r"multiprocessing|subprocess|secrets|bokeh|jupyter_bokeh|ipywidgets|grpc|paho)(\..*)?"),
     (r"py:.*", r"netq\.(protocol|engine|session|flow|relay|_\w+|"
-               r"transports\.(base|packets|sockets|mqtt\.\w+|grpc\.\w+))(\..*)?"),
+               r"transports\.(base|packets|sockets|mqtt\.\w+|grpc\.\w+)|"
+               r"widgets\.replaceable)(\..*)?"),
     (r"py:.*", r"(.*\.)?_\w+"),
 ]
 nitpick_ignore = [

@@ -46,6 +46,7 @@ from ..display import (
     title_state,
 )
 from ..statistics import CommunicatorStatistics, PeerStatistics
+from .replaceable import ReplaceableView
 
 __all__ = ("Dashboard", "dashboard", "Link", "Stall", "DashboardSnapshot")
 
@@ -127,7 +128,7 @@ def find_links(stats: Mapping[uuid.UUID, CommunicatorStatistics]) -> list[Link]:
     return sorted(links.values(), key=lambda link: (str(link.a), str(link.b)))
 
 
-class Dashboard:
+class Dashboard(ReplaceableView):
     """A live view of every communicator in this kernel. Use :func:`dashboard`.
 
     ``interval``: seconds between samples. ``names``: display names by communicator id (or
@@ -155,8 +156,6 @@ class Dashboard:
         self.cpu_seconds = 0.0  # CPU time of the sampling thread (time.thread_time)
         self.wall_seconds = 0.0
         self.errors: collections.deque[BaseException] = collections.deque(maxlen=20)
-        self.display_id: str | None = None
-        self._showing_static = False
         self.snapshot = self.sample()
         self.widget.value = self.render()
         if start:
@@ -450,7 +449,7 @@ class Dashboard:
                 f'</title></head><body>{self.render()}</body></html>')
 
     def save(self, path) -> None:
-        """Write :meth:`to_html` to ``path`` (UTF-8)."""
+        """Write :meth:`Dashboard.to_html` to ``path`` (UTF-8)."""
         with open(path, "w", encoding="utf-8") as file:
             file.write(self.to_html())
 
@@ -474,38 +473,12 @@ class Dashboard:
             return self.static_bundle()
         if not self._stopped:
             self.start()
+        return self._live_bundle()
+
+    def _live_bundle(self) -> dict:
         bundle = self.widget._repr_mimebundle_() or {}
         bundle.update(self.static_bundle())
         return bundle
-
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        bundle = self._repr_mimebundle_()
-        if "application/vnd.jupyter.widget-view+json" not in bundle:
-            display(bundle, raw=True)
-            return
-        self.display_id = self.display_id or uuid.uuid4().hex
-        self._showing_static = False
-        display(bundle, raw=True, display_id=self.display_id)
-
-    def _show_static(self) -> None:
-        if self.display_id is None or self._showing_static or not in_kernel():
-            return
-        from IPython.display import update_display
-
-        self._showing_static = True
-        update_display(self.static_bundle(), raw=True, display_id=self.display_id)
-
-    def _show_live(self) -> None:
-        if self.display_id is None or not self._showing_static or not in_kernel():
-            return
-        from IPython.display import update_display
-
-        self._showing_static = False
-        bundle = self.widget._repr_mimebundle_() or {}
-        bundle.update(self.static_bundle())
-        update_display(bundle, raw=True, display_id=self.display_id)
 
 
 def _clock(when: float) -> str:

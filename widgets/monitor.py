@@ -38,6 +38,7 @@ from ..display import (
     text_table,
 )
 from .plots import DisplayOnlyBokehModel, PeerPlots, load_bokeh
+from .replaceable import ReplaceableView
 from .sampler import DEFAULT_INTERVAL, Sampler
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ class PeerTable:
                                      view_state=view_state)
 
 
-class Monitor:
+class Monitor(ReplaceableView):
     """A live Jupyter view of one communicator's :meth:`~netq.Communicator.statistics`.
 
     ``interval``: seconds between samples (default 0.5: 2 Hz). ``names``: display names for
@@ -106,10 +107,6 @@ class Monitor:
         self._lock = threading.Lock()  # one update at a time (sampler vs. user thread)
         self._sampler: Sampler | None = None
         self._stopped = False  # stop() was called: displaying again does not restart
-        # Set when displayed through _ipython_display_: the output that the static form
-        # replaces when this view stops updating (and the live one again on start()).
-        self.display_id: str | None = None
-        self._showing_static = False
         self.update()
         if start:
             self.start()
@@ -230,23 +227,6 @@ class Monitor:
         return {"text/plain": text_table(self.stats, self.names, self.table.max_rows),
                 "text/html": self.static_html()}
 
-    def _show_static(self) -> None:
-        """Replace the displayed live widget by the static form (same output, same place)."""
-        if self.display_id is None or self._showing_static or not in_kernel():
-            return
-        from IPython.display import update_display
-
-        self._showing_static = True
-        update_display(self.static_bundle(), raw=True, display_id=self.display_id)
-
-    def _show_live(self) -> None:
-        if self.display_id is None or not self._showing_static or not in_kernel():
-            return
-        from IPython.display import update_display
-
-        self._showing_static = False
-        update_display(self._live_bundle(), raw=True, display_id=self.display_id)
-
     # -- display ----------------------------------------------------------------------------
 
     def __repr__(self) -> str:
@@ -278,16 +258,3 @@ class Monitor:
             return self.static_bundle()
         return self._live_bundle()
 
-    def _ipython_display_(self) -> None:
-        """Display with a display id, so that :meth:`stop` (or the communicator closing) can
-        put the static form in the live widget's place: a stopped view never looks live, and
-        an executed notebook keeps a picture rather than an empty widget box."""
-        from IPython.display import display
-
-        bundle = self._repr_mimebundle_()
-        if "application/vnd.jupyter.widget-view+json" not in bundle:
-            display(bundle, raw=True)
-            return
-        self.display_id = self.display_id or uuid.uuid4().hex
-        self._showing_static = False
-        display(bundle, raw=True, display_id=self.display_id)

@@ -244,9 +244,11 @@ def test_a_stopped_or_closed_view_says_so_and_leaves_its_static_form(frontend, m
     closing leaves the static form with a "closed" badge."""
     import IPython.display
     import netq.widgets.monitor as monitor_module
+    import netq.widgets.replaceable as replaceable_module
 
     shown: list[tuple[str, dict]] = []
     monkeypatch.setattr(monitor_module, "in_kernel", lambda: True)
+    monkeypatch.setattr(replaceable_module, "in_kernel", lambda: True)  # the swap of forms
     monkeypatch.setattr(monitor_module, "load_bokeh", lambda: None)
     monkeypatch.setattr(IPython.display, "display",
                         lambda bundle, raw, display_id=None: shown.append(("display", bundle)))

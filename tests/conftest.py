@@ -20,8 +20,6 @@ or a :class:`netq.CommunicatorOptions` field (``id``, ``netloc``, ``connection``
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
 import shutil
 import socket
@@ -33,7 +31,7 @@ from pathlib import Path
 import pytest
 
 import netq as nq
-from harness import Env, Harness, SocketSpec, TLSFiles, TransportSpec
+from harness import Env, Harness, SocketSpec, TLSFiles, TransportSpec, write_tls_files
 from transports.brokers_testing import (  # noqa: F401 - session broker fixtures
     RabbitMQSpec,
     amqtt_binary,
@@ -92,70 +90,7 @@ def leak_check(request):
 @pytest.fixture(scope="session")
 def tls_files(tmp_path_factory) -> TLSFiles:
     """A throwaway CA, a server cert (127.0.0.1, ::1, localhost) and a client cert."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    directory = tmp_path_factory.mktemp("tls")
-    now = datetime.datetime.now(datetime.UTC)
-
-    def name(common: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-
-    def write_key(key, path: Path) -> None:
-        path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-
-    def issue(subject: str, key, issuer_name, issuer_key, *, ca: bool, usage=None, san=None):
-        builder = (x509.CertificateBuilder()
-                   .subject_name(name(subject))
-                   .issuer_name(issuer_name)
-                   .public_key(key.public_key())
-                   .serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(hours=1))
-                   .not_valid_after(now + datetime.timedelta(days=2))
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-        if ca:
-            builder = builder.add_extension(x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-            builder = builder.add_extension(
-                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        else:
-            builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-            builder = builder.add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
-                critical=False)
-        if san is not None:
-            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
-        return builder.sign(issuer_key, hashes.SHA256())
-
-    def write_cert(cert, path: Path) -> None:
-        path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_cert = issue("netq test CA", ca_key, name("netq test CA"), ca_key, ca=True)
-    server_key = ec.generate_private_key(ec.SECP256R1())
-    server_cert = issue("localhost", server_key, ca_cert.subject, ca_key, ca=False,
-                        usage=ExtendedKeyUsageOID.SERVER_AUTH,
-                        san=[x509.DNSName("localhost"),
-                             x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                             x509.IPAddress(ipaddress.ip_address("::1"))])
-    client_key = ec.generate_private_key(ec.SECP256R1())
-    client_cert = issue("netq test client", client_key, ca_cert.subject, ca_key, ca=False,
-                        usage=ExtendedKeyUsageOID.CLIENT_AUTH)
-    files = TLSFiles(ca=directory / "ca.pem", server_cert=directory / "server.pem",
-                     server_key=directory / "server.key", client_cert=directory / "client.pem",
-                     client_key=directory / "client.key")
-    write_cert(ca_cert, files.ca)
-    write_cert(server_cert, files.server_cert)
-    write_key(server_key, files.server_key)
-    write_cert(client_cert, files.client_cert)
-    write_key(client_key, files.client_key)
-    return files
+    return write_tls_files(tmp_path_factory.mktemp("tls"))
 
 
 

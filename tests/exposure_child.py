@@ -18,8 +18,6 @@ certificate) are made here, for these addresses.
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import logging
 import subprocess
@@ -28,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 import netq as nq
+from harness import TLSFiles, write_tls_files
 
 HOST4 = "198.18.0.1"
 HOST6 = "2001:db8::1"
@@ -54,58 +53,6 @@ def set_up_namespace() -> None:
         subprocess.run(command, check=True, capture_output=True, text=True)
 
 
-def make_tls_files(directory: Path) -> dict[str, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-
-    def name(common: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-
-    def issue(subject, key, issuer, issuer_key, *, ca=False, usage=None, san=None):
-        builder = (x509.CertificateBuilder().subject_name(name(subject)).issuer_name(issuer)
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(hours=1))
-                   .not_valid_after(now + datetime.timedelta(days=1))
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-        if ca:
-            builder = builder.add_extension(x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-        else:
-            builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        if san is not None:
-            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
-        return builder.sign(issuer_key, hashes.SHA256())
-
-    files = {}
-
-    def write(label: str, cert, key) -> None:
-        files[label] = directory / f"{label}.pem"
-        files[label].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        files[label + "_key"] = directory / f"{label}.key"
-        files[label + "_key"].write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption()))
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = issue("exposure test CA", ca_key, name("exposure test CA"), ca_key, ca=True)
-    write("ca", ca, ca_key)
-    server_key = ec.generate_private_key(ec.SECP256R1())
-    write("server", issue("server", server_key, ca.subject, ca_key,
-                          usage=ExtendedKeyUsageOID.SERVER_AUTH,
-                          san=[x509.IPAddress(ipaddress.ip_address(HOST4)),
-                               x509.IPAddress(ipaddress.ip_address(HOST6))]), server_key)
-    client_key = ec.generate_private_key(ec.SECP256R1())
-    write("client", issue("client", client_key, ca.subject, ca_key,
-                          usage=ExtendedKeyUsageOID.CLIENT_AUTH), client_key)
-    return files
-
-
 class Records(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -116,7 +63,7 @@ class Records(logging.Handler):
 
 
 def options_for(transport: str, combination: str, netloc: nq.NetworkLocation,
-                files: dict[str, Path]):
+                files: TLSFiles):
     """(server options, client options) for one combination."""
     if combination not in COMBINATIONS:
         raise ValueError(f"unknown combination {combination!r}")
@@ -126,14 +73,14 @@ def options_for(transport: str, combination: str, netloc: nq.NetworkLocation,
     serialization = nq.SerializationOptions()
     mqtt = nq.MQTTOptions()
     if tls or combination == "mtls":
-        server_security = {"certificate": files["server"], "key": files["server_key"]}
-        client_security = {"certificate": files["ca"]}
+        server_security = {"certificate": files.server_cert, "key": files.server_key}
+        client_security = {"certificate": files.ca}
     if combination == "authkey":
         key = b"exposure test key"
         server_security["authkey"] = client_security["authkey"] = key
     elif combination == "mtls":
-        server_security["client_ca"] = files["ca"]
-        client_security.update(client_certificate=files["client"], key=files["client_key"])
+        server_security["client_ca"] = files.ca
+        client_security.update(client_certificate=files.client_cert, key=files.client_key)
     elif combination == "restrict":
         serialization = nq.SerializationOptions(
             load=nq.PickleSerializer(restrict=["builtins"]).load)
@@ -143,8 +90,8 @@ def options_for(transport: str, combination: str, netloc: nq.NetworkLocation,
     elif combination == "optout":
         server_security["allow_untrusted_peers"] = True
     elif combination == "broker-tls":  # MQTT: TLS to the broker
-        server_security = {"certificate": files["ca"]}
-        client_security = {"certificate": files["ca"]}
+        server_security = {"certificate": files.ca}
+        client_security = {"certificate": files.ca}
     elif combination == "credentials":  # MQTT: broker credentials
         mqtt = nq.MQTTOptions(username="netq", password="secret")
     if protocol is nq.Protocol.MQTT:  # both ends are broker clients: the same security
@@ -158,7 +105,7 @@ def options_for(transport: str, combination: str, netloc: nq.NetworkLocation,
     return build(server_security), build(client_security)
 
 
-def run(transport: str, combination: str, files: dict[str, Path], directory: Path) -> dict:
+def run(transport: str, combination: str, files: TLSFiles, directory: Path) -> dict:
     protocol, host, _ = TRANSPORTS[transport]
     records = Records()
     logger = logging.getLogger("netq")
@@ -168,7 +115,7 @@ def run(transport: str, combination: str, files: dict[str, Path], directory: Pat
         if protocol is nq.Protocol.MQTT:
             from netq.brokers import LocalBroker
 
-            tls = ({"certfile": files["server"], "keyfile": files["server_key"]}
+            tls = ({"certfile": files.server_cert, "keyfile": files.server_key}
                    if combination == "broker-tls" else {})
             broker = LocalBroker(host=host, directory=directory / f"broker-{combination}",
                                  **tls)
@@ -208,7 +155,7 @@ def main(argv: list[str]) -> int:
     set_up_namespace()
     with tempfile.TemporaryDirectory(prefix="netq-exposure-") as name:
         directory = Path(name)
-        files = make_tls_files(directory)
+        files = write_tls_files(directory, ips=(HOST4, HOST6), dns=(), name="exposure test")
         for combination in combinations:
             result = run(transport, combination, files, directory)
             print("RESULT " + json.dumps({"combination": combination, **result}), flush=True)

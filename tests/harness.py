@@ -46,6 +46,77 @@ class TLSFiles:
     client_key: Path
 
 
+def write_tls_files(directory: Path, *, ips: tuple[str, ...] = ("127.0.0.1", "::1"),
+                    dns: tuple[str, ...] = ("localhost",), name: str = "netq test") -> TLSFiles:
+    """A throwaway CA, a server certificate for ``ips`` and ``dns`` and a client certificate
+    (ECDSA P-256, valid from an hour ago for two days), written as PEM files in ``directory``."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+
+    def subject(common: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+    def issue(common: str, key, issuer_name, issuer_key, *, ca: bool, usage=None, san=None):
+        builder = (x509.CertificateBuilder()
+                   .subject_name(subject(common))
+                   .issuer_name(issuer_name)
+                   .public_key(key.public_key())
+                   .serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(hours=1))
+                   .not_valid_after(now + datetime.timedelta(days=2))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if ca:
+            builder = builder.add_extension(x509.KeyUsage(
+                digital_signature=True, key_cert_sign=True, crl_sign=True,
+                content_commitment=False, key_encipherment=False, data_encipherment=False,
+                key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+            builder = builder.add_extension(
+                x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        else:
+            builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            builder = builder.add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()),
+                critical=False)
+        if san is not None:
+            builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return builder.sign(issuer_key, hashes.SHA256())
+
+    def write_key(key, path: Path) -> None:
+        path.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+
+    def write_cert(cert, path: Path) -> None:
+        path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_cert = issue(f"{name} CA", ca_key, subject(f"{name} CA"), ca_key, ca=True)
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server_cert = issue(dns[0] if dns else ips[0], server_key, ca_cert.subject, ca_key, ca=False,
+                        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+                        san=[*(x509.DNSName(host) for host in dns),
+                             *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips)])
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    client_cert = issue(f"{name} client", client_key, ca_cert.subject, ca_key, ca=False,
+                        usage=ExtendedKeyUsageOID.CLIENT_AUTH)
+    files = TLSFiles(ca=directory / "ca.pem", server_cert=directory / "server.pem",
+                     server_key=directory / "server.key", client_cert=directory / "client.pem",
+                     client_key=directory / "client.key")
+    write_cert(ca_cert, files.ca)
+    write_cert(server_cert, files.server_cert)
+    write_key(server_key, files.server_key)
+    write_cert(client_cert, files.client_cert)
+    write_key(client_key, files.client_key)
+    return files
+
+
 # ============================================================================ transports
 
 

@@ -94,9 +94,10 @@ _NODE_BACK_WITHIN = 45.0  # seconds a killed RabbitMQ node gets before a second 
 
 
 def crash_and_restart(node: RabbitMQNode) -> None:
-    """SIGKILL a RabbitMQ node and start it again with the same name, ports and data. A
-    cluster node of RabbitMQ 3.10 sometimes does not open its MQTT listener after such a
-    crash (its MQTT plugin's Raft member fails to restart); a second start brings it back."""
+    """SIGKILL a RabbitMQ node and start it again with the same name, ports and data. Its MQTT
+    plugin now and then does not reopen its listener after such a crash (its Raft member fails
+    to restart); a second start brings a node of its own back. (On a cluster node it may not:
+    the cluster test restarts its node cleanly instead.)"""
     node.kill()
     node.start_process()
     try:

@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Self
 
 from .exceptions import BrokerUnavailable
 from .options import NetworkLocation
@@ -68,7 +69,41 @@ def _free_port(host: str) -> int:
         return probe.getsockname()[1]
 
 
-class LocalBroker:
+class _BrokerProcesses:
+    """What every broker here shares: a private directory (removed by :meth:`close` when it
+    made one) and ``with`` = start, then close. Subclasses give ``start()`` and ``stop()``."""
+
+    directory: Path
+    _own_directory: bool
+
+    def _use_directory(self, directory: str | os.PathLike | None, prefix: str) -> None:
+        """Keep the broker's files in ``directory``, or in a new private one removed by
+        :meth:`close`."""
+        self._own_directory = directory is None
+        self.directory = Path(directory if directory is not None
+                              else tempfile.mkdtemp(prefix=prefix))
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    def start(self) -> Self:
+        raise NotImplementedError  # each broker starts its own processes
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop the broker and remove its private directory."""
+        self.stop()
+        if self._own_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class LocalBroker(_BrokerProcesses):
     """A private mosquitto process. Start with :meth:`start` (or ``with``); stop with :meth:`stop`.
 
     Limits (``None``: mosquitto's default): ``max_inflight_messages`` and
@@ -107,16 +142,9 @@ class LocalBroker:
             raise ValueError("TLS needs both certfile and keyfile")
         self.require_certificate = require_certificate
         self.extra = list(extra)
-        self._use_directory(directory)
-
-    def _use_directory(self, directory: str | os.PathLike | None) -> None:
-        """Keep the broker's files in ``directory``, or in a new private one removed by
-        :meth:`close`; no process yet."""
-        self._own_directory = directory is None
-        self.directory = Path(directory if directory is not None
-                              else tempfile.mkdtemp(prefix=f"netq-{self.kind}-"))
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self._use_directory(directory, prefix=f"netq-{self.kind}-")
         self.process: subprocess.Popen | None = None
+
 
     # ------------------------------------------------------------------ properties
 
@@ -241,18 +269,6 @@ class LocalBroker:
         self.stop()
         time.sleep(pause)
         self.start()
-
-    def close(self) -> None:
-        """Stop the broker and remove its private directory."""
-        self.stop()
-        if self._own_directory:
-            shutil.rmtree(self.directory, ignore_errors=True)
-
-    def __enter__(self) -> LocalBroker:
-        return self.start()
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self.pid is not None else "stopped"
@@ -480,7 +496,7 @@ def _kill_group(process: subprocess.Popen) -> None:
         time.sleep(0.02)
 
 
-class RabbitMQCluster:
+class RabbitMQCluster(_BrokerProcesses):
     """Private RabbitMQ nodes with the MQTT plugin, on loopback, started concurrently; the
     nodes after the first join it (``classic_config`` peer discovery). One node is a cluster
     of one: ``RabbitMQCluster(1).start().nodes[0].netloc``.
@@ -502,9 +518,7 @@ class RabbitMQCluster:
         self.binaries = find_rabbitmq()
         self.host = host
         self.tag = os.urandom(3).hex()
-        self._own_directory = directory is None
-        self.directory = Path(directory if directory is not None
-                              else tempfile.mkdtemp(prefix="netq-rabbitmq-"))
+        self._use_directory(directory, prefix="netq-rabbitmq-")
         self.home = self.directory / "home"
         self.home.mkdir(parents=True, exist_ok=True)
         cookie = self.home / ".erlang.cookie"
@@ -581,17 +595,6 @@ class RabbitMQCluster:
             _kill_group(self.epmd)
             self.epmd = None
 
-    def close(self) -> None:
-        """Stop everything and remove the private directory."""
-        self.stop()
-        if self._own_directory:
-            shutil.rmtree(self.directory, ignore_errors=True)
-
-    def __enter__(self) -> RabbitMQCluster:
-        return self.start()
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
 
 
 # ====================================================================== amqtt
@@ -622,7 +625,8 @@ class AmqttBroker(LocalBroker):
         self.binary = os.fspath(binary)
         self.host = host
         self.port = port
-        self._use_directory(directory)
+        self._use_directory(directory, prefix=f"netq-{self.kind}-")
+        self.process = None
 
     def config(self) -> str:
         return (f"listeners:\n  default:\n    type: tcp\n    bind: {self.host}:{self.port}\n"

@@ -42,7 +42,6 @@ from ..display import (
     format_bytes,
     format_count,
     format_duration,
-    in_kernel,
     title_state,
 )
 from ..statistics import CommunicatorStatistics, PeerStatistics
@@ -465,15 +464,6 @@ class Dashboard(ReplaceableView):
 
     def static_bundle(self) -> dict[str, str]:
         return {"text/plain": repr(self), "text/html": self.render()}
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        if not self.running:
-            self.update()
-        if not in_kernel():
-            return self.static_bundle()
-        if not self._stopped:
-            self.start()
-        return self._live_bundle()
 
     def _live_bundle(self) -> dict:
         bundle = self.widget._repr_mimebundle_() or {}

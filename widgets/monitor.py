@@ -30,7 +30,6 @@ from ..display import (
     format_bytes,
     format_count,
     html_table,
-    in_kernel,
     peer_fields,
     peer_name,
     svg_chart,
@@ -245,16 +244,3 @@ class Monitor(ReplaceableView):
         bundle = self.widget._repr_mimebundle_() or {}
         bundle.update(self.static_bundle())  # our text, not the VBox's repr
         return bundle
-
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        """In a kernel: the live widget (plus its static form); elsewhere: static only."""
-        if not self.running:
-            self.update()
-        if not in_kernel():
-            return self.static_bundle()
-        if not self._stopped:
-            self.start()
-        if not self.running:  # closed or stopped: there is nothing live to show
-            return self.static_bundle()
-        return self._live_bundle()
-

@@ -35,9 +35,34 @@ class ReplaceableView(abc.ABC):
         """The live widget's mimebundle (with the static form beside it, for frontends that
         cannot show a widget)."""
 
+    #: stop() was called: displaying the view again does not restart it.
+    _stopped = False
+
+    @property
     @abc.abstractmethod
+    def running(self) -> bool:
+        """True while the view samples and updates."""
+
+    @abc.abstractmethod
+    def update(self) -> None:
+        """Take one sample now and render it (any thread)."""
+
+    @abc.abstractmethod
+    def start(self) -> ReplaceableView:
+        """Start sampling (idempotent) and show the live form."""
+
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        """What a frontend shows now: live in a kernel while running, else static."""
+        """What a frontend shows now: in a kernel the live widget (plus its static form);
+        elsewhere, or once stopped or closed (nothing live to show), the static form only."""
+        if not self.running:
+            self.update()
+        if not in_kernel():
+            return self.static_bundle()
+        if not self._stopped:
+            self.start()
+        if not self.running:
+            return self.static_bundle()
+        return self._live_bundle()
 
     def _ipython_display_(self) -> None:
         from IPython.display import display

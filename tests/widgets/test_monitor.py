@@ -144,12 +144,13 @@ def test_restart_after_stop_and_after_close(frontend):
 
 def test_displayed_in_a_kernel_it_is_live(frontend, monkeypatch):
     import netq.widgets.monitor as monitor_module
+    import netq.widgets.replaceable as replaceable_module
 
     import netq.display
 
     loads = []
     monkeypatch.setattr(netq.display, "in_kernel", lambda: True)
-    monkeypatch.setattr(monitor_module, "in_kernel", lambda: True)
+    monkeypatch.setattr(replaceable_module, "in_kernel", lambda: True)
     monkeypatch.setattr(monitor_module, "load_bokeh", lambda: loads.append(1))
     with Traffic(clients=2) as traffic:
         bundle = traffic.server._repr_mimebundle_()  # a communicator as a cell's last line
@@ -247,8 +248,7 @@ def test_a_stopped_or_closed_view_says_so_and_leaves_its_static_form(frontend, m
     import netq.widgets.replaceable as replaceable_module
 
     shown: list[tuple[str, dict]] = []
-    monkeypatch.setattr(monitor_module, "in_kernel", lambda: True)
-    monkeypatch.setattr(replaceable_module, "in_kernel", lambda: True)  # the swap of forms
+    monkeypatch.setattr(replaceable_module, "in_kernel", lambda: True)  # shown, and swapped
     monkeypatch.setattr(monitor_module, "load_bokeh", lambda: None)
     monkeypatch.setattr(IPython.display, "display",
                         lambda bundle, raw, display_id=None: shown.append(("display", bundle)))

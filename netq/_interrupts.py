@@ -21,6 +21,7 @@ the disposition is left as it was.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # getsignal() without signal's enum conversion
 import signal
 import threading
 from types import FrameType
@@ -34,6 +35,8 @@ class _State:
 
 
 _STATE = _State()
+_SIGINT = int(signal.SIGINT)
+_NO_INTERRUPT = (int(signal.SIG_IGN), int(signal.SIG_DFL))  # as _signal.getsignal reports them
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
@@ -45,8 +48,8 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
 
 def _ours_or_installable() -> bool:
     """Whether the main thread's SIGINT goes to our handler (installing it over the default)."""
-    current = signal.getsignal(signal.SIGINT)
-    if current is _on_sigint or current in (signal.SIG_IGN, signal.SIG_DFL):
+    current = _signal.getsignal(_SIGINT)
+    if current is _on_sigint or current in _NO_INTERRUPT:
         return True  # ours, or no interrupt can ever be raised in this thread
     if current is signal.default_int_handler:
         signal.signal(signal.SIGINT, _on_sigint)

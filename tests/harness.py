@@ -306,9 +306,11 @@ def build_options(default_netloc: nq.NetworkLocation,
 
 
 class Child:
-    """A communicator in another process (tests/netq_child.py), driven over pipes."""
+    """A communicator in another process (tests/netq_child.py, or a ``script`` speaking its
+    protocol), driven over pipes."""
 
-    def __init__(self, spec: dict, log: Path, netloc: nq.NetworkLocation) -> None:
+    def __init__(self, spec: dict, log: Path, netloc: nq.NetworkLocation, *,
+                 script: Path = CHILD_SCRIPT) -> None:
         self.netloc = netloc  # what it was configured with
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
@@ -317,7 +319,7 @@ class Child:
         self.log_path = log
         self._log = open(log, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD_SCRIPT), json.dumps(spec)],
+            [sys.executable, str(script), json.dumps(spec)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
             text=True, bufsize=1)
         self._lines: queue.Queue = queue.Queue()

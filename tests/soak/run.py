@@ -406,7 +406,8 @@ class Cell:
             if self.checker.received_items != count:
                 count, quiet = self.checker.received_items, time.monotonic()
             time.sleep(0.5)
-        for name, child in list(self.children.items()):
+        # clients first: a server's close() waits for its clients' goodbyes
+        for name, child in sorted(self.children.items(), key=lambda item: item[0] == "server"):
             if child is not None:
                 try:
                     result = child.request("close", timeout=60, timeout_=10)

@@ -1,0 +1,56 @@
+"""Regression tests for what the soak found (each names the soak run that showed it)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+
+import pytest
+
+import netq as nq
+
+T = 30.0
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_link_failure_is_not_called_a_closed_communicator():
+    """``ConnectionLost(None, ...)`` is this communicator's link failing, not the communicator
+    closing: its text says "connection lost" (seed 2, grpc-tls: a client whose server was being
+    restarted warned "last failed with: communicator is closed: gRPC: UNAVAILABLE ...")."""
+    error = nq.ConnectionLost(None, "gRPC: UNAVAILABLE")
+    assert str(error) == "connection lost: gRPC: UNAVAILABLE"
+    assert str(nq.ConnectionLost(None)) == "connection lost"
+    assert str(nq.ResourceClosed(None, "close() was called")) == \
+        "communicator is closed: close() was called"
+    assert error.peer is None and error.reason == "gRPC: UNAVAILABLE"
+
+
+def test_a_grpc_client_with_no_server_does_not_say_it_is_closed(caplog):
+    pytest.importorskip("grpc")
+    caplog.set_level(logging.WARNING, logger="netq")
+    options = nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation("127.0.0.1", _free_port()),
+        connection=nq.ConnectionOptions(stall_warning=0.5))
+    client = nq.new(nq.Protocol.GRPC, nq.Purpose.CLIENT, options)
+    try:
+        future = client.put(b"waits for a server")
+        deadline = time.monotonic() + T
+        while not client.statistics().connect_error and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while not caplog.records and time.monotonic() < deadline:
+            time.sleep(0.05)
+        said = [client.statistics().connect_error or ""] + [r.getMessage()
+                                                             for r in caplog.records]
+        assert said[0] and len(said) > 1, said
+        assert not client.closed
+        assert not any("communicator is closed" in text for text in said), said
+        assert any("connection lost: gRPC" in text for text in said), said
+    finally:
+        client.close(timeout=1)
+    assert isinstance(future.exception(T), nq.ResourceClosed)

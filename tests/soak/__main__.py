@@ -11,7 +11,7 @@ import random
 import sys
 from pathlib import Path
 
-from .run import FAULT_KINDS, TRANSPORTS, make_schedule, report, run_soak
+from .run import EXTRA_TRANSPORTS, FAULT_KINDS, TRANSPORTS, make_schedule, report, run_soak
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=3.0,
                         help="in all, split evenly across the transports")
     parser.add_argument("--transports", default="tcp,tls,mqtt",
-                        help=f"comma-separated, of {','.join(TRANSPORTS)}; 'all' for every one")
+                        help=f"comma-separated, of {','.join(TRANSPORTS + EXTRA_TRANSPORTS)}; "
+                        "'all': the seven of the conformance suite and mqtt-bridge")
     parser.add_argument("--clients", type=int, default=3)
     parser.add_argument("--interval", type=float, default=0.6,
                         help="mean seconds between faults, per transport")
@@ -30,10 +31,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the journals and child logs in this (new) directory")
     parser.add_argument("--summary", type=Path, default=None, help="write a JSON summary here")
     args = parser.parse_args(argv)
-    transports = TRANSPORTS if args.transports == "all" else tuple(args.transports.split(","))
-    unknown = set(transports) - set(TRANSPORTS)
+    transports = (TRANSPORTS + EXTRA_TRANSPORTS if args.transports == "all"
+                  else tuple(args.transports.split(",")))
+    known = TRANSPORTS + EXTRA_TRANSPORTS
+    unknown = set(transports) - set(known)
     if unknown:
-        parser.error(f"unknown transports {sorted(unknown)}; known: {', '.join(TRANSPORTS)}")
+        parser.error(f"unknown transports {sorted(unknown)}; known: {', '.join(known)}")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     if args.replay:
         seconds = args.minutes * 60 / len(transports)

@@ -9,8 +9,9 @@ What is checked, each as it is stated in docs/guarantees.md:
 * exactly once and in order per peer while a session lives: for one receiving process and one
   sending process, items arrive in strictly increasing (sequence, part) order, a put_many()
   batch whole and contiguous; the same item twice in one process is a violation; in two
-  processes of the same name only when the first one was SIGKILLed (at least once across a
-  process restart);
+  processes of the same name only when the first one vanished: SIGKILLed, or closed with a
+  timeout that ran out (its goodbye never reached the peer, which resends what it had not seen
+  acknowledged to the next process with that id: at least once across a process restart);
 * nothing lost: a put whose future resolved without error was received by every peer it was
   addressed to, unless that peer's process was killed or closed after the put (its queue died
   with it, as documented);
@@ -34,6 +35,9 @@ ALLOWED_ERRORS = frozenset({"ConnectionLost", "ResourceClosed", "raised"})
 # What put() itself may raise (no future made): the addressed peer left since the sender
 # looked at comm.peers, or the communicator is being closed.
 RAISED_ERRORS = frozenset({"UnknownPeer", "ResourceClosed"})
+# How a process ended that leaves its peer holding its session, as for a process that vanished:
+# SIGKILL, or close(timeout=) that ran out before its goodbye got through (a cut link).
+VANISHED = frozenset({"kill", "gave_up"})
 STALL_SLACK = 2.0  # seconds past stall_warning before a silent blocked put() is a violation
 
 
@@ -73,7 +77,8 @@ class Checker:
     # ------------------------------------------------------------------ input
 
     def process_ended(self, name: str, incarnation: int, how: str, t: float) -> None:
-        """The runner killed (``kill``) or closed (``close``) that process at ``t``."""
+        """The runner killed (``kill``) or closed (``close``; ``gave_up``: close(timeout=) ran
+        out) that process at ``t``."""
         self.ended[(name, incarnation)] = (how, t)
 
     def _violate(self, t: float, kind: str, text: str) -> None:
@@ -169,7 +174,7 @@ class Checker:
         for earlier in holders:
             if earlier == receiver[1]:
                 self._violate(t, "duplicate", f"{receiver} got {source} #{seq}.{part} twice")
-            elif self.ended.get((receiver[0], earlier), ("", 0))[0] != "kill":
+            elif self.ended.get((receiver[0], earlier), ("", 0))[0] not in VANISHED:
                 self._violate(t, "duplicate", f"{receiver[0]} got {source} #{seq}.{part} in "
                               f"incarnation {earlier} (not killed) and again in {receiver[1]}")
         holders.append(receiver[1])

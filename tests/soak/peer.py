@@ -239,7 +239,12 @@ class Peer:
             with self.lock:
                 return sorted(self.unresolved)
         if op == "close":
-            self.comm.close(timeout=command.get("timeout_"))
+            timeout = command.get("timeout_")
+            started = time.monotonic()
+            self.comm.close(timeout=timeout)
+            # close(timeout=) that ran out ends the link without the goodbye getting through
+            # (the peer holds the session as for a vanished process)
+            gave_up = timeout is not None and time.monotonic() - started >= timeout
             self.stopped.set()
             for thread in self.threads:
                 thread.join(10)
@@ -252,7 +257,7 @@ class Peer:
                     break
                 time.sleep(0.1)
             self.journal.write("closed", threads, extra)
-            return {"threads": threads, "fds": extra}
+            return {"threads": threads, "fds": extra, "gave_up": gave_up}
         raise ValueError(f"unknown op {op!r}")
 
 

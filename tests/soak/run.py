@@ -37,6 +37,9 @@ from netq_child import encode_options  # noqa: E402
 
 PEER_SCRIPT = Path(__file__).resolve().parent / "peer.py"
 TRANSPORTS = ("tcp", "tls", "unix", "tcp6", "mqtt", "grpc", "grpc-tls")  # tests/conftest.py ids
+# MQTT across two bridged mosquittos (tests/transports/mqtt_bridge_testing.py): the server on
+# broker A, the clients on broker B; a broker restart hits either one.
+EXTRA_TRANSPORTS = ("mqtt-bridge",)
 MiB = nq.MiB
 
 # Options every peer runs with: short heartbeats so that a silent link is noticed within the
@@ -76,7 +79,7 @@ def make_schedule(seed: int, transport: str, seconds: float, clients: int,
     """The faults for one transport's run: one every ``interval`` s on average."""
     rng = random.Random(f"{seed}/{transport}")
     weights = dict(LINK_FAULTS, **PROCESS_FAULTS)
-    if transport == "mqtt":
+    if transport.startswith("mqtt"):
         weights.update(BROKER_FAULTS)
     kinds, kind_weights = list(weights), list(weights.values())
     events: list[Event] = []
@@ -108,8 +111,10 @@ def make_schedule(seed: int, transport: str, seconds: float, clients: int,
             args = (rng.random() < 0.7,)  # RST, else a plain close
         elif kind == "truncate":
             args = (rng.randrange(1, 64 * 1024),)
-        elif kind in ("kill_client", "server_restart", "broker_restart"):
+        elif kind in ("kill_client", "server_restart"):
             args = (round(rng.uniform(0, 2), 2),)  # down this long before the restart
+        elif kind == "broker_restart":  # down this long; the clients' broker (bridged pair)
+            args = (round(rng.uniform(0, 2), 2), transport == "mqtt-bridge" and rng.random() < 0.5)
         elif kind == "close_client":
             args = (rng.choice((None, 0.5, 5.0)),)  # close(timeout=)
         elif kind == "pause_reader":
@@ -157,6 +162,7 @@ class Cell:
         self.checker = Checker(self.journals, stall_warning=STALL_WARNING, rss_budget=RSS_BUDGET)
         self.tls = write_tls_files(directory) if transport in ("tls", "grpc-tls") else None
         self.protocol = {"unix": nq.Protocol.UNIX, "mqtt": nq.Protocol.MQTT,
+                         "mqtt-bridge": nq.Protocol.MQTT,
                          "grpc": nq.Protocol.GRPC, "grpc-tls": nq.Protocol.GRPC}.get(
                              transport, nq.Protocol.TCP)
         self.host = "::1" if transport == "tcp6" else "127.0.0.1"
@@ -166,7 +172,9 @@ class Cell:
         self.ended: dict[str, list[float]] = {}
         self.children: dict[str, Child | None] = {}
         self.relays: list[Relay] = []
-        self.broker = None
+        self.broker = None  # the server's broker (MQTT)
+        self.client_broker = None  # the clients' broker: the same one, or the bridged one
+        self.bridge = None
         self.server_netloc: nq.NetworkLocation | None = None
         self.faults = dict.fromkeys(FAULT_KINDS, 0)
         self.fired: list[str] = []
@@ -229,6 +237,8 @@ class Cell:
         netloc = self.server_netloc
         if self.protocol is nq.Protocol.UNIX:
             return netloc.path
+        if self.client_broker is not None:
+            return (self.client_broker.host, self.client_broker.port)
         return (netloc.host, netloc.port)
 
     def _client_netloc(self, relay: Relay) -> nq.NetworkLocation:
@@ -295,9 +305,10 @@ class Cell:
             time.sleep(event.args[0])
             self._start_server()
         elif kind == "broker_restart":
-            self.broker.kill()
+            broker = self.client_broker if event.args[1] else self.broker
+            broker.kill()
             time.sleep(event.args[0])
-            self.broker.start()
+            broker.start()
         elif kind == "pause_reader":
             child = self.children.get(name)
             if child is not None:
@@ -315,6 +326,7 @@ class Cell:
         incarnation = self.incarnations[name]
 
         def close() -> None:
+            how = "close"
             try:
                 result = child.request("close", timeout=(timeout or 30) + 40, timeout_=timeout)
             except (RuntimeError, TimeoutError) as error:
@@ -322,9 +334,11 @@ class Cell:
                                                  f"{name}.{incarnation}: close(): {error}"))
             else:
                 self._note(f"{name}.{incarnation} closed: {result}")
+                if result["gave_up"]:
+                    how = "gave_up"
             finally:
                 now = time.time()
-                self.checker.process_ended(name, incarnation, "close", now)
+                self.checker.process_ended(name, incarnation, how, now)
                 self.ended.setdefault(name, []).append(now)
                 child.close()
                 self._spawn(nq.Purpose.CLIENT, name, self._client_netloc(relay))
@@ -353,7 +367,14 @@ class Cell:
         if self.protocol is nq.Protocol.MQTT:
             from netq.brokers import LocalBroker
 
-            self.broker = LocalBroker(directory=self.directory / "broker").start()
+            if self.transport == "mqtt-bridge":
+                from transports.mqtt_bridge_testing import BridgedBrokers
+
+                self.bridge = BridgedBrokers(self.directory / "bridge").start()
+                self.broker, self.client_broker = self.bridge.a, self.bridge.b
+            else:
+                self.broker = LocalBroker(directory=self.directory / "broker").start()
+                self.client_broker = self.broker
         self._start_server()
         upstream = self._upstream()
         for index in range(self.clients):
@@ -409,6 +430,7 @@ class Cell:
         # clients first: a server's close() waits for its clients' goodbyes
         for name, child in sorted(self.children.items(), key=lambda item: item[0] == "server"):
             if child is not None:
+                how = "close"
                 try:
                     result = child.request("close", timeout=60, timeout_=10)
                 except (RuntimeError, TimeoutError) as error:
@@ -416,7 +438,8 @@ class Cell:
                                                      f"{name}: close(): {error}"))
                 else:
                     self._note(f"{name} closed: {result}")
-                self._end(name, "close")
+                    how = "gave_up" if result["gave_up"] else "close"
+                self._end(name, how)
         self._poll()
 
     def _teardown(self) -> None:
@@ -426,7 +449,9 @@ class Cell:
             thread.join(30)
         for relay in self.relays:
             relay.close()
-        if self.broker is not None:
+        if self.bridge is not None:
+            self.bridge.close()
+        elif self.broker is not None:
             self.broker.close()
 
 
@@ -444,7 +469,15 @@ def run_soak(seed: int, minutes: float, transports: tuple[str, ...], *, clients:
         for transport in transports:
             cell = Cell(seed, transport, seconds, clients=clients, interval=interval,
                         directory=root / transport, log=log, verbose=verbose)
-            result = cell.run()
+            try:
+                result = cell.run()
+            except Exception as error:  # noqa: BLE001 - reported as that transport's failure
+                import traceback
+
+                result = Result(seed, transport, time.monotonic() - cell.started, cell.faults,
+                                cell.checker.counts(), [Violation(time.time(), "harness", "".join(
+                                    traceback.format_exception(error)))], cell.schedule,
+                                cell.fired)
             results.append(result)
             log(f"soak [{transport}] {result.seconds:.0f} s: faults {sum(result.faults.values())}"
                 f" {result.faults}; {json.dumps(result.counts)}")

@@ -171,6 +171,9 @@ class Cell:
         self.incarnations: dict[str, int] = {}
         self.ended: dict[str, list[float]] = {}
         self.children: dict[str, Child | None] = {}
+        self.spawned: list[Child] = []  # every process ever started, for the teardown
+        self.closing: set[str] = set()  # clients whose close() runs on a background thread
+        self.lock = threading.Lock()  # incarnations and children: the close threads spawn too
         self.relays: list[Relay] = []
         self.broker = None  # the server's broker (MQTT)
         self.client_broker = None  # the clients' broker: the same one, or the bridged one
@@ -200,8 +203,9 @@ class Cell:
             security=security)
 
     def _spawn(self, purpose: nq.Purpose, name: str, netloc: nq.NetworkLocation) -> Child:
-        incarnation = self.incarnations.get(name, -1) + 1
-        self.incarnations[name] = incarnation
+        with self.lock:
+            incarnation = self.incarnations.get(name, -1) + 1
+            self.incarnations[name] = incarnation
         spec = encode_options(self.protocol, purpose, self._options(purpose, name, netloc))
         spec["soak"] = {
             "name": name, "incarnation": incarnation, "seed": self.seed,
@@ -214,7 +218,9 @@ class Cell:
         }
         child = Child(spec, self.directory / f"{name}.{incarnation}.log", netloc,
                       script=PEER_SCRIPT)
-        self.children[name] = child
+        with self.lock:
+            self.children[name] = child
+            self.spawned.append(child)
         return child
 
     def _start_server(self) -> None:
@@ -255,12 +261,18 @@ class Cell:
         now = time.time()
         self.checker.process_ended(name, self.incarnations[name], how, now)
         self.ended.setdefault(name, []).append(now)
+        self._record("ended", name, self.incarnations[name], how, now)
         if how == "kill":
             child.kill()
         child.close()
         self.children[name] = None
 
     # ------------------------------------------------------------------ faults
+
+    def _record(self, *fields) -> None:
+        """The runner's own journal (runner.log): what a later look at the journals needs."""
+        with open(self.directory / "runner.log", "a") as log:
+            log.write(json.dumps(fields) + "\n")
 
     def _note(self, text: str) -> None:
         line = f"{time.monotonic() - self.started:8.2f}s {text}"
@@ -272,9 +284,13 @@ class Cell:
         kind, target = event.kind, event.target
         relay = self.relays[target] if target is not None else None
         name = "server" if target is None else f"c{target}"
+        if name in self.closing and kind in ("kill_client", "close_client", "pause_reader"):
+            self._note(f"{event} skipped: {name} is closing")
+            return
         if not kind.startswith("undo_"):
             self.faults[kind] += 1
         self._note(str(event))
+        self._record("fired", time.time(), str(event))
         if kind == "delay":
             relay.shape(delay=event.args[0], jitter=event.args[1])
         elif kind == "undo_delay":
@@ -323,6 +339,7 @@ class Cell:
         if child is None:
             return
         self.children[name] = None
+        self.closing.add(name)
         incarnation = self.incarnations[name]
 
         def close() -> None:
@@ -340,8 +357,15 @@ class Cell:
                 now = time.time()
                 self.checker.process_ended(name, incarnation, how, now)
                 self.ended.setdefault(name, []).append(now)
+                self._record("ended", name, incarnation, how, now)
                 child.close()
-                self._spawn(nq.Purpose.CLIENT, name, self._client_netloc(relay))
+                try:
+                    self._spawn(nq.Purpose.CLIENT, name, self._client_netloc(relay))
+                except (RuntimeError, TimeoutError) as error:
+                    self.violations.append(Violation(time.time(), "harness",
+                                                     f"{name} did not restart: {error}"))
+                finally:
+                    self.closing.discard(name)
 
         thread = threading.Thread(target=close, name=f"soak-close-{name}", daemon=True)
         thread.start()
@@ -447,6 +471,8 @@ class Cell:
             self._end(name, "kill")
         for thread in self.background:
             thread.join(30)
+        for child in self.spawned:
+            child.close()
         for relay in self.relays:
             relay.close()
         if self.bridge is not None:
@@ -479,6 +505,8 @@ def run_soak(seed: int, minutes: float, transports: tuple[str, ...], *, clients:
                                     traceback.format_exception(error)))], cell.schedule,
                                 cell.fired)
             results.append(result)
+            for violation in result.violations[:10]:
+                log(f"  [{transport}] {violation}")
             log(f"soak [{transport}] {result.seconds:.0f} s: faults {sum(result.faults.values())}"
                 f" {result.faults}; {json.dumps(result.counts)}")
     finally:

@@ -54,3 +54,44 @@ def test_a_grpc_client_with_no_server_does_not_say_it_is_closed(caplog):
     finally:
         client.close(timeout=1)
     assert isinstance(future.exception(T), nq.ResourceClosed)
+
+
+def test_a_cut_during_connect_does_not_downgrade_a_proven_mqtt5_broker(caplog, tmp_path):
+    """A broker that has answered this client's MQTT 5 CONNECT speaks MQTT 5: a connection cut
+    before the next CONNACK (a reset, a truncated packet, a broker restart) is the network, not
+    the protocol (seed 2, mqtt: a truncated CONNECT switched a client to MQTT 3.1.1 for good,
+    and two resets during resends then cut its packets to half a large publish's size)."""
+    from netq.brokers import LocalBroker, find_mosquitto
+    from netq.relay import Relay
+    from netq.transports.mqtt import link_statistics
+
+    try:
+        find_mosquitto()
+    except nq.BrokerUnavailable as error:
+        pytest.skip(str(error))
+    caplog.set_level(logging.INFO, logger="netq")
+    with LocalBroker(directory=tmp_path / "broker") as broker, \
+            Relay((broker.host, broker.port), name="netq-relay-test") as relay:
+        server = nq.new(nq.Protocol.MQTT, nq.Purpose.SERVER, nq.CommunicatorOptions(
+            netloc=nq.NetworkLocation(broker.host, broker.port, path="cut-connect")))
+        client = nq.new(nq.Protocol.MQTT, nq.Purpose.CLIENT, nq.CommunicatorOptions(
+            netloc=nq.NetworkLocation(relay.address[0], relay.address[1], path="cut-connect")))
+        try:
+            client.put("before").result(T)
+            assert server.get(timeout=T).data == "before"
+            assert link_statistics(client)["protocol"] == "MQTT 5"
+            connects = link_statistics(client)["broker_connects"]
+            relay.truncate(4)  # the next CONNECT is cut after 4 bytes, its connection closed
+            relay.reset()
+            deadline = time.monotonic() + T
+            while (relay.stats().truncated == 0 or link_statistics(client)["broker_connects"]
+                   <= connects) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert relay.stats().truncated == 1
+            client.put("after").result(T)
+            assert server.get(timeout=T).data == "after"
+            assert link_statistics(client)["protocol"] == "MQTT 5"
+            assert not any("3.1.1 instead" in r.getMessage() for r in caplog.records)
+        finally:
+            client.close(timeout=5)
+            server.close(timeout=5)

@@ -95,3 +95,45 @@ def test_a_cut_during_connect_does_not_downgrade_a_proven_mqtt5_broker(caplog, t
         finally:
             client.close(timeout=5)
             server.close(timeout=5)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "a client resuming a session its server has already ended (session_timeout) gets a new "
+    "session silently and resends what the server had received but not acknowledged: a "
+    "duplicate in a live server process. The fix belongs to the session engine "
+    "(netq/engine.py, netq/session.py), being split now: the server should refuse the resume "
+    "as expired, and the client fail those puts with ConnectionLost as the server did"))
+def test_a_resume_after_the_servers_session_expired_duplicates_nothing():
+    """Seed 7040, tcp: the server's session for a client expired (its puts to that client
+    failed ConnectionLost) while the client's attempts hung in handshakes (not counted by its
+    own clock); when it got through, its unacknowledged message arrived a second time."""
+    from netq.relay import DOWN, Relay
+
+    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation("127.0.0.1", 0),
+        connection=nq.ConnectionOptions(heartbeat=0.2, session_timeout=1.0)))
+    relay = Relay(server.address, name="netq-relay-test")
+    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, nq.CommunicatorOptions(
+        netloc=relay.netloc, connection=nq.ConnectionOptions(heartbeat=0.2)))
+    try:
+        client.put("one").result(T)
+        assert server.get(timeout=T).data == "one"
+        relay.drop(DOWN)  # the server's ACK of the next message never reaches the client
+        unacknowledged = client.put("two")
+        assert server.get(timeout=T).data == "two"
+        relay.blackhole()  # the client's attempts hang; the server's session runs out
+        deadline = time.monotonic() + T
+        while server.peers and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not server.peers, "the server kept the session"
+        relay.restore()
+        client.put("three").result(T)
+        received = [server.get(timeout=T).data]
+        while received[-1] != "three":
+            received.append(server.get(timeout=T).data)
+        assert received == ["three"], f"after the expiry the server got {received}"
+        assert isinstance(unacknowledged.exception(T), nq.ConnectionLost)
+    finally:
+        client.close(timeout=2)
+        server.close(timeout=2)
+        relay.close()

@@ -310,7 +310,7 @@ class Child:
     protocol), driven over pipes."""
 
     def __init__(self, spec: dict, log: Path, netloc: nq.NetworkLocation, *,
-                 script: Path = CHILD_SCRIPT) -> None:
+                 script: Path = CHILD_SCRIPT, ready_timeout: float = 30) -> None:
         self.netloc = netloc  # what it was configured with
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
@@ -325,7 +325,11 @@ class Child:
         self._lines: queue.Queue = queue.Queue()
         self._reader = threading.Thread(target=self._read, name="child-reader", daemon=True)
         self._reader.start()
-        ready = self._next(30)
+        try:
+            ready = self._next(ready_timeout)
+        except BaseException:
+            self.close()  # a child that never said ready must not live on unattended
+            raise
         self.id = uuid.UUID(ready["id"])
         self.address = ready["address"]
         self.pid = ready["pid"]

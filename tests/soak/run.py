@@ -54,6 +54,10 @@ MAX_MESSAGE = 16 * MiB
 # taken apart), and the interpreter's and gRPC's own growth under churn.
 RSS_BUDGET = SEND_BUDGET * 4 + RECV_BUDGET + 2 * MAX_MESSAGE + 96 * MiB
 
+# Seconds a new process gets to say it is ready: Python with netq (and grpcio) starting on a
+# shared 2-core machine took over 30 s at a load average of 300.
+SPAWN_TIMEOUT = 120.0
+
 # Fault kinds and their weights. Link faults act on one client's relay; the rest on processes.
 LINK_FAULTS = {"delay": 6, "rate": 4, "blackhole": 4, "reset": 6, "truncate": 4, "refuse": 3}
 PROCESS_FAULTS = {"kill_client": 1.5, "close_client": 1, "server_restart": 0.6,
@@ -217,7 +221,7 @@ class Cell:
             "budget_bytes": int(max(20.0, self.seconds) * MiB),
         }
         child = Child(spec, self.directory / f"{name}.{incarnation}.log", netloc,
-                      script=PEER_SCRIPT)
+                      script=PEER_SCRIPT, ready_timeout=SPAWN_TIMEOUT)
         with self.lock:
             self.children[name] = child
             self.spawned.append(child)

@@ -49,7 +49,10 @@ HEARTBEAT = 0.5
 STALL_WARNING = 2.0
 RECV_BUDGET = 32 * MiB
 SEND_BUDGET = 16 * MiB
-MAX_MESSAGE = 16 * MiB
+MAX_MESSAGE = 16 * MiB  # the largest item
+# message_size: the largest item and its numbering; a put_many() batch over it fails with
+# MessageTooLarge, the documented error
+MESSAGE_LIMIT = MAX_MESSAGE + 64 * 1024
 # RSS growth a process may show: the budgets, two largest messages (one being made, one being
 # taken apart), and the interpreter's and gRPC's own growth under churn.
 RSS_BUDGET = SEND_BUDGET * 4 + RECV_BUDGET + 2 * MAX_MESSAGE + 96 * MiB
@@ -163,7 +166,8 @@ class Cell:
         self.schedule = make_schedule(seed, transport, seconds, clients, interval)
         self.journals = directory / "journals"
         self.journals.mkdir(parents=True)
-        self.checker = Checker(self.journals, stall_warning=STALL_WARNING, rss_budget=RSS_BUDGET)
+        self.checker = Checker(self.journals, stall_warning=STALL_WARNING, rss_budget=RSS_BUDGET,
+                               message_limit=MESSAGE_LIMIT)
         self.tls = write_tls_files(directory) if transport in ("tls", "grpc-tls") else None
         self.protocol = {"unix": nq.Protocol.UNIX, "mqtt": nq.Protocol.MQTT,
                          "mqtt-bridge": nq.Protocol.MQTT,
@@ -203,7 +207,7 @@ class Cell:
                                           recv_budget=RECV_BUDGET, send_budget=SEND_BUDGET)
         return nq.CommunicatorOptions(
             id=self.ids.get(name, uuid.uuid4()), netloc=netloc, connection=connection,
-            serialization=nq.SerializationOptions(message_size=MAX_MESSAGE + 64 * 1024),
+            serialization=nq.SerializationOptions(message_size=MESSAGE_LIMIT),
             security=security)
 
     def _spawn(self, purpose: nq.Purpose, name: str, netloc: nq.NetworkLocation) -> Child:

@@ -367,7 +367,9 @@ class Child:
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait(10)
+        # SIGKILL cannot be refused, but the kernel's reaping took over 10 s at a load average
+        # of 170 (a soak on a shared 2-core machine)
+        self.proc.wait(60)
 
     def close(self) -> None:
         self.kill()

@@ -77,7 +77,17 @@ class ResourceClosed(NetqError):
 
 
 class ConnectionLost(ResourceClosed):
-    """The peer vanished without a goodbye (killed, network cut, session expired)."""
+    """The peer vanished without a goodbye (killed, network cut, session expired).
+
+    ``peer`` ``None``: this communicator's own link failed (a client that cannot reach its
+    server, its I/O thread failed); the communicator itself is not closed, and the message
+    says "connection lost", not "communicator is closed".
+    """
+
+    def __init__(self, peer: uuid.UUID | None = None, reason: str = "") -> None:
+        super().__init__(peer, reason)
+        if peer is None:
+            self.args = (f"connection lost: {reason}" if reason else "connection lost",)
 
 
 class UsedInForkedChild(ResourceClosed):

@@ -306,9 +306,11 @@ def build_options(default_netloc: nq.NetworkLocation,
 
 
 class Child:
-    """A communicator in another process (tests/netq_child.py), driven over pipes."""
+    """A communicator in another process (tests/netq_child.py, or a ``script`` speaking its
+    protocol), driven over pipes."""
 
-    def __init__(self, spec: dict, log: Path, netloc: nq.NetworkLocation) -> None:
+    def __init__(self, spec: dict, log: Path, netloc: nq.NetworkLocation, *,
+                 script: Path = CHILD_SCRIPT, ready_timeout: float = 30) -> None:
         self.netloc = netloc  # what it was configured with
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
@@ -317,13 +319,17 @@ class Child:
         self.log_path = log
         self._log = open(log, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD_SCRIPT), json.dumps(spec)],
+            [sys.executable, str(script), json.dumps(spec)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env,
             text=True, bufsize=1)
         self._lines: queue.Queue = queue.Queue()
         self._reader = threading.Thread(target=self._read, name="child-reader", daemon=True)
         self._reader.start()
-        ready = self._next(30)
+        try:
+            ready = self._next(ready_timeout)
+        except BaseException:
+            self.close()  # a child that never said ready must not live on unattended
+            raise
         self.id = uuid.UUID(ready["id"])
         self.address = ready["address"]
         self.pid = ready["pid"]
@@ -361,7 +367,9 @@ class Child:
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait(10)
+        # SIGKILL cannot be refused, but the kernel's reaping took over 10 s at a load average
+        # of 170 (a soak on a shared 2-core machine)
+        self.proc.wait(60)
 
     def close(self) -> None:
         self.kill()

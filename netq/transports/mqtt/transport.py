@@ -106,6 +106,9 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         self._socket_opened_at: float | None = None  # a CONNECT awaits its CONNACK since then
         self._presence_checked_at = 0.0
         self._auto_protocol = mqtt.protocol_version is None
+        # The broker has answered our MQTT 5 CONNECT: it speaks MQTT 5, and a connection that
+        # ends before a later CONNACK is the network or a restart, never a reason to fall back.
+        self._mqtt5_answered = False
         self._learned_max_packet: int | None = None  # 3.1.1: cut after the broker dropped us
         self._large_drop = 0  # the largest publish unacknowledged at the last broker drop
         self._attempt_pending = False
@@ -166,8 +169,10 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         return "MQTT 5" if paho_adapter.speaks_mqtt5(self._client) else "MQTT 3.1.1"
 
     def _fall_back(self, why: str) -> bool:
-        """MQTT 5 failed for ``why``: speak 3.1.1 from the next CONNECT on, if we may choose."""
-        if not (self._auto_protocol and paho_adapter.speaks_mqtt5(self._client)):
+        """MQTT 5 failed for ``why``: speak 3.1.1 from the next CONNECT on, if we may choose
+        (never once the broker has answered MQTT 5)."""
+        if not (self._auto_protocol and paho_adapter.speaks_mqtt5(self._client)) \
+                or self._mqtt5_answered:
             return False
         paho_adapter.use_mqtt311(self._client)
         LOGGER.info("netq mqtt %s: %s %s; speaking MQTT 3.1.1 instead (set "
@@ -190,6 +195,8 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
             LOGGER.warning("netq mqtt: %s", self._broker_problem)
             return
         self.counters["broker_connects"] += 1
+        if paho_adapter.speaks_mqtt5(client):
+            self._mqtt5_answered = True
         limit = None
         if properties is not None and hasattr(properties, "MaximumPacketSize"):
             limit = properties.MaximumPacketSize
@@ -239,7 +246,8 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
                     self._broker_problem = (
                         f"{self._broker_name()} closed the connection without answering "
                         f"CONNECT ({protocol}"
-                        + (" unsupported?)" if protocol == "MQTT 5" else ")"))
+                        + (" unsupported?)" if protocol == "MQTT 5" and not self._mqtt5_answered
+                           else ")"))
             elif was_connected:
                 self._broker_problem = (f"{self._broker_name()} closed the connection "
                                         f"({reason_code}); reconnecting")
@@ -290,7 +298,8 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
                 self._broker_problem = (
                     f"{self._broker_name()} did not answer our {protocol} CONNECT within "
                     f"{_CONNACK_TIMEOUT:g} s" + (" (MQTT 5 unsupported?)"
-                                                 if protocol == "MQTT 5" else ""))
+                                                 if protocol == "MQTT 5"
+                                                 and not self._mqtt5_answered else ""))
                 if self._fall_back(f"did not answer an MQTT 5 CONNECT within "
                                    f"{_CONNACK_TIMEOUT:g} s"):
                     paho_adapter.drop_connection(self._client)

@@ -1080,8 +1080,7 @@ class SessionEngine:
                                    self.explain_unreachable(now))
             else:
                 next_check = self._stall_warning - waited
-        waiters = self._credit_waiters
-        if waiters and self._room() < flow.CREDIT_FLOOR:
+        if self._credit_waiters and self._room() < flow.CREDIT_FLOOR and self._starved_waiters():
             if self._budget_full_since is None:
                 self._budget_full_since = now
             full_for = now - self._budget_full_since
@@ -1094,6 +1093,12 @@ class SessionEngine:
             self._budget_full_since = None
         return max(next_check, 0.05)
 
+    def _starved_waiters(self) -> int:
+        """Peers the budget holds back that have no credit left. Others (idle peers keeping
+        their floor, however many) can still send: the budget holds nobody up for them."""
+        return sum(1 for session in list(self._credit_waiters)  # a copy: get() may remove
+                   if session.link is not None and session.link.conn.recv_allowance_bytes <= 0)
+
     def explain_budget(self, full_for: float) -> str:
         sessions = sorted(self.all_sessions(), key=lambda s: s.held_bytes, reverse=True)
         top = ", ".join(f"{s.id}: {format_bytes(s.held_bytes)}" for s in sessions[:3]
@@ -1101,7 +1106,7 @@ class SessionEngine:
         return (f"the receive budget has been full for {full_for:.0f} s: "
                 f"{format_bytes(self.held_bytes)} received and not taken by get() "
                 f"(recv_budget {format_bytes(self.limits.budget)}; most from {top}); "
-                f"{len(self._credit_waiters)} peer(s) wait for credit until get() takes "
+                f"{self._starved_waiters()} peer(s) wait for credit until get() takes "
                 f"messages, or raise ConnectionOptions.recv_budget")
 
     # ================================================================== closing

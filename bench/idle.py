@@ -166,7 +166,10 @@ def markdown(run, summary_: dict | None, failed_keys: set) -> list[str]:
         if v["fd_note"]:
             notes.append(f"{name}: {v['fd_note']}")
     table += [[name, "FAILED"] + [""] * 6 for name in failed if name not in (summary_ or {})]
-    return ([f"## Idle links: {BENCH_CLIENTS} idle clients in {BENCH_PROCESSES} processes on "
+    first = next(iter((summary_ or {}).values()), None)
+    clients, processes = ((first["clients"], first["processes"]) if first
+                          else (BENCH_CLIENTS, BENCH_PROCESSES))
+    return ([f"## Idle links: {clients} idle clients in {processes} processes on "
              f"one default TCP server (bench/idle.py; target <= {TARGET_KIB} KiB per client)",
              ""]
             + run.md_table(["row", "connected", "server RSS per client (KiB)",

@@ -232,7 +232,7 @@ def _wait_all(futures: list, timeout: float) -> list[str]:
 class Child:
     """A child process of this script, answering one JSON line per command."""
 
-    def __init__(self, name: str, args: list[str], log_dir: Path) -> None:
+    def __init__(self, name: str, args: list[str], log_dir: Path, nice: int = 0) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -241,7 +241,8 @@ class Child:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._log, text=True, bufsize=1, env=env)
+                                     stderr=self._log, text=True, bufsize=1, env=env,
+                                     preexec_fn=(lambda: os.nice(nice)) if nice else None)
         self._lines: list[str] = []
         self._ready = threading.Condition()
         self._reader = threading.Thread(target=self._read, name=f"storm-{name}", daemon=True)
@@ -331,11 +332,13 @@ def server_rss(pid: int) -> int | None:
 
 def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
               timeout: float = 300.0, log_dir: Path | None = None,
-              stagger: bool = False) -> dict:
+              stagger: bool = False, client_nice: int = 0) -> dict:
     """One storm; a dict of what it measured (``ok`` when nothing was lost or failed).
 
     ``stagger``: start each client process once the previous one's clients are all connected
-    (one process's share at once instead of all of them: bench/idle.py's way)."""
+    (one process's share at once instead of all of them: bench/idle.py's way).
+    ``client_nice``: the client processes' niceness (they stand for other machines; on one
+    small machine, many idle clients' timers would otherwise take the server's CPU)."""
     log_dir = Path(tempfile.mkdtemp(prefix="netq-storm-")) if log_dir is None else log_dir
     share = [clients // processes + (1 if i < clients % processes else 0)
              for i in range(processes)]
@@ -352,7 +355,7 @@ def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
         for index, count in enumerate(share):
             children.append(Child(f"clients{index}", [
                 "--role", "clients", "--port", str(port), "--first", str(first),
-                "--count", str(count), "--timeout", str(timeout)], log_dir))
+                "--count", str(count), "--timeout", str(timeout)], log_dir, nice=client_nice))
             first += count
             if stagger:
                 hellos.append(children[-1].expect(timeout + 60))

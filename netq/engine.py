@@ -60,6 +60,7 @@ _CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an A
 _TIMER_TICK = 0.01
 _QUIET = 50e-6  # seconds since the previous put after which a put counts as a lone request
 _REPEAT_WARNING = 30.0  # seconds between repeated warnings about the same ongoing wait
+_STARVED_RECHECK = 1.0  # seconds between counts of the peers out of credit (one pass over them)
 _SPACE_POLL = 0.1  # seconds between checks while put() waits for send budget
 _BDP_PING = 1 << 63  # PING tokens with this bit are bandwidth-delay probes, not heartbeats
 _BDP_BACKOFF_MAX = 1.0  # seconds between probes at most, while rounds show the path limits
@@ -200,6 +201,7 @@ class SessionEngine:
         self._consumed_at_wake = 0  # _consumed_total when credit waiters were last served
         self._budget_full_since: float | None = None
         self._budget_warned_at = 0.0
+        self._starved_counted_at, self._starved = -_STARVED_RECHECK, 0  # see _watch
 
         self._attention: collections.deque[PeerSession] = collections.deque()
         self._timers_ran = 0.0  # when _timers last ran, and when they are next due
@@ -1080,7 +1082,10 @@ class SessionEngine:
                                    self.explain_unreachable(now))
             else:
                 next_check = self._stall_warning - waited
-        if self._credit_waiters and self._room() < flow.CREDIT_FLOOR and self._starved_waiters():
+        if self._credit_waiters and self._room() < flow.CREDIT_FLOOR \
+                and now - self._starved_counted_at >= _STARVED_RECHECK:
+            self._starved_counted_at, self._starved = now, self._starved_waiters()
+        if self._credit_waiters and self._room() < flow.CREDIT_FLOOR and self._starved:
             if self._budget_full_since is None:
                 self._budget_full_since = now
             full_for = now - self._budget_full_since

@@ -1,7 +1,7 @@
 """Idle links (issue 21): a connected, idle client costs the server a few KiB, and a server
 with many idle clients does not claim that its receive budget is full.
 
-* 2000 idle clients in 8 child processes (``bench/idle.py``, which runs bench/storm.py's
+* 2000 idle clients in 8 child processes of 250 (``bench/idle.py``, which runs bench/storm.py's
   children and server at CI size) connect to a default TCP server: the server's RSS grows by
   at most :data:`RSS_PER_CLIENT_KIB` per client, every client gets a broadcast, and the server
   logs no "receive budget full" WARNING. The 10 000-client figure is the bench row

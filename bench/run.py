@@ -8,8 +8,9 @@
 
 Sections, interleaved per rep (rep -> section -> size -> transport) so that machine noise
 spreads evenly: one-way throughput, 64 B round trip, stalled receiver, many clients,
-net-queue's iops scenarios, the distance row (bench/distance.py) and the connection storm
-(bench/storm.py: 2000 clients created at once). Every endpoint is its own process
+net-queue's iops scenarios, the distance row (bench/distance.py), the connection storm
+(bench/storm.py: 2000 clients created at once) and idle links (bench/idle.py: the server's
+memory per idle client, 10 000 clients). Every endpoint is its own process
 (bench/workers/*.py); timing is done on the receiving side. See bench/README.md for what
 each row means.
 
@@ -44,6 +45,7 @@ IOPS = os.path.join(HERE, "iops.py")
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True      # keep bench/ free of __pycache__ (workers: env below)
 import distance  # noqa: E402
+import idle  # noqa: E402
 import netqueue_env  # noqa: E402
 import storm  # noqa: E402
 
@@ -52,7 +54,8 @@ SIZES = [64, 4 * KiB, 64 * KiB, MiB, 16 * MiB]
 PING_SIZE, PING_COUNT = 64, 3000
 STALL_SIZE, STALL_SECONDS = MiB, 2.0
 MANY_PROCS, MANY_COMMS, MANY_COUNT, MANY_SIZE = 4, 50, 1000, KiB
-SECTIONS = ("throughput", "latency", "stall", "many-clients", "iops", "distance", "storm")
+SECTIONS = ("throughput", "latency", "stall", "many-clients", "iops", "distance", "storm",
+            "idle")
 MAX_TIMEOUTS = 2        # a measurement that timed out this often is skipped in later reps
 
 
@@ -114,7 +117,8 @@ IOPS_ROWS = [Row("netq-tcp", "../iops.py", "netq", "netq"),            # transpo
              Row("net-queue", "../iops.py", "net_queue", "net-queue")]
 SECTION_ROWS = {"throughput": THROUGHPUT, "latency": LATENCY, "stall": [SCENARIO_ROW],
                 "many-clients": [SCENARIO_ROW], "iops": IOPS_ROWS,
-                "distance": distance.rows(Row), "storm": storm.rows(Row)}
+                "distance": distance.rows(Row), "storm": storm.rows(Row),
+                "idle": idle.rows(Row)}
 IOPS_SCENARIOS = [
     ("2 MiB x 1000 async", ["async", "--step-size", "0", "--max-size", "21", "--reps", "1000"]),
     ("2 MiB x 1000 sync", ["sync", "--step-size", "0", "--max-size", "21", "--reps", "1000"]),
@@ -924,6 +928,7 @@ def markdown(results: dict) -> str:
                              "counts verified"], rows))
     L.extend(distance.markdown(sys.modules[__name__], summary.get("distance"), failed_keys))
     L.extend(storm.markdown(sys.modules[__name__], summary.get("storm"), failed_keys))
+    L.extend(idle.markdown(sys.modules[__name__], summary.get("idle"), failed_keys))
     if failed:
         L.extend(["## Failures", "", "(on a timeout, the JSON record's `detail` holds every "
                   "thread's stack of the processes still running and, for netq, their "
@@ -1246,6 +1251,7 @@ def main(argv=None) -> int:
             iops_rep(ctx, rep)
             distance.rep(sys.modules[__name__], ctx, rep)
             storm.rep(sys.modules[__name__], ctx, rep)
+            idle.rep(sys.modules[__name__], ctx, rep)
             log(f"--- rep {rep} done, {time.monotonic() - started:.0f} s elapsed")
     finally:
         busy.stop()
@@ -1254,6 +1260,7 @@ def main(argv=None) -> int:
     results["summary"] = summarize(ctx.records)
     results["summary"]["distance"] = distance.summarize(sys.modules[__name__], ctx.records)
     results["summary"]["storm"] = storm.summarize(sys.modules[__name__], ctx.records)
+    results["summary"]["idle"] = idle.summarize(sys.modules[__name__], ctx.records)
     if args.busy_results:
         with open(args.busy_results) as f:
             attach_busy_latency(results, json.load(f))

@@ -18,7 +18,9 @@ client's first message ("all connected"); each client's connect time, from the c
 communicator until its first put was acknowledged (p50, p99, max); how long the broadcast took
 to reach everyone; after a restart, seconds from the new server's start until it had every
 client's second message; messages lost (put and never received, or broadcast and never
-received); and the WARNINGs the clients logged, with how many of them claimed "0 attempts" or
+received); the server's resident memory (RSS) when it listens, once every client is
+connected and after the broadcast (bench/idle.py reports it per client); and the WARNINGs the
+clients logged, with how many of them claimed "0 attempts" or
 "refused" (every connection refusal a client saw is counted by errno, so a "refused" in a
 WARNING can be checked against what the kernel said).
 
@@ -230,7 +232,7 @@ def _wait_all(futures: list, timeout: float) -> list[str]:
 class Child:
     """A child process of this script, answering one JSON line per command."""
 
-    def __init__(self, name: str, args: list[str], log_dir: Path) -> None:
+    def __init__(self, name: str, args: list[str], log_dir: Path, nice: int = 0) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
@@ -239,7 +241,8 @@ class Child:
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self._log, text=True, bufsize=1, env=env)
+                                     stderr=self._log, text=True, bufsize=1, env=env,
+                                     preexec_fn=(lambda: os.nice(nice)) if nice else None)
         self._lines: list[str] = []
         self._ready = threading.Condition()
         self._reader = threading.Thread(target=self._read, name=f"storm-{name}", daemon=True)
@@ -315,9 +318,27 @@ def _wait_for_count(server: Child, tag: str, expected: int, timeout: float) -> d
         time.sleep(0.2)
 
 
+def server_rss(pid: int) -> int | None:
+    """A process's resident set size in bytes (Linux /proc; None elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
-              timeout: float = 300.0, log_dir: Path | None = None) -> dict:
-    """One storm; a dict of what it measured (``ok`` when nothing was lost or failed)."""
+              timeout: float = 300.0, log_dir: Path | None = None,
+              stagger: bool = False, client_nice: int = 0) -> dict:
+    """One storm; a dict of what it measured (``ok`` when nothing was lost or failed).
+
+    ``stagger``: start each client process once the previous one's clients are all connected
+    (one process's share at once instead of all of them: bench/idle.py's way).
+    ``client_nice``: the client processes' niceness (they stand for other machines; on one
+    small machine, many idle clients' timers would otherwise take the server's CPU)."""
     log_dir = Path(tempfile.mkdtemp(prefix="netq-storm-")) if log_dir is None else log_dir
     share = [clients // processes + (1 if i < clients % processes else 0)
              for i in range(processes)]
@@ -327,14 +348,19 @@ def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
     children: list[Child] = []
     try:
         port = server.expect(60)["port"]
+        result["server_rss_start"] = server_rss(server.proc.pid)
         started = time.monotonic()
         first = 0
+        hellos = []
         for index, count in enumerate(share):
             children.append(Child(f"clients{index}", [
                 "--role", "clients", "--port", str(port), "--first", str(first),
-                "--count", str(count), "--timeout", str(timeout)], log_dir))
+                "--count", str(count), "--timeout", str(timeout)], log_dir, nice=client_nice))
             first += count
-        hellos = [child.expect(timeout + 60) for child in children]
+            if stagger:
+                hellos.append(children[-1].expect(timeout + 60))
+        if not stagger:
+            hellos = [child.expect(timeout + 60) for child in children]
         connect = [t for hello in hellos for t in hello["connect"]]
         result["connected"] = len(connect)
         result["put_failures"] = sum(hello["failures"] for hello in hellos)
@@ -350,9 +376,11 @@ def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
         counted = _wait_for_count(server, "hello", clients, 30)
         lost = result["lost_hello"] = clients - counted["count"]
         duplicates = counted["duplicates"]
+        result["server_rss_connected"] = server_rss(server.proc.pid)  # every client idle now
         broadcast = server.ask(timeout, op="broadcast", tag="first", timeout=timeout)
         result["broadcast_ok"] = broadcast["ok"]
         result["broadcast_s"] = broadcast.get("seconds")
+        result["server_rss_broadcast"] = server_rss(server.proc.pid)
         gets = [child.ask(timeout + 60, op="get", tag="first", timeout=timeout)
                 for child in children]
         result["lost_broadcast"] = clients - sum(get["got"] for get in gets)

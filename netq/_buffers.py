@@ -144,5 +144,10 @@ class ReceivePool:
         storage = (ctypes.c_char * len(obj)).from_address(id(obj) + _BYTES_DATA_OFFSET)
         return memoryview(storage).cast("B")
 
+    @property
+    def capacity(self) -> int:
+        """Bytes of the buffers the pool remembers (some may still be the user's messages)."""
+        return sum(len(obj) for obj in self._buffers)
+
     def clear(self) -> None:
         self._buffers.clear()

@@ -60,6 +60,7 @@ _CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an A
 _TIMER_TICK = 0.01
 _QUIET = 50e-6  # seconds since the previous put after which a put counts as a lone request
 _REPEAT_WARNING = 30.0  # seconds between repeated warnings about the same ongoing wait
+_STARVED_RECHECK = 1.0  # seconds between counts of the peers out of credit (one pass over them)
 _SPACE_POLL = 0.1  # seconds between checks while put() waits for send budget
 _BDP_PING = 1 << 63  # PING tokens with this bit are bandwidth-delay probes, not heartbeats
 _BDP_BACKOFF_MAX = 1.0  # seconds between probes at most, while rounds show the path limits
@@ -200,6 +201,7 @@ class SessionEngine:
         self._consumed_at_wake = 0  # _consumed_total when credit waiters were last served
         self._budget_full_since: float | None = None
         self._budget_warned_at = 0.0
+        self._starved_counted_at, self._starved = -_STARVED_RECHECK, 0  # see _watch
 
         self._attention: collections.deque[PeerSession] = collections.deque()
         self._timers_ran = 0.0  # when _timers last ran, and when they are next due
@@ -1080,8 +1082,10 @@ class SessionEngine:
                                    self.explain_unreachable(now))
             else:
                 next_check = self._stall_warning - waited
-        waiters = self._credit_waiters
-        if waiters and self._room() < flow.CREDIT_FLOOR:
+        if self._credit_waiters and self._room() < flow.CREDIT_FLOOR \
+                and now - self._starved_counted_at >= _STARVED_RECHECK:
+            self._starved_counted_at, self._starved = now, self._starved_waiters()
+        if self._credit_waiters and self._room() < flow.CREDIT_FLOOR and self._starved:
             if self._budget_full_since is None:
                 self._budget_full_since = now
             full_for = now - self._budget_full_since
@@ -1094,6 +1098,12 @@ class SessionEngine:
             self._budget_full_since = None
         return max(next_check, 0.05)
 
+    def _starved_waiters(self) -> int:
+        """Peers the budget holds back that have no credit left. Others (idle peers keeping
+        their floor, however many) can still send: the budget holds nobody up for them."""
+        return sum(1 for session in list(self._credit_waiters)  # a copy: get() may remove
+                   if session.link is not None and session.link.conn.recv_allowance_bytes <= 0)
+
     def explain_budget(self, full_for: float) -> str:
         sessions = sorted(self.all_sessions(), key=lambda s: s.held_bytes, reverse=True)
         top = ", ".join(f"{s.id}: {format_bytes(s.held_bytes)}" for s in sessions[:3]
@@ -1101,7 +1111,7 @@ class SessionEngine:
         return (f"the receive budget has been full for {full_for:.0f} s: "
                 f"{format_bytes(self.held_bytes)} received and not taken by get() "
                 f"(recv_budget {format_bytes(self.limits.budget)}; most from {top}); "
-                f"{len(self._credit_waiters)} peer(s) wait for credit until get() takes "
+                f"{self._starved_waiters()} peer(s) wait for credit until get() takes "
                 f"messages, or raise ConnectionOptions.recv_budget")
 
     # ================================================================== closing

@@ -11,6 +11,12 @@ staging buffer and are parsed many per call; once a message body is large, the b
 is the final part object itself, so ``recv_into`` writes straight into the ``bytes`` or
 ``bytearray`` the user will get.
 
+The staging buffer is sized to what the link carries: it starts at :data:`STAGING_MIN` bytes,
+doubles (up to :data:`STAGING_SIZE`) whenever a read filled it, and
+:meth:`Connection.release_buffers` frees it when the link is idle, so an idle link holds a few
+KiB and a busy one keeps its full-size buffer. :attr:`Connection.buffered_bytes` says what
+the core holds at any time.
+
 Sending: :meth:`Connection.send_message` and the control-frame methods append to an output
 queue of buffers; small frames are coalesced into one bytearray (``efficient_size``,
 ``merge_size``), large parts are queued as views of the caller's memory. The I/O layer takes
@@ -68,13 +74,18 @@ __all__ = [
     "ConnectionFailed",
     "IOV_MAX",
     "STAGING_SIZE",
+    "STAGING_MIN",
     "DIRECT_THRESHOLD",
 ]
 
 IOV_MAX = 1024  # buffers per sendmsg (Linux UIO_MAXIOV)
-STAGING_SIZE = 256 * 1024  # receive staging buffer: many small frames per recv_into
+STAGING_SIZE = 256 * 1024  # a busy link's receive staging buffer: many small frames per recv
+STAGING_MIN = 4 * 1024  # a fresh or idle link's staging buffer (doubles while reads fill it)
 DIRECT_THRESHOLD = 128 * 1024  # body bytes still to come above which we recv_into the part
-_MIN_FREE = 64 * 1024  # compact the staging buffer when less than this is free at its end
+_EMPTY = bytearray()  # the staging buffer of an idle link (allocated again on the next read)
+# Staging buffers are uninitialized too (recv_into overwrites them), and only the pages a read
+# touched become resident. Bound here, apart from the parts' allocate_* calls.
+_allocate_staging = _buffers.allocate_writable
 _SIZE_MASK = READONLY_BIT - 1
 _FIRST = DataFlags.FIRST.value
 _LAST = DataFlags.LAST.value
@@ -287,9 +298,10 @@ class Connection:
         self._acks_start = self._acks_end = -1
         self._replies_start = self._replies_end = -1
 
-        # Input.
-        self._buffer = bytearray(STAGING_SIZE)
-        self._view = memoryview(self._buffer)
+        # Input. The staging buffer is allocated by the first receive_buffer().
+        self._buffer = _EMPTY
+        self._view = memoryview(_EMPTY)
+        self._grow = False  # the last read filled the staging buffer: double it
         self._start = 0
         self._end = 0
         self._body_left = 0  # bytes of the current DATA chunk's body still to come
@@ -332,9 +344,22 @@ class Connection:
         return self._incoming is not None
 
     def release_buffers(self) -> None:
-        """Forget the large buffers kept for reuse (an idle link need not hold them)."""
+        """Free what an idle link need not hold: the large buffers kept for reuse, and the
+        staging buffer when nothing is waiting in it (the next read allocates a small one)."""
         if self._incoming is None:
             self._pool.clear()
+            if self._start == self._end and not self._direct:
+                self._buffer = _EMPTY
+                self._view = memoryview(_EMPTY)
+                self._start = self._end = 0
+                self._grow = False
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of memory the core holds for this link, beyond the messages it hands out:
+        the staging buffer, output merged and not yet sent, and the receive pool's buffers
+        (an upper bound: a pooled buffer may be a message the user still holds)."""
+        return len(self._buffer) + len(self._merge) + self._pool.capacity
 
     @property
     def incoming_bytes(self) -> int:
@@ -555,20 +580,36 @@ class Connection:
         if self._direct:
             assert self._incoming is not None  # _direct is only set while a message is due
             return self._incoming.target(self._body_left)
-        if self._start == self._end:
+        size = len(self._buffer)
+        if self._grow or not size:
+            # The last read filled the buffer (the link is busy: read more per call), or an
+            # idle link's buffer was freed. Allocate, keeping the unparsed tail.
+            self._grow = False
+            self._restage(min(max(2 * size, STAGING_MIN), STAGING_SIZE))
+        elif self._start == self._end:
             self._start = self._end = 0
-            if self._after_large:
-                # The previous message was large; the next one probably is too. Read just
-                # enough for its header and descriptor, so its body goes straight into the
-                # part buffer instead of through the staging buffer (a copy saved).
-                return self._view[: HEADER_SIZE + frames.MAX_DESCRIPTOR]
-        elif STAGING_SIZE - self._end < _MIN_FREE:
+        elif size - self._end < size >> 2:
             # Move the unparsed tail (always < one header + descriptor + control payload,
             # or the start of a body) to the front.
             tail = self._end - self._start
             self._buffer[:tail] = self._view[self._start : self._end]
             self._start, self._end = 0, tail
+        if self._start == self._end and self._after_large:
+            # The previous message was large; the next one probably is too. Read just
+            # enough for its header and descriptor, so its body goes straight into the
+            # part buffer instead of through the staging buffer (a copy saved).
+            return self._view[: HEADER_SIZE + frames.MAX_DESCRIPTOR]
         return self._view[self._end :]
+
+    def _restage(self, size: int) -> None:
+        """A new staging buffer of ``size`` bytes, the unparsed tail moved to its front."""
+        tail = self._end - self._start
+        buffer = _allocate_staging(max(size, tail))
+        if tail:
+            buffer[:tail] = self._view[self._start : self._end]
+        self._buffer = buffer
+        self._view = memoryview(buffer)
+        self._start, self._end = 0, tail
 
     def receive_done(self, count: int) -> list[Event]:
         """``count`` bytes were written into the last :meth:`receive_buffer`."""
@@ -588,6 +629,8 @@ class Connection:
                 self._direct = False
             return events
         self._end += count
+        if self._end == len(self._buffer) and len(self._buffer) < STAGING_SIZE:
+            self._grow = True
         return self._parse()
 
     def receive_data(self, data: Buffer) -> list[Event]:

@@ -2,13 +2,13 @@
 
 The engine sits between the transports and the queue API (:class:`netq.Communicator`):
 
-* transports call it through :class:`EngineAPI` (a ``typing.Protocol``): a new link's
+* transports call it through :class:`netq.contract.EngineAPI` (a ``typing.Protocol``): a new link's
   :class:`~netq.protocol.Connection`, the events a link produced, a link that closed, a failed
   connection attempt, and the periodic :meth:`SessionEngine.service`;
 * the queue API calls :meth:`SessionEngine.submit` (queue a serialized message for some peers,
   waiting for send budget), :meth:`SessionEngine.consumed` (``get()`` took a message) and the
   closing and reporting methods;
-* received messages go to the queue API through the :class:`Inbox` it passes in.
+* received messages go to the queue API through the :class:`netq.contract.Inbox` it passes in.
 
 Each decision lives here once: what credit to grant (through :mod:`netq.flow`), which message
 goes on the wire under which sequence number, what an acknowledgement resolves, where numbering
@@ -29,9 +29,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
 
 from . import flow, protocol as proto
+from .contract import EngineAPI, Inbox, Link, TransportAPI, TransportFactory
 from .exceptions import (
     AuthenticationError,
     ConnectionLost,
@@ -44,9 +44,6 @@ from .exceptions import (
 from .options import CommunicatorOptions, Purpose
 from .protocol.frames import UNLIMITED_MESSAGES, ErrorCode, Role
 from .session import NO_TOKEN, Outgoing, PeerSession, PeerState
-
-if TYPE_CHECKING:
-    from .transports.base import Link, Transport
 
 __all__ = ("EngineAPI", "Inbox", "SessionEngine", "format_bytes")
 
@@ -75,90 +72,11 @@ def format_bytes(count: float) -> str:
     return f"{count:.1f} GiB"  # pragma: no cover - the loop always returns
 
 
-class Inbox(Protocol):
-    """What the engine hands received messages to (the queue API's receive side)."""
-
-    def deliver(self, session: PeerSession, messages: list[proto.MessageReceived]) -> None:
-        """Append complete messages to the session's inbox and wake getters (I/O thread)."""
-
-    def wake_all(self) -> None:
-        """Wake every waiting get(): something changed that may end their wait."""
-
-    @property
-    def consumer_waiting(self) -> bool:
-        """True while a get() is blocked waiting for a message."""
-
-    @property
-    def consumer_sleeping(self) -> bool:
-        """True while a get() sleeps with nothing to take (it does not lead the loop)."""
-
-
-class EngineAPI(Protocol):
-    """What a transport may call on its engine (and nothing else)."""
-
-    options: CommunicatorOptions
-    purpose: Purpose
-    id: uuid.UUID
-
-    @property
-    def closing(self) -> bool:
-        """close() was called: refuse newcomers."""
-
-    @property
-    def stopping(self) -> bool:
-        """The I/O loop should say goodbye and end."""
-
-    @property
-    def has_work(self) -> bool:
-        """User threads queued work for the I/O thread (do not sleep)."""
-
-    @property
-    def consumer_waiting(self) -> bool:
-        """A get() is blocked waiting (a reply is likely to follow what arrives)."""
-
-    @property
-    def consumer_sleeping(self) -> bool:
-        """A get() sleeps until a message is handed to it: the loop must not be left idle."""
-
-    def new_connection(self) -> proto.Connection:
-        """The protocol state for a new link (its HELLO is queued)."""
-
-    def handle_events(self, link: Link, events: list[proto.Event]) -> None:
-        """What the link's Connection produced from received bytes (link lock held)."""
-
-    def after_io(self, link: Link) -> None:
-        """A link was read or written: pump its session's queue if it has one."""
-
-    def link_closed(self, link: Link) -> None:
-        """The link's socket or channel is gone (link lock held)."""
-
-    def connect_started(self) -> None:
-        """Client: the transport starts an attempt to reach the server."""
-
-    def connect_failed(self, address: str, reason: str) -> None:
-        """Client: an attempt to reach the server failed; the transport retries."""
-
-    def wants_connection(self) -> bool:
-        """Client: should the transport (re)connect now?"""
-
-    def service(self, now: float) -> float:
-        """Periodic and requested work; returns seconds until it wants to run again."""
-
-    def goodbyes(self) -> bool:
-        """Closing: say goodbye on every link; True when nothing is left to wait for."""
-
-    def failed(self, error: BaseException) -> None:
-        """The I/O thread is dying of ``error``."""
-
-    def finished(self) -> None:
-        """The I/O thread has ended."""
-
-
 class SessionEngine:
     """The I/O side of one communicator. Create through :class:`netq.Communicator`."""
 
     def __init__(self, options: CommunicatorOptions, purpose: Purpose, inbox: Inbox,
-                 transport_class: type[Transport]) -> None:
+                 transport_class: TransportFactory) -> None:
         self.options = options
         self.purpose = purpose
         self.id = options.id
@@ -232,7 +150,7 @@ class SessionEngine:
         # When the stretch being counted now began (None: an attempt is under way).
         self._absent_since: float | None = self.created if not self._server else None
 
-        self.transport: Transport = transport_class(self)
+        self.transport: TransportAPI = transport_class(self)
 
     # ================================================================== flags
 
@@ -691,6 +609,12 @@ class SessionEngine:
                 self._credit_waiters.remove(session)
             except ValueError:
                 pass  # a consumer thread is iterating a copy; it finds nothing to do
+
+    def received_on(self, link: Link) -> tuple[int, int]:
+        session = link.session
+        if session is None:
+            return 0, 0
+        return session.received_messages, session.received_bytes
 
     def after_io(self, link: Link) -> None:
         session = link.session

@@ -22,9 +22,12 @@ import enum
 import os
 import threading
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .futures import DeliveryFuture
+
+if TYPE_CHECKING:
+    from .contract import Link
 
 __all__ = ("NO_TOKEN", "Outgoing", "PeerSession", "PeerState")
 
@@ -60,7 +63,7 @@ class PeerSession:
         self.id = peer_id
         self.token = token or os.urandom(16)
         self.state = PeerState.CONNECTING
-        self.link: Any = None  # the attached transport Link, or None
+        self.link: Link | None = None  # the attached transport link
         self.disconnected_at: float | None = None
         self.connected_at: float | None = None
         self.reconnects = 0
@@ -89,7 +92,7 @@ class PeerSession:
 
         # Inbound: MessageReceived events (deserialized lazily by get(), on the user thread),
         # and the remaining elements of an opened put_many batch.
-        self.inbox: collections.deque = collections.deque()
+        self.inbox: collections.deque[Any] = collections.deque()
         self.in_ready = False
         self.last_received = 0  # highest sequence number received in this session
         self.received_messages = 0
@@ -102,7 +105,7 @@ class PeerSession:
         # The bandwidth-delay probe under way (netq.engine._probe): its PING token (0: none),
         # the link it went out on, and the bytes received since.
         self.bdp_token = 0
-        self.bdp_link: Any = None
+        self.bdp_link: Link | None = None
         self.bdp_bytes = 0
         self.bdp_backoff = 0.0  # seconds until the next probe after one that did not grow
         self.bdp_next_at = 0.0  # monotonic time before which no probe starts

@@ -23,13 +23,11 @@ from typing import Any, NamedTuple
 
 from .engine import SessionEngine
 from .exceptions import (
-    ConnectionLost,
     DeserializationError,
     Empty,
     LocalProtocolError,
     MessageTooLarge,
     ResourceClosed,
-    UnknownPeer,
     UsedInForkedChild,
 )
 from .exposure import check as check_exposure
@@ -175,12 +173,7 @@ class Communicator:
     @property
     def peers(self) -> tuple[uuid.UUID, ...]:
         """Ids of the peers with a live or resumable session."""
-        engine = self._engine
-        if engine.server_session is not None:
-            session = engine.server_session
-            return (session.id,) if session.state is PeerState.CONNECTED else ()
-        return tuple(peer for peer, s in list(engine.sessions.items())
-                     if s.state not in (PeerState.CLOSED, PeerState.CLOSING))
+        return self._engine.peers.live_ids()
 
     @property
     def closed(self) -> bool:
@@ -204,33 +197,8 @@ class Communicator:
         engine = self._engine
         if engine.closing:
             raise ResourceClosed(None, "put after close()")
-        if engine.failure is not None:
-            raise ConnectionLost(None, f"I/O thread failed: {engine.failure!r}")
-        if engine.fatal is not None:
-            raise engine.fatal
-        if engine.server_session is not None:
-            session = engine.server_session
-            if peers and any(p != session.id for p in peers):
-                unknown = next(p for p in peers if p != session.id)
-                raise UnknownPeer(unknown)
-            if session.state is PeerState.CLOSED:
-                raise ResourceClosed(session.id, "the server closed the session")
-            return [session]
-        sessions = engine.sessions
-        if not peers:
-            return [s for s in list(sessions.values())
-                    if s.state not in (PeerState.CLOSED, PeerState.CLOSING)]
-        targets = []
-        for peer in peers:
-            found = sessions.get(peer)
-            if found is None:
-                if engine.departed(peer):
-                    raise ResourceClosed(peer, "the peer left")
-                raise UnknownPeer(peer)
-            if found.state in (PeerState.CLOSED, PeerState.CLOSING):
-                raise ResourceClosed(peer, "the peer left")
-            targets.append(found)
-        return targets
+        engine.raise_if_broken()
+        return engine.peers.resolve(peers, sending=True)
 
     def put(self, data: Any, *peers: uuid.UUID, block: bool = True,
             timeout: float | None = None) -> DeliveryFuture:
@@ -425,10 +393,7 @@ class Communicator:
                     return found
                 if engine.closed.is_set() or (engine.closing and not block):
                     raise ResourceClosed(None, "closed and every received message was taken")
-                if engine.failure is not None:
-                    raise ConnectionLost(None, f"I/O thread failed: {engine.failure!r}")
-                if engine.fatal is not None:
-                    raise engine.fatal
+                engine.raise_if_broken()
                 server = engine.server_session
                 if server is not None and server.state is PeerState.CLOSED and not server.inbox:
                     raise ResourceClosed(server.id, "the server closed the session")
@@ -504,14 +469,7 @@ class Communicator:
         return None
 
     def _take_from(self, peers: tuple[uuid.UUID, ...]) -> tuple[PeerSession, Any] | None:
-        engine = self._engine
-        server = engine.server_session
-        for peer in peers:
-            session = server if server is not None else engine.sessions.get(peer)
-            if session is None and engine.departed(peer):
-                raise ResourceClosed(peer, "the peer left and everything it sent was taken")
-            if session is None or (server is not None and peer != session.id):
-                raise UnknownPeer(peer)
+        for session in self._engine.peers.resolve(peers, sending=False):
             if session.inbox:
                 item = session.inbox.popleft()
                 if type(item) is Incoming:

@@ -27,7 +27,6 @@ import itertools
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
 
 from . import flow, protocol as proto
@@ -42,6 +41,7 @@ from .exceptions import (
     ResourceClosed,
 )
 from .options import CommunicatorOptions, Purpose
+from .peers import PeerTable
 from .protocol.frames import UNLIMITED_MESSAGES, ErrorCode, Role
 from .session import NO_TOKEN, Outgoing, PeerSession, PeerState
 
@@ -50,7 +50,6 @@ __all__ = ("EngineAPI", "Inbox", "SessionEngine", "format_bytes")
 LOGGER = logging.getLogger("netq")
 
 _GOODBYE_GRACE = 1.0  # seconds close(timeout) still allows for goodbyes after the timeout
-_DEPARTED_MEMORY = 65536  # ids of departed peers remembered (ResourceClosed, not UnknownPeer)
 _CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an ACK is due
 # Seconds between looks at the timers (heartbeats, session timeouts, stall warnings) while the
 # loop turns for I/O; a busy link turns it once per message, the timers need no such precision.
@@ -100,14 +99,8 @@ class SessionEngine:
         security = options.security
         self._authkey = security.authkey if security is not None else None
 
-        self.sessions: dict[uuid.UUID, PeerSession] = {}
-        self._departed: dict[uuid.UUID, None] = {}
-        # Client: the one session, created up front so that put() can queue before the first
-        # connection (the server's id is learnt in the handshake).
-        self.server_session: PeerSession | None = None
-        if not self._server:
-            self.server_session = PeerSession(uuid.UUID(int=0), token=NO_TOKEN,
-                                              window=self.limits.window_min)
+        # Every session, a client's one session included (netq.peers).
+        self.peers = PeerTable(server=self._server, window=self.limits.window_min)
 
         # Receive budget accounting: held = received - consumed (two writers, one each);
         # outstanding = the credit live links still have from us (I/O thread).
@@ -181,14 +174,21 @@ class SessionEngine:
     def start(self) -> None:
         self.transport.start()
 
-    def all_sessions(self) -> list[PeerSession]:
-        sessions = list(self.sessions.values())
-        if self.server_session is not None:
-            sessions.append(self.server_session)
-        return sessions
+    @property
+    def server_session(self) -> PeerSession | None:
+        """Client: its one session (with the server); None on a server."""
+        return self.peers.server_session
 
-    def departed(self, peer: uuid.UUID) -> bool:
-        return peer in self._departed
+    def all_sessions(self) -> list[PeerSession]:
+        return self.peers.all()
+
+    def raise_if_broken(self) -> None:
+        """Raise what stops put() and get() for good: the I/O thread died, or the client
+        cannot go on (wrong authkey, untrusted certificate)."""
+        if self.failure is not None:
+            raise ConnectionLost(None, f"I/O thread failed: {self.failure!r}")
+        if self.fatal is not None:
+            raise self.fatal
 
     @property
     def held_bytes(self) -> int:
@@ -453,7 +453,7 @@ class SessionEngine:
 
     def _share(self) -> int:
         """Each peer's share of the receive budget (netq.flow)."""
-        return self.limits.budget // max(1, len(self.sessions))
+        return self.limits.budget // max(1, len(self.peers))
 
     def _recount(self, link: Link) -> None:
         """Bring the outstanding-credit total up to date with this link's allowance."""
@@ -633,7 +633,7 @@ class SessionEngine:
             return False
         link.peer_id = hello.id
         if self._role is Role.CLIENT:
-            session = self.server_session
+            session = self.peers.server_session
             assert session is not None
             token = session.token
             last = session.last_received if token != NO_TOKEN else 0
@@ -645,11 +645,7 @@ class SessionEngine:
         now = time.monotonic()
         if self._role is Role.SERVER:
             assert link.peer_id is not None
-            session = self.sessions.get(link.peer_id)
-            resumed = session is not None and session.state is not PeerState.CLOSED
-            if session is None or not resumed:
-                session = PeerSession(link.peer_id, window=self.limits.window_min)
-                self.sessions[link.peer_id] = session
+            session, resumed = self.peers.open(link.peer_id)
             old = session.link
             if old is not None and old is not link:
                 old.conn.send_error(ErrorCode.REPLACED, "a newer connection took over")
@@ -669,8 +665,9 @@ class SessionEngine:
                                    resumed)
                 self._attach(session, link, now)
         else:
-            session = self.server_session
-            assert session is not None
+            server = self.peers.server_session
+            assert server is not None
+            session = server
             with session.send_lock:
                 if event.token == session.token:
                     session.requeue_inflight(event.last_received)
@@ -785,7 +782,7 @@ class SessionEngine:
                 # Retrying cannot help (wrong key, untrusted server certificate): fail
                 # everything with the reason.
                 self.fatal = link.error
-                server = self.server_session
+                server = self.peers.server_session
                 assert server is not None
                 server.state = PeerState.CLOSED
                 with server.send_lock:
@@ -851,7 +848,7 @@ class SessionEngine:
     def wants_connection(self) -> bool:
         if self._stopping:
             return False
-        session = self.server_session
+        session = self.peers.server_session
         if session is None or session.state is PeerState.CLOSED:
             return False
         if self._closing:
@@ -866,12 +863,8 @@ class SessionEngine:
             self._forget(session)
 
     def _forget(self, session: PeerSession) -> None:
-        if self.sessions.get(session.id) is session:
-            del self.sessions[session.id]
+        if self.peers.forget(session):
             self._stop_waiting_for_credit(session)
-            self._departed[session.id] = None
-            while len(self._departed) > _DEPARTED_MEMORY:
-                del self._departed[next(iter(self._departed))]
             totals = self.totals_closed
             totals[0] += session.received_messages
             totals[1] += session.received_bytes

@@ -192,5 +192,5 @@ def test_the_bandwidth_probe_backs_off_while_the_path_is_the_limit(monkeypatch):
         network.run()
         assert server.get_nowait().data == index
     assert 1 <= len(pings) <= 10, len(pings)  # one per round would be 300
-    session = server._engine.sessions[client.id]
+    session = server._engine.peers.get(client.id)
     assert session.bdp_backoff > 0 and session.window == 256 * KiB

@@ -43,6 +43,7 @@ from .exceptions import (
 from .options import CommunicatorOptions, Purpose
 from .peers import PeerTable
 from .protocol.frames import UNLIMITED_MESSAGES, ErrorCode, Role
+from .protocol.resume import resume_numbering
 from .session import NO_TOKEN, Outgoing, PeerSession, PeerState
 
 __all__ = ("EngineAPI", "Inbox", "SessionEngine", "format_bytes")
@@ -651,16 +652,15 @@ class SessionEngine:
                 old.conn.send_error(ErrorCode.REPLACED, "a newer connection took over")
                 self.transport.close_link(old, flush=True)
             with session.send_lock:
-                if resumed and event.token == session.token:
-                    session.requeue_inflight(event.last_received)
-                else:
-                    # A new client process reusing the id: its queues survive, numbering
-                    # restarts on both sides.
-                    session.requeue_inflight(0)
-                    session.last_received = 0
+                # A new client process reusing the id (another token) keeps its queues;
+                # numbering restarts on both sides.
+                numbering = resume_numbering(
+                    same_session=resumed and event.token == session.token,
+                    peer_received=event.last_received, we_received=session.last_received)
+                session.resume(numbering)
                 if session.state is not PeerState.CONNECTING:
                     session.reconnects += 1
-                link.conn.expected_seq = session.last_received + 1
+                link.conn.expected_seq = numbering.expected
                 self._send_session(session, link, session.token, session.last_received,
                                    resumed)
                 self._attach(session, link, now)
@@ -669,15 +669,12 @@ class SessionEngine:
             assert server is not None
             session = server
             with session.send_lock:
-                if event.token == session.token:
-                    session.requeue_inflight(event.last_received)
-                else:
-                    if session.token != NO_TOKEN:
-                        # The server lost our session (restart or expiry): send everything
-                        # unacknowledged again, numbering from 1 both ways.
-                        session.requeue_inflight(0)
-                        session.last_received = 0
-                    session.token = event.token
+                # Another token: our first session, or the server lost ours (restart or
+                # expiry) and everything unacknowledged goes again, numbered from 1 both ways.
+                session.resume(resume_numbering(
+                    same_session=event.token == session.token,
+                    peer_received=event.last_received, we_received=session.last_received))
+                session.token = event.token
                 if session.id.int == 0 or session.id != link.peer_id:
                     assert link.peer_id is not None
                     session.id = link.peer_id

@@ -25,6 +25,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from .futures import DeliveryFuture
+from .protocol.resume import Resume
 
 if TYPE_CHECKING:
     from .contract import Link
@@ -152,20 +153,21 @@ class PeerSession:
             self.acked_bytes += message.size
             message.future._delivered()
 
-    def requeue_inflight(self, acknowledged: int) -> None:
-        """After a reconnect: drop what the peer has, put the rest back in front, in order.
+    def resume(self, numbering: Resume) -> None:
+        """A link (re)opened this session: continue numbering where ``numbering`` says.
 
-        Only the send-lock holder may call this. Messages the peer confirms (sequence number
-        <= ``acknowledged``) resolve; the others are sent again under fresh numbers starting at
-        ``acknowledged + 1``, which are the numbers the peer now expects.
+        Only the send-lock holder may call this. Messages the peer has resolve; the others go
+        back in front of the queue, in order, to be sent again under fresh numbers (the ones
+        the peer now expects).
         """
-        self.acknowledge(acknowledged)
+        self.acknowledge(numbering.acknowledged)
         inflight = self.inflight
         again = [message for _, message in inflight]
         inflight.clear()
         self.outbox.extendleft(reversed(again))
         self.dequeued_bytes -= sum(message.size for message in again)
-        self.next_seq = acknowledged + 1
+        self.next_seq = numbering.next_send
+        self.last_received = numbering.last_received
 
     def withdraw(self, future: DeliveryFuture) -> None:
         """The caller cancelled a put before it reached the wire: drop it from the outbox now.

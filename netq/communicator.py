@@ -21,6 +21,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
+from .diagnostics import StallWarning
 from .engine import SessionEngine
 from .exceptions import (
     DeserializationError,
@@ -43,7 +44,6 @@ __all__ = ("Communicator", "Message", "live_communicators")
 
 LOGGER = logging.getLogger("netq")
 _CLOSE_POLL = 0.002  # seconds between checks while close() waits for acknowledgements
-_REPEAT_WARNING = 30.0  # seconds between repeated warnings about one ongoing wait
 _clock = time.perf_counter
 _sleep = time.sleep
 
@@ -538,16 +538,14 @@ class Communicator:
             engine.begin_close()
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
-        warned_at = None
+        stall = StallWarning(self._stall_warning, start)
         while not engine.closed.is_set() and not engine.flushed():
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 break
-            if now - start >= self._stall_warning and (
-                    warned_at is None or now - warned_at >= _REPEAT_WARNING):
-                warned_at = now
+            if stall.due(now):
                 LOGGER.warning("netq %s: close() has waited %.0f s: %s", self.purpose.value,
-                               now - start, engine.explain_close_wait())
+                               now - start, engine.diagnostics.explain_close_wait())
             time.sleep(_CLOSE_POLL)
         engine.stop()
         # Even when the timeout has run out, give the I/O thread a moment to tell peers that
@@ -581,7 +579,7 @@ class Communicator:
             # The message get() returned last is the caller's now; its credit is still out.
             queued_in = session.held_bytes - sum(size for owner, size in lent
                                                  if owner is session)
-            blocked, blocked_for = engine.peer_blocked(session, now)
+            blocked, blocked_for = engine.diagnostics.peer_blocked(session, now)
             rows.append(PeerStatistics(
                 peer=session.id,
                 state=session.state.value,

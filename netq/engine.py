@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 from . import flow, protocol as proto
 from .contract import EngineAPI, Inbox, Link, TransportAPI, TransportFactory
+from .diagnostics import Diagnostics, Reachability, StallWarning
 from .exceptions import (
     AuthenticationError,
     ConnectionLost,
@@ -46,7 +47,7 @@ from .protocol.frames import UNLIMITED_MESSAGES, ErrorCode, Role
 from .protocol.resume import resume_numbering
 from .session import NO_TOKEN, Outgoing, PeerSession, PeerState
 
-__all__ = ("EngineAPI", "Inbox", "SessionEngine", "format_bytes")
+__all__ = ("EngineAPI", "Inbox", "SessionEngine")
 
 LOGGER = logging.getLogger("netq")
 
@@ -56,20 +57,10 @@ _CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an A
 # loop turns for I/O; a busy link turns it once per message, the timers need no such precision.
 _TIMER_TICK = 0.01
 _QUIET = 50e-6  # seconds since the previous put after which a put counts as a lone request
-_REPEAT_WARNING = 30.0  # seconds between repeated warnings about the same ongoing wait
 _SPACE_POLL = 0.1  # seconds between checks while put() waits for send budget
 _BDP_PING = 1 << 63  # PING tokens with this bit are bandwidth-delay probes, not heartbeats
 _BDP_BACKOFF_MAX = 1.0  # seconds between probes at most, while rounds show the path limits
 _clock = time.perf_counter
-
-
-def format_bytes(count: float) -> str:
-    """``1536`` -> ``"1.5 KiB"``: sizes in log lines and error messages."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(count) < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} GiB"  # pragma: no cover - the loop always returns
 
 
 class SessionEngine:
@@ -110,8 +101,7 @@ class SessionEngine:
         self._outstanding = 0
         self._credit_waiters: collections.deque[PeerSession] = collections.deque()
         self._consumed_at_wake = 0  # _consumed_total when credit waiters were last served
-        self._budget_full_since: float | None = None
-        self._budget_warned_at = 0.0
+        self._budget_full: StallWarning | None = None  # the budget too full to grant credit
 
         self._attention: collections.deque[PeerSession] = collections.deque()
         self._timers_ran = 0.0  # when _timers last ran, and when they are next due
@@ -128,13 +118,7 @@ class SessionEngine:
         self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
 
         # Client connection trouble, for warnings and statistics().
-        self.connect_error = ""  # what the last failed attempt ran into ("" once connected)
-        self._unreachable_since: float | None = time.monotonic() if not self._server else None
-        self._unreachable_warned_at: float | None = None
-        self._connect_attempts = 0  # attempts started since the last connection
-        self._connect_failures = 0  # of which ended in failure
-        self._attempt_started_at: float | None = None  # the attempt under way, if any
-        self._attempt_reached_server = False  # the attempt under way reached a listener
+        self.reach = None if self._server else Reachability(self._stall_warning, self.created)
         # The client's session clock (docs/guarantees.md, "session_timeout"): it runs only
         # while no attempt is under way (between a failed attempt and the next one), so a
         # client whose attempts are slow because the server is busy (a storm) fails nothing.
@@ -145,6 +129,9 @@ class SessionEngine:
         self._absent_since: float | None = self.created if not self._server else None
 
         self.transport: TransportAPI = transport_class(self)
+        self.diagnostics = Diagnostics(server=self._server, options=options, peers=self.peers,
+                                       budget=self, transport=self.transport,
+                                       reachability=self.reach)
 
     # ================================================================== flags
 
@@ -195,6 +182,23 @@ class SessionEngine:
     def held_bytes(self) -> int:
         """Bytes received from all peers and not yet taken by get()."""
         return self._received_total - self._consumed_total
+
+    @property
+    def budget_bytes(self) -> int:
+        return self.limits.budget
+
+    @property
+    def waiting_peers(self) -> int:
+        return len(self._credit_waiters)
+
+    @property
+    def full_since(self) -> float | None:
+        return self._budget_full.since if self._budget_full is not None else None
+
+    @property
+    def connect_error(self) -> str:
+        """Client: what the last failed attempt ran into ("" once connected, and on a server)."""
+        return self.reach.connect_error if self.reach is not None else ""
 
     @property
     def outstanding_bytes(self) -> int:
@@ -259,7 +263,7 @@ class SessionEngine:
     def _wait_for_space(self, session: PeerSession, block: bool, timeout: float | None) -> None:
         """Called with put_lock held: wait until the peer's unsent bytes drop under budget."""
         if not block:
-            raise Full(f"put() would wait: {self.explain_send_wait(session)}")
+            raise Full(f"put() would wait: {self.diagnostics.explain_send_wait(session)}")
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
         self.schedule(session)
@@ -268,126 +272,28 @@ class SessionEngine:
         if session.blocked_since is None:
             session.blocked_since = start
         progress = session.dequeued_bytes
-        progress_at = start
-        warned_at: float | None = None
+        stall = StallWarning(self._stall_warning, start)
         try:
             while session.queued_bytes - session.dequeued_bytes >= self._send_budget:
                 if self._closing or session.state is PeerState.CLOSED:
                     raise ResourceClosed(None if self._closing else session.id)
                 now = time.monotonic()
                 if session.dequeued_bytes != progress:
-                    progress, progress_at = session.dequeued_bytes, now
-                elif now - progress_at >= self._stall_warning and (
-                        warned_at is None or now - warned_at >= _REPEAT_WARNING):
-                    warned_at = now
+                    progress = session.dequeued_bytes
+                    stall.progress(now)
+                elif stall.due(now):
                     LOGGER.warning("netq %s: put() has waited %.0f s: %s", self.purpose.value,
-                                   now - start, self.explain_send_wait(session))
+                                   now - start, self.diagnostics.explain_send_wait(session))
                 remaining = None if deadline is None else deadline - now
                 if remaining is not None and remaining <= 0:
-                    raise Full(f"put() waited {timeout:g} s: {self.explain_send_wait(session)}")
+                    why = self.diagnostics.explain_send_wait(session)
+                    raise Full(f"put() waited {timeout:g} s: {why}")
                 session.space.wait(_SPACE_POLL if remaining is None
                                    else min(remaining, _SPACE_POLL))
         finally:
             session.space_waiters -= 1
             if not session.space_waiters:
                 session.blocked_since = None
-
-    # ================================================================== explanations
-
-    def explain_send_wait(self, session: PeerSession) -> str:
-        """Why messages to ``session`` are not moving, and what would change it."""
-        now = time.monotonic()
-        unsent = format_bytes(session.unsent_bytes)
-        budget = format_bytes(self._send_budget)
-        link = session.link
-        if session.state is PeerState.CLOSED:
-            return f"peer {session.id} is gone"
-        if link is None or session.state is not PeerState.CONNECTED:
-            if not self._server:
-                return (f"{unsent} unsent (send_budget {budget}): "
-                        f"{self.explain_unreachable(now)}")
-            since = session.disconnected_at or now
-            return (f"{unsent} unsent to peer {session.id} (send_budget {budget}), whose link "
-                    f"broke {now - since:.0f} s ago; its session waits session_timeout="
-                    f"{self.options.connection.session_timeout:g} s for it to reconnect")
-        conn = link.conn
-        if not conn.can_send_data:
-            since = session.credit_exhausted_since or now
-            return (f"peer {session.id} has granted no credit for {now - since:.0f} s: it "
-                    f"holds what we sent unread, because its code is not calling get() (or "
-                    f"its recv_budget is full of other peers' messages); {unsent} wait here "
-                    f"(send_budget {budget}). It changes when the peer calls get(); "
-                    f"put(timeout=) or put(block=False) raise Full instead of waiting")
-        return (f"{unsent} unsent to peer {session.id} (send_budget {budget}): the link "
-                f"takes them slower than put() queues them")
-
-    def explain_unreachable(self, now: float) -> str:
-        """Client: what connecting to the server has run into so far (counts that are true:
-        attempts started, the one under way and how far it got, the last failure's reason),
-        in the transport's own terms where it has them (an MQTT broker without a live server)."""
-        where = self.transport.connect_target()
-        since = self._unreachable_since or now
-        attempts = self._connect_attempts
-        failures = self._connect_failures
-        started = self._attempt_started_at
-        state = self.transport.connect_state()
-        if state is not None:
-            progress = state
-            if failures:
-                progress += (f"; {failures} attempt{'s' if failures > 1 else ''} failed, the "
-                             f"last with: {self.connect_error or 'no reason given'}")
-        elif started is not None:
-            stage = ("connected, the netq handshake is not finished yet"
-                     if self._attempt_reached_server else "TCP connect not completed yet")
-            progress = f"attempt {attempts} in progress for {now - started:.0f} s: {stage}"
-            if failures:
-                progress += (f"; {failures} failed before it, the last with: "
-                             f"{self.connect_error}")
-        elif attempts:
-            progress = (f"{attempts} attempt{'s' if attempts > 1 else ''}; last failed with: "
-                        f"{self.connect_error or 'no reason given'}")
-        else:
-            progress = "no attempt has ended yet"
-        return (f"not connected to the server at {where} for {now - since:.0f} s "
-                f"({progress}); netq keeps retrying every "
-                f"{self.options.connection.reconnect_max:g} s at most")
-
-    def explain_close_wait(self) -> str:
-        """What close() is still waiting for."""
-        waiting = [s for s in self.all_sessions()
-                   if s.state is not PeerState.CLOSED and (s.outbox or s.inflight)]
-        if waiting:
-            unacked = sum(s.unsent_bytes + s.inflight_bytes() for s in waiting)
-            first = waiting[0]
-            reason = (self.explain_send_wait(first) if first.outbox
-                      else f"peer {first.id} has not acknowledged what is on the wire")
-            return (f"waiting for {len(waiting)} peer(s) to acknowledge "
-                    f"{format_bytes(unacked)}; {reason}. close(timeout=) gives up after "
-                    f"that many seconds")
-        if self._server:
-            live = [s for s in self.all_sessions() if s.state is not PeerState.CLOSED]
-            if live:
-                return (f"waiting for {len(live)} client(s) to close (a client that "
-                        f"vanished is given up after session_timeout="
-                        f"{self.options.connection.session_timeout:g} s); close(timeout=) "
-                        f"ends them sooner")
-        return "saying goodbye"
-
-    def peer_blocked(self, session: PeerSession, now: float) -> tuple[str, float]:
-        """For statistics(): ("" or why traffic with this peer waits, for how many seconds)."""
-        if session.blocked_since is not None:
-            return self.explain_send_wait(session), now - session.blocked_since
-        exhausted = session.credit_exhausted_since
-        if exhausted is not None and session.outbox and now - exhausted >= self._stall_warning:
-            return self.explain_send_wait(session), now - exhausted
-        if session.credit_waiting and self._budget_full_since is not None:
-            return (f"recv_budget full: {format_bytes(self.held_bytes)} received and not "
-                    f"taken by get()", now - self._budget_full_since)
-        if not self._server and session.state is not PeerState.CONNECTED \
-                and self._unreachable_since is not None \
-                and now - self._unreachable_since >= self._stall_warning:
-            return self.explain_unreachable(now), now - self._unreachable_since
-        return "", 0.0
 
     # ================================================================== user threads: receive
 
@@ -433,8 +339,8 @@ class SessionEngine:
 
     def new_connection(self) -> proto.Connection:
         connection = self.options.connection
-        if not self._server and self._attempt_started_at is not None:
-            self._attempt_reached_server = True
+        if self.reach is not None:
+            self.reach.reached_server()
         grant = flow.initial_grant(self.limits, self._room())
         self._outstanding += grant  # the Link built around it counts it (Link.credit_counted)
         hello = proto.make_hello(
@@ -684,17 +590,11 @@ class SessionEngine:
                 # frame, and the server's messages that followed it in the same read have
                 # advanced it since.
                 self._attach(session, link, now)
-            if self._unreachable_since is not None:
-                waited = now - self._unreachable_since
-                if self._unreachable_warned_at is not None:
-                    LOGGER.info("netq client: connected to %s after %.0f s",
-                                self.transport.connect_target(), waited)
-                self._unreachable_since = None
-                self._unreachable_warned_at = None
-                self.connect_error = ""
-            self._connect_attempts = self._connect_failures = 0
-            self._attempt_started_at = None
-            self._attempt_reached_server = False
+            assert self.reach is not None
+            ended = self.reach.connected()
+            if ended is not None and ended.warned:
+                LOGGER.info("netq client: connected to %s after %.0f s",
+                            self.transport.connect_target(), now - ended.since)
             self._absent_total, self._absent_since = 0.0, None
 
     def _send_session(self, session: PeerSession, link: Link, token: bytes, last_received: int,
@@ -802,18 +702,16 @@ class SessionEngine:
             self._end_session(session, ResourceClosed(session.id, "the peer closed"))
             return
         session.mark_disconnected(now)
-        if not self._server:
-            if self._unreachable_since is None:
-                self._unreachable_since = now
+        if self.reach is not None:
+            self.reach.lost(now)
             self._absent_total = 0.0
             self._absent_since = now  # until the next attempt starts
 
     def connect_started(self) -> None:
         now = time.monotonic()
         self._timers_changed()
-        self._connect_attempts += 1
-        self._attempt_started_at = now
-        self._attempt_reached_server = False
+        if self.reach is not None:
+            self.reach.started(now)
         if self._absent_since is not None:  # an attempt under way stops the session clock
             self._absent_total += now - self._absent_since
             self._absent_since = None
@@ -821,17 +719,11 @@ class SessionEngine:
     def connect_failed(self, address: str, reason: str) -> None:
         now = time.monotonic()
         self._timers_changed()
-        if self._attempt_started_at is None:  # a transport that does not report its starts
-            self._connect_attempts += 1
-        self._connect_failures += 1
-        self._attempt_started_at = None
-        self._attempt_reached_server = False
         if self._absent_since is None:
             self._absent_since = now
-        self.connect_error = reason if address == str(self.options.netloc) \
-            else f"{address}: {reason}"
-        if self._unreachable_since is None:
-            self._unreachable_since = now
+        if self.reach is not None:
+            self.reach.failed(now, reason if address == str(self.options.netloc)
+                              else f"{address}: {reason}")
         LOGGER.debug("netq client: connecting to %s failed: %s", address, reason)
 
     def absent_for(self, now: float) -> float:
@@ -984,39 +876,27 @@ class SessionEngine:
     def _watch(self, now: float) -> float:
         """Say what waits for too long: a client with no server, a full receive budget."""
         next_check = self._stall_warning
-        if not self._server and self._unreachable_since is not None and not self._stopping:
-            waited = now - self._unreachable_since
-            if waited >= self._stall_warning:
-                warned = self._unreachable_warned_at
-                if warned is None or now - warned >= _REPEAT_WARNING:
-                    self._unreachable_warned_at = now
-                    LOGGER.warning("netq client: %s; put() and get() wait for it",
-                                   self.explain_unreachable(now))
-            else:
-                next_check = self._stall_warning - waited
-        waiters = self._credit_waiters
-        if waiters and self._room() < flow.CREDIT_FLOOR:
-            if self._budget_full_since is None:
-                self._budget_full_since = now
-            full_for = now - self._budget_full_since
-            if full_for >= self._stall_warning and now - self._budget_warned_at >= _REPEAT_WARNING:
-                self._budget_warned_at = now
-                LOGGER.warning("netq %s: %s", self.purpose.value, self.explain_budget(full_for))
-            elif full_for < self._stall_warning:
-                next_check = min(next_check, self._stall_warning - full_for)
+        unreachable = self.reach.unreachable if self.reach is not None else None
+        if unreachable is not None and not self._stopping:
+            wait = unreachable.until_due(now)
+            if wait > 0:
+                next_check = wait
+            elif unreachable.due(now):
+                LOGGER.warning("netq client: %s; put() and get() wait for it",
+                               self.diagnostics.explain_unreachable(now))
+        if self._credit_waiters and self._room() < flow.CREDIT_FLOOR:
+            if self._budget_full is None:
+                self._budget_full = StallWarning(self._stall_warning, now)
+            full = self._budget_full
+            wait = full.until_due(now)
+            if wait > 0:
+                next_check = min(next_check, wait)
+            elif full.due(now):
+                LOGGER.warning("netq %s: %s", self.purpose.value,
+                               self.diagnostics.explain_budget(now - full.since))
         else:
-            self._budget_full_since = None
+            self._budget_full = None
         return max(next_check, 0.05)
-
-    def explain_budget(self, full_for: float) -> str:
-        sessions = sorted(self.all_sessions(), key=lambda s: s.held_bytes, reverse=True)
-        top = ", ".join(f"{s.id}: {format_bytes(s.held_bytes)}" for s in sessions[:3]
-                        if s.held_bytes)
-        return (f"the receive budget has been full for {full_for:.0f} s: "
-                f"{format_bytes(self.held_bytes)} received and not taken by get() "
-                f"(recv_budget {format_bytes(self.limits.budget)}; most from {top}); "
-                f"{len(self._credit_waiters)} peer(s) wait for credit until get() takes "
-                f"messages, or raise ConnectionOptions.recv_budget")
 
     # ================================================================== closing
 

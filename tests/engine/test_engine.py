@@ -81,9 +81,9 @@ def test_a_stalled_receiver_bounds_both_ends_and_says_why():
     server_stats, client_stats = server.statistics(), client.statistics()
     assert server_stats.recv_held <= 4 * MiB + 256 * KiB + CREDIT_FLOOR
     assert client_stats.peers[0].queue_out_bytes <= 2 * MiB + 256 * KiB
-    why = client._engine.explain_send_wait(client._engine.server_session)
+    why = client._engine.diagnostics.explain_send_wait(client._engine.server_session)
     assert "not calling get()" in why and "granted no credit" in why
-    assert "recv_budget" in server._engine.explain_budget(5.0)
+    assert "recv_budget" in server._engine.diagnostics.explain_budget(5.0)
     with pytest.raises(nq.Full, match="not calling get"):
         client.put(b"x", block=False)
     for _ in range(accepted):

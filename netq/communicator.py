@@ -142,15 +142,14 @@ class Communicator:
         self._getters = 0  # get() calls waiting for a message (sleeping or leading the loop)
         self._sleepers = 0  # of those, the ones asleep on _recv_ready (a notify wakes them)
         self._ready: collections.deque[PeerSession] = collections.deque()
-        # (session, size) handed out by get(): counted as consumed on the next get(), so a
-        # peer cannot send the next large message while the caller still holds this one.
-        self._lent: list[tuple[PeerSession, int]] = []
         self._arrival_listeners: list[Callable[[], None]] = []
         self._close_lock = threading.Lock()
         self._meter = RateMeter()
 
         self._engine = SessionEngine(options, self.purpose, self, transport_class)
         self._transport = self._engine.transport
+        # What get() hands out stays held until the next get() (netq.credit.ReceiveBudget.lend).
+        self._budget = self._engine.budget
         # A blocked get() may run the I/O loop itself (leader/followers; Transport.lead).
         self._caller_leads: bool = self._transport.caller_leads
         self._engine.start()
@@ -355,21 +354,16 @@ class Communicator:
         """Put messages taken by a get that then failed back at the front of their inboxes.
 
         ``taken`` in the order they were taken: unopened messages (as _take returned them) and
-        values of opened ones. An unopened message's bytes count as held again: its entry
-        leaves the lent list, or, if another get released that list meanwhile, the engine
-        takes back the consumption.
+        values of opened ones. An unopened message's bytes count as held again
+        (netq.credit.ReceiveBudget.give_back).
         """
         if not taken:
             return
-        engine = self._engine
+        budget = self._budget
         with self._recv_lock:
             for session, item in reversed(taken):
                 if type(item) is Incoming:
-                    entry = (session, item.size)
-                    if entry in self._lent:
-                        self._lent.remove(entry)
-                    else:
-                        engine.returned(session, item.size)
+                    budget.give_back(session, item.size)
                 self._push_front(session, [item])
         for listener in list(self._arrival_listeners):
             listener()
@@ -385,8 +379,7 @@ class Communicator:
         spin_until = None
         looked_again = False  # the loop was offered to this get and not taken: sleep next
         with self._recv_lock:
-            if self._lent:
-                self._release_lent()
+            engine.settle_lent()
             while True:
                 found = self._take_from(peers) if peers else self._take_any()
                 if found is not None:
@@ -464,7 +457,7 @@ class Communicator:
             elif len(ready) > 1:
                 ready.rotate(-1)  # fairness: the next get serves the next peer
             if type(item) is Incoming:  # a batch element was counted with its batch
-                self._lent.append((session, item.size))
+                self._budget.lend(session, item.size)
             return session, item
         return None
 
@@ -473,16 +466,9 @@ class Communicator:
             if session.inbox:
                 item = session.inbox.popleft()
                 if type(item) is Incoming:
-                    self._lent.append((session, item.size))
+                    self._budget.lend(session, item.size)
                 return session, item
         return None
-
-    def _release_lent(self) -> None:
-        """The messages handed out earlier are consumed now (receive lock held)."""
-        consumed = self._engine.consumed
-        for session, size in self._lent:
-            consumed(session, size)
-        self._lent.clear()
 
     # ------------------------------------------------------------------ the engine's inbox
 
@@ -571,14 +557,12 @@ class Communicator:
         engine = self._engine
         now = time.monotonic()
         rows = []
-        lent = list(self._lent)
         for session in engine.all_sessions():
             link = session.link
             conn = link.conn if link is not None else None
             inflight_bytes = session.inflight_bytes()
             # The message get() returned last is the caller's now; its credit is still out.
-            queued_in = session.held_bytes - sum(size for owner, size in lent
-                                                 if owner is session)
+            queued_in = session.held_bytes - self._budget.lent_bytes(session)
             blocked, blocked_for = engine.diagnostics.peer_blocked(session, now)
             rows.append(PeerStatistics(
                 peer=session.id,

@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 from . import flow, protocol as proto
 from .contract import EngineAPI, Inbox, Link, TransportAPI, TransportFactory
+from .credit import ReceiveBudget
 from .diagnostics import Diagnostics, Reachability, StallWarning
 from .exceptions import (
     AuthenticationError,
@@ -58,8 +59,6 @@ _CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an A
 _TIMER_TICK = 0.01
 _QUIET = 50e-6  # seconds since the previous put after which a put counts as a lone request
 _SPACE_POLL = 0.1  # seconds between checks while put() waits for send budget
-_BDP_PING = 1 << 63  # PING tokens with this bit are bandwidth-delay probes, not heartbeats
-_BDP_BACKOFF_MAX = 1.0  # seconds between probes at most, while rounds show the path limits
 _clock = time.perf_counter
 
 
@@ -78,7 +77,6 @@ class SessionEngine:
         self.message_limit = serialization.message_limit
         queue_size = serialization.queue_size
         self._recv_messages = UNLIMITED_MESSAGES if queue_size < 0 else max(1, queue_size)
-        self._credit_message_threshold = max(1, self._recv_messages // 4)
         connection = options.connection
         # ConnectionOptions fills these in (None means "derive from the others").
         assert connection.window_min is not None and connection.window_max is not None
@@ -94,14 +92,11 @@ class SessionEngine:
         # Every session, a client's one session included (netq.peers).
         self.peers = PeerTable(server=self._server, window=self.limits.window_min)
 
-        # Receive budget accounting: held = received - consumed (two writers, one each);
-        # outstanding = the credit live links still have from us (I/O thread).
-        self._received_total = 0
-        self._consumed_total = 0
-        self._outstanding = 0
-        self._credit_waiters: collections.deque[PeerSession] = collections.deque()
-        self._consumed_at_wake = 0  # _consumed_total when credit waiters were last served
-        self._budget_full: StallWarning | None = None  # the budget too full to grant credit
+        # The receive budget and the credit our peers have (netq.credit).
+        self.budget = ReceiveBudget(self.limits, recv_messages=self._recv_messages,
+                                    stall_warning=self._stall_warning,
+                                    peer_count=self.peers.__len__, schedule=self.schedule,
+                                    clock=time.monotonic)
 
         self._attention: collections.deque[PeerSession] = collections.deque()
         self._timers_ran = 0.0  # when _timers last ran, and when they are next due
@@ -113,7 +108,6 @@ class SessionEngine:
         self.failure: BaseException | None = None  # why the I/O thread died, if it did
         self.fatal: NetqError | None = None  # a client that cannot go on (wrong authkey)
         self._ping_tokens = itertools.count(1)
-        self._bdp_tokens = itertools.count(1)
         self.created = time.monotonic()
         self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
 
@@ -130,7 +124,7 @@ class SessionEngine:
 
         self.transport: TransportAPI = transport_class(self)
         self.diagnostics = Diagnostics(server=self._server, options=options, peers=self.peers,
-                                       budget=self, transport=self.transport,
+                                       budget=self.budget, transport=self.transport,
                                        reachability=self.reach)
 
     # ================================================================== flags
@@ -181,29 +175,18 @@ class SessionEngine:
     @property
     def held_bytes(self) -> int:
         """Bytes received from all peers and not yet taken by get()."""
-        return self._received_total - self._consumed_total
+        return self.budget.held_bytes
 
     @property
-    def budget_bytes(self) -> int:
-        return self.limits.budget
-
-    @property
-    def waiting_peers(self) -> int:
-        return len(self._credit_waiters)
-
-    @property
-    def full_since(self) -> float | None:
-        return self._budget_full.since if self._budget_full is not None else None
+    def outstanding_bytes(self) -> int:
+        """Credit our peers still have (what may still arrive without a new grant)."""
+        return self.budget.outstanding_bytes
 
     @property
     def connect_error(self) -> str:
         """Client: what the last failed attempt ran into ("" once connected, and on a server)."""
         return self.reach.connect_error if self.reach is not None else ""
 
-    @property
-    def outstanding_bytes(self) -> int:
-        """Credit our peers still have (what may still arrive without a new grant)."""
-        return self._outstanding
 
     # ================================================================== user threads: send
 
@@ -297,43 +280,10 @@ class SessionEngine:
 
     # ================================================================== user threads: receive
 
-    def consumed(self, session: PeerSession, nbytes: int) -> None:
-        """get() finished with a message of ``nbytes`` from ``session`` (inbox lock held).
-
-        Message credit (``queue_size``) returns here; byte credit returned when the message
-        arrived, so this only has to wake peers the budget held back once enough is free.
-        """
-        session.consumed_messages += 1
-        session.consumed_bytes += nbytes
-        self._consumed_total += nbytes
-        wake = False
-        if not session.credit_requested and (
-                session.consumed_messages - session.credited_messages
-                >= self._credit_message_threshold
-                and self._recv_messages != UNLIMITED_MESSAGES):
-            session.credit_requested = True
-            self.schedule(session)
-            wake = True
-        if self._credit_waiters and (
-                self._consumed_total - self._consumed_at_wake >= self.limits.window_min
-                or session.credit_waiting):
-            self._consumed_at_wake = self._consumed_total
-            for waiter in list(self._credit_waiters):
-                if not waiter.scheduled:
-                    self.schedule(waiter)
-            wake = True
-        if wake:
+    def settle_lent(self) -> None:
+        """A get(): what earlier ones handed out is consumed now (inbox lock held)."""
+        if self.budget.settle_lent():
             self.transport.wake()
-
-    def returned(self, session: PeerSession, nbytes: int) -> None:
-        """A message consumed() already went back to ``session``'s inbox (inbox lock held).
-
-        Undoes the counting, so that the message counts once when it is taken again. Credit
-        that went out for it in between stays out: the peer may send one message early.
-        """
-        session.consumed_messages -= 1
-        session.consumed_bytes -= nbytes
-        self._consumed_total -= nbytes
 
     # ================================================================== I/O thread: links
 
@@ -341,8 +291,7 @@ class SessionEngine:
         connection = self.options.connection
         if self.reach is not None:
             self.reach.reached_server()
-        grant = flow.initial_grant(self.limits, self._room())
-        self._outstanding += grant  # the Link built around it counts it (Link.credit_counted)
+        grant = self.budget.hello_grant()
         hello = proto.make_hello(
             self._role, self.id,
             auth=self._authkey is not None,
@@ -355,19 +304,6 @@ class SessionEngine:
                                 merge_size=self._merge_size,
                                 efficient_size=self._efficient_size)
 
-    def _room(self) -> int:
-        return self.limits.budget - self.held_bytes - self._outstanding
-
-    def _share(self) -> int:
-        """Each peer's share of the receive budget (netq.flow)."""
-        return self.limits.budget // max(1, len(self.peers))
-
-    def _recount(self, link: Link) -> None:
-        """Bring the outstanding-credit total up to date with this link's allowance."""
-        allowance = max(link.conn.recv_allowance_bytes, 0)
-        self._outstanding += allowance - link.credit_counted
-        link.credit_counted = allowance
-
     def handle_events(self, link: Link, events: list[proto.Event]) -> None:
         arrived: list[proto.MessageReceived] | None = None
         session = link.session
@@ -376,9 +312,7 @@ class SessionEngine:
             if kind is proto.MessageReceived:
                 assert session is not None and isinstance(event, proto.MessageReceived)
                 session.last_received = event.seq
-                session.received_messages += 1
-                session.received_bytes += event.size
-                self._received_total += event.size
+                self.budget.received(session, event.size)
                 if arrived is None:
                     arrived = []
                 arrived.append(event)  # the event itself waits in the inbox: no new object
@@ -415,107 +349,15 @@ class SessionEngine:
             elif kind is proto.PongReceived:
                 assert isinstance(event, proto.PongReceived)
                 if session is not None and event.token == session.bdp_token:
-                    self._bdp_sampled(session)
+                    self.budget.probe_answered(session)
                 else:
                     link.rtt = time.monotonic() - link.ping_sent_at
         if arrived:
             assert session is not None
             conn = link.conn
             conn.send_ack(session.last_received)
-            size = sum(message.size for message in arrived)
-            self._probe(session, link, size)
-            if conn.recv_allowance_bytes * 4 > session.window * 3 and not (
-                    session.credit_requested
-                    or (session.consumed_messages != session.credited_messages
-                        and self._recv_messages != UNLIMITED_MESSAGES)):
-                # Over three quarters of the window left: flow.plan_grant would grant nothing
-                # (not worth a frame) and the peer is not starved; only the count changes.
-                self._recount(link)
-            else:
-                self._grant(session, link, size)
+            self.budget.arrived(session, link, sum(message.size for message in arrived))
             self._inbox.deliver(session, arrived)
-
-    def _probe(self, session: PeerSession, link: Link, size: int) -> None:
-        """Measure the bandwidth-delay product while the window may still grow (netq.flow).
-
-        A PING goes out with the first data of a round trip; the bytes that arrive until its
-        PONG, with the data that prompted it, are one round trip's worth of this peer's traffic.
-        (The peer answers the PING before it sends what our credit lets it send next, so the
-        data behind the PONG is the next round's; the data that prompted the PING was this
-        round's, and without it a window of a few large messages would look one short.)
-        """
-        if session.bdp_token:
-            if session.bdp_link is link:
-                session.bdp_bytes += size
-                return
-            session.bdp_token = 0  # the probe went out on a link that is gone
-        if session.window >= self._largest_window():
-            return
-        if session.bdp_backoff:
-            now = time.monotonic()
-            if now < session.bdp_next_at:
-                return
-        token = _BDP_PING | next(self._bdp_tokens)
-        link.conn.send_ping(token)
-        session.bdp_token, session.bdp_bytes, session.bdp_link = token, size, link
-
-    def _bdp_sampled(self, session: PeerSession) -> None:
-        window = flow.bdp_window(self.limits, window=session.window, sample=session.bdp_bytes,
-                                 backlog=session.held_bytes, share=self._share())
-        session.bdp_token, session.bdp_link = 0, None
-        if window > session.window:
-            session.window = window
-            session.bdp_backoff = 0.0  # the window was the limit: measure the next round too
-            if not session.scheduled:
-                self.schedule(session)  # top the credit up to the new window
-        else:
-            # The path, not the window, limited that round: probe less and less often (a
-            # PING per round costs small messages about a tenth of their rate), yet often
-            # enough to notice when the traffic grows.
-            backoff = min(max(2 * session.bdp_backoff, 0.01), _BDP_BACKOFF_MAX)
-            session.bdp_backoff, session.bdp_next_at = backoff, time.monotonic() + backoff
-
-    def _largest_window(self) -> int:
-        limits = self.limits
-        return max(limits.window_min, min(limits.window_max, self._share()))
-
-    def _grant(self, session: PeerSession, link: Link, arrived: int = 0) -> None:
-        """Top the peer's credit up as the flow policy says (send lock held).
-
-        ``arrived``: bytes of the messages this top-up answers (not yet seen by get()).
-        """
-        conn = link.conn
-        self._recount(link)
-        allowance = conn.recv_allowance_bytes
-        held = session.held_bytes + conn.incoming_bytes  # a message under way counts already
-        plan = flow.plan_grant(self.limits, window=session.window, allowance=allowance,
-                               held=held, room=self._room(), starved=allowance <= 0,
-                               backlog=held - arrived, share=self._share())
-        session.window = plan.window
-        messages = 0
-        if session.credit_requested or session.consumed_messages != session.credited_messages:
-            session.credit_requested = False
-            messages = max(0, session.consumed_messages - session.credited_messages)
-            session.credited_messages += messages
-            if self._recv_messages == UNLIMITED_MESSAGES:
-                messages = 0
-        if plan.nbytes or messages:
-            conn.send_credit(plan.nbytes, messages)
-            self._recount(link)
-        if plan.limited:
-            if not session.credit_waiting:
-                session.credit_waiting = True
-                self._credit_waiters.append(session)
-        else:
-            self._stop_waiting_for_credit(session)
-
-    def _stop_waiting_for_credit(self, session: PeerSession) -> None:
-        if session.credit_waiting:
-            session.credit_waiting = False
-            try:
-                self._credit_waiters.remove(session)
-            except ValueError:
-                pass  # a consumer thread is iterating a copy; it finds nothing to do
 
     def received_on(self, link: Link) -> tuple[int, int]:
         session = link.session
@@ -605,16 +447,9 @@ class SessionEngine:
         the flow policy does not allow this peer now (its unread messages from earlier links
         count), so a peer reconnecting to a stalled receiver cannot add a grant per link.
         """
-        conn = link.conn
-        self._recount(link)
-        granted = max(conn.recv_allowance_bytes, 0)
-        takeback = flow.takeback(self.limits, granted=granted, window=session.window,
-                                 held=session.held_bytes, room=self._room() + granted,
-                                 share=self._share())
-        conn.send_session(token, last_received, resumed, takeback, session.held_messages)
-        self._recount(link)
-        session.credited_messages = session.consumed_messages
-        session.credit_requested = False
+        takeback = self.budget.session_takeback(session, link)
+        link.conn.send_session(token, last_received, resumed, takeback, session.held_messages)
+        self.budget.session_opened(session, link)
 
     def _attach(self, session: PeerSession, link: Link, now: float) -> None:
         session.link = link
@@ -671,8 +506,7 @@ class SessionEngine:
         self._timers_changed()
         session = link.session
         now = time.monotonic()
-        self._outstanding -= link.credit_counted
-        link.credit_counted = 0
+        self.budget.link_closed(link)
         if isinstance(link.error, AuthenticationError):
             LOGGER.warning("netq %s: %s", self.purpose.value, link.error)
             if self._role is Role.CLIENT:
@@ -753,7 +587,7 @@ class SessionEngine:
 
     def _forget(self, session: PeerSession) -> None:
         if self.peers.forget(session):
-            self._stop_waiting_for_credit(session)
+            self.budget.forget(session)
             totals = self.totals_closed
             totals[0] += session.received_messages
             totals[1] += session.received_bytes
@@ -807,7 +641,7 @@ class SessionEngine:
                 continue
             with session.send_lock:
                 if link.conn.state is proto.ConnectionState.OPEN:
-                    self._grant(session, link)
+                    self.budget.grant(session, link)
                 self._pump(session, link)
                 if link.conn.has_output:
                     transport.write_now(link)
@@ -884,18 +718,12 @@ class SessionEngine:
             elif unreachable.due(now):
                 LOGGER.warning("netq client: %s; put() and get() wait for it",
                                self.diagnostics.explain_unreachable(now))
-        if self._credit_waiters and self._room() < flow.CREDIT_FLOOR:
-            if self._budget_full is None:
-                self._budget_full = StallWarning(self._stall_warning, now)
-            full = self._budget_full
-            wait = full.until_due(now)
-            if wait > 0:
-                next_check = min(next_check, wait)
-            elif full.due(now):
-                LOGGER.warning("netq %s: %s", self.purpose.value,
-                               self.diagnostics.explain_budget(now - full.since))
-        else:
-            self._budget_full = None
+        full, wait = self.budget.watch(now)
+        if full is not None and wait <= 0 and full.due(now):
+            LOGGER.warning("netq %s: %s", self.purpose.value,
+                           self.diagnostics.explain_budget(now - full.since))
+        elif wait > 0:
+            next_check = min(next_check, wait)
         return max(next_check, 0.05)
 
     # ================================================================== closing

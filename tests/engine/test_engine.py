@@ -174,14 +174,14 @@ def test_close_is_flushed_once_the_server_netq_has_everything_unread():
 def test_the_bandwidth_probe_backs_off_while_the_path_is_the_limit(monkeypatch):
     """Small messages never fill a 256 KiB window: after a round that shows it, the probe
     (a PING per round) waits longer and longer instead of pinging every round."""
-    from netq import engine as engine_module
+    from netq.credit import BDP_PING
     from netq.protocol import Connection
 
     pings: list[int] = []
     send_ping = Connection.send_ping
 
     def counting(self, token):
-        if token & engine_module._BDP_PING:
+        if token & BDP_PING:
             pings.append(token)
         send_ping(self, token)
 

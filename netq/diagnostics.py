@@ -8,7 +8,8 @@ seconds while the wait lasts, through :class:`StallWarning`) and in ``statistics
 (:meth:`Diagnostics.peer_blocked`).
 
 * :class:`Reachability`: a client's connection attempts since it last had a connection
-  (counts, the attempt under way and how far it got, the last failure's reason);
+  (counts, the attempt under way and how far it got, the last failure's reason), and its
+  session clock (the time counted against ``session_timeout``);
 * :class:`Diagnostics`: the sentences, from the engine's state (read only);
 * :func:`format_bytes`: sizes in those sentences, in statistics tables and widgets.
 """
@@ -77,9 +78,19 @@ class StallWarning:
 
 
 class Reachability:
-    """A client's attempts to reach its server since its last connection (I/O thread)."""
+    """A client's attempts to reach its server since its last connection (I/O thread).
+
+    It also keeps the client's session clock (docs/guarantees.md, "session_timeout"): it runs
+    only while no attempt is under way (between a failed attempt and the next one), so a
+    client whose attempts are slow because the server is busy (a storm) fails nothing.
+    Transports that do not report when an attempt starts leave it running from the start or
+    the disconnection.
+    """
 
     def __init__(self, stall_warning: float, now: float) -> None:
+        self._absent_total = 0.0  # seconds counted so far since the last connection
+        # When the stretch being counted now began (None: an attempt is under way).
+        self._absent_since: float | None = now
         self.connect_error = ""  # what the last failed attempt ran into ("" once connected)
         # The current stretch without a connection (None while connected).
         self.unreachable: StallWarning | None = StallWarning(stall_warning, now)
@@ -93,7 +104,29 @@ class Reachability:
     def unreachable_since(self) -> float | None:
         return self.unreachable.since if self.unreachable is not None else None
 
+    def absent_for(self, now: float) -> float:
+        """Seconds counted against ``session_timeout`` since the last connection: the time
+        spent with no connection attempt under way."""
+        total = self._absent_total
+        if self._absent_since is not None:
+            total += now - self._absent_since
+        return total
+
+    @property
+    def absence_counting(self) -> bool:
+        """The session clock runs now (no attempt under way)."""
+        return self._absent_since is not None
+
+    def restart_absence(self, now: float) -> None:
+        """session_timeout ran out (what was queued failed): a fresh period for later puts."""
+        self._absent_total = 0.0
+        if self._absent_since is not None:
+            self._absent_since = now
+
     def started(self, now: float) -> None:
+        if self._absent_since is not None:  # an attempt under way stops the session clock
+            self._absent_total += now - self._absent_since
+            self._absent_since = None
         self.attempts += 1
         self.attempt_started_at = now
         self.attempt_reached_server = False
@@ -107,6 +140,8 @@ class Reachability:
         if self.attempt_started_at is None:  # a transport that does not report its starts
             self.attempts += 1
         self.failures += 1
+        if self._absent_since is None:
+            self._absent_since = now
         self.attempt_started_at = None
         self.attempt_reached_server = False
         self.connect_error = error
@@ -117,12 +152,19 @@ class Reachability:
         if self.unreachable is None:
             self.unreachable = StallWarning(self._stall_warning, now)
 
+    def disconnected(self, now: float) -> None:
+        """The connection broke: the session clock starts from zero, until the next attempt."""
+        self.lost(now)
+        self._absent_total = 0.0
+        self._absent_since = now
+
     def connected(self) -> StallWarning | None:
         """A connection: the counts start again. Returns the stretch without one that just
         ended (None if there was none)."""
         ended, self.unreachable = self.unreachable, None
         if ended is not None:
             self.connect_error = ""
+        self._absent_total, self._absent_since = 0.0, None
         self.attempts = self.failures = 0
         self.attempt_started_at = None
         self.attempt_reached_server = False

@@ -39,13 +39,12 @@ from .exceptions import (
     Full,
     MessageTooLarge,
     NetqError,
-    RemoteProtocolError,
     ResourceClosed,
 )
+from .handshake import Handshake
 from .options import CommunicatorOptions, Purpose
 from .peers import PeerTable
 from .protocol.frames import UNLIMITED_MESSAGES, ErrorCode, Role
-from .protocol.resume import resume_numbering
 from .session import NO_TOKEN, Outgoing, PeerSession, PeerState
 
 __all__ = ("EngineAPI", "Inbox", "SessionEngine")
@@ -109,20 +108,14 @@ class SessionEngine:
         self.fatal: NetqError | None = None  # a client that cannot go on (wrong authkey)
         self._ping_tokens = itertools.count(1)
         self.created = time.monotonic()
-        self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
 
         # Client connection trouble, for warnings and statistics().
         self.reach = None if self._server else Reachability(self._stall_warning, self.created)
-        # The client's session clock (docs/guarantees.md, "session_timeout"): it runs only
-        # while no attempt is under way (between a failed attempt and the next one), so a
-        # client whose attempts are slow because the server is busy (a storm) fails nothing.
-        # Transports that do not report when an attempt starts (connect_started) leave it
-        # running from the start or the disconnection.
-        self._absent_total = 0.0  # seconds counted so far since the last connection
-        # When the stretch being counted now began (None: an attempt is under way).
-        self._absent_since: float | None = self.created if not self._server else None
 
         self.transport: TransportAPI = transport_class(self)
+        self.handshake = Handshake(server=self._server, peers=self.peers, budget=self.budget,
+                                   transport=self.transport, reachability=self.reach,
+                                   schedule=self.schedule, changed=self._timers_changed)
         self.diagnostics = Diagnostics(server=self._server, options=options, peers=self.peers,
                                        budget=self.budget, transport=self.transport,
                                        reachability=self.reach)
@@ -171,6 +164,11 @@ class SessionEngine:
             raise ConnectionLost(None, f"I/O thread failed: {self.failure!r}")
         if self.fatal is not None:
             raise self.fatal
+
+    @property
+    def totals_closed(self) -> list[int]:
+        """Messages and bytes in and out of sessions now gone (statistics)."""
+        return self.handshake.totals_closed
 
     @property
     def held_bytes(self) -> int:
@@ -327,17 +325,17 @@ class SessionEngine:
                 self.schedule(session)
             elif kind is proto.PeerAuthenticated:
                 assert isinstance(event, proto.PeerAuthenticated)
-                if not self._authenticated(link, event.hello):
+                if not self.handshake.authenticated(link, event.hello):
                     return  # refused: nothing after the HELLO is looked at
             elif kind is proto.SessionOpened:
                 assert isinstance(event, proto.SessionOpened)
-                self._session_opened(link, event)
+                self.handshake.session_opened(link, event)
                 session = link.session
             elif kind is proto.ByeReceived:
-                self._bye(link)
+                self.handshake.bye(link)
             elif kind is proto.ErrorReceived:
                 assert isinstance(event, proto.ErrorReceived)
-                self._error_frame(link, event)
+                self.handshake.error_frame(link, event)
             elif kind is proto.ConnectionFailed:
                 assert isinstance(event, proto.ConnectionFailed)
                 link.error = event.error
@@ -372,139 +370,8 @@ class SessionEngine:
             if session.outbox and not session.scheduled:
                 self.schedule(session)
 
-    def _authenticated(self, link: Link, hello: proto.frames.Hello) -> bool:
-        """The peer proved who it is (or needs no proof). False if the transport refuses it."""
-        transport = self.transport
-        if not transport.authorize(link, hello.id):
-            link.error = AuthenticationError(f"{hello.id} may not use this link")
-            link.conn.send_error(ErrorCode.AUTHENTICATION, "peer id not allowed on this link")
-            transport.close_link(link, flush=True)
-            return False
-        link.peer_id = hello.id
-        if self._role is Role.CLIENT:
-            session = self.peers.server_session
-            assert session is not None
-            token = session.token
-            last = session.last_received if token != NO_TOKEN else 0
-            self._send_session(session, link, token, last, False)
-        return True
-
-    def _session_opened(self, link: Link, event: proto.SessionOpened) -> None:
-        self._timers_changed()
-        now = time.monotonic()
-        if self._role is Role.SERVER:
-            assert link.peer_id is not None
-            session, resumed = self.peers.open(link.peer_id)
-            old = session.link
-            if old is not None and old is not link:
-                old.conn.send_error(ErrorCode.REPLACED, "a newer connection took over")
-                self.transport.close_link(old, flush=True)
-            with session.send_lock:
-                # A new client process reusing the id (another token) keeps its queues;
-                # numbering restarts on both sides.
-                numbering = resume_numbering(
-                    same_session=resumed and event.token == session.token,
-                    peer_received=event.last_received, we_received=session.last_received)
-                session.resume(numbering)
-                if session.state is not PeerState.CONNECTING:
-                    session.reconnects += 1
-                link.conn.expected_seq = numbering.expected
-                self._send_session(session, link, session.token, session.last_received,
-                                   resumed)
-                self._attach(session, link, now)
-        else:
-            server = self.peers.server_session
-            assert server is not None
-            session = server
-            with session.send_lock:
-                # Another token: our first session, or the server lost ours (restart or
-                # expiry) and everything unacknowledged goes again, numbered from 1 both ways.
-                session.resume(resume_numbering(
-                    same_session=event.token == session.token,
-                    peer_received=event.last_received, we_received=session.last_received))
-                session.token = event.token
-                if session.id.int == 0 or session.id != link.peer_id:
-                    assert link.peer_id is not None
-                    session.id = link.peer_id
-                if session.connected_at is not None:
-                    session.reconnects += 1
-                # No expected_seq here: the protocol core set it when it read the SESSION
-                # frame, and the server's messages that followed it in the same read have
-                # advanced it since.
-                self._attach(session, link, now)
-            assert self.reach is not None
-            ended = self.reach.connected()
-            if ended is not None and ended.warned:
-                LOGGER.info("netq client: connected to %s after %.0f s",
-                            self.transport.connect_target(), now - ended.since)
-            self._absent_total, self._absent_since = 0.0, None
-
-    def _send_session(self, session: PeerSession, link: Link, token: bytes, last_received: int,
-                      resumed: bool) -> None:
-        """Our SESSION frame: what we hold of the peer's messages, and the credit we take back.
-
-        The link's HELLO granted credit before the peer was known; the SESSION takes back what
-        the flow policy does not allow this peer now (its unread messages from earlier links
-        count), so a peer reconnecting to a stalled receiver cannot add a grant per link.
-        """
-        takeback = self.budget.session_takeback(session, link)
-        link.conn.send_session(token, last_received, resumed, takeback, session.held_messages)
-        self.budget.session_opened(session, link)
-
-    def _attach(self, session: PeerSession, link: Link, now: float) -> None:
-        session.link = link
-        link.session = session
-        session.state = PeerState.CONNECTED
-        session.connected_at = now
-        session.disconnected_at = None
-        self.schedule(session)
-
-    def _bye(self, link: Link) -> None:
-        session = link.session
-        if session is None:
-            return
-        session.goodbye_received = True
-        if self._role is Role.SERVER:
-            # The client leaves: nothing more goes to it. Messages already on the wire still
-            # get acknowledged (it reads until our BYE); queued ones fail now.
-            with session.send_lock:
-                error = ResourceClosed(session.id, "the peer closed")
-                while session.outbox:
-                    message = session.outbox.popleft()
-                    session.dequeued_bytes += message.size
-                    message.future._fail(error)
-                session.wake_putters()
-                session.state = PeerState.CLOSING
-                link.conn.send_bye("goodbye")
-                session.goodbye_sent = True
-            self.transport.close_link(link, flush=True)
-        else:
-            session.state = PeerState.CLOSED
-            if not session.goodbye_sent:  # the server shut us out
-                link.conn.send_bye("goodbye")
-                session.goodbye_sent = True
-            with session.send_lock:
-                session.fail_outbound(ResourceClosed(session.id, "the server closed"))
-            self.transport.close_link(link, flush=True)
-
-    def _error_frame(self, link: Link, event: proto.ErrorReceived) -> None:
-        code = event.code
-        if code == ErrorCode.REPLACED:
-            link.error = ConnectionLost(link.peer_id, "replaced by a newer connection")
-            link.replaced = True
-        elif code == ErrorCode.SHUTDOWN:
-            link.error = ResourceClosed(link.peer_id, "the peer shut down")
-            session = link.session
-            if session is not None:
-                session.state = PeerState.CLOSED
-        elif code == ErrorCode.AUTHENTICATION:
-            link.error = AuthenticationError(f"peer rejected us: {event.text}")
-        else:
-            link.error = RemoteProtocolError(f"peer reported error {code}: {event.text}")
-
     def link_closed(self, link: Link) -> None:
         self._timers_changed()
-        session = link.session
         now = time.monotonic()
         self.budget.link_closed(link)
         if isinstance(link.error, AuthenticationError):
@@ -520,53 +387,27 @@ class SessionEngine:
                     server.fail_outbound(link.error)
                 self._inbox.wake_all()
                 return
-        if session is None or session.link is not link:
-            error = link.error
-            if session is None and not self._server and error is not None \
-                    and not isinstance(error, AuthenticationError):
-                # The attempt reached the server and ended before the netq handshake did.
-                reason = error.reason if isinstance(error, ResourceClosed) and error.reason \
-                    else str(error)
-                if not reason.startswith("connected"):
-                    reason = f"connected, then before the netq handshake ended: {reason}"
-                self.connect_failed(str(self.options.netloc), reason)
-            return
-        if session.goodbye_received or session.state is PeerState.CLOSED:
-            session.link = None
-            self._end_session(session, ResourceClosed(session.id, "the peer closed"))
-            return
-        session.mark_disconnected(now)
-        if self.reach is not None:
-            self.reach.lost(now)
-            self._absent_total = 0.0
-            self._absent_since = now  # until the next attempt starts
+        failed_attempt = self.handshake.link_closed(link, now)
+        if failed_attempt is not None:
+            self.connect_failed(str(self.options.netloc), failed_attempt)
 
     def connect_started(self) -> None:
         now = time.monotonic()
         self._timers_changed()
         if self.reach is not None:
             self.reach.started(now)
-        if self._absent_since is not None:  # an attempt under way stops the session clock
-            self._absent_total += now - self._absent_since
-            self._absent_since = None
 
     def connect_failed(self, address: str, reason: str) -> None:
         now = time.monotonic()
         self._timers_changed()
-        if self._absent_since is None:
-            self._absent_since = now
         if self.reach is not None:
             self.reach.failed(now, reason if address == str(self.options.netloc)
                               else f"{address}: {reason}")
         LOGGER.debug("netq client: connecting to %s failed: %s", address, reason)
 
     def absent_for(self, now: float) -> float:
-        """Client: seconds counted against ``session_timeout`` since the last connection:
-        the time spent with no connection attempt under way (docs/guarantees.md)."""
-        total = self._absent_total
-        if self._absent_since is not None:
-            total += now - self._absent_since
-        return total
+        """Client: seconds counted against ``session_timeout`` (Reachability.absent_for)."""
+        return self.reach.absent_for(now) if self.reach is not None else 0.0
 
     def wants_connection(self) -> bool:
         if self._stopping:
@@ -577,22 +418,6 @@ class SessionEngine:
         if self._closing:
             return bool(session.outbox or session.inflight)
         return True
-
-    def _end_session(self, session: PeerSession, error: BaseException) -> None:
-        session.state = PeerState.CLOSED
-        with session.send_lock:
-            session.fail_outbound(error)
-        if self._server and not session.inbox:
-            self._forget(session)
-
-    def _forget(self, session: PeerSession) -> None:
-        if self.peers.forget(session):
-            self.budget.forget(session)
-            totals = self.totals_closed
-            totals[0] += session.received_messages
-            totals[1] += session.received_bytes
-            totals[2] += session.acked_messages
-            totals[3] += session.acked_bytes
 
     # ================================================================== I/O thread: sending
 
@@ -669,24 +494,22 @@ class SessionEngine:
                     waited = self.absent_for(now)
                 if waited >= connection.session_timeout:
                     if self._server:
-                        self._end_session(session, ConnectionLost(
+                        self.handshake.end_session(session, ConnectionLost(
                             session.id, "no reconnect within session_timeout"))
                     else:
-                        # A fresh period for later puts.
-                        self._absent_total = 0.0
-                        if self._absent_since is not None:
-                            self._absent_since = now
+                        assert self.reach is not None
+                        self.reach.restart_absence(now)
                         with session.send_lock:
                             session.fail_outbound(ConnectionLost(
                                 session.id, f"the server could not be reached: no connection "
                                             f"attempt under way for session_timeout="
                                             f"{connection.session_timeout:g} s in all "
                                             f"(last: {self.connect_error or 'no reason given'})"))
-                elif self._server or self._absent_since is not None:  # the clock runs
+                elif self.reach is None or self.reach.absence_counting:  # the clock runs
                     wait = min(wait, connection.session_timeout - waited)
             elif state is PeerState.CLOSED and self._server and not session.inbox \
                     and session.link is None:
-                self._forget(session)
+                self.handshake.forget(session)
         for link in self.transport.links():
             silent = now - link.last_received_at
             if silent >= heartbeat:

@@ -196,6 +196,11 @@ class PeerSession:
             _, message = self.inflight.popleft()
             message.future._fail(error)
             failed += 1
+        return failed + self.fail_queued(error)
+
+    def fail_queued(self, error: BaseException) -> int:
+        """Fail the messages not yet on the wire (what is on it may still be acknowledged)."""
+        failed = 0
         while self.outbox:
             message = self.outbox.popleft()
             self.dequeued_bytes += message.size

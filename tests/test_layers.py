@@ -14,7 +14,7 @@ import netq
 PACKAGE = Path(netq.__file__).parent
 # The decision modules the engine is made of, and the engine: none may import a transport.
 ENGINE_SIDE = ("engine", "contract", "session", "flow", "peers", "credit", "diagnostics",
-               "protocol")
+               "handshake", "protocol")
 
 
 def module_name(path: Path) -> str:

@@ -37,13 +37,12 @@ from .options import CommunicatorOptions, Protocol, Purpose
 from .protocol.connection import MessageReceived as Incoming  # what waits in an inbox
 from .protocol.frames import MAX_PARTS
 from .session import Outgoing, PeerSession, PeerState
-from .statistics import CommunicatorStatistics, PeerStatistics, RateMeter
+from .statistics import CommunicatorStatistics, RateMeter, peer_row
 from .stream import Stream
 
 __all__ = ("Communicator", "Message", "live_communicators")
 
 LOGGER = logging.getLogger("netq")
-_CLOSE_POLL = 0.002  # seconds between checks while close() waits for acknowledgements
 _clock = time.perf_counter
 _sleep = time.sleep
 
@@ -525,14 +524,19 @@ class Communicator:
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
         stall = StallWarning(self._stall_warning, start)
-        while not engine.closed.is_set() and not engine.flushed():
+        # One close path: wait on the engine (it says when something changed), warning while
+        # it lasts; then the engine stops and the transport says goodbye (engine.goodbyes).
+        while True:
             now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                break
             if stall.due(now):
                 LOGGER.warning("netq %s: close() has waited %.0f s: %s", self.purpose.value,
                                now - start, engine.diagnostics.explain_close_wait())
-            time.sleep(_CLOSE_POLL)
+            wait = stall.next_due(now)
+            if deadline is not None:
+                wait = min(wait, deadline - now)
+            if engine.wait_flushed(max(wait, 0.0)) or (deadline is not None
+                                                        and time.monotonic() >= deadline):
+                break
         engine.stop()
         # Even when the timeout has run out, give the I/O thread a moment to tell peers that
         # we are leaving (ERROR SHUTDOWN / BYE) before the links are cut.
@@ -556,39 +560,10 @@ class Communicator:
             raise self._fork_error
         engine = self._engine
         now = time.monotonic()
-        rows = []
-        for session in engine.all_sessions():
-            link = session.link
-            conn = link.conn if link is not None else None
-            inflight_bytes = session.inflight_bytes()
-            # The message get() returned last is the caller's now; its credit is still out.
-            queued_in = session.held_bytes - self._budget.lent_bytes(session)
-            blocked, blocked_for = engine.diagnostics.peer_blocked(session, now)
-            rows.append(PeerStatistics(
-                peer=session.id,
-                state=session.state.value,
-                queue_in=len(session.inbox),
-                queue_in_bytes=queued_in,
-                queue_out=len(session.outbox),
-                queue_out_bytes=session.unsent_bytes,
-                inflight=len(session.inflight),
-                inflight_bytes=inflight_bytes,
-                messages_in=session.received_messages,
-                bytes_in=session.received_bytes,
-                messages_out=session.acked_messages,
-                bytes_out=session.acked_bytes,
-                credit_out=conn.send_credit_bytes if conn is not None else 0,
-                credit_in=conn.recv_allowance_bytes if conn is not None else 0,
-                window=session.window,
-                memory=queued_in + session.unsent_bytes + inflight_bytes,
-                reconnects=session.reconnects,
-                connected_for=(now - session.connected_at)
-                if session.connected_at is not None and session.connected else 0.0,
-                blocked=blocked,
-                blocked_for=blocked_for,
-                messages_in_per_s=0.0, bytes_in_per_s=0.0,
-                messages_out_per_s=0.0, bytes_out_per_s=0.0,
-            ))
+        budget = self._budget
+        rows = [peer_row(session, now=now, lent=budget.lent_bytes(session),
+                         blocked=engine.diagnostics.peer_blocked(session, now))
+                for session in engine.all_sessions()]
         connection = self.options.connection
         return self._meter.snapshot(
             now=now,

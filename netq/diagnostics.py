@@ -68,6 +68,12 @@ class StallWarning:
         self.warned_at = now
         return True
 
+    def next_due(self, now: float) -> float:
+        """Seconds until a warning is next due (the first, or the next repeat)."""
+        if self.warned_at is None:
+            return max(self.stall_warning - (now - self.since), 0.0)
+        return max(self.warned_at + self.repeat - now, 0.0)
+
     def until_due(self, now: float) -> float:
         """Seconds until the first warning could be due (0 once the stall is long enough)."""
         return max(self.stall_warning - (now - self.since), 0.0)

@@ -44,8 +44,8 @@ from .exceptions import (
 from .handshake import Handshake
 from .options import CommunicatorOptions, Purpose
 from .peers import PeerTable
-from .protocol.frames import UNLIMITED_MESSAGES, ErrorCode, Role
-from .session import NO_TOKEN, Outgoing, PeerSession, PeerState
+from .protocol.frames import UNLIMITED_MESSAGES, Role
+from .session import Outgoing, PeerSession, PeerState
 
 __all__ = ("EngineAPI", "Inbox", "SessionEngine")
 
@@ -103,6 +103,7 @@ class SessionEngine:
         self._closing = False
         self._stopping = False
         self._stopping_since = 0.0
+        self._close_progress = threading.Condition()  # close() waits here (wait_flushed)
         self.closed = threading.Event()  # the I/O thread has ended
         self.failure: BaseException | None = None  # why the I/O thread died, if it did
         self.fatal: NetqError | None = None  # a client that cannot go on (wrong authkey)
@@ -115,7 +116,8 @@ class SessionEngine:
         self.transport: TransportAPI = transport_class(self)
         self.handshake = Handshake(server=self._server, peers=self.peers, budget=self.budget,
                                    transport=self.transport, reachability=self.reach,
-                                   schedule=self.schedule, changed=self._timers_changed)
+                                   schedule=self.schedule, changed=self._timers_changed,
+                                   session_timeout=options.connection.session_timeout)
         self.diagnostics = Diagnostics(server=self._server, options=options, peers=self.peers,
                                        budget=self.budget, transport=self.transport,
                                        reachability=self.reach)
@@ -470,6 +472,8 @@ class SessionEngine:
                 self._pump(session, link)
                 if link.conn.has_output:
                     transport.write_now(link)
+        if self._closing:
+            self._closing_progress()  # close() looks at flushed() again
         if now < self._timers_due and now - self._timers_ran < _TIMER_TICK:
             return self._timers_due - now
         wait = self._timers(now)
@@ -563,51 +567,22 @@ class SessionEngine:
 
     def flushed(self) -> bool:
         """Everything put has been acknowledged (or failed), and for a server: peers left."""
-        if self.failure is not None:
-            return True
-        for session in self.all_sessions():
-            if session.state is PeerState.CLOSED:
-                continue
-            if session.outbox or session.inflight:
-                if not self._server and session.state is not PeerState.CONNECTED \
-                        and session.token == NO_TOKEN and session.reconnects == 0 \
-                        and self.absent_for(time.monotonic()) \
-                        > self.options.connection.session_timeout:
-                    continue  # never connected within session_timeout: give up
-                return False
-            if self._server:
-                return False  # still there: the server waits for its clients to leave
-        return True
+        return self.failure is not None or self.handshake.flushed(time.monotonic())
+
+    def wait_flushed(self, timeout: float | None) -> bool:
+        """close(): wait until flushed() or the I/O thread ended, at most ``timeout`` seconds.
+        The engine notifies after every turn of its loop while closing (no polling here)."""
+        with self._close_progress:
+            return self._close_progress.wait_for(
+                lambda: self.closed.is_set() or self.flushed(), timeout)
+
+    def _closing_progress(self) -> None:
+        with self._close_progress:
+            self._close_progress.notify_all()
 
     def goodbyes(self) -> bool:
-        done = True
-        transport = self.transport
-        for link in transport.links():
-            session = link.session
-            if session is None:
-                if (not self._server and not link.closing
-                        and time.monotonic() - self._stopping_since < _GOODBYE_GRACE):
-                    # Mid-handshake: the server may have opened our session already (it
-                    # does on our SESSION frame). Let the handshake finish so that we can
-                    # say goodbye; cut now, the server would keep that session for
-                    # session_timeout, and its close() would wait for it.
-                    done = False
-                    continue
-                transport.close_link(link, flush=False)
-                continue
-            with link.lock:
-                if not self._server:
-                    if not session.goodbye_sent:
-                        session.goodbye_sent = True
-                        session.state = PeerState.CLOSING
-                        link.conn.send_bye("goodbye")
-                        transport.write_now(link)
-                    done = False  # wait for the server's BYE (or EOF)
-                else:
-                    # Server stopping with clients still attached (close timeout ran out).
-                    link.conn.send_error(ErrorCode.SHUTDOWN, "server closing")
-                    transport.close_link(link, flush=True)
-        return done
+        return self.handshake.goodbyes(
+            in_grace=time.monotonic() - self._stopping_since < _GOODBYE_GRACE)
 
     def failed(self, error: BaseException) -> None:
         self.failure = error
@@ -615,6 +590,8 @@ class SessionEngine:
         for session in self.all_sessions():
             session.fail_outbound(lost)
         self._inbox.wake_all()
+        self._closing_progress()
 
     def finished(self) -> None:
         self.closed.set()
+        self._closing_progress()

@@ -35,7 +35,8 @@ class Handshake:
 
     def __init__(self, *, server: bool, peers: PeerTable, budget: ReceiveBudget,
                  transport: TransportAPI, reachability: Reachability | None,
-                 schedule: Callable[[PeerSession], None], changed: Callable[[], None]) -> None:
+                 schedule: Callable[[PeerSession], None], changed: Callable[[], None],
+                 session_timeout: float) -> None:
         """``schedule``: ask the I/O thread to service a session. ``changed``: a session came
         or went (the engine looks at its timers again)."""
         self._server = server
@@ -45,6 +46,7 @@ class Handshake:
         self._reach = reachability
         self._schedule = schedule
         self._changed = changed
+        self._session_timeout = session_timeout  # seconds (ConnectionOptions.session_timeout)
         self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
 
     def authenticated(self, link: Link, hello: proto.frames.Hello) -> bool:
@@ -212,3 +214,51 @@ class Handshake:
             totals[1] += session.received_bytes
             totals[2] += session.acked_messages
             totals[3] += session.acked_bytes
+
+    def flushed(self, now: float) -> bool:
+        """Closing: everything put was acknowledged (or failed), and for a server: the
+        clients left."""
+        for session in self._peers.all():
+            if session.state is PeerState.CLOSED:
+                continue
+            if session.outbox or session.inflight:
+                reach = self._reach
+                if reach is not None and session.state is not PeerState.CONNECTED \
+                        and session.token == NO_TOKEN and session.reconnects == 0 \
+                        and reach.absent_for(now) > self._session_timeout:
+                    continue  # never connected within session_timeout: give up
+                return False
+            if self._server:
+                return False  # still there: the server waits for its clients to leave
+        return True
+
+    def goodbyes(self, in_grace: bool) -> bool:
+        """Stopping: say goodbye on every link; True when nothing is left to wait for.
+        ``in_grace``: a client may still let a handshake under way finish first."""
+        done = True
+        transport = self._transport
+        for link in transport.links():
+            session = link.session
+            if session is None:
+                if not self._server and not link.closing and in_grace:
+                    # Mid-handshake: the server may have opened our session already (it
+                    # does on our SESSION frame). Let the handshake finish so that we can
+                    # say goodbye; cut now, the server would keep that session for
+                    # session_timeout, and its close() would wait for it.
+                    done = False
+                    continue
+                transport.close_link(link, flush=False)
+                continue
+            with link.lock:
+                if not self._server:
+                    if not session.goodbye_sent:
+                        session.goodbye_sent = True
+                        session.state = PeerState.CLOSING
+                        link.conn.send_bye("goodbye")
+                        transport.write_now(link)
+                    done = False  # wait for the server's BYE (or EOF)
+                else:
+                    # Server stopping with clients still attached (close timeout ran out).
+                    link.conn.send_error(ErrorCode.SHUTDOWN, "server closing")
+                    transport.close_link(link, flush=True)
+        return done

@@ -5,7 +5,7 @@ session engine (:mod:`netq.engine`, which runs the transport's I/O thread); ``ge
 next message from the per-peer inboxes, fairly across peers, and deserializes it on the
 caller's thread, so user code never runs on the I/O thread. ``close`` and ``statistics`` ask
 the engine what is still pending. The inboxes live here; the engine fills them through the
-:class:`netq.engine.Inbox` methods (``deliver``, ``wake_all``, ``consumer_waiting``,
+:class:`netq.contract.Inbox` methods (``deliver``, ``wake_all``, ``consumer_waiting``,
 ``consumer_sleeping``).
 """
 
@@ -575,12 +575,12 @@ class Communicator:
             else "open",
             uptime=now - engine.created,
             peers=rows,
-            closed_totals=tuple(engine.totals_closed),
+            closed_totals=tuple(engine.handshake.totals_closed),
             recv_budget=connection.recv_budget,
-            recv_held=engine.held_bytes,
-            recv_outstanding=engine.outstanding_bytes,
+            recv_held=self._budget.held_bytes,
+            recv_outstanding=self._budget.outstanding_bytes,
             send_budget=connection.send_budget,
-            connect_error=engine.connect_error,
+            connect_error=engine.reach.connect_error if engine.reach else "",
         )
 
     # ------------------------------------------------------------------ display

@@ -1,23 +1,27 @@
-"""The session engine: sessions, credit, acknowledgements, timers and liveness.
+"""The session engine: event dispatch, pumping queued messages, and timers.
 
 The engine sits between the transports and the queue API (:class:`netq.Communicator`):
 
-* transports call it through :class:`netq.contract.EngineAPI` (a ``typing.Protocol``): a new link's
-  :class:`~netq.protocol.Connection`, the events a link produced, a link that closed, a failed
-  connection attempt, and the periodic :meth:`SessionEngine.service`;
+* transports call it through :class:`netq.contract.EngineAPI` (a ``typing.Protocol``): a new
+  link's :class:`~netq.protocol.Connection`, the events a link produced, a link that closed,
+  a failed connection attempt, and the periodic :meth:`SessionEngine.service`;
 * the queue API calls :meth:`SessionEngine.submit` (queue a serialized message for some peers,
-  waiting for send budget), :meth:`SessionEngine.consumed` (``get()`` took a message) and the
-  closing and reporting methods;
+  waiting for send budget), :meth:`SessionEngine.settle_lent` (``get()`` finished with what
+  it took before) and the closing and reporting methods;
 * received messages go to the queue API through the :class:`netq.contract.Inbox` it passes in.
 
-Each decision lives here once: what credit to grant (through :mod:`netq.flow`), which message
-goes on the wire under which sequence number, what an acknowledgement resolves, where numbering
-resumes after a reconnect, when a silent link is dead, and what to say when something waits.
+The engine dispatches and pumps; each decision it needs lives in one module (see
+docs/architecture.md): which peer an id names (:mod:`netq.peers`), how much credit to grant
+(:mod:`netq.credit`, policy in :mod:`netq.flow`), what a handshake, a goodbye or an error frame
+means for a session (:mod:`netq.handshake`), where numbering resumes
+(:mod:`netq.protocol.resume`), and what a wait says (:mod:`netq.diagnostics`). Here: which
+message goes on the wire under which sequence number, what an acknowledgement resolves, when
+a silent link is dead, when a session expires.
 
 Threads: the I/O thread runs every ``handle_*``/``service`` method. User threads run
 ``submit`` (appending under the session's ``put_lock``; writing an idle link themselves when
-the transport allows), ``consumed`` (under the inbox's lock) and the close/report methods. See
-:mod:`netq.session` for which thread writes which field.
+the transport allows), ``settle_lent`` (under the inbox's lock) and the close/report methods.
+See :mod:`netq.session` for which thread writes which field.
 """
 
 from __future__ import annotations
@@ -39,12 +43,11 @@ from .exceptions import (
     Full,
     MessageTooLarge,
     NetqError,
-    ResourceClosed,
 )
 from .handshake import Handshake
 from .options import CommunicatorOptions, Purpose
 from .peers import PeerTable
-from .protocol.frames import UNLIMITED_MESSAGES, Role
+from .protocol.frames import UNLIMITED_MESSAGES
 from .session import Outgoing, PeerSession, PeerState
 
 __all__ = ("EngineAPI", "Inbox", "SessionEngine")
@@ -57,7 +60,6 @@ _CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an A
 # loop turns for I/O; a busy link turns it once per message, the timers need no such precision.
 _TIMER_TICK = 0.01
 _QUIET = 50e-6  # seconds since the previous put after which a put counts as a lone request
-_SPACE_POLL = 0.1  # seconds between checks while put() waits for send budget
 _clock = time.perf_counter
 
 
@@ -70,23 +72,16 @@ class SessionEngine:
         self.purpose = purpose
         self.id = options.id
         self._inbox = inbox
-        self._role = Role.SERVER if purpose is Purpose.SERVER else Role.CLIENT
         self._server = purpose is Purpose.SERVER
-        serialization = options.serialization
-        self.message_limit = serialization.message_limit
-        queue_size = serialization.queue_size
+        queue_size = options.serialization.queue_size
         self._recv_messages = UNLIMITED_MESSAGES if queue_size < 0 else max(1, queue_size)
         connection = options.connection
         # ConnectionOptions fills these in (None means "derive from the others").
         assert connection.window_min is not None and connection.window_max is not None
-        assert connection.merge_size is not None and connection.efficient_size is not None
-        self._merge_size, self._efficient_size = connection.merge_size, connection.efficient_size
         self.limits = flow.FlowLimits(connection.recv_budget, connection.window_min,
                                       connection.window_max)
         self._send_budget = connection.send_budget
         self._stall_warning = connection.stall_warning
-        security = options.security
-        self._authkey = security.authkey if security is not None else None
 
         # Every session, a client's one session included (netq.peers).
         self.peers = PeerTable(server=self._server, window=self.limits.window_min)
@@ -117,7 +112,7 @@ class SessionEngine:
         self.handshake = Handshake(server=self._server, peers=self.peers, budget=self.budget,
                                    transport=self.transport, reachability=self.reach,
                                    schedule=self.schedule, changed=self._timers_changed,
-                                   session_timeout=options.connection.session_timeout)
+                                   options=options, recv_messages=self._recv_messages)
         self.diagnostics = Diagnostics(server=self._server, options=options, peers=self.peers,
                                        budget=self.budget, transport=self.transport,
                                        reachability=self.reach)
@@ -166,27 +161,6 @@ class SessionEngine:
             raise ConnectionLost(None, f"I/O thread failed: {self.failure!r}")
         if self.fatal is not None:
             raise self.fatal
-
-    @property
-    def totals_closed(self) -> list[int]:
-        """Messages and bytes in and out of sessions now gone (statistics)."""
-        return self.handshake.totals_closed
-
-    @property
-    def held_bytes(self) -> int:
-        """Bytes received from all peers and not yet taken by get()."""
-        return self.budget.held_bytes
-
-    @property
-    def outstanding_bytes(self) -> int:
-        """Credit our peers still have (what may still arrive without a new grant)."""
-        return self.budget.outstanding_bytes
-
-    @property
-    def connect_error(self) -> str:
-        """Client: what the last failed attempt ran into ("" once connected, and on a server)."""
-        return self.reach.connect_error if self.reach is not None else ""
-
 
     # ================================================================== user threads: send
 
@@ -245,38 +219,14 @@ class SessionEngine:
 
     def _wait_for_space(self, session: PeerSession, block: bool, timeout: float | None) -> None:
         """Called with put_lock held: wait until the peer's unsent bytes drop under budget."""
+        explain = self.diagnostics.explain_send_wait
         if not block:
-            raise Full(f"put() would wait: {self.diagnostics.explain_send_wait(session)}")
-        start = time.monotonic()
-        deadline = None if timeout is None else start + timeout
+            raise Full(f"put() would wait: {explain(session)}")
         self.schedule(session)
         self.transport.wake()
-        session.space_waiters += 1
-        if session.blocked_since is None:
-            session.blocked_since = start
-        progress = session.dequeued_bytes
-        stall = StallWarning(self._stall_warning, start)
-        try:
-            while session.queued_bytes - session.dequeued_bytes >= self._send_budget:
-                if self._closing or session.state is PeerState.CLOSED:
-                    raise ResourceClosed(None if self._closing else session.id)
-                now = time.monotonic()
-                if session.dequeued_bytes != progress:
-                    progress = session.dequeued_bytes
-                    stall.progress(now)
-                elif stall.due(now):
-                    LOGGER.warning("netq %s: put() has waited %.0f s: %s", self.purpose.value,
-                                   now - start, self.diagnostics.explain_send_wait(session))
-                remaining = None if deadline is None else deadline - now
-                if remaining is not None and remaining <= 0:
-                    why = self.diagnostics.explain_send_wait(session)
-                    raise Full(f"put() waited {timeout:g} s: {why}")
-                session.space.wait(_SPACE_POLL if remaining is None
-                                   else min(remaining, _SPACE_POLL))
-        finally:
-            session.space_waiters -= 1
-            if not session.space_waiters:
-                session.blocked_since = None
+        session.wait_for_space(self._send_budget, timeout, StallWarning(
+            self._stall_warning, time.monotonic()), lambda: self._closing,
+            lambda: explain(session), self.purpose.value)
 
     # ================================================================== user threads: receive
 
@@ -288,21 +238,9 @@ class SessionEngine:
     # ================================================================== I/O thread: links
 
     def new_connection(self) -> proto.Connection:
-        connection = self.options.connection
         if self.reach is not None:
             self.reach.reached_server()
-        grant = self.budget.hello_grant()
-        hello = proto.make_hello(
-            self._role, self.id,
-            auth=self._authkey is not None,
-            max_message=self.message_limit,
-            max_frame=connection.max_size,
-            recv_window=grant,
-            recv_messages=self._recv_messages,
-        )
-        return proto.Connection(hello, self._authkey, max_size=connection.max_size,
-                                merge_size=self._merge_size,
-                                efficient_size=self._efficient_size)
+        return self.handshake.new_connection(self.budget.hello_grant())
 
     def handle_events(self, link: Link, events: list[proto.Event]) -> None:
         arrived: list[proto.MessageReceived] | None = None
@@ -378,7 +316,7 @@ class SessionEngine:
         self.budget.link_closed(link)
         if isinstance(link.error, AuthenticationError):
             LOGGER.warning("netq %s: %s", self.purpose.value, link.error)
-            if self._role is Role.CLIENT:
+            if not self._server:
                 # Retrying cannot help (wrong key, untrusted server certificate): fail
                 # everything with the reason.
                 self.fatal = link.error
@@ -406,10 +344,6 @@ class SessionEngine:
             self.reach.failed(now, reason if address == str(self.options.netloc)
                               else f"{address}: {reason}")
         LOGGER.debug("netq client: connecting to %s failed: %s", address, reason)
-
-    def absent_for(self, now: float) -> float:
-        """Client: seconds counted against ``session_timeout`` (Reachability.absent_for)."""
-        return self.reach.absent_for(now) if self.reach is not None else 0.0
 
     def wants_connection(self) -> bool:
         if self._stopping:
@@ -487,33 +421,7 @@ class SessionEngine:
     def _timers(self, now: float) -> float:
         connection = self.options.connection
         heartbeat = connection.heartbeat
-        wait = heartbeat
-        for session in self.all_sessions():
-            state = session.state
-            if state is PeerState.DISCONNECTED:
-                assert session.disconnected_at is not None
-                if self._server:
-                    waited = now - session.disconnected_at
-                else:
-                    waited = self.absent_for(now)
-                if waited >= connection.session_timeout:
-                    if self._server:
-                        self.handshake.end_session(session, ConnectionLost(
-                            session.id, "no reconnect within session_timeout"))
-                    else:
-                        assert self.reach is not None
-                        self.reach.restart_absence(now)
-                        with session.send_lock:
-                            session.fail_outbound(ConnectionLost(
-                                session.id, f"the server could not be reached: no connection "
-                                            f"attempt under way for session_timeout="
-                                            f"{connection.session_timeout:g} s in all "
-                                            f"(last: {self.connect_error or 'no reason given'})"))
-                elif self.reach is None or self.reach.absence_counting:  # the clock runs
-                    wait = min(wait, connection.session_timeout - waited)
-            elif state is PeerState.CLOSED and self._server and not session.inbox \
-                    and session.link is None:
-                self.handshake.forget(session)
+        wait = min(heartbeat, self.handshake.expire_sessions(now))
         for link in self.transport.links():
             silent = now - link.last_received_at
             if silent >= heartbeat:

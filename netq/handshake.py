@@ -20,8 +20,9 @@ from .contract import Link, TransportAPI
 from .credit import ReceiveBudget
 from .diagnostics import Reachability
 from .exceptions import AuthenticationError, ConnectionLost, RemoteProtocolError, ResourceClosed
+from .options import CommunicatorOptions
 from .peers import PeerTable
-from .protocol.frames import ErrorCode
+from .protocol.frames import ErrorCode, Role
 from .protocol.resume import resume_numbering
 from .session import NO_TOKEN, PeerSession, PeerState
 
@@ -36,9 +37,10 @@ class Handshake:
     def __init__(self, *, server: bool, peers: PeerTable, budget: ReceiveBudget,
                  transport: TransportAPI, reachability: Reachability | None,
                  schedule: Callable[[PeerSession], None], changed: Callable[[], None],
-                 session_timeout: float) -> None:
+                 options: CommunicatorOptions, recv_messages: int) -> None:
         """``schedule``: ask the I/O thread to service a session. ``changed``: a session came
-        or went (the engine looks at its timers again)."""
+        or went (the engine looks at its timers again). ``recv_messages``: the message count
+        a peer may have unread (what our HELLO says)."""
         self._server = server
         self._peers = peers
         self._budget = budget
@@ -46,8 +48,24 @@ class Handshake:
         self._reach = reachability
         self._schedule = schedule
         self._changed = changed
-        self._session_timeout = session_timeout  # seconds (ConnectionOptions.session_timeout)
+        self._options = options
+        self._recv_messages = recv_messages
+        self._session_timeout = options.connection.session_timeout  # seconds
         self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
+
+    def new_connection(self, grant: int) -> proto.Connection:
+        """The protocol state for a new link: its HELLO (granting ``grant`` bytes) is queued."""
+        options = self._options
+        connection = options.connection
+        authkey = options.security.authkey if options.security is not None else None
+        assert connection.merge_size is not None and connection.efficient_size is not None
+        hello = proto.make_hello(
+            Role.SERVER if self._server else Role.CLIENT, options.id, auth=authkey is not None,
+            max_message=options.serialization.message_limit, max_frame=connection.max_size,
+            recv_window=grant, recv_messages=self._recv_messages)
+        return proto.Connection(hello, authkey, max_size=connection.max_size,
+                                merge_size=connection.merge_size,
+                                efficient_size=connection.efficient_size)
 
     def authenticated(self, link: Link, hello: proto.frames.Hello) -> bool:
         """The peer proved who it is (or needs no proof). False if the transport refuses it."""
@@ -262,3 +280,35 @@ class Handshake:
                     link.conn.send_error(ErrorCode.SHUTDOWN, "server closing")
                     transport.close_link(link, flush=True)
         return done
+
+    def expire_sessions(self, now: float) -> float:
+        """Sessions whose peer did not come back within ``session_timeout`` end (a server's)
+        or fail what they queued (a client's, which keeps trying); closed sessions whose
+        messages were all taken leave the table. Returns seconds until the next may expire."""
+        timeout = self._session_timeout
+        wait = timeout
+        reach = self._reach
+        for session in self._peers.all():
+            state = session.state
+            if state is PeerState.DISCONNECTED:
+                assert session.disconnected_at is not None
+                waited = now - session.disconnected_at if reach is None \
+                    else reach.absent_for(now)
+                if waited >= timeout:
+                    if reach is None:
+                        self.end_session(session, ConnectionLost(
+                            session.id, "no reconnect within session_timeout"))
+                    else:
+                        reach.restart_absence(now)  # a fresh period for later puts
+                        with session.send_lock:
+                            session.fail_outbound(ConnectionLost(
+                                session.id, f"the server could not be reached: no connection "
+                                            f"attempt under way for session_timeout="
+                                            f"{timeout:g} s in all (last: "
+                                            f"{reach.connect_error or 'no reason given'})"))
+                elif reach is None or reach.absence_counting:  # the clock runs
+                    wait = min(wait, timeout - waited)
+            elif state is PeerState.CLOSED and self._server and not session.inbox \
+                    and session.link is None:
+                self.forget(session)
+        return wait

@@ -19,20 +19,27 @@ from __future__ import annotations
 
 import collections
 import enum
+import logging
 import os
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .exceptions import Full, ResourceClosed
 from .futures import DeliveryFuture
 from .protocol.resume import Resume
 
 if TYPE_CHECKING:
     from .contract import Link
+    from .diagnostics import StallWarning
 
 __all__ = ("NO_TOKEN", "Outgoing", "PeerSession", "PeerState")
 
 NO_TOKEN = bytes(16)  # a client's session token before the server has answered
+LOGGER = logging.getLogger("netq")
+_SPACE_POLL = 0.1  # seconds between checks while put() waits for send budget
 
 
 class PeerState(enum.StrEnum):
@@ -103,8 +110,8 @@ class PeerSession:
         self.credited_messages = 0  # I/O side: message consumption returned as CREDIT
         self.credit_requested = False  # get() asked the I/O thread to return message credit
         self.window = window  # receive credit we aim to keep outstanding (netq.flow)
-        # The bandwidth-delay probe under way (netq.engine._probe): its PING token (0: none),
-        # the link it went out on, and the bytes received since.
+        # The bandwidth-delay probe under way (netq.credit.ReceiveBudget.probe): its PING
+        # token (0: none), the link it went out on, and the bytes received since.
         self.bdp_token = 0
         self.bdp_link: Link | None = None
         self.bdp_bytes = 0
@@ -168,6 +175,42 @@ class PeerSession:
         self.dequeued_bytes -= sum(message.size for message in again)
         self.next_seq = numbering.next_send
         self.last_received = numbering.last_received
+
+    def wait_for_space(self, send_budget: int, timeout: float | None, stall: StallWarning,
+                       closing: Callable[[], bool], explain: Callable[[], str],
+                       who: str) -> None:
+        """put(), with ``put_lock`` held: wait until the unsent bytes drop under
+        ``send_budget``, warning (``stall``, ``explain()``: why) while nothing moves.
+
+        Raises :class:`Full` after ``timeout`` seconds, :class:`ResourceClosed` when the
+        communicator (``closing()``) or the peer closes meanwhile.
+        """
+        start = stall.since
+        deadline = None if timeout is None else start + timeout
+        self.space_waiters += 1
+        if self.blocked_since is None:
+            self.blocked_since = start
+        progress = self.dequeued_bytes
+        try:
+            while self.queued_bytes - self.dequeued_bytes >= send_budget:
+                if closing() or self.state is PeerState.CLOSED:
+                    raise ResourceClosed(None if closing() else self.id)
+                now = time.monotonic()
+                if self.dequeued_bytes != progress:
+                    progress = self.dequeued_bytes
+                    stall.progress(now)
+                elif stall.due(now):
+                    LOGGER.warning("netq %s: put() has waited %.0f s: %s", who, now - start,
+                                   explain())
+                remaining = None if deadline is None else deadline - now
+                if remaining is not None and remaining <= 0:
+                    raise Full(f"put() waited {timeout:g} s: {explain()}")
+                self.space.wait(_SPACE_POLL if remaining is None
+                                else min(remaining, _SPACE_POLL))
+        finally:
+            self.space_waiters -= 1
+            if not self.space_waiters:
+                self.blocked_since = None
 
     def withdraw(self, future: DeliveryFuture) -> None:
         """The caller cancelled a put before it reached the wire: drop it from the outbox now.

@@ -5,7 +5,7 @@ session engine (:mod:`netq.engine`, which runs the transport's I/O thread); ``ge
 next message from the per-peer inboxes, fairly across peers, and deserializes it on the
 caller's thread, so user code never runs on the I/O thread. ``close`` and ``statistics`` ask
 the engine what is still pending. The inboxes live here; the engine fills them through the
-:class:`netq.engine.Inbox` methods (``deliver``, ``wake_all``, ``consumer_waiting``,
+:class:`netq.contract.Inbox` methods (``deliver``, ``wake_all``, ``consumer_waiting``,
 ``consumer_sleeping``).
 """
 
@@ -21,15 +21,14 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
+from .diagnostics import StallWarning
 from .engine import SessionEngine
 from .exceptions import (
-    ConnectionLost,
     DeserializationError,
     Empty,
     LocalProtocolError,
     MessageTooLarge,
     ResourceClosed,
-    UnknownPeer,
     UsedInForkedChild,
 )
 from .exposure import check as check_exposure
@@ -38,14 +37,12 @@ from .options import CommunicatorOptions, Protocol, Purpose
 from .protocol.connection import MessageReceived as Incoming  # what waits in an inbox
 from .protocol.frames import MAX_PARTS
 from .session import Outgoing, PeerSession, PeerState
-from .statistics import CommunicatorStatistics, PeerStatistics, RateMeter
+from .statistics import CommunicatorStatistics, RateMeter, peer_row
 from .stream import Stream
 
 __all__ = ("Communicator", "Message", "live_communicators")
 
 LOGGER = logging.getLogger("netq")
-_CLOSE_POLL = 0.002  # seconds between checks while close() waits for acknowledgements
-_REPEAT_WARNING = 30.0  # seconds between repeated warnings about one ongoing wait
 _clock = time.perf_counter
 _sleep = time.sleep
 
@@ -144,15 +141,14 @@ class Communicator:
         self._getters = 0  # get() calls waiting for a message (sleeping or leading the loop)
         self._sleepers = 0  # of those, the ones asleep on _recv_ready (a notify wakes them)
         self._ready: collections.deque[PeerSession] = collections.deque()
-        # (session, size) handed out by get(): counted as consumed on the next get(), so a
-        # peer cannot send the next large message while the caller still holds this one.
-        self._lent: list[tuple[PeerSession, int]] = []
         self._arrival_listeners: list[Callable[[], None]] = []
         self._close_lock = threading.Lock()
         self._meter = RateMeter()
 
         self._engine = SessionEngine(options, self.purpose, self, transport_class)
         self._transport = self._engine.transport
+        # What get() hands out stays held until the next get() (netq.credit.ReceiveBudget.lend).
+        self._budget = self._engine.budget
         # A blocked get() may run the I/O loop itself (leader/followers; Transport.lead).
         self._caller_leads: bool = self._transport.caller_leads
         self._engine.start()
@@ -175,12 +171,7 @@ class Communicator:
     @property
     def peers(self) -> tuple[uuid.UUID, ...]:
         """Ids of the peers with a live or resumable session."""
-        engine = self._engine
-        if engine.server_session is not None:
-            session = engine.server_session
-            return (session.id,) if session.state is PeerState.CONNECTED else ()
-        return tuple(peer for peer, s in list(engine.sessions.items())
-                     if s.state not in (PeerState.CLOSED, PeerState.CLOSING))
+        return self._engine.peers.live_ids()
 
     @property
     def closed(self) -> bool:
@@ -204,33 +195,8 @@ class Communicator:
         engine = self._engine
         if engine.closing:
             raise ResourceClosed(None, "put after close()")
-        if engine.failure is not None:
-            raise ConnectionLost(None, f"I/O thread failed: {engine.failure!r}")
-        if engine.fatal is not None:
-            raise engine.fatal
-        if engine.server_session is not None:
-            session = engine.server_session
-            if peers and any(p != session.id for p in peers):
-                unknown = next(p for p in peers if p != session.id)
-                raise UnknownPeer(unknown)
-            if session.state is PeerState.CLOSED:
-                raise ResourceClosed(session.id, "the server closed the session")
-            return [session]
-        sessions = engine.sessions
-        if not peers:
-            return [s for s in list(sessions.values())
-                    if s.state not in (PeerState.CLOSED, PeerState.CLOSING)]
-        targets = []
-        for peer in peers:
-            found = sessions.get(peer)
-            if found is None:
-                if engine.departed(peer):
-                    raise ResourceClosed(peer, "the peer left")
-                raise UnknownPeer(peer)
-            if found.state in (PeerState.CLOSED, PeerState.CLOSING):
-                raise ResourceClosed(peer, "the peer left")
-            targets.append(found)
-        return targets
+        engine.raise_if_broken()
+        return engine.peers.resolve(peers, sending=True)
 
     def put(self, data: Any, *peers: uuid.UUID, block: bool = True,
             timeout: float | None = None) -> DeliveryFuture:
@@ -387,21 +353,16 @@ class Communicator:
         """Put messages taken by a get that then failed back at the front of their inboxes.
 
         ``taken`` in the order they were taken: unopened messages (as _take returned them) and
-        values of opened ones. An unopened message's bytes count as held again: its entry
-        leaves the lent list, or, if another get released that list meanwhile, the engine
-        takes back the consumption.
+        values of opened ones. An unopened message's bytes count as held again
+        (netq.credit.ReceiveBudget.give_back).
         """
         if not taken:
             return
-        engine = self._engine
+        budget = self._budget
         with self._recv_lock:
             for session, item in reversed(taken):
                 if type(item) is Incoming:
-                    entry = (session, item.size)
-                    if entry in self._lent:
-                        self._lent.remove(entry)
-                    else:
-                        engine.returned(session, item.size)
+                    budget.give_back(session, item.size)
                 self._push_front(session, [item])
         for listener in list(self._arrival_listeners):
             listener()
@@ -417,18 +378,14 @@ class Communicator:
         spin_until = None
         looked_again = False  # the loop was offered to this get and not taken: sleep next
         with self._recv_lock:
-            if self._lent:
-                self._release_lent()
+            engine.settle_lent()
             while True:
                 found = self._take_from(peers) if peers else self._take_any()
                 if found is not None:
                     return found
                 if engine.closed.is_set() or (engine.closing and not block):
                     raise ResourceClosed(None, "closed and every received message was taken")
-                if engine.failure is not None:
-                    raise ConnectionLost(None, f"I/O thread failed: {engine.failure!r}")
-                if engine.fatal is not None:
-                    raise engine.fatal
+                engine.raise_if_broken()
                 server = engine.server_session
                 if server is not None and server.state is PeerState.CLOSED and not server.inbox:
                     raise ResourceClosed(server.id, "the server closed the session")
@@ -499,32 +456,18 @@ class Communicator:
             elif len(ready) > 1:
                 ready.rotate(-1)  # fairness: the next get serves the next peer
             if type(item) is Incoming:  # a batch element was counted with its batch
-                self._lent.append((session, item.size))
+                self._budget.lend(session, item.size)
             return session, item
         return None
 
     def _take_from(self, peers: tuple[uuid.UUID, ...]) -> tuple[PeerSession, Any] | None:
-        engine = self._engine
-        server = engine.server_session
-        for peer in peers:
-            session = server if server is not None else engine.sessions.get(peer)
-            if session is None and engine.departed(peer):
-                raise ResourceClosed(peer, "the peer left and everything it sent was taken")
-            if session is None or (server is not None and peer != session.id):
-                raise UnknownPeer(peer)
+        for session in self._engine.peers.resolve(peers, sending=False):
             if session.inbox:
                 item = session.inbox.popleft()
                 if type(item) is Incoming:
-                    self._lent.append((session, item.size))
+                    self._budget.lend(session, item.size)
                 return session, item
         return None
-
-    def _release_lent(self) -> None:
-        """The messages handed out earlier are consumed now (receive lock held)."""
-        consumed = self._engine.consumed
-        for session, size in self._lent:
-            consumed(session, size)
-        self._lent.clear()
 
     # ------------------------------------------------------------------ the engine's inbox
 
@@ -580,17 +523,20 @@ class Communicator:
             engine.begin_close()
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
-        warned_at = None
-        while not engine.closed.is_set() and not engine.flushed():
+        stall = StallWarning(self._stall_warning, start)
+        # One close path: wait on the engine (it says when something changed), warning while
+        # it lasts; then the engine stops and the transport says goodbye (engine.goodbyes).
+        while True:
             now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                break
-            if now - start >= self._stall_warning and (
-                    warned_at is None or now - warned_at >= _REPEAT_WARNING):
-                warned_at = now
+            if stall.due(now):
                 LOGGER.warning("netq %s: close() has waited %.0f s: %s", self.purpose.value,
-                               now - start, engine.explain_close_wait())
-            time.sleep(_CLOSE_POLL)
+                               now - start, engine.diagnostics.explain_close_wait())
+            wait = stall.next_due(now)
+            if deadline is not None:
+                wait = min(wait, deadline - now)
+            if engine.wait_flushed(max(wait, 0.0)) or (deadline is not None
+                                                        and time.monotonic() >= deadline):
+                break
         engine.stop()
         # Even when the timeout has run out, give the I/O thread a moment to tell peers that
         # we are leaving (ERROR SHUTDOWN / BYE) before the links are cut.
@@ -614,41 +560,10 @@ class Communicator:
             raise self._fork_error
         engine = self._engine
         now = time.monotonic()
-        rows = []
-        lent = list(self._lent)
-        for session in engine.all_sessions():
-            link = session.link
-            conn = link.conn if link is not None else None
-            inflight_bytes = session.inflight_bytes()
-            # The message get() returned last is the caller's now; its credit is still out.
-            queued_in = session.held_bytes - sum(size for owner, size in lent
-                                                 if owner is session)
-            blocked, blocked_for = engine.peer_blocked(session, now)
-            rows.append(PeerStatistics(
-                peer=session.id,
-                state=session.state.value,
-                queue_in=len(session.inbox),
-                queue_in_bytes=queued_in,
-                queue_out=len(session.outbox),
-                queue_out_bytes=session.unsent_bytes,
-                inflight=len(session.inflight),
-                inflight_bytes=inflight_bytes,
-                messages_in=session.received_messages,
-                bytes_in=session.received_bytes,
-                messages_out=session.acked_messages,
-                bytes_out=session.acked_bytes,
-                credit_out=conn.send_credit_bytes if conn is not None else 0,
-                credit_in=conn.recv_allowance_bytes if conn is not None else 0,
-                window=session.window,
-                memory=queued_in + session.unsent_bytes + inflight_bytes,
-                reconnects=session.reconnects,
-                connected_for=(now - session.connected_at)
-                if session.connected_at is not None and session.connected else 0.0,
-                blocked=blocked,
-                blocked_for=blocked_for,
-                messages_in_per_s=0.0, bytes_in_per_s=0.0,
-                messages_out_per_s=0.0, bytes_out_per_s=0.0,
-            ))
+        budget = self._budget
+        rows = [peer_row(session, now=now, lent=budget.lent_bytes(session),
+                         blocked=engine.diagnostics.peer_blocked(session, now))
+                for session in engine.all_sessions()]
         connection = self.options.connection
         return self._meter.snapshot(
             now=now,
@@ -660,12 +575,12 @@ class Communicator:
             else "open",
             uptime=now - engine.created,
             peers=rows,
-            closed_totals=tuple(engine.totals_closed),
+            closed_totals=tuple(engine.handshake.totals_closed),
             recv_budget=connection.recv_budget,
-            recv_held=engine.held_bytes,
-            recv_outstanding=engine.outstanding_bytes,
+            recv_held=self._budget.held_bytes,
+            recv_outstanding=self._budget.outstanding_bytes,
             send_budget=connection.send_budget,
-            connect_error=engine.connect_error,
+            connect_error=engine.reach.connect_error if engine.reach else "",
         )
 
     # ------------------------------------------------------------------ display

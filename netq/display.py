@@ -21,6 +21,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from .diagnostics import format_bytes
 from .statistics import CommunicatorStatistics, PeerStatistics
 
 __all__ = ("Column", "COLUMNS", "PALETTE", "peer_name", "peer_values", "peer_fields",
@@ -101,18 +102,6 @@ def format_duration(seconds: float) -> str:
         return f"{minutes} min {secs:02d} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
-
-
-def format_bytes(value: float) -> str:
-    """Bytes as B / KiB / MiB / GiB: ``0 B``, ``64.0 KiB``, ``4.00 MiB``."""
-    value = float(value)
-    if value != value:
-        return "-"
-    for suffix, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(value) >= scale:
-            number = value / scale
-            return f"{number:.2f} {suffix}" if abs(number) < 10 else f"{number:.1f} {suffix}"
-    return f"{value:.0f} B"
 
 
 class Column(NamedTuple):

@@ -1,23 +1,27 @@
-"""The session engine: sessions, credit, acknowledgements, timers and liveness.
+"""The session engine: event dispatch, pumping queued messages, and timers.
 
 The engine sits between the transports and the queue API (:class:`netq.Communicator`):
 
-* transports call it through :class:`EngineAPI` (a ``typing.Protocol``): a new link's
-  :class:`~netq.protocol.Connection`, the events a link produced, a link that closed, a failed
-  connection attempt, and the periodic :meth:`SessionEngine.service`;
+* transports call it through :class:`netq.contract.EngineAPI` (a ``typing.Protocol``): a new
+  link's :class:`~netq.protocol.Connection`, the events a link produced, a link that closed,
+  a failed connection attempt, and the periodic :meth:`SessionEngine.service`;
 * the queue API calls :meth:`SessionEngine.submit` (queue a serialized message for some peers,
-  waiting for send budget), :meth:`SessionEngine.consumed` (``get()`` took a message) and the
-  closing and reporting methods;
-* received messages go to the queue API through the :class:`Inbox` it passes in.
+  waiting for send budget), :meth:`SessionEngine.settle_lent` (``get()`` finished with what
+  it took before) and the closing and reporting methods;
+* received messages go to the queue API through the :class:`netq.contract.Inbox` it passes in.
 
-Each decision lives here once: what credit to grant (through :mod:`netq.flow`), which message
-goes on the wire under which sequence number, what an acknowledgement resolves, where numbering
-resumes after a reconnect, when a silent link is dead, and what to say when something waits.
+The engine dispatches and pumps; each decision it needs lives in one module (see
+docs/architecture.md): which peer an id names (:mod:`netq.peers`), how much credit to grant
+(:mod:`netq.credit`, policy in :mod:`netq.flow`), what a handshake, a goodbye or an error frame
+means for a session (:mod:`netq.handshake`), where numbering resumes
+(:mod:`netq.protocol.resume`), and what a wait says (:mod:`netq.diagnostics`). Here: which
+message goes on the wire under which sequence number, what an acknowledgement resolves, when
+a silent link is dead, when a session expires.
 
 Threads: the I/O thread runs every ``handle_*``/``service`` method. User threads run
 ``submit`` (appending under the session's ``put_lock``; writing an idle link themselves when
-the transport allows), ``consumed`` (under the inbox's lock) and the close/report methods. See
-:mod:`netq.session` for which thread writes which field.
+the transport allows), ``settle_lent`` (under the inbox's lock) and the close/report methods.
+See :mod:`netq.session` for which thread writes which field.
 """
 
 from __future__ import annotations
@@ -27,181 +31,66 @@ import itertools
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
 
 from . import flow, protocol as proto
+from .contract import EngineAPI, Inbox, Link, TransportAPI, TransportFactory
+from .credit import ReceiveBudget
+from .diagnostics import Diagnostics, Reachability, StallWarning
 from .exceptions import (
     AuthenticationError,
     ConnectionLost,
     Full,
     MessageTooLarge,
     NetqError,
-    RemoteProtocolError,
-    ResourceClosed,
 )
+from .handshake import Handshake
 from .options import CommunicatorOptions, Purpose
-from .protocol.frames import UNLIMITED_MESSAGES, ErrorCode, Role
-from .session import NO_TOKEN, Outgoing, PeerSession, PeerState
+from .peers import PeerTable
+from .protocol.frames import UNLIMITED_MESSAGES
+from .session import Outgoing, PeerSession, PeerState
 
-if TYPE_CHECKING:
-    from .transports.base import Link, Transport
-
-__all__ = ("EngineAPI", "Inbox", "SessionEngine", "format_bytes")
+__all__ = ("EngineAPI", "Inbox", "SessionEngine")
 
 LOGGER = logging.getLogger("netq")
 
 _GOODBYE_GRACE = 1.0  # seconds close(timeout) still allows for goodbyes after the timeout
-_DEPARTED_MEMORY = 65536  # ids of departed peers remembered (ResourceClosed, not UnknownPeer)
 _CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an ACK is due
 # Seconds between looks at the timers (heartbeats, session timeouts, stall warnings) while the
 # loop turns for I/O; a busy link turns it once per message, the timers need no such precision.
 _TIMER_TICK = 0.01
 _QUIET = 50e-6  # seconds since the previous put after which a put counts as a lone request
-_REPEAT_WARNING = 30.0  # seconds between repeated warnings about the same ongoing wait
-_STARVED_RECHECK = 1.0  # seconds between counts of the peers out of credit (one pass over them)
-_SPACE_POLL = 0.1  # seconds between checks while put() waits for send budget
-_BDP_PING = 1 << 63  # PING tokens with this bit are bandwidth-delay probes, not heartbeats
-_BDP_BACKOFF_MAX = 1.0  # seconds between probes at most, while rounds show the path limits
 _clock = time.perf_counter
-
-
-def format_bytes(count: float) -> str:
-    """``1536`` -> ``"1.5 KiB"``: sizes in log lines and error messages."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(count) < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count:.1f} GiB"  # pragma: no cover - the loop always returns
-
-
-class Inbox(Protocol):
-    """What the engine hands received messages to (the queue API's receive side)."""
-
-    def deliver(self, session: PeerSession, messages: list[proto.MessageReceived]) -> None:
-        """Append complete messages to the session's inbox and wake getters (I/O thread)."""
-
-    def wake_all(self) -> None:
-        """Wake every waiting get(): something changed that may end their wait."""
-
-    @property
-    def consumer_waiting(self) -> bool:
-        """True while a get() is blocked waiting for a message."""
-
-    @property
-    def consumer_sleeping(self) -> bool:
-        """True while a get() sleeps with nothing to take (it does not lead the loop)."""
-
-
-class EngineAPI(Protocol):
-    """What a transport may call on its engine (and nothing else)."""
-
-    options: CommunicatorOptions
-    purpose: Purpose
-    id: uuid.UUID
-
-    @property
-    def closing(self) -> bool:
-        """close() was called: refuse newcomers."""
-
-    @property
-    def stopping(self) -> bool:
-        """The I/O loop should say goodbye and end."""
-
-    @property
-    def has_work(self) -> bool:
-        """User threads queued work for the I/O thread (do not sleep)."""
-
-    @property
-    def consumer_waiting(self) -> bool:
-        """A get() is blocked waiting (a reply is likely to follow what arrives)."""
-
-    @property
-    def consumer_sleeping(self) -> bool:
-        """A get() sleeps until a message is handed to it: the loop must not be left idle."""
-
-    def new_connection(self) -> proto.Connection:
-        """The protocol state for a new link (its HELLO is queued)."""
-
-    def handle_events(self, link: Link, events: list[proto.Event]) -> None:
-        """What the link's Connection produced from received bytes (link lock held)."""
-
-    def after_io(self, link: Link) -> None:
-        """A link was read or written: pump its session's queue if it has one."""
-
-    def link_closed(self, link: Link) -> None:
-        """The link's socket or channel is gone (link lock held)."""
-
-    def connect_started(self) -> None:
-        """Client: the transport starts an attempt to reach the server."""
-
-    def connect_failed(self, address: str, reason: str) -> None:
-        """Client: an attempt to reach the server failed; the transport retries."""
-
-    def wants_connection(self) -> bool:
-        """Client: should the transport (re)connect now?"""
-
-    def service(self, now: float) -> float:
-        """Periodic and requested work; returns seconds until it wants to run again."""
-
-    def goodbyes(self) -> bool:
-        """Closing: say goodbye on every link; True when nothing is left to wait for."""
-
-    def failed(self, error: BaseException) -> None:
-        """The I/O thread is dying of ``error``."""
-
-    def finished(self) -> None:
-        """The I/O thread has ended."""
 
 
 class SessionEngine:
     """The I/O side of one communicator. Create through :class:`netq.Communicator`."""
 
     def __init__(self, options: CommunicatorOptions, purpose: Purpose, inbox: Inbox,
-                 transport_class: type[Transport]) -> None:
+                 transport_class: TransportFactory) -> None:
         self.options = options
         self.purpose = purpose
         self.id = options.id
         self._inbox = inbox
-        self._role = Role.SERVER if purpose is Purpose.SERVER else Role.CLIENT
         self._server = purpose is Purpose.SERVER
-        serialization = options.serialization
-        self.message_limit = serialization.message_limit
-        queue_size = serialization.queue_size
+        queue_size = options.serialization.queue_size
         self._recv_messages = UNLIMITED_MESSAGES if queue_size < 0 else max(1, queue_size)
-        self._credit_message_threshold = max(1, self._recv_messages // 4)
         connection = options.connection
         # ConnectionOptions fills these in (None means "derive from the others").
         assert connection.window_min is not None and connection.window_max is not None
-        assert connection.merge_size is not None and connection.efficient_size is not None
-        self._merge_size, self._efficient_size = connection.merge_size, connection.efficient_size
         self.limits = flow.FlowLimits(connection.recv_budget, connection.window_min,
                                       connection.window_max)
         self._send_budget = connection.send_budget
         self._stall_warning = connection.stall_warning
-        security = options.security
-        self._authkey = security.authkey if security is not None else None
 
-        self.sessions: dict[uuid.UUID, PeerSession] = {}
-        self._departed: dict[uuid.UUID, None] = {}
-        # Client: the one session, created up front so that put() can queue before the first
-        # connection (the server's id is learnt in the handshake).
-        self.server_session: PeerSession | None = None
-        if not self._server:
-            self.server_session = PeerSession(uuid.UUID(int=0), token=NO_TOKEN,
-                                              window=self.limits.window_min)
+        # Every session, a client's one session included (netq.peers).
+        self.peers = PeerTable(server=self._server, window=self.limits.window_min)
 
-        # Receive budget accounting: held = received - consumed (two writers, one each);
-        # outstanding = the credit live links still have from us (I/O thread).
-        self._received_total = 0
-        self._consumed_total = 0
-        self._outstanding = 0
-        self._credit_waiters: collections.deque[PeerSession] = collections.deque()
-        self._consumed_at_wake = 0  # _consumed_total when credit waiters were last served
-        self._budget_full_since: float | None = None
-        self._budget_warned_at = 0.0
-        self._starved_counted_at, self._starved = -_STARVED_RECHECK, 0  # see _watch
+        # The receive budget and the credit our peers have (netq.credit).
+        self.budget = ReceiveBudget(self.limits, recv_messages=self._recv_messages,
+                                    stall_warning=self._stall_warning,
+                                    peer_count=self.peers.__len__, schedule=self.schedule,
+                                    clock=time.monotonic)
 
         self._attention: collections.deque[PeerSession] = collections.deque()
         self._timers_ran = 0.0  # when _timers last ran, and when they are next due
@@ -209,32 +98,24 @@ class SessionEngine:
         self._closing = False
         self._stopping = False
         self._stopping_since = 0.0
+        self._close_progress = threading.Condition()  # close() waits here (wait_flushed)
         self.closed = threading.Event()  # the I/O thread has ended
         self.failure: BaseException | None = None  # why the I/O thread died, if it did
         self.fatal: NetqError | None = None  # a client that cannot go on (wrong authkey)
         self._ping_tokens = itertools.count(1)
-        self._bdp_tokens = itertools.count(1)
         self.created = time.monotonic()
-        self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
 
         # Client connection trouble, for warnings and statistics().
-        self.connect_error = ""  # what the last failed attempt ran into ("" once connected)
-        self._unreachable_since: float | None = time.monotonic() if not self._server else None
-        self._unreachable_warned_at: float | None = None
-        self._connect_attempts = 0  # attempts started since the last connection
-        self._connect_failures = 0  # of which ended in failure
-        self._attempt_started_at: float | None = None  # the attempt under way, if any
-        self._attempt_reached_server = False  # the attempt under way reached a listener
-        # The client's session clock (docs/guarantees.md, "session_timeout"): it runs only
-        # while no attempt is under way (between a failed attempt and the next one), so a
-        # client whose attempts are slow because the server is busy (a storm) fails nothing.
-        # Transports that do not report when an attempt starts (connect_started) leave it
-        # running from the start or the disconnection.
-        self._absent_total = 0.0  # seconds counted so far since the last connection
-        # When the stretch being counted now began (None: an attempt is under way).
-        self._absent_since: float | None = self.created if not self._server else None
+        self.reach = None if self._server else Reachability(self._stall_warning, self.created)
 
-        self.transport: Transport = transport_class(self)
+        self.transport: TransportAPI = transport_class(self)
+        self.handshake = Handshake(server=self._server, peers=self.peers, budget=self.budget,
+                                   transport=self.transport, reachability=self.reach,
+                                   schedule=self.schedule, changed=self._timers_changed,
+                                   options=options, recv_messages=self._recv_messages)
+        self.diagnostics = Diagnostics(server=self._server, options=options, peers=self.peers,
+                                       budget=self.budget, transport=self.transport,
+                                       reachability=self.reach)
 
     # ================================================================== flags
 
@@ -265,24 +146,21 @@ class SessionEngine:
     def start(self) -> None:
         self.transport.start()
 
+    @property
+    def server_session(self) -> PeerSession | None:
+        """Client: its one session (with the server); None on a server."""
+        return self.peers.server_session
+
     def all_sessions(self) -> list[PeerSession]:
-        sessions = list(self.sessions.values())
-        if self.server_session is not None:
-            sessions.append(self.server_session)
-        return sessions
+        return self.peers.all()
 
-    def departed(self, peer: uuid.UUID) -> bool:
-        return peer in self._departed
-
-    @property
-    def held_bytes(self) -> int:
-        """Bytes received from all peers and not yet taken by get()."""
-        return self._received_total - self._consumed_total
-
-    @property
-    def outstanding_bytes(self) -> int:
-        """Credit our peers still have (what may still arrive without a new grant)."""
-        return self._outstanding
+    def raise_if_broken(self) -> None:
+        """Raise what stops put() and get() for good: the I/O thread died, or the client
+        cannot go on (wrong authkey, untrusted certificate)."""
+        if self.failure is not None:
+            raise ConnectionLost(None, f"I/O thread failed: {self.failure!r}")
+        if self.fatal is not None:
+            raise self.fatal
 
     # ================================================================== user threads: send
 
@@ -341,209 +219,28 @@ class SessionEngine:
 
     def _wait_for_space(self, session: PeerSession, block: bool, timeout: float | None) -> None:
         """Called with put_lock held: wait until the peer's unsent bytes drop under budget."""
+        explain = self.diagnostics.explain_send_wait
         if not block:
-            raise Full(f"put() would wait: {self.explain_send_wait(session)}")
-        start = time.monotonic()
-        deadline = None if timeout is None else start + timeout
+            raise Full(f"put() would wait: {explain(session)}")
         self.schedule(session)
         self.transport.wake()
-        session.space_waiters += 1
-        if session.blocked_since is None:
-            session.blocked_since = start
-        progress = session.dequeued_bytes
-        progress_at = start
-        warned_at: float | None = None
-        try:
-            while session.queued_bytes - session.dequeued_bytes >= self._send_budget:
-                if self._closing or session.state is PeerState.CLOSED:
-                    raise ResourceClosed(None if self._closing else session.id)
-                now = time.monotonic()
-                if session.dequeued_bytes != progress:
-                    progress, progress_at = session.dequeued_bytes, now
-                elif now - progress_at >= self._stall_warning and (
-                        warned_at is None or now - warned_at >= _REPEAT_WARNING):
-                    warned_at = now
-                    LOGGER.warning("netq %s: put() has waited %.0f s: %s", self.purpose.value,
-                                   now - start, self.explain_send_wait(session))
-                remaining = None if deadline is None else deadline - now
-                if remaining is not None and remaining <= 0:
-                    raise Full(f"put() waited {timeout:g} s: {self.explain_send_wait(session)}")
-                session.space.wait(_SPACE_POLL if remaining is None
-                                   else min(remaining, _SPACE_POLL))
-        finally:
-            session.space_waiters -= 1
-            if not session.space_waiters:
-                session.blocked_since = None
-
-    # ================================================================== explanations
-
-    def explain_send_wait(self, session: PeerSession) -> str:
-        """Why messages to ``session`` are not moving, and what would change it."""
-        now = time.monotonic()
-        unsent = format_bytes(session.unsent_bytes)
-        budget = format_bytes(self._send_budget)
-        link = session.link
-        if session.state is PeerState.CLOSED:
-            return f"peer {session.id} is gone"
-        if link is None or session.state is not PeerState.CONNECTED:
-            if not self._server:
-                return (f"{unsent} unsent (send_budget {budget}): "
-                        f"{self.explain_unreachable(now)}")
-            since = session.disconnected_at or now
-            return (f"{unsent} unsent to peer {session.id} (send_budget {budget}), whose link "
-                    f"broke {now - since:.0f} s ago; its session waits session_timeout="
-                    f"{self.options.connection.session_timeout:g} s for it to reconnect")
-        conn = link.conn
-        if not conn.can_send_data:
-            since = session.credit_exhausted_since or now
-            return (f"peer {session.id} has granted no credit for {now - since:.0f} s: it "
-                    f"holds what we sent unread, because its code is not calling get() (or "
-                    f"its recv_budget is full of other peers' messages); {unsent} wait here "
-                    f"(send_budget {budget}). It changes when the peer calls get(); "
-                    f"put(timeout=) or put(block=False) raise Full instead of waiting")
-        return (f"{unsent} unsent to peer {session.id} (send_budget {budget}): the link "
-                f"takes them slower than put() queues them")
-
-    def explain_unreachable(self, now: float) -> str:
-        """Client: what connecting to the server has run into so far (counts that are true:
-        attempts started, the one under way and how far it got, the last failure's reason),
-        in the transport's own terms where it has them (an MQTT broker without a live server)."""
-        where = self.transport.connect_target()
-        since = self._unreachable_since or now
-        attempts = self._connect_attempts
-        failures = self._connect_failures
-        started = self._attempt_started_at
-        state = self.transport.connect_state()
-        if state is not None:
-            progress = state
-            if failures:
-                progress += (f"; {failures} attempt{'s' if failures > 1 else ''} failed, the "
-                             f"last with: {self.connect_error or 'no reason given'}")
-        elif started is not None:
-            stage = ("connected, the netq handshake is not finished yet"
-                     if self._attempt_reached_server else "TCP connect not completed yet")
-            progress = f"attempt {attempts} in progress for {now - started:.0f} s: {stage}"
-            if failures:
-                progress += (f"; {failures} failed before it, the last with: "
-                             f"{self.connect_error}")
-        elif attempts:
-            progress = (f"{attempts} attempt{'s' if attempts > 1 else ''}; last failed with: "
-                        f"{self.connect_error or 'no reason given'}")
-        else:
-            progress = "no attempt has ended yet"
-        return (f"not connected to the server at {where} for {now - since:.0f} s "
-                f"({progress}); netq keeps retrying every "
-                f"{self.options.connection.reconnect_max:g} s at most")
-
-    def explain_close_wait(self) -> str:
-        """What close() is still waiting for."""
-        waiting = [s for s in self.all_sessions()
-                   if s.state is not PeerState.CLOSED and (s.outbox or s.inflight)]
-        if waiting:
-            unacked = sum(s.unsent_bytes + s.inflight_bytes() for s in waiting)
-            first = waiting[0]
-            reason = (self.explain_send_wait(first) if first.outbox
-                      else f"peer {first.id} has not acknowledged what is on the wire")
-            return (f"waiting for {len(waiting)} peer(s) to acknowledge "
-                    f"{format_bytes(unacked)}; {reason}. close(timeout=) gives up after "
-                    f"that many seconds")
-        if self._server:
-            live = [s for s in self.all_sessions() if s.state is not PeerState.CLOSED]
-            if live:
-                return (f"waiting for {len(live)} client(s) to close (a client that "
-                        f"vanished is given up after session_timeout="
-                        f"{self.options.connection.session_timeout:g} s); close(timeout=) "
-                        f"ends them sooner")
-        return "saying goodbye"
-
-    def peer_blocked(self, session: PeerSession, now: float) -> tuple[str, float]:
-        """For statistics(): ("" or why traffic with this peer waits, for how many seconds)."""
-        if session.blocked_since is not None:
-            return self.explain_send_wait(session), now - session.blocked_since
-        exhausted = session.credit_exhausted_since
-        if exhausted is not None and session.outbox and now - exhausted >= self._stall_warning:
-            return self.explain_send_wait(session), now - exhausted
-        if session.credit_waiting and self._budget_full_since is not None:
-            return (f"recv_budget full: {format_bytes(self.held_bytes)} received and not "
-                    f"taken by get()", now - self._budget_full_since)
-        if not self._server and session.state is not PeerState.CONNECTED \
-                and self._unreachable_since is not None \
-                and now - self._unreachable_since >= self._stall_warning:
-            return self.explain_unreachable(now), now - self._unreachable_since
-        return "", 0.0
+        session.wait_for_space(self._send_budget, timeout, StallWarning(
+            self._stall_warning, time.monotonic()), lambda: self._closing,
+            lambda: explain(session), self.purpose.value)
 
     # ================================================================== user threads: receive
 
-    def consumed(self, session: PeerSession, nbytes: int) -> None:
-        """get() finished with a message of ``nbytes`` from ``session`` (inbox lock held).
-
-        Message credit (``queue_size``) returns here; byte credit returned when the message
-        arrived, so this only has to wake peers the budget held back once enough is free.
-        """
-        session.consumed_messages += 1
-        session.consumed_bytes += nbytes
-        self._consumed_total += nbytes
-        wake = False
-        if not session.credit_requested and (
-                session.consumed_messages - session.credited_messages
-                >= self._credit_message_threshold
-                and self._recv_messages != UNLIMITED_MESSAGES):
-            session.credit_requested = True
-            self.schedule(session)
-            wake = True
-        if self._credit_waiters and (
-                self._consumed_total - self._consumed_at_wake >= self.limits.window_min
-                or session.credit_waiting):
-            self._consumed_at_wake = self._consumed_total
-            for waiter in list(self._credit_waiters):
-                if not waiter.scheduled:
-                    self.schedule(waiter)
-            wake = True
-        if wake:
+    def settle_lent(self) -> None:
+        """A get(): what earlier ones handed out is consumed now (inbox lock held)."""
+        if self.budget.settle_lent():
             self.transport.wake()
-
-    def returned(self, session: PeerSession, nbytes: int) -> None:
-        """A message consumed() already went back to ``session``'s inbox (inbox lock held).
-
-        Undoes the counting, so that the message counts once when it is taken again. Credit
-        that went out for it in between stays out: the peer may send one message early.
-        """
-        session.consumed_messages -= 1
-        session.consumed_bytes -= nbytes
-        self._consumed_total -= nbytes
 
     # ================================================================== I/O thread: links
 
     def new_connection(self) -> proto.Connection:
-        connection = self.options.connection
-        if not self._server and self._attempt_started_at is not None:
-            self._attempt_reached_server = True
-        grant = flow.initial_grant(self.limits, self._room())
-        self._outstanding += grant  # the Link built around it counts it (Link.credit_counted)
-        hello = proto.make_hello(
-            self._role, self.id,
-            auth=self._authkey is not None,
-            max_message=self.message_limit,
-            max_frame=connection.max_size,
-            recv_window=grant,
-            recv_messages=self._recv_messages,
-        )
-        return proto.Connection(hello, self._authkey, max_size=connection.max_size,
-                                merge_size=self._merge_size,
-                                efficient_size=self._efficient_size)
-
-    def _room(self) -> int:
-        return self.limits.budget - self.held_bytes - self._outstanding
-
-    def _share(self) -> int:
-        """Each peer's share of the receive budget (netq.flow)."""
-        return self.limits.budget // max(1, len(self.sessions))
-
-    def _recount(self, link: Link) -> None:
-        """Bring the outstanding-credit total up to date with this link's allowance."""
-        allowance = max(link.conn.recv_allowance_bytes, 0)
-        self._outstanding += allowance - link.credit_counted
-        link.credit_counted = allowance
+        if self.reach is not None:
+            self.reach.reached_server()
+        return self.handshake.new_connection(self.budget.hello_grant())
 
     def handle_events(self, link: Link, events: list[proto.Event]) -> None:
         arrived: list[proto.MessageReceived] | None = None
@@ -553,9 +250,7 @@ class SessionEngine:
             if kind is proto.MessageReceived:
                 assert session is not None and isinstance(event, proto.MessageReceived)
                 session.last_received = event.seq
-                session.received_messages += 1
-                session.received_bytes += event.size
-                self._received_total += event.size
+                self.budget.received(session, event.size)
                 if arrived is None:
                     arrived = []
                 arrived.append(event)  # the event itself waits in the inbox: no new object
@@ -570,17 +265,17 @@ class SessionEngine:
                 self.schedule(session)
             elif kind is proto.PeerAuthenticated:
                 assert isinstance(event, proto.PeerAuthenticated)
-                if not self._authenticated(link, event.hello):
+                if not self.handshake.authenticated(link, event.hello):
                     return  # refused: nothing after the HELLO is looked at
             elif kind is proto.SessionOpened:
                 assert isinstance(event, proto.SessionOpened)
-                self._session_opened(link, event)
+                self.handshake.session_opened(link, event)
                 session = link.session
             elif kind is proto.ByeReceived:
-                self._bye(link)
+                self.handshake.bye(link)
             elif kind is proto.ErrorReceived:
                 assert isinstance(event, proto.ErrorReceived)
-                self._error_frame(link, event)
+                self.handshake.error_frame(link, event)
             elif kind is proto.ConnectionFailed:
                 assert isinstance(event, proto.ConnectionFailed)
                 link.error = event.error
@@ -592,107 +287,21 @@ class SessionEngine:
             elif kind is proto.PongReceived:
                 assert isinstance(event, proto.PongReceived)
                 if session is not None and event.token == session.bdp_token:
-                    self._bdp_sampled(session)
+                    self.budget.probe_answered(session)
                 else:
                     link.rtt = time.monotonic() - link.ping_sent_at
         if arrived:
             assert session is not None
             conn = link.conn
             conn.send_ack(session.last_received)
-            size = sum(message.size for message in arrived)
-            self._probe(session, link, size)
-            if conn.recv_allowance_bytes * 4 > session.window * 3 and not (
-                    session.credit_requested
-                    or (session.consumed_messages != session.credited_messages
-                        and self._recv_messages != UNLIMITED_MESSAGES)):
-                # Over three quarters of the window left: flow.plan_grant would grant nothing
-                # (not worth a frame) and the peer is not starved; only the count changes.
-                self._recount(link)
-            else:
-                self._grant(session, link, size)
+            self.budget.arrived(session, link, sum(message.size for message in arrived))
             self._inbox.deliver(session, arrived)
 
-    def _probe(self, session: PeerSession, link: Link, size: int) -> None:
-        """Measure the bandwidth-delay product while the window may still grow (netq.flow).
-
-        A PING goes out with the first data of a round trip; the bytes that arrive until its
-        PONG, with the data that prompted it, are one round trip's worth of this peer's traffic.
-        (The peer answers the PING before it sends what our credit lets it send next, so the
-        data behind the PONG is the next round's; the data that prompted the PING was this
-        round's, and without it a window of a few large messages would look one short.)
-        """
-        if session.bdp_token:
-            if session.bdp_link is link:
-                session.bdp_bytes += size
-                return
-            session.bdp_token = 0  # the probe went out on a link that is gone
-        if session.window >= self._largest_window():
-            return
-        if session.bdp_backoff:
-            now = time.monotonic()
-            if now < session.bdp_next_at:
-                return
-        token = _BDP_PING | next(self._bdp_tokens)
-        link.conn.send_ping(token)
-        session.bdp_token, session.bdp_bytes, session.bdp_link = token, size, link
-
-    def _bdp_sampled(self, session: PeerSession) -> None:
-        window = flow.bdp_window(self.limits, window=session.window, sample=session.bdp_bytes,
-                                 backlog=session.held_bytes, share=self._share())
-        session.bdp_token, session.bdp_link = 0, None
-        if window > session.window:
-            session.window = window
-            session.bdp_backoff = 0.0  # the window was the limit: measure the next round too
-            if not session.scheduled:
-                self.schedule(session)  # top the credit up to the new window
-        else:
-            # The path, not the window, limited that round: probe less and less often (a
-            # PING per round costs small messages about a tenth of their rate), yet often
-            # enough to notice when the traffic grows.
-            backoff = min(max(2 * session.bdp_backoff, 0.01), _BDP_BACKOFF_MAX)
-            session.bdp_backoff, session.bdp_next_at = backoff, time.monotonic() + backoff
-
-    def _largest_window(self) -> int:
-        limits = self.limits
-        return max(limits.window_min, min(limits.window_max, self._share()))
-
-    def _grant(self, session: PeerSession, link: Link, arrived: int = 0) -> None:
-        """Top the peer's credit up as the flow policy says (send lock held).
-
-        ``arrived``: bytes of the messages this top-up answers (not yet seen by get()).
-        """
-        conn = link.conn
-        self._recount(link)
-        allowance = conn.recv_allowance_bytes
-        held = session.held_bytes + conn.incoming_bytes  # a message under way counts already
-        plan = flow.plan_grant(self.limits, window=session.window, allowance=allowance,
-                               held=held, room=self._room(), starved=allowance <= 0,
-                               backlog=held - arrived, share=self._share())
-        session.window = plan.window
-        messages = 0
-        if session.credit_requested or session.consumed_messages != session.credited_messages:
-            session.credit_requested = False
-            messages = max(0, session.consumed_messages - session.credited_messages)
-            session.credited_messages += messages
-            if self._recv_messages == UNLIMITED_MESSAGES:
-                messages = 0
-        if plan.nbytes or messages:
-            conn.send_credit(plan.nbytes, messages)
-            self._recount(link)
-        if plan.limited:
-            if not session.credit_waiting:
-                session.credit_waiting = True
-                self._credit_waiters.append(session)
-        else:
-            self._stop_waiting_for_credit(session)
-
-    def _stop_waiting_for_credit(self, session: PeerSession) -> None:
-        if session.credit_waiting:
-            session.credit_waiting = False
-            try:
-                self._credit_waiters.remove(session)
-            except ValueError:
-                pass  # a consumer thread is iterating a copy; it finds nothing to do
+    def received_on(self, link: Link) -> tuple[int, int]:
+        session = link.session
+        if session is None:
+            return 0, 0
+        return session.received_messages, session.received_bytes
 
     def after_io(self, link: Link) -> None:
         session = link.session
@@ -701,260 +310,50 @@ class SessionEngine:
             if session.outbox and not session.scheduled:
                 self.schedule(session)
 
-    def _authenticated(self, link: Link, hello: proto.frames.Hello) -> bool:
-        """The peer proved who it is (or needs no proof). False if the transport refuses it."""
-        transport = self.transport
-        if not transport.authorize(link, hello.id):
-            link.error = AuthenticationError(f"{hello.id} may not use this link")
-            link.conn.send_error(ErrorCode.AUTHENTICATION, "peer id not allowed on this link")
-            transport.close_link(link, flush=True)
-            return False
-        link.peer_id = hello.id
-        if self._role is Role.CLIENT:
-            session = self.server_session
-            assert session is not None
-            token = session.token
-            last = session.last_received if token != NO_TOKEN else 0
-            self._send_session(session, link, token, last, False)
-        return True
-
-    def _session_opened(self, link: Link, event: proto.SessionOpened) -> None:
-        self._timers_changed()
-        now = time.monotonic()
-        if self._role is Role.SERVER:
-            assert link.peer_id is not None
-            session = self.sessions.get(link.peer_id)
-            resumed = session is not None and session.state is not PeerState.CLOSED
-            if session is None or not resumed:
-                session = PeerSession(link.peer_id, window=self.limits.window_min)
-                self.sessions[link.peer_id] = session
-            old = session.link
-            if old is not None and old is not link:
-                old.conn.send_error(ErrorCode.REPLACED, "a newer connection took over")
-                self.transport.close_link(old, flush=True)
-            with session.send_lock:
-                if resumed and event.token == session.token:
-                    session.requeue_inflight(event.last_received)
-                else:
-                    # A new client process reusing the id: its queues survive, numbering
-                    # restarts on both sides.
-                    session.requeue_inflight(0)
-                    session.last_received = 0
-                if session.state is not PeerState.CONNECTING:
-                    session.reconnects += 1
-                link.conn.expected_seq = session.last_received + 1
-                self._send_session(session, link, session.token, session.last_received,
-                                   resumed)
-                self._attach(session, link, now)
-        else:
-            session = self.server_session
-            assert session is not None
-            with session.send_lock:
-                if event.token == session.token:
-                    session.requeue_inflight(event.last_received)
-                else:
-                    if session.token != NO_TOKEN:
-                        # The server lost our session (restart or expiry): send everything
-                        # unacknowledged again, numbering from 1 both ways.
-                        session.requeue_inflight(0)
-                        session.last_received = 0
-                    session.token = event.token
-                if session.id.int == 0 or session.id != link.peer_id:
-                    assert link.peer_id is not None
-                    session.id = link.peer_id
-                if session.connected_at is not None:
-                    session.reconnects += 1
-                # No expected_seq here: the protocol core set it when it read the SESSION
-                # frame, and the server's messages that followed it in the same read have
-                # advanced it since.
-                self._attach(session, link, now)
-            if self._unreachable_since is not None:
-                waited = now - self._unreachable_since
-                if self._unreachable_warned_at is not None:
-                    LOGGER.info("netq client: connected to %s after %.0f s",
-                                self.transport.connect_target(), waited)
-                self._unreachable_since = None
-                self._unreachable_warned_at = None
-                self.connect_error = ""
-            self._connect_attempts = self._connect_failures = 0
-            self._attempt_started_at = None
-            self._attempt_reached_server = False
-            self._absent_total, self._absent_since = 0.0, None
-
-    def _send_session(self, session: PeerSession, link: Link, token: bytes, last_received: int,
-                      resumed: bool) -> None:
-        """Our SESSION frame: what we hold of the peer's messages, and the credit we take back.
-
-        The link's HELLO granted credit before the peer was known; the SESSION takes back what
-        the flow policy does not allow this peer now (its unread messages from earlier links
-        count), so a peer reconnecting to a stalled receiver cannot add a grant per link.
-        """
-        conn = link.conn
-        self._recount(link)
-        granted = max(conn.recv_allowance_bytes, 0)
-        takeback = flow.takeback(self.limits, granted=granted, window=session.window,
-                                 held=session.held_bytes, room=self._room() + granted,
-                                 share=self._share())
-        conn.send_session(token, last_received, resumed, takeback, session.held_messages)
-        self._recount(link)
-        session.credited_messages = session.consumed_messages
-        session.credit_requested = False
-
-    def _attach(self, session: PeerSession, link: Link, now: float) -> None:
-        session.link = link
-        link.session = session
-        session.state = PeerState.CONNECTED
-        session.connected_at = now
-        session.disconnected_at = None
-        self.schedule(session)
-
-    def _bye(self, link: Link) -> None:
-        session = link.session
-        if session is None:
-            return
-        session.goodbye_received = True
-        if self._role is Role.SERVER:
-            # The client leaves: nothing more goes to it. Messages already on the wire still
-            # get acknowledged (it reads until our BYE); queued ones fail now.
-            with session.send_lock:
-                error = ResourceClosed(session.id, "the peer closed")
-                while session.outbox:
-                    message = session.outbox.popleft()
-                    session.dequeued_bytes += message.size
-                    message.future._fail(error)
-                session.wake_putters()
-                session.state = PeerState.CLOSING
-                link.conn.send_bye("goodbye")
-                session.goodbye_sent = True
-            self.transport.close_link(link, flush=True)
-        else:
-            session.state = PeerState.CLOSED
-            if not session.goodbye_sent:  # the server shut us out
-                link.conn.send_bye("goodbye")
-                session.goodbye_sent = True
-            with session.send_lock:
-                session.fail_outbound(ResourceClosed(session.id, "the server closed"))
-            self.transport.close_link(link, flush=True)
-
-    def _error_frame(self, link: Link, event: proto.ErrorReceived) -> None:
-        code = event.code
-        if code == ErrorCode.REPLACED:
-            link.error = ConnectionLost(link.peer_id, "replaced by a newer connection")
-            link.replaced = True
-        elif code == ErrorCode.SHUTDOWN:
-            link.error = ResourceClosed(link.peer_id, "the peer shut down")
-            session = link.session
-            if session is not None:
-                session.state = PeerState.CLOSED
-        elif code == ErrorCode.AUTHENTICATION:
-            link.error = AuthenticationError(f"peer rejected us: {event.text}")
-        else:
-            link.error = RemoteProtocolError(f"peer reported error {code}: {event.text}")
-
     def link_closed(self, link: Link) -> None:
         self._timers_changed()
-        session = link.session
         now = time.monotonic()
-        self._outstanding -= link.credit_counted
-        link.credit_counted = 0
+        self.budget.link_closed(link)
         if isinstance(link.error, AuthenticationError):
             LOGGER.warning("netq %s: %s", self.purpose.value, link.error)
-            if self._role is Role.CLIENT:
+            if not self._server:
                 # Retrying cannot help (wrong key, untrusted server certificate): fail
                 # everything with the reason.
                 self.fatal = link.error
-                server = self.server_session
+                server = self.peers.server_session
                 assert server is not None
                 server.state = PeerState.CLOSED
                 with server.send_lock:
                     server.fail_outbound(link.error)
                 self._inbox.wake_all()
                 return
-        if session is None or session.link is not link:
-            error = link.error
-            if session is None and not self._server and error is not None \
-                    and not isinstance(error, AuthenticationError):
-                # The attempt reached the server and ended before the netq handshake did.
-                reason = error.reason if isinstance(error, ResourceClosed) and error.reason \
-                    else str(error)
-                if not reason.startswith("connected"):
-                    reason = f"connected, then before the netq handshake ended: {reason}"
-                self.connect_failed(str(self.options.netloc), reason)
-            return
-        if session.goodbye_received or session.state is PeerState.CLOSED:
-            session.link = None
-            self._end_session(session, ResourceClosed(session.id, "the peer closed"))
-            return
-        session.mark_disconnected(now)
-        if not self._server:
-            if self._unreachable_since is None:
-                self._unreachable_since = now
-            self._absent_total = 0.0
-            self._absent_since = now  # until the next attempt starts
+        failed_attempt = self.handshake.link_closed(link, now)
+        if failed_attempt is not None:
+            self.connect_failed(str(self.options.netloc), failed_attempt)
 
     def connect_started(self) -> None:
         now = time.monotonic()
         self._timers_changed()
-        self._connect_attempts += 1
-        self._attempt_started_at = now
-        self._attempt_reached_server = False
-        if self._absent_since is not None:  # an attempt under way stops the session clock
-            self._absent_total += now - self._absent_since
-            self._absent_since = None
+        if self.reach is not None:
+            self.reach.started(now)
 
     def connect_failed(self, address: str, reason: str) -> None:
         now = time.monotonic()
         self._timers_changed()
-        if self._attempt_started_at is None:  # a transport that does not report its starts
-            self._connect_attempts += 1
-        self._connect_failures += 1
-        self._attempt_started_at = None
-        self._attempt_reached_server = False
-        if self._absent_since is None:
-            self._absent_since = now
-        self.connect_error = reason if address == str(self.options.netloc) \
-            else f"{address}: {reason}"
-        if self._unreachable_since is None:
-            self._unreachable_since = now
+        if self.reach is not None:
+            self.reach.failed(now, reason if address == str(self.options.netloc)
+                              else f"{address}: {reason}")
         LOGGER.debug("netq client: connecting to %s failed: %s", address, reason)
-
-    def absent_for(self, now: float) -> float:
-        """Client: seconds counted against ``session_timeout`` since the last connection:
-        the time spent with no connection attempt under way (docs/guarantees.md)."""
-        total = self._absent_total
-        if self._absent_since is not None:
-            total += now - self._absent_since
-        return total
 
     def wants_connection(self) -> bool:
         if self._stopping:
             return False
-        session = self.server_session
+        session = self.peers.server_session
         if session is None or session.state is PeerState.CLOSED:
             return False
         if self._closing:
             return bool(session.outbox or session.inflight)
         return True
-
-    def _end_session(self, session: PeerSession, error: BaseException) -> None:
-        session.state = PeerState.CLOSED
-        with session.send_lock:
-            session.fail_outbound(error)
-        if self._server and not session.inbox:
-            self._forget(session)
-
-    def _forget(self, session: PeerSession) -> None:
-        if self.sessions.get(session.id) is session:
-            del self.sessions[session.id]
-            self._stop_waiting_for_credit(session)
-            self._departed[session.id] = None
-            while len(self._departed) > _DEPARTED_MEMORY:
-                del self._departed[next(iter(self._departed))]
-            totals = self.totals_closed
-            totals[0] += session.received_messages
-            totals[1] += session.received_bytes
-            totals[2] += session.acked_messages
-            totals[3] += session.acked_bytes
 
     # ================================================================== I/O thread: sending
 
@@ -1003,10 +402,12 @@ class SessionEngine:
                 continue
             with session.send_lock:
                 if link.conn.state is proto.ConnectionState.OPEN:
-                    self._grant(session, link)
+                    self.budget.grant(session, link)
                 self._pump(session, link)
                 if link.conn.has_output:
                     transport.write_now(link)
+        if self._closing:
+            self._closing_progress()  # close() looks at flushed() again
         if now < self._timers_due and now - self._timers_ran < _TIMER_TICK:
             return self._timers_due - now
         wait = self._timers(now)
@@ -1020,35 +421,7 @@ class SessionEngine:
     def _timers(self, now: float) -> float:
         connection = self.options.connection
         heartbeat = connection.heartbeat
-        wait = heartbeat
-        for session in self.all_sessions():
-            state = session.state
-            if state is PeerState.DISCONNECTED:
-                assert session.disconnected_at is not None
-                if self._server:
-                    waited = now - session.disconnected_at
-                else:
-                    waited = self.absent_for(now)
-                if waited >= connection.session_timeout:
-                    if self._server:
-                        self._end_session(session, ConnectionLost(
-                            session.id, "no reconnect within session_timeout"))
-                    else:
-                        # A fresh period for later puts.
-                        self._absent_total = 0.0
-                        if self._absent_since is not None:
-                            self._absent_since = now
-                        with session.send_lock:
-                            session.fail_outbound(ConnectionLost(
-                                session.id, f"the server could not be reached: no connection "
-                                            f"attempt under way for session_timeout="
-                                            f"{connection.session_timeout:g} s in all "
-                                            f"(last: {self.connect_error or 'no reason given'})"))
-                elif self._server or self._absent_since is not None:  # the clock runs
-                    wait = min(wait, connection.session_timeout - waited)
-            elif state is PeerState.CLOSED and self._server and not session.inbox \
-                    and session.link is None:
-                self._forget(session)
+        wait = min(heartbeat, self.handshake.expire_sessions(now))
         for link in self.transport.links():
             silent = now - link.last_received_at
             if silent >= heartbeat:
@@ -1072,47 +445,21 @@ class SessionEngine:
     def _watch(self, now: float) -> float:
         """Say what waits for too long: a client with no server, a full receive budget."""
         next_check = self._stall_warning
-        if not self._server and self._unreachable_since is not None and not self._stopping:
-            waited = now - self._unreachable_since
-            if waited >= self._stall_warning:
-                warned = self._unreachable_warned_at
-                if warned is None or now - warned >= _REPEAT_WARNING:
-                    self._unreachable_warned_at = now
-                    LOGGER.warning("netq client: %s; put() and get() wait for it",
-                                   self.explain_unreachable(now))
-            else:
-                next_check = self._stall_warning - waited
-        if self._credit_waiters and self._room() < flow.CREDIT_FLOOR \
-                and now - self._starved_counted_at >= _STARVED_RECHECK:
-            self._starved_counted_at, self._starved = now, self._starved_waiters()
-        if self._credit_waiters and self._room() < flow.CREDIT_FLOOR and self._starved:
-            if self._budget_full_since is None:
-                self._budget_full_since = now
-            full_for = now - self._budget_full_since
-            if full_for >= self._stall_warning and now - self._budget_warned_at >= _REPEAT_WARNING:
-                self._budget_warned_at = now
-                LOGGER.warning("netq %s: %s", self.purpose.value, self.explain_budget(full_for))
-            elif full_for < self._stall_warning:
-                next_check = min(next_check, self._stall_warning - full_for)
-        else:
-            self._budget_full_since = None
+        unreachable = self.reach.unreachable if self.reach is not None else None
+        if unreachable is not None and not self._stopping:
+            wait = unreachable.until_due(now)
+            if wait > 0:
+                next_check = wait
+            elif unreachable.due(now):
+                LOGGER.warning("netq client: %s; put() and get() wait for it",
+                               self.diagnostics.explain_unreachable(now))
+        full, wait = self.budget.watch(now)
+        if full is not None and wait <= 0 and full.due(now):
+            LOGGER.warning("netq %s: %s", self.purpose.value,
+                           self.diagnostics.explain_budget(now - full.since))
+        elif wait > 0:
+            next_check = min(next_check, wait)
         return max(next_check, 0.05)
-
-    def _starved_waiters(self) -> int:
-        """Peers the budget holds back that have no credit left. Others (idle peers keeping
-        their floor, however many) can still send: the budget holds nobody up for them."""
-        return sum(1 for session in list(self._credit_waiters)  # a copy: get() may remove
-                   if session.link is not None and session.link.conn.recv_allowance_bytes <= 0)
-
-    def explain_budget(self, full_for: float) -> str:
-        sessions = sorted(self.all_sessions(), key=lambda s: s.held_bytes, reverse=True)
-        top = ", ".join(f"{s.id}: {format_bytes(s.held_bytes)}" for s in sessions[:3]
-                        if s.held_bytes)
-        return (f"the receive budget has been full for {full_for:.0f} s: "
-                f"{format_bytes(self.held_bytes)} received and not taken by get() "
-                f"(recv_budget {format_bytes(self.limits.budget)}; most from {top}); "
-                f"{self._starved_waiters()} peer(s) wait for credit until get() takes "
-                f"messages, or raise ConnectionOptions.recv_budget")
 
     # ================================================================== closing
 
@@ -1128,51 +475,22 @@ class SessionEngine:
 
     def flushed(self) -> bool:
         """Everything put has been acknowledged (or failed), and for a server: peers left."""
-        if self.failure is not None:
-            return True
-        for session in self.all_sessions():
-            if session.state is PeerState.CLOSED:
-                continue
-            if session.outbox or session.inflight:
-                if not self._server and session.state is not PeerState.CONNECTED \
-                        and session.token == NO_TOKEN and session.reconnects == 0 \
-                        and self.absent_for(time.monotonic()) \
-                        > self.options.connection.session_timeout:
-                    continue  # never connected within session_timeout: give up
-                return False
-            if self._server:
-                return False  # still there: the server waits for its clients to leave
-        return True
+        return self.failure is not None or self.handshake.flushed(time.monotonic())
+
+    def wait_flushed(self, timeout: float | None) -> bool:
+        """close(): wait until flushed() or the I/O thread ended, at most ``timeout`` seconds.
+        The engine notifies after every turn of its loop while closing (no polling here)."""
+        with self._close_progress:
+            return self._close_progress.wait_for(
+                lambda: self.closed.is_set() or self.flushed(), timeout)
+
+    def _closing_progress(self) -> None:
+        with self._close_progress:
+            self._close_progress.notify_all()
 
     def goodbyes(self) -> bool:
-        done = True
-        transport = self.transport
-        for link in transport.links():
-            session = link.session
-            if session is None:
-                if (not self._server and not link.closing
-                        and time.monotonic() - self._stopping_since < _GOODBYE_GRACE):
-                    # Mid-handshake: the server may have opened our session already (it
-                    # does on our SESSION frame). Let the handshake finish so that we can
-                    # say goodbye; cut now, the server would keep that session for
-                    # session_timeout, and its close() would wait for it.
-                    done = False
-                    continue
-                transport.close_link(link, flush=False)
-                continue
-            with link.lock:
-                if not self._server:
-                    if not session.goodbye_sent:
-                        session.goodbye_sent = True
-                        session.state = PeerState.CLOSING
-                        link.conn.send_bye("goodbye")
-                        transport.write_now(link)
-                    done = False  # wait for the server's BYE (or EOF)
-                else:
-                    # Server stopping with clients still attached (close timeout ran out).
-                    link.conn.send_error(ErrorCode.SHUTDOWN, "server closing")
-                    transport.close_link(link, flush=True)
-        return done
+        return self.handshake.goodbyes(
+            in_grace=time.monotonic() - self._stopping_since < _GOODBYE_GRACE)
 
     def failed(self, error: BaseException) -> None:
         self.failure = error
@@ -1180,6 +498,8 @@ class SessionEngine:
         for session in self.all_sessions():
             session.fail_outbound(lost)
         self._inbox.wake_all()
+        self._closing_progress()
 
     def finished(self) -> None:
         self.closed.set()
+        self._closing_progress()

@@ -37,10 +37,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .protocol.frames import UNLIMITED_MESSAGES
+
 __all__ = ("CREDIT_FLOOR", "FlowLimits", "Grant", "plan_grant", "initial_grant", "takeback",
-           "bdp_window")
+           "bdp_window", "credit_suffices", "message_credit", "message_credit_due",
+           "UNLIMITED_MESSAGES")
 
 CREDIT_FLOOR = 16 * 1024  # bytes every peer may hold + have outstanding, whatever the budget
+# A byte grant smaller than this fraction of the window, to a peer that still has credit, is
+# not worth a frame: it waits until more is due (1/FRAME_WORTH of the window).
+FRAME_WORTH = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +113,7 @@ def plan_grant(limits: FlowLimits, *, window: int, allowance: int, held: int, ro
     limited = grant < want
     if grant <= 0:
         return Grant(0, window, True)
-    if credit and grant < window // 4 and not limited:
+    if credit and grant < window // FRAME_WORTH and not limited:
         return Grant(0, window, False)  # the peer has credit left: not worth a frame yet
     return Grant(debt + grant, window, limited)
 
@@ -150,3 +156,30 @@ def bdp_window(limits: FlowLimits, *, window: int, sample: int, backlog: int,
     if sample * 3 < window * 2 or backlog > window or window >= largest:
         return window
     return max(window, min(2 * sample, largest))
+
+
+def credit_suffices(*, window: int, allowance: int) -> bool:
+    """The peer still has more credit than a top-up would be worth: over (FRAME_WORTH - 1) /
+    FRAME_WORTH of its window. :func:`plan_grant` would grant no bytes then (not worth a frame,
+    and a peer with that much credit is not starved), so the engine may skip planning.
+    """
+    return allowance * FRAME_WORTH > window * (FRAME_WORTH - 1)
+
+
+def message_credit_due(*, consumed: int, credited: int, recv_messages: int) -> bool:
+    """``get()`` has taken enough messages since the last message credit went out (a quarter
+    of ``queue_size``, at least one) that it is worth sending it now; never when the count is
+    unlimited (``recv_messages`` is :data:`UNLIMITED_MESSAGES`)."""
+    if recv_messages == UNLIMITED_MESSAGES:
+        return False
+    return consumed - credited >= max(1, recv_messages // FRAME_WORTH)
+
+
+def message_credit(*, consumed: int, credited: int, recv_messages: int) -> tuple[int, int]:
+    """(messages to grant now, the new count of messages credited back).
+
+    Every message ``get()`` took since the last grant is returned; none are granted when the
+    count is unlimited, but the count still moves (the peer was never limited by it).
+    """
+    returned = max(0, consumed - credited)
+    return (0 if recv_messages == UNLIMITED_MESSAGES else returned), credited + returned

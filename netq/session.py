@@ -19,16 +19,27 @@ from __future__ import annotations
 
 import collections
 import enum
+import logging
 import os
 import threading
+import time
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from .exceptions import Full, ResourceClosed
 from .futures import DeliveryFuture
+from .protocol.resume import Resume
+
+if TYPE_CHECKING:
+    from .contract import Link
+    from .diagnostics import StallWarning
 
 __all__ = ("NO_TOKEN", "Outgoing", "PeerSession", "PeerState")
 
 NO_TOKEN = bytes(16)  # a client's session token before the server has answered
+LOGGER = logging.getLogger("netq")
+_SPACE_POLL = 0.1  # seconds between checks while put() waits for send budget
 
 
 class PeerState(enum.StrEnum):
@@ -60,7 +71,7 @@ class PeerSession:
         self.id = peer_id
         self.token = token or os.urandom(16)
         self.state = PeerState.CONNECTING
-        self.link: Any = None  # the attached transport Link, or None
+        self.link: Link | None = None  # the attached transport link
         self.disconnected_at: float | None = None
         self.connected_at: float | None = None
         self.reconnects = 0
@@ -89,7 +100,7 @@ class PeerSession:
 
         # Inbound: MessageReceived events (deserialized lazily by get(), on the user thread),
         # and the remaining elements of an opened put_many batch.
-        self.inbox: collections.deque = collections.deque()
+        self.inbox: collections.deque[Any] = collections.deque()
         self.in_ready = False
         self.last_received = 0  # highest sequence number received in this session
         self.received_messages = 0
@@ -99,10 +110,10 @@ class PeerSession:
         self.credited_messages = 0  # I/O side: message consumption returned as CREDIT
         self.credit_requested = False  # get() asked the I/O thread to return message credit
         self.window = window  # receive credit we aim to keep outstanding (netq.flow)
-        # The bandwidth-delay probe under way (netq.engine._probe): its PING token (0: none),
-        # the link it went out on, and the bytes received since.
+        # The bandwidth-delay probe under way (netq.credit.ReceiveBudget.probe): its PING
+        # token (0: none), the link it went out on, and the bytes received since.
         self.bdp_token = 0
-        self.bdp_link: Any = None
+        self.bdp_link: Link | None = None
         self.bdp_bytes = 0
         self.bdp_backoff = 0.0  # seconds until the next probe after one that did not grow
         self.bdp_next_at = 0.0  # monotonic time before which no probe starts
@@ -149,20 +160,57 @@ class PeerSession:
             self.acked_bytes += message.size
             message.future._delivered()
 
-    def requeue_inflight(self, acknowledged: int) -> None:
-        """After a reconnect: drop what the peer has, put the rest back in front, in order.
+    def resume(self, numbering: Resume) -> None:
+        """A link (re)opened this session: continue numbering where ``numbering`` says.
 
-        Only the send-lock holder may call this. Messages the peer confirms (sequence number
-        <= ``acknowledged``) resolve; the others are sent again under fresh numbers starting at
-        ``acknowledged + 1``, which are the numbers the peer now expects.
+        Only the send-lock holder may call this. Messages the peer has resolve; the others go
+        back in front of the queue, in order, to be sent again under fresh numbers (the ones
+        the peer now expects).
         """
-        self.acknowledge(acknowledged)
+        self.acknowledge(numbering.acknowledged)
         inflight = self.inflight
         again = [message for _, message in inflight]
         inflight.clear()
         self.outbox.extendleft(reversed(again))
         self.dequeued_bytes -= sum(message.size for message in again)
-        self.next_seq = acknowledged + 1
+        self.next_seq = numbering.next_send
+        self.last_received = numbering.last_received
+
+    def wait_for_space(self, send_budget: int, timeout: float | None, stall: StallWarning,
+                       closing: Callable[[], bool], explain: Callable[[], str],
+                       who: str) -> None:
+        """put(), with ``put_lock`` held: wait until the unsent bytes drop under
+        ``send_budget``, warning (``stall``, ``explain()``: why) while nothing moves.
+
+        Raises :class:`Full` after ``timeout`` seconds, :class:`ResourceClosed` when the
+        communicator (``closing()``) or the peer closes meanwhile.
+        """
+        start = stall.since
+        deadline = None if timeout is None else start + timeout
+        self.space_waiters += 1
+        if self.blocked_since is None:
+            self.blocked_since = start
+        progress = self.dequeued_bytes
+        try:
+            while self.queued_bytes - self.dequeued_bytes >= send_budget:
+                if closing() or self.state is PeerState.CLOSED:
+                    raise ResourceClosed(None if closing() else self.id)
+                now = time.monotonic()
+                if self.dequeued_bytes != progress:
+                    progress = self.dequeued_bytes
+                    stall.progress(now)
+                elif stall.due(now):
+                    LOGGER.warning("netq %s: put() has waited %.0f s: %s", who, now - start,
+                                   explain())
+                remaining = None if deadline is None else deadline - now
+                if remaining is not None and remaining <= 0:
+                    raise Full(f"put() waited {timeout:g} s: {explain()}")
+                self.space.wait(_SPACE_POLL if remaining is None
+                                else min(remaining, _SPACE_POLL))
+        finally:
+            self.space_waiters -= 1
+            if not self.space_waiters:
+                self.blocked_since = None
 
     def withdraw(self, future: DeliveryFuture) -> None:
         """The caller cancelled a put before it reached the wire: drop it from the outbox now.
@@ -191,6 +239,11 @@ class PeerSession:
             _, message = self.inflight.popleft()
             message.future._fail(error)
             failed += 1
+        return failed + self.fail_queued(error)
+
+    def fail_queued(self, error: BaseException) -> int:
+        """Fail the messages not yet on the wire (what is on it may still be acknowledged)."""
+        failed = 0
         while self.outbox:
             message = self.outbox.popleft()
             self.dequeued_bytes += message.size

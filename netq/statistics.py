@@ -28,6 +28,10 @@ import dataclasses
 import threading
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .session import PeerSession
 
 __all__ = ("PeerStatistics", "CommunicatorStatistics", "RateMeter", "RATE_INTERVAL")
 
@@ -160,3 +164,39 @@ class RateMeter:
             memory=sum(row.memory for row in rows),
             **fields,
         )
+
+
+def peer_row(session: PeerSession, *, now: float, lent: int,
+             blocked: tuple[str, float]) -> PeerStatistics:
+    """One peer's row, from its session. ``lent``: bytes of its messages the caller of the
+    last get() still holds (their credit is still out, so they are not queued here any more).
+    ``blocked``: why traffic with the peer waits and for how long (netq.diagnostics)."""
+    link = session.link
+    conn = link.conn if link is not None else None
+    inflight_bytes = session.inflight_bytes()
+    queued_in = session.held_bytes - lent
+    return PeerStatistics(
+        peer=session.id,
+        state=session.state.value,
+        queue_in=len(session.inbox),
+        queue_in_bytes=queued_in,
+        queue_out=len(session.outbox),
+        queue_out_bytes=session.unsent_bytes,
+        inflight=len(session.inflight),
+        inflight_bytes=inflight_bytes,
+        messages_in=session.received_messages,
+        bytes_in=session.received_bytes,
+        messages_out=session.acked_messages,
+        bytes_out=session.acked_bytes,
+        credit_out=conn.send_credit_bytes if conn is not None else 0,
+        credit_in=conn.recv_allowance_bytes if conn is not None else 0,
+        window=session.window,
+        memory=queued_in + session.unsent_bytes + inflight_bytes,
+        reconnects=session.reconnects,
+        connected_for=(now - session.connected_at)
+        if session.connected_at is not None and session.connected else 0.0,
+        blocked=blocked[0],
+        blocked_for=blocked[1],
+        messages_in_per_s=0.0, bytes_in_per_s=0.0,
+        messages_out_per_s=0.0, bytes_out_per_s=0.0,
+    )

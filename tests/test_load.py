@@ -245,12 +245,12 @@ def test_500_clients_flooding_an_unread_server_stay_within_its_budget(tmp_path):
         wait_for(lambda: len(server.peers) == clients, 2 * T,
                  message=f"{clients} clients to connect")
         base = rss()
-        with Sampler(lambda: engine.held_bytes + engine.outstanding_bytes) as held, \
+        with Sampler(lambda: engine.budget.held_bytes + engine.budget.outstanding_bytes) as held, \
                 Sampler(rss, interval=0.05) as server_memory:
             for child in children:
                 child.send("go")
             # The clients put far more than the budget holds: wait for the budget to fill.
-            wait_for(lambda: engine.held_bytes >= budget - clients * FLOOD_SIZE, 3 * T,
+            wait_for(lambda: engine.budget.held_bytes >= budget - clients * FLOOD_SIZE, 3 * T,
                      interval=0.1, message="the receive budget to fill")
             peak_held = held.peak
             offered = clients * FLOOD_MESSAGES * FLOOD_SIZE

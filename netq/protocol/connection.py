@@ -58,6 +58,7 @@ from .frames import (
     Hello,
     Role,
 )
+from .resume import resume_numbering
 
 __all__ = [
     "Connection",
@@ -876,9 +877,11 @@ class Connection:
                 # The server's DATA may follow its SESSION in the same bytes, before the session
                 # layer has seen this event: decide here where its numbering continues. It
                 # resumes our session (same token: after what we said we have) or starts a new
-                # one (from 1). netq.communicator reaches the same answer.
+                # one (from 1): netq.protocol.resume decides, for the session layer too.
                 asked_token, asked_last = self._asked
-                self.expected_seq = asked_last + 1 if token == asked_token else 1
+                self.expected_seq = resume_numbering(
+                    same_session=token == asked_token, peer_received=last_received,
+                    we_received=asked_last).expected
             events.append(SessionOpened(token, last_received, resumed, held_bytes,
                                         held_messages))
         elif frame_type == FrameType.ERROR:

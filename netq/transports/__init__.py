@@ -1,6 +1,6 @@
 """Transports, registered by name. Each module carries netq frames over one kind of link.
 
-A transport class is constructed with its engine (:class:`netq.engine.EngineAPI`, the only
+A transport class is constructed with its engine (:class:`netq.contract.EngineAPI`, the only
 thing it calls back) and provides::
 
     start()                 start the I/O thread (the constructor must not block on the network)

@@ -10,9 +10,10 @@ What differs is how a transport waits and moves bytes: a ``selectors`` loop over
 (:mod:`netq.transports.sockets`), or an inbox fed by a carrier library's threads
 (:mod:`netq.transports.packets`, for MQTT and gRPC). Subclasses implement the hooks marked
 "subclass" below. A transport calls its engine only through
-:class:`netq.engine.EngineAPI`; the engine (:class:`netq.engine.SessionEngine`) calls only the
-public methods here: ``start, wake, write_now, close_link, links, abort, join, authorize,
-lead, address, direct_writes``.
+:class:`netq.contract.EngineAPI`; the engine calls only what
+:class:`netq.contract.TransportAPI` lists (``start, wake, unpark, lead, write_now,
+close_link, links, authorize, connect_target, connect_state, abort, join, address,
+direct_writes, caller_leads``).
 
 Leader/followers: where ``caller_leads`` is set (the socket transports), a ``get()`` that
 would block may run the loop on its own thread (:meth:`Transport.lead`) while the I/O thread
@@ -26,77 +27,19 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._interrupts import LoopTurns
+from ..contract import EngineAPI, Link
 from ..exceptions import RemoteProtocolError
 from ..options import Purpose
-from ..protocol import Connection, ConnectionState
-
-if TYPE_CHECKING:
-    from ..engine import EngineAPI
+from ..protocol import ConnectionState
 
 __all__ = ("Link", "Transport", "CLOSE_FLUSH_LIMIT")
 
 CLOSE_FLUSH_LIMIT = 1.0  # seconds a closing link may take to flush its last frames
 PARK_LIMIT = 0.001  # seconds the parked I/O thread leaves the loop to callers between checks
 LEAD_SLICE = 0.05  # seconds of a caller-led wait for I/O between looks at its own state
-
-
-class Link:
-    """One connection to one peer: the transport's handle and its protocol state.
-
-    ``sock`` is the socket of a socket transport; ``channel`` is the carrier's handle of a
-    packet transport (an MQTT topic pair, a gRPC stream). ``conn`` is the sans-I/O
-    :class:`netq.protocol.Connection`; ``session`` the peer session it is attached to once the
-    handshake is done.
-    """
-
-    __slots__ = ("sock", "channel", "conn", "session", "own_lock", "error", "peer_id",
-                 "closing", "close_deadline", "write_blocked", "write_registered",
-                 "last_received_at", "ping_sent_at", "rtt", "replaced", "tls_handshaking",
-                 "dropped", "address", "direct_ok", "credit_counted", "ack_hold_until")
-
-    def __init__(self, sock: Any, conn: Connection, address: Any,
-                 tls_handshaking: bool = False, channel: Any = None) -> None:
-        self.sock = sock
-        self.channel = channel
-        self.conn = conn
-        self.session: Any = None  # the netq.session.PeerSession, once the handshake is done
-        self.own_lock = threading.RLock()
-        self.error: BaseException | None = None
-        self.peer_id: Any = None  # the peer's uuid, from its HELLO
-        self.closing = False
-        self.close_deadline = 0.0
-        self.write_blocked = False
-        self.write_registered = False
-        now = time.monotonic()
-        self.last_received_at = now
-        self.ping_sent_at = now
-        self.rtt = 0.0
-        self.replaced = False
-        self.tls_handshaking = tls_handshaking
-        self.dropped = False
-        self.address = address
-        # User threads may write on this link only once the I/O thread has left the critical
-        # section in which it attached the link to a session (before that, the I/O thread
-        # holds the link's own lock, not the session's).
-        self.direct_ok = False
-        # The receive credit of this link the engine counts against its budget (the HELLO
-        # grant from the start: netq.engine.SessionEngine.new_connection counted it).
-        self.credit_counted = max(conn.recv_allowance_bytes, 0)
-        # Until when queued ACK frames may wait for a reply to carry them (0.0: not held).
-        self.ack_hold_until = 0.0
-
-    @property
-    def lock(self) -> Any:
-        """The lock guarding ``conn``: the session's send lock once attached."""
-        session = self.session
-        return session.send_lock if session is not None else self.own_lock
-
-    @property
-    def peer_name(self) -> str:
-        return str(self.peer_id) if self.peer_id is not None else str(self.address)
 
 
 class Transport:

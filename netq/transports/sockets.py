@@ -346,10 +346,10 @@ class SocketTransport(Transport):
                 self.write_now(link)
             if mask & _READ and not link.dropped:
                 if consumer_waiting and session is not None:
-                    messages, size = session.received_messages, session.received_bytes
+                    messages, size = self.engine.received_on(link)
                     self._read_link(link)
-                    if session.received_messages > messages \
-                            and session.received_bytes - size < LEAD_BELOW:
+                    messages_now, size_now = self.engine.received_on(link)
+                    if messages_now > messages and size_now - size < LEAD_BELOW:
                         # Small messages handed to a waiting get(): it may lead the loop from
                         # now on. Large ones keep the I/O thread reading the next while the
                         # caller takes this one (reading and consuming overlap).

@@ -5,9 +5,10 @@ whose bytes move only when the test calls :meth:`MemoryNetwork.run`: every engin
 ``service`` runs, then every link's queued output is fed to the other end's Connection, until
 nothing moves. So a test decides exactly when bytes travel, and every step is deterministic.
 
-Only the transport's public contract (:class:`netq.transports.base.Transport`'s methods that
-the engine calls) is implemented; the engine is the real one, behind the real
-:class:`netq.Communicator` facade.
+Only the transport contract (:class:`netq.contract.TransportAPI`, what the engine calls) is
+implemented; the engine is the real one, behind the real :class:`netq.Communicator` facade.
+The transport is registered as protocol ``"memory"`` in :mod:`netq.transports`' registry, the
+way the real ones are, and looked up there.
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ import time
 from typing import Any
 
 import netq as nq
+from netq import transports
 from netq.communicator import Communicator
+from netq.contract import EngineAPI, Link
 from netq.protocol import ConnectionState
-from netq.transports.base import Link
+
+MEMORY = "memory"  # the protocol name this transport is registered under
+transports.register(MEMORY, f"{__name__}:MemoryTransport")
 
 
 class MemoryTransport:
@@ -26,14 +31,18 @@ class MemoryTransport:
 
     direct_writes = False
     caller_leads = False  # no loop to lead: the test drives every turn itself
-    network: MemoryNetwork  # set by MemoryNetwork before the communicator is built
+    # The network the communicator being built joins (MemoryNetwork.communicator sets it).
+    joining: MemoryNetwork | None = None
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: EngineAPI) -> None:
+        network = MemoryTransport.joining
+        assert network is not None, "build memory communicators with MemoryNetwork"
+        self.network = network
         self.engine = engine
         self.address = "memory"
         self.wakes = 0
         self._links: list[Link] = []
-        self.network.register(self)
+        network.register(self)
 
     # -- what the engine calls
     def start(self) -> None:
@@ -41,6 +50,9 @@ class MemoryTransport:
 
     def lead(self, timeout, ready) -> bool:
         return False
+
+    def unpark(self) -> None:
+        pass
 
     def wake(self) -> None:
         self.wakes += 1
@@ -106,12 +118,15 @@ class MemoryNetwork:
     def register(self, transport: MemoryTransport) -> None:
         self.transports.append(transport)
 
-    def transport_class(self) -> type[MemoryTransport]:
-        return type("BoundMemoryTransport", (MemoryTransport,), {"network": self})
-
     def communicator(self, purpose: nq.Purpose, **connection: Any) -> Communicator:
         options = nq.CommunicatorOptions(connection=nq.ConnectionOptions(**connection))
-        communicator = Communicator(nq.Protocol.TCP, purpose, options, self.transport_class())
+        transport_class = transports.lookup(MEMORY)  # the registry the real ones are in
+        MemoryTransport.joining = self
+        try:
+            # TCP's options and limits: the in-memory links stand in for TCP connections.
+            communicator = Communicator(nq.Protocol.TCP, purpose, options, transport_class)
+        finally:
+            MemoryTransport.joining = None
         if purpose is nq.Purpose.SERVER:
             self.server = communicator
         else:

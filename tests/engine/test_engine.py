@@ -81,9 +81,9 @@ def test_a_stalled_receiver_bounds_both_ends_and_says_why():
     server_stats, client_stats = server.statistics(), client.statistics()
     assert server_stats.recv_held <= 4 * MiB + 256 * KiB + CREDIT_FLOOR
     assert client_stats.peers[0].queue_out_bytes <= 2 * MiB + 256 * KiB
-    why = client._engine.explain_send_wait(client._engine.server_session)
+    why = client._engine.diagnostics.explain_send_wait(client._engine.server_session)
     assert "not calling get()" in why and "granted no credit" in why
-    assert "recv_budget" in server._engine.explain_budget(5.0)
+    assert "recv_budget" in server._engine.diagnostics.explain_budget(5.0)
     with pytest.raises(nq.Full, match="not calling get"):
         client.put(b"x", block=False)
     for _ in range(accepted):
@@ -174,14 +174,14 @@ def test_close_is_flushed_once_the_server_netq_has_everything_unread():
 def test_the_bandwidth_probe_backs_off_while_the_path_is_the_limit(monkeypatch):
     """Small messages never fill a 256 KiB window: after a round that shows it, the probe
     (a PING per round) waits longer and longer instead of pinging every round."""
-    from netq import engine as engine_module
+    from netq.credit import BDP_PING
     from netq.protocol import Connection
 
     pings: list[int] = []
     send_ping = Connection.send_ping
 
     def counting(self, token):
-        if token & engine_module._BDP_PING:
+        if token & BDP_PING:
             pings.append(token)
         send_ping(self, token)
 
@@ -192,5 +192,5 @@ def test_the_bandwidth_probe_backs_off_while_the_path_is_the_limit(monkeypatch):
         network.run()
         assert server.get_nowait().data == index
     assert 1 <= len(pings) <= 10, len(pings)  # one per round would be 300
-    session = server._engine.sessions[client.id]
+    session = server._engine.peers.get(client.id)
     assert session.bdp_backoff > 0 and session.window == 256 * KiB

@@ -1,0 +1,248 @@
+"""The transport contract: what the engine and the transports know of each other.
+
+This module sits below both :mod:`netq.engine` and :mod:`netq.transports`: each imports it,
+neither imports the other. It holds
+
+* :class:`EngineAPI`: everything a transport may call on its engine;
+* :class:`TransportAPI`: everything the engine may call on its transport;
+* :class:`Inbox`: what the engine hands received messages to (the queue API's receive side);
+* :class:`Link`: one connection to one peer, in two parts with one owner each:
+  :class:`LinkIO` (the transport's: socket or channel, write and close state) and the fields
+  :class:`Link` adds (the engine's: session, peer id, liveness and credit accounting).
+
+Layers, top to bottom::
+
+    Communicator (netq.communicator)     queue API, inboxes, fair receive, close
+        |
+    SessionEngine (netq.engine)          event dispatch, pumping, timers
+        |  uses: peers, credit, diagnostics, flow, protocol (resume numbering)
+        |
+    -- netq.contract ------------------  EngineAPI / TransportAPI / Inbox / Link
+        |
+    Transport (netq.transports.*)        sockets, MQTT, gRPC, in-memory (tests)
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .options import CommunicatorOptions, Purpose
+from .protocol import Connection, Event, MessageReceived
+
+if TYPE_CHECKING:
+    from .session import PeerSession
+
+__all__ = ("EngineAPI", "Inbox", "Link", "LinkIO", "TransportAPI", "TransportFactory")
+
+
+class Inbox(Protocol):
+    """What the engine hands received messages to (the queue API's receive side)."""
+
+    def deliver(self, session: PeerSession, messages: list[MessageReceived]) -> None:
+        """Append complete messages to the session's inbox and wake getters (I/O thread)."""
+
+    def wake_all(self) -> None:
+        """Wake every waiting get(): something changed that may end their wait."""
+
+    @property
+    def consumer_waiting(self) -> bool:
+        """True while a get() is blocked waiting for a message."""
+
+    @property
+    def consumer_sleeping(self) -> bool:
+        """True while a get() sleeps with nothing to take (it does not lead the loop)."""
+
+
+class LinkIO:
+    """The transport's part of a link: its socket or channel and its write/close state.
+
+    ``sock`` is the socket of a socket transport (None for the others; a plain or TLS socket
+    whose TLS methods the socket transport calls, so it is ``Any`` here); ``channel`` is the
+    carrier's handle of a packet transport (an MQTT topic pair, a gRPC stream: each packet
+    transport knows its own type, so it is ``Any`` here too). ``conn`` is the sans-I/O
+    :class:`netq.protocol.Connection`, written under :attr:`Link.lock`. Only the transport
+    writes these fields; the engine reads ``conn``, ``error``, ``closing`` and
+    ``write_blocked``, and sets ``error``/``replaced`` when a frame tells why a link ends.
+    """
+
+    __slots__ = ("sock", "channel", "conn", "own_lock", "error", "closing", "close_deadline",
+                 "write_blocked", "write_registered", "replaced", "tls_handshaking", "dropped",
+                 "address", "ack_hold_until")
+
+    def __init__(self, sock: Any, conn: Connection, address: object,
+                 tls_handshaking: bool = False, channel: Any = None) -> None:
+        self.sock = sock
+        self.channel = channel
+        self.conn = conn
+        self.own_lock = threading.RLock()
+        self.error: BaseException | None = None  # why the link ended (or is ending)
+        self.closing = False  # flushing its last frames (Transport.close_link)
+        self.close_deadline = 0.0  # monotonic time by which a closing link is dropped
+        self.write_blocked = False  # the socket's send buffer is full
+        self.write_registered = False  # the selector watches the socket for writability
+        self.replaced = False  # a newer link of the same peer took over (no reconnect)
+        self.tls_handshaking = tls_handshaking
+        self.dropped = False  # gone: released and reported to the engine
+        self.address = address  # the peer's address, in the transport's terms
+        # Until when queued ACK frames may wait for a reply to carry them (0.0: not held).
+        self.ack_hold_until = 0.0
+
+
+class Link(LinkIO):
+    """One connection to one peer: the transport's part (:class:`LinkIO`) and the engine's.
+
+    The engine's part: ``session`` (the :class:`netq.session.PeerSession` it is attached to
+    once the handshake is done), ``peer_id`` (from the peer's HELLO), liveness
+    (``last_received_at``, which the transport stamps on every read, ``ping_sent_at``,
+    ``rtt``), ``direct_ok`` and ``credit_counted``.
+    """
+
+    __slots__ = ("session", "peer_id", "last_received_at", "ping_sent_at", "rtt",
+                 "direct_ok", "credit_counted")
+
+    def __init__(self, sock: Any, conn: Connection, address: object,
+                 tls_handshaking: bool = False, channel: Any = None) -> None:
+        super().__init__(sock, conn, address, tls_handshaking, channel)
+        self.session: PeerSession | None = None
+        self.peer_id: uuid.UUID | None = None
+        now = time.monotonic()
+        self.last_received_at = now  # monotonic time of the last bytes read (transport)
+        self.ping_sent_at = now
+        self.rtt = 0.0  # seconds, from the last heartbeat PING's PONG
+        # User threads may write on this link only once the I/O thread has left the critical
+        # section in which it attached the link to a session (before that, the I/O thread
+        # holds the link's own lock, not the session's).
+        self.direct_ok = False
+        # The receive credit of this link the engine counts against its budget (the HELLO
+        # grant from the start: the engine counted it when it built the Connection).
+        self.credit_counted = max(conn.recv_allowance_bytes, 0)
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock guarding ``conn``: the session's send lock once attached."""
+        session = self.session
+        return session.send_lock if session is not None else self.own_lock
+
+    @property
+    def peer_name(self) -> str:
+        return str(self.peer_id) if self.peer_id is not None else str(self.address)
+
+
+class EngineAPI(Protocol):
+    """What a transport may call on its engine (and nothing else)."""
+
+    options: CommunicatorOptions
+    purpose: Purpose
+    id: uuid.UUID
+
+    @property
+    def closing(self) -> bool:
+        """close() was called: refuse newcomers."""
+
+    @property
+    def stopping(self) -> bool:
+        """The I/O loop should say goodbye and end."""
+
+    @property
+    def has_work(self) -> bool:
+        """User threads queued work for the I/O thread (do not sleep)."""
+
+    @property
+    def consumer_waiting(self) -> bool:
+        """A get() is blocked waiting (a reply is likely to follow what arrives)."""
+
+    @property
+    def consumer_sleeping(self) -> bool:
+        """A get() sleeps until a message is handed to it: the loop must not be left idle."""
+
+    def new_connection(self) -> Connection:
+        """The protocol state for a new link (its HELLO is queued)."""
+
+    def handle_events(self, link: Link, events: list[Event]) -> None:
+        """What the link's Connection produced from received bytes (link lock held)."""
+
+    def received_on(self, link: Link) -> tuple[int, int]:
+        """(messages, bytes) received so far from the peer of ``link``'s session ((0, 0)
+        before the handshake): a transport compares two readings to see what a read brought."""
+
+    def after_io(self, link: Link) -> None:
+        """A link was read or written: pump its session's queue if it has one."""
+
+    def link_closed(self, link: Link) -> None:
+        """The link's socket or channel is gone (link lock held)."""
+
+    def connect_started(self) -> None:
+        """Client: the transport starts an attempt to reach the server."""
+
+    def connect_failed(self, address: str, reason: str) -> None:
+        """Client: an attempt to reach the server failed; the transport retries."""
+
+    def wants_connection(self) -> bool:
+        """Client: should the transport (re)connect now?"""
+
+    def service(self, now: float) -> float:
+        """Periodic and requested work; returns seconds until it wants to run again."""
+
+    def goodbyes(self) -> bool:
+        """Closing: say goodbye on every link; True when nothing is left to wait for."""
+
+    def failed(self, error: BaseException) -> None:
+        """The I/O thread is dying of ``error``."""
+
+    def finished(self) -> None:
+        """The I/O thread has ended."""
+
+
+class TransportAPI(Protocol):
+    """What the engine may call on its transport (and nothing else)."""
+
+    direct_writes: bool  # a user thread may write on an idle link itself
+    caller_leads: bool  # a blocked get() may run the loop itself (lead())
+
+    @property
+    def address(self) -> Any:
+        """Where a server listens (transport-specific form)."""
+
+    def start(self) -> None:
+        """Start the I/O thread (never blocks on the network)."""
+
+    def wake(self) -> None:
+        """Any thread: make the I/O loop call ``engine.service`` soon."""
+
+    def unpark(self) -> None:
+        """Any thread: a parked I/O thread takes the loop back (a get() went to sleep)."""
+
+    def lead(self, timeout: float | None, ready: Callable[[], object]) -> bool:
+        """A blocked get() runs the loop on its own thread, if this transport allows it."""
+
+    def write_now(self, link: Link) -> None:
+        """Write the link's queued output as far as possible (link lock held)."""
+
+    def close_link(self, link: Link, flush: bool) -> None:
+        """Drop a link, after flushing its output when ``flush`` is true."""
+
+    def links(self) -> list[Link]:
+        """The live links (I/O thread)."""
+
+    def authorize(self, link: Link, peer_id: uuid.UUID) -> bool:
+        """May ``peer_id`` (from the peer's HELLO) use this link? (I/O thread)"""
+
+    def connect_target(self) -> str:
+        """Client: where connection attempts go, in this transport's terms."""
+
+    def connect_state(self) -> str | None:
+        """Client: what stands between us and the server now, if the transport knows more."""
+
+    def abort(self) -> None:
+        """Stop at once."""
+
+    def join(self) -> None:
+        """Wait for the I/O thread to end."""
+
+
+TransportFactory = Callable[[EngineAPI], TransportAPI]
+"""A transport class, called with its engine (what :func:`netq.transports.lookup` returns)."""

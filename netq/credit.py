@@ -1,0 +1,335 @@
+"""The receive budget and credit: how much each peer may send us, counted and granted here.
+
+:mod:`netq.flow` is the policy (pure functions of numbers); this module keeps the numbers and
+acts on them, for one communicator (:class:`ReceiveBudget`):
+
+* the totals: bytes received and not yet taken by ``get()`` ("held"), and credit granted to
+  live links and not yet used ("outstanding"); ``recv_budget`` covers both;
+* what ``get()`` has handed out (:meth:`ReceiveBudget.lend`): a message counts as held until
+  the next ``get()`` (the caller may still be using it), then as consumed;
+* grants: a new link's HELLO grant, the SESSION frame's take-back, top-ups as messages arrive
+  and as ``get()`` frees room (peers whose grant the budget capped wait in a queue, served
+  when room frees), message credit (``queue_size``);
+* the bandwidth-delay probe that lets a window grow on a long path;
+* whether the budget is full, for warnings and statistics (:class:`netq.diagnostics
+  .BudgetView`).
+
+Threads: the I/O thread grants, probes and counts arrivals; ``get()`` (under the
+communicator's receive lock) counts consumption (:meth:`consumed`, :meth:`returned`, the
+lent list). Each total has one writer.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from collections.abc import Callable
+
+from . import flow
+from .contract import Link
+from .diagnostics import StallWarning
+from .session import PeerSession
+
+__all__ = ("BDP_PING", "ReceiveBudget")
+
+BDP_PING = 1 << 63  # PING tokens with this bit are bandwidth-delay probes, not heartbeats
+_BDP_BACKOFF_MAX = 1.0  # seconds between probes at most, while rounds show the path limits
+STARVED_RECHECK = 1.0  # seconds between counts of the peers out of credit (one pass over them)
+
+
+class ReceiveBudget:
+    """One communicator's receive budget and the credit its peers have."""
+
+    def __init__(self, limits: flow.FlowLimits, *, recv_messages: int, stall_warning: float,
+                 peer_count: Callable[[], int], schedule: Callable[[PeerSession], None],
+                 clock: Callable[[], float]) -> None:
+        """``recv_messages``: the message count a peer may have unread (queue_size, or
+        flow.UNLIMITED_MESSAGES). ``peer_count``: how many peers share the budget.
+        ``schedule``: ask the I/O thread to service a session (grant it credit) soon.
+        ``clock``: monotonic seconds (time.monotonic; a test may pass its own)."""
+        self.limits = limits
+        self.recv_messages = recv_messages
+        self._stall_warning = stall_warning
+        self._peer_count = peer_count
+        self._schedule = schedule
+        self._clock = clock
+        # held = received - consumed (two writers, one each); outstanding: I/O thread.
+        self._received_total = 0
+        self._consumed_total = 0
+        self._outstanding = 0
+        self._waiters: collections.deque[PeerSession] = collections.deque()
+        # Peers out of credit among the waiters, counted in one pass at most once per
+        # STARVED_RECHECK (thousands of idle waiters make a pass per I/O step costly).
+        self._starved = 0
+        self._starved_counted_at = -STARVED_RECHECK
+        self._consumed_at_wake = 0  # _consumed_total when the waiters were last served
+        self._full: StallWarning | None = None  # the budget too full to grant credit
+        self._bdp_tokens = itertools.count(1)
+        # (session, size) handed out by get(): counted as consumed on the next get(), so a
+        # peer cannot send the next large message while the caller still holds this one.
+        self._lent: list[tuple[PeerSession, int]] = []
+
+    # ------------------------------------------------------------------ totals
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes received from all peers and not yet taken by get()."""
+        return self._received_total - self._consumed_total
+
+    @property
+    def outstanding_bytes(self) -> int:
+        """Credit our peers still have (what may still arrive without a new grant)."""
+        return self._outstanding
+
+    @property
+    def budget_bytes(self) -> int:
+        return self.limits.budget
+
+    @property
+    def waiting_peers(self) -> int:
+        """Peers the budget holds back with no credit left: they wait for get() to free
+        room (counted at most once per STARVED_RECHECK, see :meth:`watch`)."""
+        return self._starved
+
+    @property
+    def full_since(self) -> float | None:
+        return self._full.since if self._full is not None else None
+
+    def room(self) -> int:
+        """What the budget can still promise: recv_budget - held - outstanding (may be < 0)."""
+        return self.limits.budget - self.held_bytes - self._outstanding
+
+    def share(self) -> int:
+        """Each peer's share of the receive budget (netq.flow)."""
+        return self.limits.budget // max(1, self._peer_count())
+
+    def largest_window(self) -> int:
+        limits = self.limits
+        return max(limits.window_min, min(limits.window_max, self.share()))
+
+    def recount(self, link: Link) -> None:
+        """Bring the outstanding total up to date with this link's allowance (I/O thread)."""
+        allowance = max(link.conn.recv_allowance_bytes, 0)
+        self._outstanding += allowance - link.credit_counted
+        link.credit_counted = allowance
+
+    # ------------------------------------------------------------------ links (I/O thread)
+
+    def hello_grant(self) -> int:
+        """The credit a new link's HELLO grants, counted as outstanding from now on (the Link
+        built around the connection counts it as ``credit_counted``)."""
+        grant = flow.initial_grant(self.limits, self.room())
+        self._outstanding += grant
+        return grant
+
+    def session_takeback(self, session: PeerSession, link: Link) -> int:
+        """Of the link's HELLO grant, the bytes our SESSION frame takes back for ``session``:
+        a peer reconnecting to a stalled receiver cannot add a grant per link."""
+        self.recount(link)
+        granted = max(link.conn.recv_allowance_bytes, 0)
+        return flow.takeback(self.limits, granted=granted, window=session.window,
+                             held=session.held_bytes, room=self.room() + granted,
+                             share=self.share())
+
+    def session_opened(self, session: PeerSession, link: Link) -> None:
+        """Our SESSION frame went out: count its take-back; message credit starts afresh."""
+        self.recount(link)
+        session.credited_messages = session.consumed_messages
+        session.credit_requested = False
+
+    def link_closed(self, link: Link) -> None:
+        """The link's credit can no longer be used."""
+        self._outstanding -= link.credit_counted
+        link.credit_counted = 0
+
+    def forget(self, session: PeerSession) -> None:
+        """The session is gone: it waits for nothing."""
+        self._stop_waiting(session)
+
+    # ------------------------------------------------------------------ arrivals (I/O thread)
+
+    def received(self, session: PeerSession, size: int) -> None:
+        """A message of ``size`` bytes arrived from ``session`` (it is held from now on)."""
+        session.received_messages += 1
+        session.received_bytes += size
+        self._received_total += size
+
+    def arrived(self, session: PeerSession, link: Link, size: int) -> None:
+        """Messages of ``size`` bytes in all just arrived on ``link``: probe, top up (send
+        lock held)."""
+        self.probe(session, link, size)
+        if flow.credit_suffices(window=session.window,
+                                allowance=link.conn.recv_allowance_bytes) \
+                and not self._message_credit_pending(session):
+            self.recount(link)  # nothing to grant yet: only the count changes
+        else:
+            self.grant(session, link, size)
+
+    def _message_credit_pending(self, session: PeerSession) -> bool:
+        return session.credit_requested or (
+            session.consumed_messages != session.credited_messages
+            and self.recv_messages != flow.UNLIMITED_MESSAGES)
+
+    def grant(self, session: PeerSession, link: Link, arrived: int = 0) -> None:
+        """Top the peer's credit up as the flow policy says (send lock held).
+
+        ``arrived``: bytes of the messages this top-up answers (not yet seen by get()).
+        """
+        conn = link.conn
+        self.recount(link)
+        allowance = conn.recv_allowance_bytes
+        held = session.held_bytes + conn.incoming_bytes  # a message under way counts already
+        plan = flow.plan_grant(self.limits, window=session.window, allowance=allowance,
+                               held=held, room=self.room(), starved=allowance <= 0,
+                               backlog=held - arrived, share=self.share())
+        session.window = plan.window
+        messages = 0
+        if session.credit_requested or session.consumed_messages != session.credited_messages:
+            session.credit_requested = False
+            messages, session.credited_messages = flow.message_credit(
+                consumed=session.consumed_messages, credited=session.credited_messages,
+                recv_messages=self.recv_messages)
+        if plan.nbytes or messages:
+            conn.send_credit(plan.nbytes, messages)
+            self.recount(link)
+        if plan.limited:
+            if not session.credit_waiting:
+                session.credit_waiting = True
+                self._waiters.append(session)
+        else:
+            self._stop_waiting(session)
+
+    def _stop_waiting(self, session: PeerSession) -> None:
+        if session.credit_waiting:
+            session.credit_waiting = False
+            try:
+                self._waiters.remove(session)
+            except ValueError:
+                pass  # a consumer thread is iterating a copy; it finds nothing to do
+
+    # ------------------------------------------------------------------ the probe (I/O thread)
+
+    def probe(self, session: PeerSession, link: Link, size: int) -> None:
+        """Measure the bandwidth-delay product while the window may still grow (netq.flow).
+
+        A PING goes out with the first data of a round trip; the bytes that arrive until its
+        PONG, with the data that prompted it, are one round trip's worth of this peer's
+        traffic. (The peer answers the PING before it sends what our credit lets it send
+        next, so the data behind the PONG is the next round's; the data that prompted the
+        PING was this round's, and without it a window of a few large messages would look
+        one short.)
+        """
+        if session.bdp_token:
+            if session.bdp_link is link:
+                session.bdp_bytes += size
+                return
+            session.bdp_token = 0  # the probe went out on a link that is gone
+        if session.window >= self.largest_window():
+            return
+        if session.bdp_backoff and self._clock() < session.bdp_next_at:
+            return
+        token = BDP_PING | next(self._bdp_tokens)
+        link.conn.send_ping(token)
+        session.bdp_token, session.bdp_bytes, session.bdp_link = token, size, link
+
+    def probe_answered(self, session: PeerSession) -> None:
+        """The probe's PONG arrived: grow the window if the round says it limits."""
+        window = flow.bdp_window(self.limits, window=session.window, sample=session.bdp_bytes,
+                                 backlog=session.held_bytes, share=self.share())
+        session.bdp_token, session.bdp_link = 0, None
+        if window > session.window:
+            session.window = window
+            session.bdp_backoff = 0.0  # the window was the limit: measure the next round too
+            if not session.scheduled:
+                self._schedule(session)  # top the credit up to the new window
+        else:
+            # The path, not the window, limited that round: probe less and less often (a
+            # PING per round costs small messages about a tenth of their rate), yet often
+            # enough to notice when the traffic grows.
+            backoff = min(max(2 * session.bdp_backoff, 0.01), _BDP_BACKOFF_MAX)
+            session.bdp_backoff, session.bdp_next_at = backoff, self._clock() + backoff
+
+    # ------------------------------------------------------------------ get() (receive lock)
+
+    def lend(self, session: PeerSession, size: int) -> None:
+        """get() hands out a message of ``size`` bytes: it stays held until the next get()."""
+        self._lent.append((session, size))
+
+    def lent_bytes(self, session: PeerSession) -> int:
+        """Bytes of ``session``'s that the caller of the last get() still holds."""
+        return sum(size for owner, size in list(self._lent) if owner is session)
+
+    def settle_lent(self) -> bool:
+        """The next get(): what was handed out before is consumed now. True when the I/O
+        thread has credit to send (wake it)."""
+        wake = False
+        for session, size in self._lent:
+            wake |= self.consumed(session, size)
+        self._lent.clear()
+        return wake
+
+    def give_back(self, session: PeerSession, size: int) -> None:
+        """A message handed out goes back to its inbox (its get() failed): held again."""
+        entry = (session, size)
+        if entry in self._lent:
+            self._lent.remove(entry)
+        else:
+            self.returned(session, size)
+
+    def consumed(self, session: PeerSession, nbytes: int) -> bool:
+        """get() finished with a message of ``nbytes`` from ``session``.
+
+        Message credit (``queue_size``) returns here; byte credit returned when the message
+        arrived, so this only has to wake peers the budget held back once enough is free.
+        Returns True when it scheduled sessions (the caller wakes the I/O thread).
+        """
+        session.consumed_messages += 1
+        session.consumed_bytes += nbytes
+        self._consumed_total += nbytes
+        wake = False
+        if not session.credit_requested and flow.message_credit_due(
+                consumed=session.consumed_messages, credited=session.credited_messages,
+                recv_messages=self.recv_messages):
+            session.credit_requested = True
+            self._schedule(session)
+            wake = True
+        if self._waiters and (
+                self._consumed_total - self._consumed_at_wake >= self.limits.window_min
+                or session.credit_waiting):
+            self._consumed_at_wake = self._consumed_total
+            for waiter in list(self._waiters):
+                if not waiter.scheduled:
+                    self._schedule(waiter)
+            wake = True
+        return wake
+
+    def returned(self, session: PeerSession, nbytes: int) -> None:
+        """A message consumed() already went back to ``session``'s inbox.
+
+        Undoes the counting, so that the message counts once when it is taken again. Credit
+        that went out for it in between stays out: the peer may send one message early.
+        """
+        session.consumed_messages -= 1
+        session.consumed_bytes -= nbytes
+        self._consumed_total -= nbytes
+
+    # ------------------------------------------------------------------ fullness (I/O thread)
+
+    def watch(self, now: float) -> tuple[StallWarning | None, float]:
+        """Is the budget too full to grant credit to peers that wait for it? Returns the stall
+        (None when not full) and seconds until a warning could first be due."""
+        if self._waiters and self.room() < flow.CREDIT_FLOOR \
+                and now - self._starved_counted_at >= STARVED_RECHECK:
+            self._starved_counted_at, self._starved = now, self._count_starved()
+        if self._waiters and self.room() < flow.CREDIT_FLOOR and self._starved:
+            if self._full is None:
+                self._full = StallWarning(self._stall_warning, now)
+            return self._full, self._full.until_due(now)
+        self._full = None
+        return None, self._stall_warning
+
+    def _count_starved(self) -> int:
+        """Peers the budget holds back that have no credit left. The others (idle peers
+        keeping their floor, however many) can still send: the budget holds nobody up."""
+        return sum(1 for session in list(self._waiters)  # a copy: get() may remove
+                   if session.link is not None and session.link.conn.recv_allowance_bytes <= 0)

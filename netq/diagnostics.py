@@ -1,0 +1,333 @@
+"""What a wait is waiting for: every sentence netq says about a stall, decided here.
+
+A silent wait is a bug (docs/guarantees.md): a ``put()`` waiting for send budget, a
+``close()`` waiting for acknowledgements, a client that cannot reach its server, a full
+receive budget all say, within ``stall_warning`` seconds, what they wait for and what would
+change it: as a WARNING on the ``netq`` logger (repeated every :data:`REPEAT_WARNING`
+seconds while the wait lasts, through :class:`StallWarning`) and in ``statistics()``
+(:meth:`Diagnostics.peer_blocked`).
+
+* :class:`Reachability`: a client's connection attempts since it last had a connection
+  (counts, the attempt under way and how far it got, the last failure's reason), and its
+  session clock (the time counted against ``session_timeout``);
+* :class:`Diagnostics`: the sentences, from the engine's state (read only);
+* :func:`format_bytes`: sizes in those sentences, in statistics tables and widgets.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from .options import CommunicatorOptions
+from .peers import PeerTable
+from .session import PeerSession, PeerState
+
+__all__ = ("REPEAT_WARNING", "BudgetView", "ConnectView", "Diagnostics", "Reachability",
+           "StallWarning", "format_bytes")
+
+REPEAT_WARNING = 30.0  # seconds between repeated warnings about the same ongoing wait
+
+
+def format_bytes(value: float) -> str:
+    """Bytes as B / KiB / MiB / GiB, three significant digits: ``0 B``, ``512 B``,
+    ``64.0 KiB``, ``4.00 MiB`` (``-`` for NaN, a missing sample)."""
+    value = float(value)
+    if value != value:
+        return "-"
+    for suffix, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(value) >= scale:
+            number = value / scale
+            return f"{number:.2f} {suffix}" if abs(number) < 10 else f"{number:.1f} {suffix}"
+    return f"{value:.0f} B"
+
+
+class StallWarning:
+    """When to warn about one ongoing wait: once it has lasted ``stall_warning`` seconds
+    without progress, then every ``repeat`` seconds while it lasts."""
+
+    __slots__ = ("stall_warning", "repeat", "since", "warned_at")
+
+    def __init__(self, stall_warning: float, since: float,
+                 repeat: float = REPEAT_WARNING) -> None:
+        self.stall_warning = stall_warning
+        self.repeat = repeat
+        self.since = since  # when the wait (or its last progress) began
+        self.warned_at: float | None = None  # when we last warned about it
+
+    def progress(self, now: float) -> None:
+        """Something moved: the stall clock starts again (the repeat clock does not)."""
+        self.since = now
+
+    def due(self, now: float) -> bool:
+        """True when a warning is due now; the caller logs it (it counts as given)."""
+        if now - self.since < self.stall_warning:
+            return False
+        if self.warned_at is not None and now - self.warned_at < self.repeat:
+            return False
+        self.warned_at = now
+        return True
+
+    def next_due(self, now: float) -> float:
+        """Seconds until a warning is next due (the first, or the next repeat)."""
+        if self.warned_at is None:
+            return max(self.stall_warning - (now - self.since), 0.0)
+        return max(self.warned_at + self.repeat - now, 0.0)
+
+    def until_due(self, now: float) -> float:
+        """Seconds until the first warning could be due (0 once the stall is long enough)."""
+        return max(self.stall_warning - (now - self.since), 0.0)
+
+    @property
+    def warned(self) -> bool:
+        return self.warned_at is not None
+
+
+class Reachability:
+    """A client's attempts to reach its server since its last connection (I/O thread).
+
+    It also keeps the client's session clock (docs/guarantees.md, "session_timeout"): it runs
+    only while no attempt is under way (between a failed attempt and the next one), so a
+    client whose attempts are slow because the server is busy (a storm) fails nothing.
+    Transports that do not report when an attempt starts leave it running from the start or
+    the disconnection.
+    """
+
+    def __init__(self, stall_warning: float, now: float) -> None:
+        self._absent_total = 0.0  # seconds counted so far since the last connection
+        # When the stretch being counted now began (None: an attempt is under way).
+        self._absent_since: float | None = now
+        self.connect_error = ""  # what the last failed attempt ran into ("" once connected)
+        # The current stretch without a connection (None while connected).
+        self.unreachable: StallWarning | None = StallWarning(stall_warning, now)
+        self._stall_warning = stall_warning
+        self.attempts = 0  # attempts started since the last connection
+        self.failures = 0  # of which ended in failure
+        self.attempt_started_at: float | None = None  # the attempt under way, if any
+        self.attempt_reached_server = False  # the attempt under way reached a listener
+
+    @property
+    def unreachable_since(self) -> float | None:
+        return self.unreachable.since if self.unreachable is not None else None
+
+    def absent_for(self, now: float) -> float:
+        """Seconds counted against ``session_timeout`` since the last connection: the time
+        spent with no connection attempt under way."""
+        total = self._absent_total
+        if self._absent_since is not None:
+            total += now - self._absent_since
+        return total
+
+    @property
+    def absence_counting(self) -> bool:
+        """The session clock runs now (no attempt under way)."""
+        return self._absent_since is not None
+
+    def restart_absence(self, now: float) -> None:
+        """session_timeout ran out (what was queued failed): a fresh period for later puts."""
+        self._absent_total = 0.0
+        if self._absent_since is not None:
+            self._absent_since = now
+
+    def started(self, now: float) -> None:
+        if self._absent_since is not None:  # an attempt under way stops the session clock
+            self._absent_total += now - self._absent_since
+            self._absent_since = None
+        self.attempts += 1
+        self.attempt_started_at = now
+        self.attempt_reached_server = False
+
+    def reached_server(self) -> None:
+        """The attempt under way has a link to a listener (its handshake begins)."""
+        if self.attempt_started_at is not None:
+            self.attempt_reached_server = True
+
+    def failed(self, now: float, error: str) -> None:
+        if self.attempt_started_at is None:  # a transport that does not report its starts
+            self.attempts += 1
+        self.failures += 1
+        if self._absent_since is None:
+            self._absent_since = now
+        self.attempt_started_at = None
+        self.attempt_reached_server = False
+        self.connect_error = error
+        self.lost(now)
+
+    def lost(self, now: float) -> None:
+        """No connection from ``now`` on (unless we already knew)."""
+        if self.unreachable is None:
+            self.unreachable = StallWarning(self._stall_warning, now)
+
+    def disconnected(self, now: float) -> None:
+        """The connection broke: the session clock starts from zero, until the next attempt."""
+        self.lost(now)
+        self._absent_total = 0.0
+        self._absent_since = now
+
+    def connected(self) -> StallWarning | None:
+        """A connection: the counts start again. Returns the stretch without one that just
+        ended (None if there was none)."""
+        ended, self.unreachable = self.unreachable, None
+        if ended is not None:
+            self.connect_error = ""
+        self._absent_total, self._absent_since = 0.0, None
+        self.attempts = self.failures = 0
+        self.attempt_started_at = None
+        self.attempt_reached_server = False
+        return ended
+
+
+class BudgetView(Protocol):
+    """What the sentences read of the receive budget (netq.credit.ReceiveBudget)."""
+
+    @property
+    def held_bytes(self) -> int:
+        """Received from all peers and not yet taken by get()."""
+
+    @property
+    def budget_bytes(self) -> int:
+        """recv_budget."""
+
+    @property
+    def waiting_peers(self) -> int:
+        """Peers whose credit the budget capped (they wait for get())."""
+
+    @property
+    def full_since(self) -> float | None:
+        """Monotonic time since which the budget has been too full to grant credit."""
+
+
+class ConnectView(Protocol):
+    """What the sentences read of the transport (netq.contract.TransportAPI)."""
+
+    def connect_target(self) -> str:
+        """Client: where connection attempts go."""
+
+    def connect_state(self) -> str | None:
+        """Client: what stands between us and the server, if the transport knows more."""
+
+
+class Diagnostics:
+    """The sentences: why a wait lasts and what would end it (reads engine state only)."""
+
+    def __init__(self, *, server: bool, options: CommunicatorOptions, peers: PeerTable,
+                 budget: BudgetView, transport: ConnectView,
+                 reachability: Reachability | None) -> None:
+        self._server = server
+        self._options = options
+        self._peers = peers
+        self._budget = budget
+        self._transport = transport
+        self._reach = reachability
+        self._stall_warning = options.connection.stall_warning
+
+    def explain_send_wait(self, session: PeerSession) -> str:
+        """Why messages to ``session`` are not moving, and what would change it."""
+        now = time.monotonic()
+        unsent = format_bytes(session.unsent_bytes)
+        budget = format_bytes(self._options.connection.send_budget)
+        link = session.link
+        if session.state is PeerState.CLOSED:
+            return f"peer {session.id} is gone"
+        if link is None or session.state is not PeerState.CONNECTED:
+            if not self._server:
+                return (f"{unsent} unsent (send_budget {budget}): "
+                        f"{self.explain_unreachable(now)}")
+            since = session.disconnected_at or now
+            return (f"{unsent} unsent to peer {session.id} (send_budget {budget}), whose link "
+                    f"broke {now - since:.0f} s ago; its session waits session_timeout="
+                    f"{self._options.connection.session_timeout:g} s for it to reconnect")
+        conn = link.conn
+        if not conn.can_send_data:
+            since = session.credit_exhausted_since or now
+            return (f"peer {session.id} has granted no credit for {now - since:.0f} s: it "
+                    f"holds what we sent unread, because its code is not calling get() (or "
+                    f"its recv_budget is full of other peers' messages); {unsent} wait here "
+                    f"(send_budget {budget}). It changes when the peer calls get(); "
+                    f"put(timeout=) or put(block=False) raise Full instead of waiting")
+        return (f"{unsent} unsent to peer {session.id} (send_budget {budget}): the link "
+                f"takes them slower than put() queues them")
+
+    def explain_unreachable(self, now: float) -> str:
+        """Client: what connecting to the server has run into so far (counts that are true:
+        attempts started, the one under way and how far it got, the last failure's reason),
+        in the transport's own terms where it has them (an MQTT broker without a live server)."""
+        reach = self._reach
+        assert reach is not None, "a server has no server to reach"
+        where = self._transport.connect_target()
+        since = reach.unreachable_since or now
+        attempts, failures = reach.attempts, reach.failures
+        started = reach.attempt_started_at
+        error = reach.connect_error
+        state = self._transport.connect_state()
+        if state is not None:
+            progress = state
+            if failures:
+                progress += (f"; {failures} attempt{'s' if failures > 1 else ''} failed, the "
+                             f"last with: {error or 'no reason given'}")
+        elif started is not None:
+            stage = ("connected, the netq handshake is not finished yet"
+                     if reach.attempt_reached_server else "TCP connect not completed yet")
+            progress = f"attempt {attempts} in progress for {now - started:.0f} s: {stage}"
+            if failures:
+                progress += f"; {failures} failed before it, the last with: {error}"
+        elif attempts:
+            progress = (f"{attempts} attempt{'s' if attempts > 1 else ''}; last failed with: "
+                        f"{error or 'no reason given'}")
+        else:
+            progress = "no attempt has ended yet"
+        return (f"not connected to the server at {where} for {now - since:.0f} s "
+                f"({progress}); netq keeps retrying every "
+                f"{self._options.connection.reconnect_max:g} s at most")
+
+    def explain_close_wait(self) -> str:
+        """What close() is still waiting for."""
+        sessions = self._peers.all()
+        waiting = [s for s in sessions
+                   if s.state is not PeerState.CLOSED and (s.outbox or s.inflight)]
+        if waiting:
+            unacked = sum(s.unsent_bytes + s.inflight_bytes() for s in waiting)
+            first = waiting[0]
+            reason = (self.explain_send_wait(first) if first.outbox
+                      else f"peer {first.id} has not acknowledged what is on the wire")
+            return (f"waiting for {len(waiting)} peer(s) to acknowledge "
+                    f"{format_bytes(unacked)}; {reason}. close(timeout=) gives up after "
+                    f"that many seconds")
+        if self._server:
+            live = [s for s in sessions if s.state is not PeerState.CLOSED]
+            if live:
+                return (f"waiting for {len(live)} client(s) to close (a client that "
+                        f"vanished is given up after session_timeout="
+                        f"{self._options.connection.session_timeout:g} s); close(timeout=) "
+                        f"ends them sooner")
+        return "saying goodbye"
+
+    def explain_budget(self, full_for: float) -> str:
+        """The receive budget has been full for ``full_for`` seconds: whose messages fill it."""
+        budget = self._budget
+        sessions = sorted(self._peers.all(), key=lambda s: s.held_bytes, reverse=True)
+        top = ", ".join(f"{s.id}: {format_bytes(s.held_bytes)}" for s in sessions[:3]
+                        if s.held_bytes)
+        return (f"the receive budget has been full for {full_for:.0f} s: "
+                f"{format_bytes(budget.held_bytes)} received and not taken by get() "
+                f"(recv_budget {format_bytes(budget.budget_bytes)}; most from {top}); "
+                f"{budget.waiting_peers} peer(s) wait for credit until get() takes "
+                f"messages, or raise ConnectionOptions.recv_budget")
+
+    def peer_blocked(self, session: PeerSession, now: float) -> tuple[str, float]:
+        """For statistics(): ("" or why traffic with this peer waits, for how many seconds)."""
+        if session.blocked_since is not None:
+            return self.explain_send_wait(session), now - session.blocked_since
+        exhausted = session.credit_exhausted_since
+        if exhausted is not None and session.outbox and now - exhausted >= self._stall_warning:
+            return self.explain_send_wait(session), now - exhausted
+        full_since = self._budget.full_since
+        if session.credit_waiting and full_since is not None:
+            return (f"recv_budget full: {format_bytes(self._budget.held_bytes)} received and "
+                    f"not taken by get()", now - full_since)
+        reach = self._reach
+        if reach is not None and session.state is not PeerState.CONNECTED:
+            since = reach.unreachable_since
+            if since is not None and now - since >= self._stall_warning:
+                return self.explain_unreachable(now), now - since
+        return "", 0.0

@@ -1,0 +1,314 @@
+"""Sessions on links: the handshake's verdict, the SESSION exchange, BYE and ERROR frames.
+
+The protocol core (:mod:`netq.protocol`) checks HELLOs and frames; this module decides what
+they mean for the sessions (:mod:`netq.peers`): whether a peer may use a link, which session
+a link opens or resumes and where its numbering continues (:mod:`netq.protocol.resume`), how
+much of the HELLO's credit the SESSION frame takes back (:mod:`netq.credit`), and what a
+goodbye or an error frame ends. The engine (:mod:`netq.engine`) dispatches the events here.
+
+Threads: the I/O thread only, with the link's lock held.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from . import protocol as proto
+from .contract import Link, TransportAPI
+from .credit import ReceiveBudget
+from .diagnostics import Reachability
+from .exceptions import AuthenticationError, ConnectionLost, RemoteProtocolError, ResourceClosed
+from .options import CommunicatorOptions
+from .peers import PeerTable
+from .protocol.frames import ErrorCode, Role
+from .protocol.resume import resume_numbering
+from .session import NO_TOKEN, PeerSession, PeerState
+
+__all__ = ("Handshake",)
+
+LOGGER = logging.getLogger("netq")
+
+
+class Handshake:
+    """Opens, resumes and ends the sessions of one communicator's links (I/O thread)."""
+
+    def __init__(self, *, server: bool, peers: PeerTable, budget: ReceiveBudget,
+                 transport: TransportAPI, reachability: Reachability | None,
+                 schedule: Callable[[PeerSession], None], changed: Callable[[], None],
+                 options: CommunicatorOptions, recv_messages: int) -> None:
+        """``schedule``: ask the I/O thread to service a session. ``changed``: a session came
+        or went (the engine looks at its timers again). ``recv_messages``: the message count
+        a peer may have unread (what our HELLO says)."""
+        self._server = server
+        self._peers = peers
+        self._budget = budget
+        self._transport = transport
+        self._reach = reachability
+        self._schedule = schedule
+        self._changed = changed
+        self._options = options
+        self._recv_messages = recv_messages
+        self._session_timeout = options.connection.session_timeout  # seconds
+        self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
+
+    def new_connection(self, grant: int) -> proto.Connection:
+        """The protocol state for a new link: its HELLO (granting ``grant`` bytes) is queued."""
+        options = self._options
+        connection = options.connection
+        authkey = options.security.authkey if options.security is not None else None
+        assert connection.merge_size is not None and connection.efficient_size is not None
+        hello = proto.make_hello(
+            Role.SERVER if self._server else Role.CLIENT, options.id, auth=authkey is not None,
+            max_message=options.serialization.message_limit, max_frame=connection.max_size,
+            recv_window=grant, recv_messages=self._recv_messages)
+        return proto.Connection(hello, authkey, max_size=connection.max_size,
+                                merge_size=connection.merge_size,
+                                efficient_size=connection.efficient_size)
+
+    def authenticated(self, link: Link, hello: proto.frames.Hello) -> bool:
+        """The peer proved who it is (or needs no proof). False if the transport refuses it."""
+        transport = self._transport
+        if not transport.authorize(link, hello.id):
+            link.error = AuthenticationError(f"{hello.id} may not use this link")
+            link.conn.send_error(ErrorCode.AUTHENTICATION, "peer id not allowed on this link")
+            transport.close_link(link, flush=True)
+            return False
+        link.peer_id = hello.id
+        if not self._server:
+            session = self._peers.server_session
+            assert session is not None
+            token = session.token
+            last = session.last_received if token != NO_TOKEN else 0
+            self._send_session(session, link, token, last, False)
+        return True
+
+    def session_opened(self, link: Link, event: proto.SessionOpened) -> None:
+        self._changed()
+        now = time.monotonic()
+        if self._server:
+            assert link.peer_id is not None
+            session, resumed = self._peers.open(link.peer_id)
+            old = session.link
+            if old is not None and old is not link:
+                old.conn.send_error(ErrorCode.REPLACED, "a newer connection took over")
+                self._transport.close_link(old, flush=True)
+            with session.send_lock:
+                # A new client process reusing the id (another token) keeps its queues;
+                # numbering restarts on both sides.
+                numbering = resume_numbering(
+                    same_session=resumed and event.token == session.token,
+                    peer_received=event.last_received, we_received=session.last_received)
+                session.resume(numbering)
+                if session.state is not PeerState.CONNECTING:
+                    session.reconnects += 1
+                link.conn.expected_seq = numbering.expected
+                self._send_session(session, link, session.token, session.last_received,
+                                   resumed)
+                self._attach(session, link, now)
+        else:
+            server = self._peers.server_session
+            assert server is not None
+            session = server
+            with session.send_lock:
+                # Another token: our first session, or the server lost ours (restart or
+                # expiry) and everything unacknowledged goes again, numbered from 1 both ways.
+                session.resume(resume_numbering(
+                    same_session=event.token == session.token,
+                    peer_received=event.last_received, we_received=session.last_received))
+                session.token = event.token
+                if session.id.int == 0 or session.id != link.peer_id:
+                    assert link.peer_id is not None
+                    session.id = link.peer_id
+                if session.connected_at is not None:
+                    session.reconnects += 1
+                # No expected_seq here: the protocol core set it when it read the SESSION
+                # frame, and the server's messages that followed it in the same read have
+                # advanced it since.
+                self._attach(session, link, now)
+            assert self._reach is not None
+            ended = self._reach.connected()
+            if ended is not None and ended.warned:
+                LOGGER.info("netq client: connected to %s after %.0f s",
+                            self._transport.connect_target(), now - ended.since)
+
+    def _send_session(self, session: PeerSession, link: Link, token: bytes, last_received: int,
+                      resumed: bool) -> None:
+        """Our SESSION frame: what we hold of the peer's messages, and the credit we take back.
+
+        The link's HELLO granted credit before the peer was known; the SESSION takes back what
+        the flow policy does not allow this peer now (its unread messages from earlier links
+        count), so a peer reconnecting to a stalled receiver cannot add a grant per link.
+        """
+        takeback = self._budget.session_takeback(session, link)
+        link.conn.send_session(token, last_received, resumed, takeback, session.held_messages)
+        self._budget.session_opened(session, link)
+
+    def _attach(self, session: PeerSession, link: Link, now: float) -> None:
+        session.link = link
+        link.session = session
+        session.state = PeerState.CONNECTED
+        session.connected_at = now
+        session.disconnected_at = None
+        self._schedule(session)
+
+    def bye(self, link: Link) -> None:
+        session = link.session
+        if session is None:
+            return
+        session.goodbye_received = True
+        if self._server:
+            # The client leaves: nothing more goes to it. Messages already on the wire still
+            # get acknowledged (it reads until our BYE); queued ones fail now.
+            with session.send_lock:
+                session.fail_queued(ResourceClosed(session.id, "the peer closed"))
+                session.state = PeerState.CLOSING
+                link.conn.send_bye("goodbye")
+                session.goodbye_sent = True
+            self._transport.close_link(link, flush=True)
+        else:
+            session.state = PeerState.CLOSED
+            if not session.goodbye_sent:  # the server shut us out
+                link.conn.send_bye("goodbye")
+                session.goodbye_sent = True
+            with session.send_lock:
+                session.fail_outbound(ResourceClosed(session.id, "the server closed"))
+            self._transport.close_link(link, flush=True)
+
+    def error_frame(self, link: Link, event: proto.ErrorReceived) -> None:
+        code = event.code
+        if code == ErrorCode.REPLACED:
+            link.error = ConnectionLost(link.peer_id, "replaced by a newer connection")
+            link.replaced = True
+        elif code == ErrorCode.SHUTDOWN:
+            link.error = ResourceClosed(link.peer_id, "the peer shut down")
+            session = link.session
+            if session is not None:
+                session.state = PeerState.CLOSED
+        elif code == ErrorCode.AUTHENTICATION:
+            link.error = AuthenticationError(f"peer rejected us: {event.text}")
+        else:
+            link.error = RemoteProtocolError(f"peer reported error {code}: {event.text}")
+
+    def link_closed(self, link: Link, now: float) -> str | None:
+        """The link is gone: its session waits for a reconnect, or ends. Returns, for a client
+        whose attempt reached the server and ended before the handshake did, why (the
+        engine reports it as a failed attempt); None otherwise."""
+        session = link.session
+        if session is None or session.link is not link:
+            error = link.error
+            if session is None and not self._server and error is not None \
+                    and not isinstance(error, AuthenticationError):
+                reason = error.reason if isinstance(error, ResourceClosed) and error.reason \
+                    else str(error)
+                if not reason.startswith("connected"):
+                    reason = f"connected, then before the netq handshake ended: {reason}"
+                return reason
+            return None
+        if session.goodbye_received or session.state is PeerState.CLOSED:
+            session.link = None
+            self.end_session(session, ResourceClosed(session.id, "the peer closed"))
+            return None
+        session.mark_disconnected(now)
+        if self._reach is not None:
+            self._reach.disconnected(now)
+        return None
+
+    def end_session(self, session: PeerSession, error: BaseException) -> None:
+        """The session is over: what it still had to send fails with ``error``."""
+        session.state = PeerState.CLOSED
+        with session.send_lock:
+            session.fail_outbound(error)
+        if self._server and not session.inbox:
+            self.forget(session)
+
+    def forget(self, session: PeerSession) -> None:
+        """Server: a closed session whose messages were all taken leaves the table."""
+        if self._peers.forget(session):
+            self._budget.forget(session)
+            totals = self.totals_closed
+            totals[0] += session.received_messages
+            totals[1] += session.received_bytes
+            totals[2] += session.acked_messages
+            totals[3] += session.acked_bytes
+
+    def flushed(self, now: float) -> bool:
+        """Closing: everything put was acknowledged (or failed), and for a server: the
+        clients left."""
+        for session in self._peers.all():
+            if session.state is PeerState.CLOSED:
+                continue
+            if session.outbox or session.inflight:
+                reach = self._reach
+                if reach is not None and session.state is not PeerState.CONNECTED \
+                        and session.token == NO_TOKEN and session.reconnects == 0 \
+                        and reach.absent_for(now) > self._session_timeout:
+                    continue  # never connected within session_timeout: give up
+                return False
+            if self._server:
+                return False  # still there: the server waits for its clients to leave
+        return True
+
+    def goodbyes(self, in_grace: bool) -> bool:
+        """Stopping: say goodbye on every link; True when nothing is left to wait for.
+        ``in_grace``: a client may still let a handshake under way finish first."""
+        done = True
+        transport = self._transport
+        for link in transport.links():
+            session = link.session
+            if session is None:
+                if not self._server and not link.closing and in_grace:
+                    # Mid-handshake: the server may have opened our session already (it
+                    # does on our SESSION frame). Let the handshake finish so that we can
+                    # say goodbye; cut now, the server would keep that session for
+                    # session_timeout, and its close() would wait for it.
+                    done = False
+                    continue
+                transport.close_link(link, flush=False)
+                continue
+            with link.lock:
+                if not self._server:
+                    if not session.goodbye_sent:
+                        session.goodbye_sent = True
+                        session.state = PeerState.CLOSING
+                        link.conn.send_bye("goodbye")
+                        transport.write_now(link)
+                    done = False  # wait for the server's BYE (or EOF)
+                else:
+                    # Server stopping with clients still attached (close timeout ran out).
+                    link.conn.send_error(ErrorCode.SHUTDOWN, "server closing")
+                    transport.close_link(link, flush=True)
+        return done
+
+    def expire_sessions(self, now: float) -> float:
+        """Sessions whose peer did not come back within ``session_timeout`` end (a server's)
+        or fail what they queued (a client's, which keeps trying); closed sessions whose
+        messages were all taken leave the table. Returns seconds until the next may expire."""
+        timeout = self._session_timeout
+        wait = timeout
+        reach = self._reach
+        for session in self._peers.all():
+            state = session.state
+            if state is PeerState.DISCONNECTED:
+                assert session.disconnected_at is not None
+                waited = now - session.disconnected_at if reach is None \
+                    else reach.absent_for(now)
+                if waited >= timeout:
+                    if reach is None:
+                        self.end_session(session, ConnectionLost(
+                            session.id, "no reconnect within session_timeout"))
+                    else:
+                        reach.restart_absence(now)  # a fresh period for later puts
+                        with session.send_lock:
+                            session.fail_outbound(ConnectionLost(
+                                session.id, f"the server could not be reached: no connection "
+                                            f"attempt under way for session_timeout="
+                                            f"{timeout:g} s in all (last: "
+                                            f"{reach.connect_error or 'no reason given'})"))
+                elif reach is None or reach.absence_counting:  # the clock runs
+                    wait = min(wait, timeout - waited)
+            elif state is PeerState.CLOSED and self._server and not session.inbox \
+                    and session.link is None:
+                self.forget(session)
+        return wait

@@ -1,0 +1,142 @@
+"""The peer table: which peers a communicator has, and what a peer id in a call means.
+
+One table per communicator (:class:`PeerTable`), used by the queue API
+(:class:`netq.Communicator`: ``put``, ``get``, ``peers``) and by the engine (handshakes,
+session expiry) alike. It holds
+
+* the sessions by peer id (a server's clients; a client's one session, the server, is an
+  ordinary entry too, created up front so that ``put()`` can queue before the first
+  connection: its id is learnt in the handshake);
+* the ids of peers that left (up to :data:`DEPARTED_MEMORY` of them), so that naming one
+  raises :class:`ResourceClosed` ("it was here and left") rather than :class:`UnknownPeer`
+  ("never heard of it").
+
+Rules of :meth:`PeerTable.resolve` (what ``put(data, *peers)`` and ``get(*peers)`` accept):
+
+=====================================  =====================  ===========================
+peer named                             put()                  get()
+=====================================  =====================  ===========================
+never seen (client: not the server)    UnknownPeer            UnknownPeer
+left, session forgotten                ResourceClosed         ResourceClosed
+session closing or closed              ResourceClosed         its unread messages
+=====================================  =====================  ===========================
+
+Threads: the I/O thread adds and forgets sessions; user threads look up (a dict read is
+atomic; lists are copied before iterating).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+from .exceptions import ResourceClosed, UnknownPeer
+from .session import NO_TOKEN, PeerSession, PeerState
+
+__all__ = ("DEPARTED_MEMORY", "PeerTable")
+
+DEPARTED_MEMORY = 65536  # ids of departed peers remembered (ResourceClosed, not UnknownPeer)
+_GONE = (PeerState.CLOSED, PeerState.CLOSING)
+
+
+class PeerTable:
+    """The sessions of one communicator, by peer id, and the peers that left."""
+
+    def __init__(self, *, server: bool, window: int) -> None:
+        """``server``: a server's table starts empty; a client's holds its one session (the
+        server, id unknown until the handshake). ``window``: new sessions' receive window."""
+        self.server = server
+        self._window = window
+        self._sessions: dict[uuid.UUID, PeerSession] = {}
+        self._departed: dict[uuid.UUID, None] = {}
+        self.server_session: PeerSession | None = None
+        if not server:
+            self.server_session = PeerSession(uuid.UUID(int=0), token=NO_TOKEN, window=window)
+
+    # ------------------------------------------------------------------ lookups
+
+    def __len__(self) -> int:
+        """Sessions in the table (a server's clients, including those closing)."""
+        return len(self._sessions) if self.server else 1
+
+    def __iter__(self) -> Iterator[PeerSession]:
+        return iter(self.all())
+
+    def all(self) -> list[PeerSession]:
+        """Every session, in any state (a copy: safe from any thread)."""
+        sessions = list(self._sessions.values())
+        if self.server_session is not None:
+            sessions.append(self.server_session)
+        return sessions
+
+    def get(self, peer: uuid.UUID) -> PeerSession | None:
+        """A server's session with ``peer``, if it has one (any state)."""
+        return self._sessions.get(peer)
+
+    def departed(self, peer: uuid.UUID) -> bool:
+        """``peer`` had a session that is gone now."""
+        return peer in self._departed
+
+    def live_ids(self) -> tuple[uuid.UUID, ...]:
+        """Ids of the peers with a live or resumable session (``Communicator.peers``)."""
+        server = self.server_session
+        if server is not None:
+            return (server.id,) if server.state is PeerState.CONNECTED else ()
+        return tuple(peer for peer, session in list(self._sessions.items())
+                     if session.state not in _GONE)
+
+    def resolve(self, peers: tuple[uuid.UUID, ...], *, sending: bool) -> list[PeerSession]:
+        """The sessions ``peers`` name, by the rules in the module docstring.
+
+        ``sending``: for ``put()`` (a closing or closed session refuses; no peers named means
+        every live peer); else for ``get()`` (a closed session still hands out what it
+        received; no peers named means none: get() then serves every peer by itself).
+        """
+        server = self.server_session
+        if server is not None:
+            for peer in peers:
+                if peer != server.id:
+                    raise UnknownPeer(peer)
+            if sending and server.state is PeerState.CLOSED:
+                raise ResourceClosed(server.id, "the server closed the session")
+            return [server] if sending or peers else []
+        sessions = self._sessions
+        if not peers:
+            return [session for session in list(sessions.values())
+                    if session.state not in _GONE] if sending else []
+        found: list[PeerSession] = []
+        for peer in peers:
+            session = sessions.get(peer)
+            if session is None:
+                if peer in self._departed:
+                    raise ResourceClosed(peer, "the peer left" if sending else
+                                         "the peer left and everything it sent was taken")
+                raise UnknownPeer(peer)
+            if sending and session.state in _GONE:
+                raise ResourceClosed(peer, "the peer left")
+            found.append(session)
+        return found
+
+    # ------------------------------------------------------------------ changes (I/O thread)
+
+    def open(self, peer: uuid.UUID) -> tuple[PeerSession, bool]:
+        """Server: the session for ``peer``'s handshake, and whether it resumes one (a live
+        session of that id) or is new (first contact, or the old one closed)."""
+        session = self._sessions.get(peer)
+        if session is not None and session.state is not PeerState.CLOSED:
+            return session, True
+        session = PeerSession(peer, window=self._window)
+        self._sessions[peer] = session
+        return session, False
+
+    def forget(self, session: PeerSession) -> bool:
+        """Server: drop a finished session and remember its peer as departed; False when the
+        table holds another session for that id now (nothing changed)."""
+        if self._sessions.get(session.id) is not session:
+            return False
+        del self._sessions[session.id]
+        departed = self._departed
+        departed[session.id] = None
+        while len(departed) > DEPARTED_MEMORY:
+            del departed[next(iter(departed))]
+        return True

@@ -1,0 +1,145 @@
+"""The diagnostics (netq.diagnostics) on their own: when a stall warning is due, what the
+sentences say, and the one format_bytes. No engine, no transport, no clock of their own."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+import netq as nq
+from netq.diagnostics import (
+    REPEAT_WARNING,
+    Diagnostics,
+    Reachability,
+    StallWarning,
+    format_bytes,
+)
+from netq.peers import PeerTable
+from netq.session import PeerState
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (0, "0 B"), (512, "512 B"), (1536, "1.50 KiB"), (64 * 1024, "64.0 KiB"),
+    (4 * 1024 ** 2, "4.00 MiB"), (3 * 1024 ** 3, "3.00 GiB"), (-2048, "-2.00 KiB"),
+    (float("nan"), "-"),
+])
+def test_format_bytes(value, text):
+    assert format_bytes(value) == text
+
+
+def test_display_and_diagnostics_share_format_bytes():
+    from netq import display
+
+    assert display.format_bytes is format_bytes
+
+
+def test_a_stall_warning_is_due_after_stall_warning_then_every_repeat():
+    stall = StallWarning(5.0, since=100.0)
+    assert not stall.due(104.9) and stall.until_due(104.0) == pytest.approx(1.0)
+    assert stall.due(105.0) and stall.warned
+    assert not stall.due(106.0)  # just warned
+    assert stall.until_due(106.0) == 0.0
+    assert stall.due(105.0 + REPEAT_WARNING)
+
+
+def test_progress_restarts_the_stall_clock():
+    stall = StallWarning(5.0, since=0.0)
+    stall.progress(4.0)
+    assert not stall.due(8.0)
+    assert stall.due(9.0)
+
+
+def test_reachability_counts_attempts_until_a_connection():
+    reach = Reachability(5.0, now=0.0)
+    assert reach.unreachable_since == 0.0
+    reach.started(1.0)
+    reach.reached_server()
+    assert reach.attempts == 1 and reach.attempt_reached_server
+    reach.failed(2.0, "connection refused")
+    assert (reach.failures, reach.attempt_started_at, reach.connect_error) == \
+        (1, None, "connection refused")
+    reach.failed(3.0, "again")  # a transport that does not report starts: counted here
+    assert reach.attempts == 2 and reach.unreachable_since == 0.0
+    ended = reach.connected()
+    assert ended is not None and ended.since == 0.0
+    assert (reach.attempts, reach.failures, reach.connect_error) == (0, 0, "")
+    assert reach.unreachable is None and reach.connected() is None
+    reach.lost(9.0)
+    assert reach.unreachable_since == 9.0
+
+
+@dataclass
+class Budget:
+    held_bytes: int = 0
+    budget_bytes: int = 8 * 1024 ** 2
+    waiting_peers: int = 0
+    full_since: float | None = None
+
+
+class Target:
+    def __init__(self, state: str | None = None) -> None:
+        self.state = state
+
+    def connect_target(self) -> str:
+        return "tcp://127.0.0.1:9"
+
+    def connect_state(self) -> str | None:
+        return self.state
+
+
+def diagnostics(server: bool, **budget) -> tuple[Diagnostics, PeerTable, Reachability | None]:
+    options = nq.CommunicatorOptions()
+    peers = PeerTable(server=server, window=64 * 1024)
+    reach = None if server else Reachability(options.connection.stall_warning,
+                                             time.monotonic() - 12)
+    return (Diagnostics(server=server, options=options, peers=peers, budget=Budget(**budget),
+                        transport=Target(), reachability=reach), peers, reach)
+
+
+def test_a_client_without_its_server_says_where_and_what_failed():
+    diag, peers, reach = diagnostics(server=False)
+    reach.failed(time.monotonic(), "connection refused")
+    text = diag.explain_unreachable(time.monotonic())
+    assert text.startswith("not connected to the server at tcp://127.0.0.1:9 for 12 s")
+    assert "1 attempt; last failed with: connection refused" in text
+    session = peers.server_session
+    assert "unsent (send_budget" in diag.explain_send_wait(session)
+    why, waited = diag.peer_blocked(session, time.monotonic())
+    assert why.startswith("not connected") and waited >= 12
+
+
+def test_an_attempt_under_way_says_how_far_it_got():
+    diag, _, reach = diagnostics(server=False)
+    reach.started(time.monotonic())
+    assert "attempt 1 in progress" in diag.explain_unreachable(time.monotonic())
+    reach.reached_server()
+    assert "the netq handshake is not finished" in diag.explain_unreachable(time.monotonic())
+
+
+def test_a_server_close_waits_for_its_clients_and_says_so():
+    diag, peers, _ = diagnostics(server=True)
+    assert diag.explain_close_wait() == "saying goodbye"
+    session, _ = peers.open(uuid.uuid4())
+    session.state = PeerState.DISCONNECTED
+    session.disconnected_at = time.monotonic() - 3
+    assert diag.explain_close_wait().startswith("waiting for 1 client(s) to close")
+    assert "whose link broke 3 s ago" in diag.explain_send_wait(session)
+    assert diag.peer_blocked(session, time.monotonic()) == ("", 0.0)
+    session.state = PeerState.CLOSED
+    assert diag.explain_send_wait(session) == f"peer {session.id} is gone"
+
+
+def test_a_full_budget_names_the_peers_that_fill_it():
+    diag, peers, _ = diagnostics(server=True, held_bytes=3 * 1024 ** 2, waiting_peers=2,
+                                 full_since=time.monotonic() - 9)
+    session, _ = peers.open(uuid.uuid4())
+    session.received_bytes = 3 * 1024 ** 2
+    text = diag.explain_budget(9.0)
+    assert "full for 9 s: 3.00 MiB received" in text and f"{session.id}: 3.00 MiB" in text
+    assert "2 peer(s) wait for credit" in text
+    session.credit_waiting = True
+    why, waited = diag.peer_blocked(session, time.monotonic())
+    assert why.startswith("recv_budget full: 3.00 MiB") and waited >= 9

@@ -89,7 +89,7 @@ class ReceiveBudget:
     def waiting_peers(self) -> int:
         """Peers the budget holds back with no credit left: they wait for get() to free
         room (counted at most once per STARVED_RECHECK, see :meth:`watch`)."""
-        return self._starved
+        return min(self._starved, len(self._waiters))
 
     @property
     def full_since(self) -> float | None:
@@ -325,6 +325,8 @@ class ReceiveBudget:
             if self._full is None:
                 self._full = StallWarning(self._stall_warning, now)
             return self._full, self._full.until_due(now)
+        if not self._waiters:
+            self._starved = 0
         self._full = None
         return None, self._stall_warning
 

@@ -9,7 +9,7 @@ import pytest
 
 from netq import flow
 from netq.contract import Link
-from netq.credit import ReceiveBudget
+from netq.credit import STARVED_RECHECK, ReceiveBudget
 from netq.protocol import MessageReceived
 from netq.session import PeerSession
 from protocol.helpers import open_pair  # tests/protocol (tests/ is on sys.path)
@@ -109,11 +109,18 @@ def test_message_credit_is_requested_after_a_quarter_of_queue_size():
 
 def test_a_full_budget_makes_peers_wait_and_get_wakes_them():
     b = Budget(budget=64 * KiB, window=32 * KiB)
+    b.session.link = b.link  # attached, as the engine does after the handshake
     b.arrive(48 * KiB)  # nearly everything is held: the top-up is capped
-    assert b.session.credit_waiting and b.budget.waiting_peers == 1
+    assert b.session.credit_waiting and b.link.conn.recv_allowance_bytes > 0
+    # The capped grant still lets the peer send: it is held up by nothing yet.
+    assert b.budget.watch(b.now) == (None, 5.0) and b.budget.waiting_peers == 0
+    assert b.credit_sent()
+    b.arrive(b.link.conn.recv_allowance_bytes)  # it spends what it has: now it waits
+    b.now += STARVED_RECHECK
     full, wait = b.budget.watch(b.now)
     assert full is not None and wait == 5.0 and b.budget.full_since == b.now
-    b.budget.lend(b.session, 48 * KiB)
+    assert b.budget.waiting_peers == 1
+    b.budget.lend(b.session, 64 * KiB)
     assert b.budget.settle_lent()  # room freed: the waiter is scheduled, wake the I/O thread
     assert b.scheduled == [b.session]
     b.budget.grant(b.session, b.link)

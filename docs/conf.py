@@ -75,7 +75,8 @@ nitpick_ignore_regex = [
     (r"py:.*", r"_?(builtins|typing|collections|uuid|ssl|socket|asyncio|concurrent|queue|enum|"
                r"threading|pathlib|os|io|logging|types|dataclasses|weakref|pickle|"
                r"multiprocessing|subprocess|secrets|bokeh|jupyter_bokeh|ipywidgets|grpc|paho)(\..*)?"),
-    (r"py:.*", r"netq\.(protocol|engine|contract|peers|credit|diagnostics|session|flow|relay|_\w+|"
+    (r"py:.*", r"netq\.(protocol|engine|contract|peers|credit|diagnostics|handshake|inbox|"
+               r"session|flow|relay|_\w+|"
                r"transports\.(base|packets|sockets|mqtt\.\w+|grpc\.\w+)|"
                r"widgets\.replaceable)(\..*)?"),
     (r"py:.*", r"(.*\.)?_\w+"),

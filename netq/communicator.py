@@ -11,7 +11,6 @@ the engine what is still pending. The inboxes live here; the engine fills them t
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import threading
@@ -33,10 +32,11 @@ from .exceptions import (
 )
 from .exposure import check as check_exposure
 from .futures import DeliveryFuture
+from .inbox import Inboxes
 from .options import CommunicatorOptions, Protocol, Purpose
 from .protocol.connection import MessageReceived as Incoming  # what waits in an inbox
 from .protocol.frames import MAX_PARTS
-from .session import Outgoing, PeerSession, PeerState
+from .session import Outgoing, PeerSession
 from .statistics import CommunicatorStatistics, RateMeter, peer_row
 from .stream import Stream
 
@@ -131,26 +131,18 @@ class Communicator:
         self._fork_error: UsedInForkedChild | None = None
         self._dump_parts, self._load_parts = _part_codecs(options.serialization)
         self._message_limit = options.serialization.message_limit
-        self._spin = options.connection.spin
         self._stall_warning = options.connection.stall_warning
 
-        # The inboxes: PeerSession.inbox per peer, and the peers that have something, in the
-        # round-robin order get() serves them.
-        self._recv_lock = threading.Lock()
-        self._recv_ready = threading.Condition(self._recv_lock)
-        self._getters = 0  # get() calls waiting for a message (sleeping or leading the loop)
-        self._sleepers = 0  # of those, the ones asleep on _recv_ready (a notify wakes them)
-        self._ready: collections.deque[PeerSession] = collections.deque()
-        self._arrival_listeners: list[Callable[[], None]] = []
+        # The inboxes (netq.inbox): the engine fills them, get() takes from them.
+        self._inboxes = Inboxes(options.connection.spin)
         self._close_lock = threading.Lock()
         self._meter = RateMeter()
 
-        self._engine = SessionEngine(options, self.purpose, self, transport_class)
+        self._engine = SessionEngine(options, self.purpose, self._inboxes, transport_class)
+        self._inboxes.attach(self._engine)
         self._transport = self._engine.transport
         # What get() hands out stays held until the next get() (netq.credit.ReceiveBudget.lend).
         self._budget = self._engine.budget
-        # A blocked get() may run the I/O loop itself (leader/followers; Transport.lead).
-        self._caller_leads: bool = self._transport.caller_leads
         self._engine.start()
         self._created = time.monotonic()
         with _live_communicators_lock:
@@ -268,7 +260,7 @@ class Communicator:
         except BaseException:
             # Ctrl-C (a kernel interrupt) while the message was being unpickled: it is not
             # the message's fault, so it goes back to the front of its queue for the next get().
-            self._give_back([(session, item)])
+            self._inboxes.give_back([(session, item)])
             raise
 
     def get_nowait(self, *peers: uuid.UUID) -> Message:
@@ -303,16 +295,24 @@ class Communicator:
             taken = [*zip(sources, [message.data for message in messages], strict=True)]
             if current is not None and not isinstance(error, Exception):
                 taken.append(current)
-            self._give_back(taken)
+            self._inboxes.give_back(taken)
             raise
         return messages
 
     def add_arrival_listener(self, listener: Callable[[], None]) -> None:
         """Call ``listener()`` (on the I/O thread: it must only hand off) when messages arrive."""
-        self._arrival_listeners.append(listener)
+        self._inboxes.add_listener(listener)
 
     def remove_arrival_listener(self, listener: Callable[[], None]) -> None:
-        self._arrival_listeners.remove(listener)
+        self._inboxes.remove_listener(listener)
+
+    def _take(self, peers: tuple[uuid.UUID, ...], block: bool,
+              timeout: float | None) -> tuple[PeerSession, Any]:
+        """The next raw item, fairly across peers (netq.inbox.Inboxes.take)."""
+        if self._fork_error is not None:
+            # Before any lock: one the parent's I/O thread held at the fork is never released.
+            raise self._fork_error
+        return self._inboxes.take(peers, block, timeout)
 
     def _open(self, session: PeerSession, item: Any) -> Message:
         if type(item) is not Incoming:
@@ -333,171 +333,8 @@ class Communicator:
         taken = [Message(peer, value) for value in values[:take]]
         rest = values[take:]
         if rest:
-            with self._recv_lock:
-                self._push_front(session, rest)
-            # Other getters may have looked while this batch was being opened: tell them.
-            for listener in list(self._arrival_listeners):
-                listener()
+            self._inboxes.push_front(session, rest)
         return taken
-
-    def _push_front(self, session: PeerSession, items: list[Any]) -> None:
-        """``items`` go to the front of ``session``'s inbox, in order (receive lock held)."""
-        session.inbox.extendleft(reversed(items))
-        if not session.in_ready:
-            session.in_ready = True
-            self._ready.appendleft(session)
-        if self._sleepers:
-            self._recv_ready.notify(len(items))
-
-    def _give_back(self, taken: list[tuple[PeerSession, Any]]) -> None:
-        """Put messages taken by a get that then failed back at the front of their inboxes.
-
-        ``taken`` in the order they were taken: unopened messages (as _take returned them) and
-        values of opened ones. An unopened message's bytes count as held again
-        (netq.credit.ReceiveBudget.give_back).
-        """
-        if not taken:
-            return
-        budget = self._budget
-        with self._recv_lock:
-            for session, item in reversed(taken):
-                if type(item) is Incoming:
-                    budget.give_back(session, item.size)
-                self._push_front(session, [item])
-        for listener in list(self._arrival_listeners):
-            listener()
-
-    def _take(self, peers: tuple[uuid.UUID, ...], block: bool,
-              timeout: float | None) -> tuple[PeerSession, Any]:
-        """Pop the next raw item, fairly: round-robin over peers with queued messages."""
-        if self._fork_error is not None:
-            # Before any lock: one the parent's I/O thread held at the fork is never released.
-            raise self._fork_error
-        engine = self._engine
-        deadline = None
-        spin_until = None
-        looked_again = False  # the loop was offered to this get and not taken: sleep next
-        with self._recv_lock:
-            engine.settle_lent()
-            while True:
-                found = self._take_from(peers) if peers else self._take_any()
-                if found is not None:
-                    return found
-                if engine.closed.is_set() or (engine.closing and not block):
-                    raise ResourceClosed(None, "closed and every received message was taken")
-                engine.raise_if_broken()
-                server = engine.server_session
-                if server is not None and server.state is PeerState.CLOSED and not server.inbox:
-                    raise ResourceClosed(server.id, "the server closed the session")
-                if not block:
-                    raise Empty()
-                now = time.monotonic()
-                if timeout is not None:
-                    if deadline is None:
-                        deadline = now + timeout
-                    remaining: float | None = deadline - now
-                    assert remaining is not None
-                    if remaining <= 0:
-                        raise Empty()
-                else:
-                    remaining = None
-                if spin_until is None:
-                    spin_until = _clock() + self._spin
-                if _clock() < spin_until:
-                    # Busy-poll briefly, letting the I/O thread have the GIL: a message that
-                    # arrives within the spin is taken without a thread wake-up.
-                    self._recv_lock.release()
-                    try:
-                        _sleep(0)
-                    finally:
-                        self._recv_lock.acquire()
-                    continue
-                # A client with no server: the engine's WARNING says so (put() and get() wait
-                # for it), once for everything that waits on the connection.
-                self._getters += 1
-                try:
-                    if self._caller_leads and not looked_again and (
-                            not peers or engine.server_session is not None):
-                        # Run the I/O loop here if the I/O thread has left it to callers: the
-                        # message is then read on this thread, with no hand-over wake-up.
-                        self._recv_lock.release()
-                        try:
-                            led = engine.lead_io(remaining, self._ready.__len__)
-                        finally:
-                            self._recv_lock.acquire()
-                        # Look again either way: while the lock was released, a message
-                        # the I/O thread delivered, or close(), notified nobody (no sleepers).
-                        looked_again = not led
-                        continue
-                    self._sleepers += 1
-                    if self._caller_leads:
-                        engine.consumer_asleep()  # nobody may be polling: the I/O thread must
-                    try:
-                        self._recv_ready.wait(remaining)
-                    finally:
-                        self._sleepers -= 1
-                    looked_again = False  # woken: this get may lead the loop again
-                finally:
-                    self._getters -= 1
-
-    def _take_any(self) -> tuple[PeerSession, Any] | None:
-        ready = self._ready
-        while ready:
-            session = ready[0]
-            inbox = session.inbox
-            if not inbox:
-                ready.popleft()
-                session.in_ready = False
-                continue
-            item = inbox.popleft()
-            if not inbox:
-                ready.popleft()
-                session.in_ready = False
-            elif len(ready) > 1:
-                ready.rotate(-1)  # fairness: the next get serves the next peer
-            if type(item) is Incoming:  # a batch element was counted with its batch
-                self._budget.lend(session, item.size)
-            return session, item
-        return None
-
-    def _take_from(self, peers: tuple[uuid.UUID, ...]) -> tuple[PeerSession, Any] | None:
-        for session in self._engine.peers.resolve(peers, sending=False):
-            if session.inbox:
-                item = session.inbox.popleft()
-                if type(item) is Incoming:
-                    self._budget.lend(session, item.size)
-                return session, item
-        return None
-
-    # ------------------------------------------------------------------ the engine's inbox
-
-    def deliver(self, session: PeerSession, messages: list[Incoming]) -> None:
-        """The engine's hand-over of complete messages (I/O thread)."""
-        with self._recv_lock:
-            session.inbox.extend(messages)
-            if not session.in_ready:
-                session.in_ready = True
-                self._ready.append(session)
-            if self._sleepers:
-                self._recv_ready.notify(len(messages))
-        for listener in self._arrival_listeners:
-            listener()
-
-    def wake_all(self) -> None:
-        with self._recv_lock:
-            self._recv_ready.notify_all()
-        for listener in list(self._arrival_listeners):
-            listener()
-
-    @property
-    def consumer_waiting(self) -> bool:
-        return self._getters > 0
-
-    @property
-    def consumer_sleeping(self) -> bool:
-        # Asleep with nothing to take: a get() handed a message wakes and takes it (and then
-        # leads the loop or sleeps again), so only one with nothing waiting needs the loop run.
-        return self._sleepers > 0 and not self._ready
 
     # ------------------------------------------------------------------ close
 
@@ -550,7 +387,7 @@ class Communicator:
         for session in engine.all_sessions():
             with session.send_lock:
                 session.fail_outbound(error)
-        self.wake_all()
+        self._inboxes.wake_all()
 
     # ------------------------------------------------------------------ statistics
 

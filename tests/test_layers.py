@@ -14,7 +14,7 @@ import netq
 PACKAGE = Path(netq.__file__).parent
 # The decision modules the engine is made of, and the engine: none may import a transport.
 ENGINE_SIDE = ("engine", "contract", "session", "flow", "peers", "credit", "diagnostics",
-               "handshake", "protocol")
+               "handshake", "inbox", "protocol")
 
 
 def module_name(path: Path) -> str:
@@ -68,7 +68,8 @@ def test_transports_import_no_engine():
     for path in paths:
         upward = sorted(name for name in imported_modules(path)
                         if name.startswith(("netq.engine", "netq.communicator", "netq.peers",
-                                            "netq.credit", "netq.diagnostics")))
+                                            "netq.credit", "netq.diagnostics", "netq.handshake",
+                                            "netq.inbox")))
         assert not upward, f"{path.relative_to(PACKAGE)} imports {upward}"
 
 

@@ -94,7 +94,7 @@ def test_a_held_ack_goes_out_when_the_waiting_caller_does_not_reply(transport):
     got = []
     waiting = threading.Thread(target=lambda: got.append(server.get(timeout=T)))
     waiting.start()
-    wait_for(lambda: server.statistics() is not None and server._getters > 0, T)
+    wait_for(lambda: server.statistics() is not None and server._inboxes.getters > 0, T)
     started = time.monotonic()
     future = client.put(b"no reply will come")
     assert future.result(T) is None
@@ -128,7 +128,7 @@ def test_close_ends_a_caller_led_get(transport):
 
     getter = threading.Thread(target=wait_forever)
     getter.start()
-    wait_for(lambda: client._getters > 0, T)
+    wait_for(lambda: client._inboxes.getters > 0, T)
     client.close(timeout=T)
     getter.join(T)
     assert not getter.is_alive()

@@ -1,0 +1,231 @@
+"""The inboxes get() takes from: one per peer, served round-robin, filled by the engine.
+
+:class:`Inboxes` is the queue API's receive side. The engine hands complete messages to it
+on the I/O thread (the :class:`netq.contract.Inbox` methods: ``deliver``, ``wake_all``,
+``consumer_waiting``, ``consumer_sleeping``); a ``get()`` takes the next one, fairly across
+peers, and while it waits it may run the I/O loop itself (leader/followers,
+``Transport.lead``), spin briefly, or sleep on a condition the engine notifies. A message
+taken is lent by the receive budget until the next ``get()`` (netq.credit.ReceiveBudget.lend);
+one given back after a failed ``get()`` counts as held again. The communicator opens
+(deserializes) what it takes, on the caller's thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from .credit import ReceiveBudget
+from .engine import SessionEngine
+from .exceptions import Empty, ResourceClosed
+from .protocol.connection import MessageReceived as Incoming  # what waits in an inbox
+from .session import PeerSession, PeerState
+
+__all__ = ("Inboxes",)
+
+_clock = time.perf_counter
+_sleep = time.sleep
+
+
+class Inboxes:
+    """Every peer's inbox, the peers that have something (in the round-robin order get()
+    serves them), and the get() calls waiting. Thread-safe: one lock for all of it."""
+
+    def __init__(self, spin: float) -> None:
+        self._spin = spin  # seconds a get() busy-polls before it leads the loop or sleeps
+        self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
+        self._getters = 0  # get() calls waiting for a message (sleeping or leading the loop)
+        self._sleepers = 0  # of those, the ones asleep on _arrived (a notify wakes them)
+        self._ready: collections.deque[PeerSession] = collections.deque()
+        self._listeners: list[Callable[[], None]] = []
+        self._engine: SessionEngine | None = None
+
+    def attach(self, engine: SessionEngine) -> None:
+        """The engine that fills these inboxes (made after them: it takes them as its Inbox)."""
+        self._engine = engine
+        self._budget: ReceiveBudget = engine.budget
+        # A blocked get() may run the I/O loop itself (leader/followers; Transport.lead).
+        self._caller_leads: bool = engine.transport.caller_leads
+
+    @property
+    def getters(self) -> int:
+        """get() calls waiting now (asleep or leading the loop)."""
+        return self._getters
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.remove(listener)
+
+    def push_front(self, session: PeerSession, items: list[Any]) -> None:
+        """``items`` (values of an opened batch) go back to the front of ``session``'s inbox,
+        and every listener hears of them."""
+        with self._lock:
+            self._push_front(session, items)
+        # Other getters may have looked while this batch was being opened: tell them.
+        for listener in list(self._listeners):
+            listener()
+
+    def _push_front(self, session: PeerSession, items: list[Any]) -> None:
+        """``items`` go to the front of ``session``'s inbox, in order (receive lock held)."""
+        session.inbox.extendleft(reversed(items))
+        if not session.in_ready:
+            session.in_ready = True
+            self._ready.appendleft(session)
+        if self._sleepers:
+            self._arrived.notify(len(items))
+
+    def give_back(self, taken: list[tuple[PeerSession, Any]]) -> None:
+        """Put messages taken by a get that then failed back at the front of their inboxes.
+
+        ``taken`` in the order they were taken: unopened messages (as _take returned them) and
+        values of opened ones. An unopened message's bytes count as held again
+        (netq.credit.ReceiveBudget.give_back).
+        """
+        if not taken:
+            return
+        budget = self._budget
+        with self._lock:
+            for session, item in reversed(taken):
+                if type(item) is Incoming:
+                    budget.give_back(session, item.size)
+                self._push_front(session, [item])
+        for listener in list(self._listeners):
+            listener()
+
+    def take(self, peers: tuple[uuid.UUID, ...], block: bool,
+              timeout: float | None) -> tuple[PeerSession, Any]:
+        """Pop the next raw item, fairly: round-robin over peers with queued messages."""
+        engine = self._engine
+        assert engine is not None  # attached before the communicator is handed out
+        deadline = None
+        spin_until = None
+        looked_again = False  # the loop was offered to this get and not taken: sleep next
+        with self._lock:
+            engine.settle_lent()
+            while True:
+                found = self._take_from(peers) if peers else self._take_any()
+                if found is not None:
+                    return found
+                if engine.closed.is_set() or (engine.closing and not block):
+                    raise ResourceClosed(None, "closed and every received message was taken")
+                engine.raise_if_broken()
+                server = engine.server_session
+                if server is not None and server.state is PeerState.CLOSED and not server.inbox:
+                    raise ResourceClosed(server.id, "the server closed the session")
+                if not block:
+                    raise Empty()
+                now = time.monotonic()
+                if timeout is not None:
+                    if deadline is None:
+                        deadline = now + timeout
+                    remaining: float | None = deadline - now
+                    assert remaining is not None
+                    if remaining <= 0:
+                        raise Empty()
+                else:
+                    remaining = None
+                if spin_until is None:
+                    spin_until = _clock() + self._spin
+                if _clock() < spin_until:
+                    # Busy-poll briefly, letting the I/O thread have the GIL: a message that
+                    # arrives within the spin is taken without a thread wake-up.
+                    self._lock.release()
+                    try:
+                        _sleep(0)
+                    finally:
+                        self._lock.acquire()
+                    continue
+                # A client with no server: the engine's WARNING says so (put() and get() wait
+                # for it), once for everything that waits on the connection.
+                self._getters += 1
+                try:
+                    if self._caller_leads and not looked_again and (
+                            not peers or engine.server_session is not None):
+                        # Run the I/O loop here if the I/O thread has left it to callers: the
+                        # message is then read on this thread, with no hand-over wake-up.
+                        self._lock.release()
+                        try:
+                            led = engine.lead_io(remaining, self._ready.__len__)
+                        finally:
+                            self._lock.acquire()
+                        # Look again either way: while the lock was released, a message
+                        # the I/O thread delivered, or close(), notified nobody (no sleepers).
+                        looked_again = not led
+                        continue
+                    self._sleepers += 1
+                    if self._caller_leads:
+                        engine.consumer_asleep()  # nobody may be polling: the I/O thread must
+                    try:
+                        self._arrived.wait(remaining)
+                    finally:
+                        self._sleepers -= 1
+                    looked_again = False  # woken: this get may lead the loop again
+                finally:
+                    self._getters -= 1
+
+    def _take_any(self) -> tuple[PeerSession, Any] | None:
+        ready = self._ready
+        while ready:
+            session = ready[0]
+            inbox = session.inbox
+            if not inbox:
+                ready.popleft()
+                session.in_ready = False
+                continue
+            item = inbox.popleft()
+            if not inbox:
+                ready.popleft()
+                session.in_ready = False
+            elif len(ready) > 1:
+                ready.rotate(-1)  # fairness: the next get serves the next peer
+            if type(item) is Incoming:  # a batch element was counted with its batch
+                self._budget.lend(session, item.size)
+            return session, item
+        return None
+
+    def _take_from(self, peers: tuple[uuid.UUID, ...]) -> tuple[PeerSession, Any] | None:
+        assert self._engine is not None
+        for session in self._engine.peers.resolve(peers, sending=False):
+            if session.inbox:
+                item = session.inbox.popleft()
+                if type(item) is Incoming:
+                    self._budget.lend(session, item.size)
+                return session, item
+        return None
+
+    # ------------------------------------------------------------------ the engine's side
+
+    def deliver(self, session: PeerSession, messages: list[Incoming]) -> None:
+        """The engine's hand-over of complete messages (I/O thread)."""
+        with self._lock:
+            session.inbox.extend(messages)
+            if not session.in_ready:
+                session.in_ready = True
+                self._ready.append(session)
+            if self._sleepers:
+                self._arrived.notify(len(messages))
+        for listener in self._listeners:
+            listener()
+
+    def wake_all(self) -> None:
+        with self._lock:
+            self._arrived.notify_all()
+        for listener in list(self._listeners):
+            listener()
+
+    @property
+    def consumer_waiting(self) -> bool:
+        return self._getters > 0
+
+    @property
+    def consumer_sleeping(self) -> bool:
+        # Asleep with nothing to take: a get() handed a message wakes and takes it (and then
+        # leads the loop or sleeps again), so only one with nothing waiting needs the loop run.
+        return self._sleepers > 0 and not self._ready

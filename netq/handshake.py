@@ -89,6 +89,7 @@ class Handshake:
         now = time.monotonic()
         if self._server:
             assert link.peer_id is not None
+            ended_here = self._peers.ended(link.peer_id)
             session, resumed = self._peers.open(link.peer_id)
             old = session.link
             if old is not None and old is not link:
@@ -104,8 +105,12 @@ class Handshake:
                 if session.state is not PeerState.CONNECTING:
                     session.reconnects += 1
                 link.conn.expected_seq = numbering.expected
-                self._send_session(session, link, session.token, session.last_received,
-                                   resumed)
+                reported = session.last_received
+                if not resumed and ended_here is not None and ended_here[0] == event.token:
+                    # The client resumes the session that ended here (session_timeout): say
+                    # how far it got, so what arrived then resolves instead of coming again.
+                    reported = ended_here[1]
+                self._send_session(session, link, session.token, reported, resumed)
                 self._attach(session, link, now)
         else:
             server = self._peers.server_session

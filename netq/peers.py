@@ -48,7 +48,8 @@ class PeerTable:
         self.server = server
         self._window = window
         self._sessions: dict[uuid.UUID, PeerSession] = {}
-        self._departed: dict[uuid.UUID, None] = {}
+        # Departed peers, with the token and count of the session they had (ended()).
+        self._departed: dict[uuid.UUID, tuple[bytes, int]] = {}
         self.server_session: PeerSession | None = None
         if not server:
             self.server_session = PeerSession(uuid.UUID(int=0), token=NO_TOKEN, window=window)
@@ -119,6 +120,15 @@ class PeerTable:
 
     # ------------------------------------------------------------------ changes (I/O thread)
 
+    def ended(self, peer: uuid.UUID) -> tuple[bytes, int] | None:
+        """Server: the token of ``peer``'s session that ended here (closed, or forgotten since)
+        and the highest of its messages received in it; None if it had none."""
+        session = self._sessions.get(peer)
+        if session is not None:
+            return (session.token, session.last_received) \
+                if session.state is PeerState.CLOSED else None
+        return self._departed.get(peer)
+
     def open(self, peer: uuid.UUID) -> tuple[PeerSession, bool]:
         """Server: the session for ``peer``'s handshake, and whether it resumes one (a live
         session of that id) or is new (first contact, or the old one closed)."""
@@ -136,7 +146,7 @@ class PeerTable:
             return False
         del self._sessions[session.id]
         departed = self._departed
-        departed[session.id] = None
+        departed[session.id] = (session.token, session.last_received)
         while len(departed) > DEPARTED_MEMORY:
             del departed[next(iter(departed))]
         return True

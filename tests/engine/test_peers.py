@@ -95,3 +95,18 @@ def test_a_client_table_has_the_server_as_its_one_ordinary_entry():
     with pytest.raises(ResourceClosed, match="the server closed the session"):
         table.resolve((), sending=True)
     assert table.resolve((server.id,), sending=False) == [server]
+
+
+def test_a_server_remembers_how_far_an_ended_session_got():
+    table = PeerTable(server=True, window=64 * 1024)
+    peer = uuid.uuid4()
+    assert table.ended(peer) is None
+    session, resumed = table.open(peer)
+    assert not resumed and table.ended(peer) is None  # live: nothing ended
+    session.last_received = 7
+    session.state = PeerState.CLOSED
+    assert table.ended(peer) == (session.token, 7)  # closed, still in the table
+    assert table.forget(session)
+    assert table.ended(peer) == (session.token, 7)  # and once forgotten
+    fresh, resumed = table.open(peer)
+    assert not resumed and fresh.token != session.token and table.ended(peer) is None

@@ -14,9 +14,11 @@ from netq.session import Outgoing, PeerSession
 @pytest.mark.parametrize(("same", "peer_received", "we_received", "expected"), [
     # First contact / a new session: everything from 1, both ways.
     (False, 0, 0, Resume(False, 0, 1, 0)),
-    # The peer lost our session (restart, expiry, new process): what it reports is of another
-    # session and means nothing here; our count of its messages restarts too.
-    (False, 7, 12, Resume(False, 0, 1, 0)),
+    # The peer lost our session (restart, new process): it reports 0, everything goes again.
+    (False, 0, 12, Resume(False, 0, 1, 0)),
+    # The peer ended our session itself (a server's session_timeout) and reports how far it
+    # got in it: those resolve; the rest goes again from 1, our count of its messages too.
+    (False, 7, 12, Resume(False, 7, 1, 0)),
     # Resumed with nothing lost: continue after what the peer has.
     (True, 5, 9, Resume(True, 5, 6, 9)),
     # Resumed before anything arrived either way.
@@ -68,7 +70,16 @@ def test_a_resumed_session_resolves_what_the_peer_has_and_resends_the_rest_in_or
 def test_a_new_session_resends_everything_from_one():
     session, messages = session_with_inflight(2)
     with session.send_lock:
-        session.resume(resume_numbering(same_session=False, peer_received=2, we_received=4))
+        session.resume(resume_numbering(same_session=False, peer_received=0, we_received=4))
     assert not any(message.future.done() for message in messages)
     assert list(session.outbox) == messages
+    assert session.next_seq == 1 and session.last_received == 0
+
+
+def test_a_new_session_from_a_peer_that_ended_ours_resolves_what_it_had():
+    session, messages = session_with_inflight(3)
+    with session.send_lock:
+        session.resume(resume_numbering(same_session=False, peer_received=2, we_received=4))
+    assert [message.future.done() for message in messages] == [True, True, False]
+    assert list(session.outbox) == [messages[2]]
     assert session.next_seq == 1 and session.last_received == 0

@@ -162,15 +162,20 @@ def _reply(**fields) -> None:
 def main() -> None:
     protocol, purpose, options = decode_options(json.loads(sys.argv[1]))
     comm = nq.new(protocol, purpose, options)
+    serve_commands(comm, lambda command: _serve(comm, command))
+
+
+def serve_commands(comm: nq.Communicator, serve) -> None:
+    """Say ready (id, address, pid), then answer each JSON command line on stdin with
+    ``serve(command)``'s result or its error, until stdin closes; then leave at once."""
     address = comm.address
     _reply(ready=True, id=str(comm.id), address=list(address) if isinstance(address, tuple)
            else address, pid=os.getpid())
     for line in sys.stdin:
         if not line.strip():
             continue
-        command = json.loads(line)
         try:
-            result = _serve(comm, command)
+            result = serve(json.loads(line))
         except BaseException as error:  # noqa: BLE001 - reported to the parent
             _reply(ok=False, error=repr(error), type=type(error).__name__)
         else:

@@ -45,7 +45,7 @@ import uuid
 import zlib
 
 import netq as nq
-from netq_child import decode_options
+from netq_child import decode_options, serve_commands
 
 SMALL_SIZES = (0, 1, 7, 64, 200, 1000, 4096)
 
@@ -261,27 +261,9 @@ class Peer:
         raise ValueError(f"unknown op {op!r}")
 
 
-def _reply(**fields) -> None:
-    sys.stdout.write(json.dumps(fields) + "\n")
-    sys.stdout.flush()
-
-
 def main() -> None:
-    spec = json.loads(sys.argv[1])
-    peer = Peer(spec)
-    address = peer.comm.address
-    _reply(ready=True, id=str(peer.comm.id), pid=os.getpid(),
-           address=list(address) if isinstance(address, tuple) else address)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        try:
-            result = peer.serve(json.loads(line))
-        except BaseException as error:  # noqa: BLE001 - reported to the parent
-            _reply(ok=False, error=repr(error), type=type(error).__name__)
-        else:
-            _reply(ok=True, result=result)
-    os._exit(0)
+    peer = Peer(json.loads(sys.argv[1]))
+    serve_commands(peer.comm, peer.serve)
 
 
 if __name__ == "__main__":

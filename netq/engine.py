@@ -59,6 +59,8 @@ _CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an A
 # Seconds between looks at the timers (heartbeats, session timeouts, stall warnings) while the
 # loop turns for I/O; a busy link turns it once per message, the timers need no such precision.
 _TIMER_TICK = 0.01
+# The share of a heartbeat by which a PING may be late (see SessionEngine._timers).
+_HEARTBEAT_SLACK = 0.1
 _QUIET = 50e-6  # seconds since the previous put after which a put counts as a lone request
 _clock = time.perf_counter
 
@@ -439,7 +441,12 @@ class SessionEngine:
                     link.conn.send_ping(next(self._ping_tokens))
                     self.transport.write_now(link)
             else:
-                wait = min(wait, heartbeat - max(silent, now - link.ping_sent_at))
+                # The next PING is due a heartbeat after the later of the last bytes received
+                # and the last PING sent. Links' due times are spread out: looking at them at
+                # most every slack keeps a server with thousands of idle links from scanning
+                # them all every millisecond, at the price of a PING that much late.
+                due = heartbeat - min(silent, now - link.ping_sent_at)
+                wait = min(wait, max(due, heartbeat * _HEARTBEAT_SLACK))
         return max(min(wait, self._watch(now)), 0.001)
 
     def _watch(self, now: float) -> float:

@@ -7,6 +7,7 @@ No thread, socket or sleep: bytes move only when the test runs the network
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -194,3 +195,26 @@ def test_the_bandwidth_probe_backs_off_while_the_path_is_the_limit(monkeypatch):
     assert 1 <= len(pings) <= 10, len(pings)  # one per round would be 300
     session = server._engine.peers.get(client.id)
     assert session.bdp_backoff > 0 and session.window == 256 * KiB
+
+
+def test_an_idle_link_sleeps_until_its_next_ping_is_due():
+    # A link that heard from its peer a second ago, and sent its own PING long ago (the peer's
+    # PINGs kept it alive since), has its next PING due in heartbeat - 1 s: the I/O loop sleeps
+    # that long instead of waking every millisecond.
+    network, server, client = pair(heartbeat=5.0)
+    now = time.monotonic()
+    for communicator in (client, server):
+        engine = communicator._engine
+        for link in engine.transport.links():
+            link.last_received_at = now - 1.0
+            link.ping_sent_at = now - 60.0
+        engine._timers_changed()
+        assert 3.9 <= engine.service(now) <= 4.0
+    # A thousand links' due times spread over the heartbeat do not wake the loop more often
+    # than every tenth of a heartbeat.
+    engine = client._engine
+    link = engine.transport.links()[0]
+    link.last_received_at = now - 4.99
+    link.ping_sent_at = now - 4.99
+    engine._timers_changed()
+    assert engine.service(now) >= 0.5

@@ -346,7 +346,9 @@ class Communicator:
         goodbye. A server waits for its clients to leave (a killed client's session expires
         after ``session_timeout``). A wait longer than ``stall_warning`` logs a WARNING that
         says what it waits for. With ``timeout`` (seconds), whatever is still pending then
-        fails with :class:`ResourceClosed` and the links are closed.
+        fails with :class:`ResourceClosed` and the links are closed. A client whose link
+        breaks before its goodbye is done reconnects to finish it (within ``timeout``, at
+        least 1 s, or a heartbeat without one), so the server learns what it received.
 
         In a forked child it returns at once and does nothing: the connections are the
         parent's, which must not see a goodbye from the child.
@@ -374,11 +376,13 @@ class Communicator:
             if engine.wait_flushed(max(wait, 0.0)) or (deadline is not None
                                                         and time.monotonic() >= deadline):
                 break
-        engine.stop()
         # Even when the timeout has run out, give the I/O thread a moment to tell peers that
-        # we are leaving (ERROR SHUTDOWN / BYE) before the links are cut.
+        # we are leaving (ERROR SHUTDOWN / BYE) before the links are cut; a client whose
+        # goodbye a broken link interrupts reconnects to finish it within the same time.
         grace = 1.0
-        remaining = None if deadline is None else max(grace, deadline - time.monotonic())
+        now = time.monotonic()
+        remaining = None if deadline is None else max(grace, deadline - now)
+        engine.stop(None if remaining is None else now + remaining)
         if not engine.closed.wait(remaining):
             self._transport.abort()
             engine.closed.wait()

@@ -100,6 +100,8 @@ class SessionEngine:
         self._closing = False
         self._stopping = False
         self._stopping_since = 0.0
+        self._goodbye_by = 0.0  # see stop()
+        self._goodbye_warned = False
         self._close_progress = threading.Condition()  # close() waits here (wait_flushed)
         self.closed = threading.Event()  # the I/O thread has ended
         self.failure: BaseException | None = None  # why the I/O thread died, if it did
@@ -349,7 +351,8 @@ class SessionEngine:
 
     def wants_connection(self) -> bool:
         if self._stopping:
-            return False
+            # Only to finish a goodbye a broken link interrupted, while close() allows it.
+            return self._goodbye_retry(time.monotonic())
         session = self.peers.server_session
         if session is None or session.state is PeerState.CLOSED:
             return False
@@ -474,11 +477,35 @@ class SessionEngine:
         self._timers_changed()
         self._closing = True
 
-    def stop(self) -> None:
+    def stop(self, goodbye_by: float | None = None) -> None:
+        """Say goodbye and end the loop. ``goodbye_by``: the monotonic time until which a
+        client whose goodbye a broken link interrupted reconnects to finish it (default: a
+        heartbeat from now)."""
         self._timers_changed()
-        self._stopping_since = time.monotonic()
+        now = time.monotonic()
+        self._stopping_since = now
+        self._goodbye_by = goodbye_by if goodbye_by is not None \
+            else now + max(_GOODBYE_GRACE, self.options.connection.heartbeat)
         self._stopping = True
         self.transport.wake()
+
+    def _goodbye_retry(self, now: float) -> bool:
+        """Stopping client: reconnect to finish an interrupted goodbye? (see
+        Handshake.goodbye_unfinished); once the time for it is over, say so, once."""
+        if not self.handshake.goodbye_unfinished():
+            return False
+        if now < self._goodbye_by:
+            return True
+        if not self._goodbye_warned:
+            self._goodbye_warned = True
+            LOGGER.warning(
+                "netq client: close() could not finish its goodbye: the link to %s broke and "
+                "no reconnect completed in time. The server keeps this client's session for "
+                "up to session_timeout (%.0f s); a new client with id %s that connects "
+                "before then receives again what the server holds as unacknowledged.",
+                self.transport.connect_target(), self.options.connection.session_timeout,
+                self.id)
+        return False
 
     def flushed(self) -> bool:
         """Everything put has been acknowledged (or failed), and for a server: peers left."""
@@ -496,8 +523,11 @@ class SessionEngine:
             self._close_progress.notify_all()
 
     def goodbyes(self) -> bool:
-        return self.handshake.goodbyes(
-            in_grace=time.monotonic() - self._stopping_since < _GOODBYE_GRACE)
+        now = time.monotonic()
+        retrying = self._goodbye_retry(now)
+        done = self.handshake.goodbyes(
+            in_grace=retrying or now - self._stopping_since < _GOODBYE_GRACE)
+        return done and not retrying
 
     def failed(self, error: BaseException) -> None:
         self.failure = error

@@ -215,6 +215,8 @@ class Handshake:
             session.link = None
             self.end_session(session, ResourceClosed(session.id, "the peer closed"))
             return None
+        # A goodbye the link took with it is said again on the next link (see goodbyes()).
+        session.goodbye_sent = False
         session.mark_disconnected(now)
         if self._reach is not None:
             self._reach.disconnected(now)
@@ -285,6 +287,20 @@ class Handshake:
                     link.conn.send_error(ErrorCode.SHUTDOWN, "server closing")
                     transport.close_link(link, flush=True)
         return done
+
+    def goodbye_unfinished(self) -> bool:
+        """Client: the server has our session and has not yet heard us leave.
+
+        A closing client whose link broke before the server's BYE came back cannot tell
+        whether the server received its BYE, nor the ACKs before it. The server then keeps
+        the session for ``session_timeout`` and would send the messages it holds as
+        unacknowledged again to the next process with this id. Reconnecting settles both:
+        the handshake reports what we received, and the BYE follows."""
+        if self._server:
+            return False
+        session = self._peers.server_session
+        return (session is not None and session.connected_at is not None
+                and not session.goodbye_received and session.state is not PeerState.CLOSED)
 
     def expire_sessions(self, now: float) -> float:
         """Sessions whose peer did not come back within ``session_timeout`` end (a server's)

@@ -98,6 +98,10 @@ class Transport:
     def _abandon_connect(self) -> None:
         """Subclass, client: give up an attempt still in progress (closing)."""
 
+    def _connect_pending(self) -> bool:
+        """Subclass, client: is a connection attempt under way?"""
+        return False
+
     def _connect_timeout(self) -> float:
         """Seconds a connection attempt may take before it is given up and retried."""
         return 3 * self._options.connection.heartbeat
@@ -291,8 +295,13 @@ class Transport:
     def _stop_step(self) -> bool:
         """One step of closing; True when the loop may end."""
         self._stop_listening()
-        self._abandon_connect()
-        self._reconnect_at = None
+        if not self._server and self._wants_connection():
+            # A client finishing a goodbye a broken link interrupted: (re)connect as usual.
+            if not self.links() and self._reconnect_at is None and not self._connect_pending():
+                self._schedule_reconnect()
+        else:
+            self._abandon_connect()
+            self._reconnect_at = None
         done = self.engine.goodbyes()
         return done and not self.links()
 

@@ -144,6 +144,9 @@ class PacketTransport(Transport):
         self._connecting = True
         self._start_connect()
 
+    def _connect_pending(self) -> bool:
+        return self._connecting
+
     def _abandon_connect(self) -> None:
         # An attempt under way ends in channel_opened/connect_failed; the opened link is then
         # refused (closing) and _stop_carrier releases the rest.

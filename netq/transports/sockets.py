@@ -260,6 +260,9 @@ class SocketTransport(Transport):
         self._connect_started = time.monotonic()
         self._selector.register(sock, _WRITE, "connect")
 
+    def _connect_pending(self) -> bool:
+        return self._connecting is not None
+
     def _attempt_failed(self, where: str, reason: str) -> None:
         self.engine.connect_failed(where, reason)
         self._schedule_reconnect()

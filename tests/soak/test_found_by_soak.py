@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
+import threading
 import time
 
 import pytest
@@ -131,5 +133,72 @@ def test_a_resume_after_the_servers_session_expired_duplicates_nothing():
         assert unacknowledged.result(T) is None  # the server had it: delivered
     finally:
         client.close(timeout=2)
+        server.close(timeout=2)
+        relay.close()
+
+
+@pytest.mark.parametrize("reset_before_close", [False, True], ids=["during", "before"])
+def test_a_goodbye_cut_by_a_reset_is_finished_on_a_new_link(reset_before_close, caplog):
+    """Seeds 11 and 7040, tcp: a client's ``close()`` said goodbye, a reset cut the link before
+    the server's BYE came back, and close() returned. The server had not heard the BYE, nor the
+    ACKs of the last messages it had sent that client: it kept the session, and the next
+    process with that id received those messages again. Now the closing client reconnects,
+    the handshake tells the server what it received, and the BYE follows on the new link: the
+    server's put resolves as delivered, and a new client with the same id receives nothing
+    twice. Also when the link broke before close() began (nothing left to send: no reconnect
+    until the goodbye)."""
+    from netq.relay import UP, Relay
+
+    caplog.set_level(logging.WARNING, logger="netq")
+    connection = nq.ConnectionOptions(heartbeat=0.3)
+    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation("127.0.0.1", 0), connection=connection))
+    relay = Relay(server.address, name="netq-relay-test")
+    options = nq.CommunicatorOptions(netloc=relay.netloc, connection=connection)
+    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, options)
+    again = None
+    try:
+        client.put("hello").result(T)
+        assert server.get(timeout=T).data == "hello"
+        relay.drop(UP)  # the client's ACK (and BYE) never reach the server
+        sent = server.put("to the first process", client.id)
+        assert client.get(timeout=T).data == "to the first process"
+        deadline = time.monotonic() + T
+        while relay.stats().dropped == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # bounded poll: the client's ACK was sent, and dropped
+        dropped = relay.stats().dropped
+        assert dropped > 0
+        if reset_before_close:
+            relay.reset()
+            relay.restore()
+            client.close(timeout=T)
+        else:
+            closer = threading.Thread(target=client.close, kwargs={"timeout": T},
+                                      name="test-closer")
+            closer.start()
+            # Bounded poll: the BYE is sent (and dropped) before the cut.
+            deadline = time.monotonic() + T
+            while relay.stats().dropped == dropped and time.monotonic() < deadline:
+                time.sleep(0.01)
+            relay.reset()
+            relay.restore()
+            closer.join(T)
+            assert not closer.is_alive()
+        assert sent.result(T) is None, "the server never learned the client had it"
+        deadline = time.monotonic() + T
+        while server.peers and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not server.peers, "the server kept the session of a client that left"
+        again = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, dataclasses.replace(
+            options, id=client.id, netloc=nq.NetworkLocation("127.0.0.1", server.address[1])))
+        again.put("second process").result(T)
+        assert server.get(timeout=T).data == "second process"
+        server.put("to the second process", again.id).result(T)
+        assert again.get(timeout=T).data == "to the second process"
+        assert not [r for r in caplog.records if "goodbye" in r.getMessage()]
+    finally:
+        client.close(timeout=2)
+        if again is not None:
+            again.close(timeout=2)
         server.close(timeout=2)
         relay.close()

@@ -42,6 +42,7 @@ from .stream import Stream
 
 __all__ = ("Communicator", "Message", "live_communicators")
 
+_GOODBYE_MARGIN = 0.25  # seconds; see close()
 LOGGER = logging.getLogger("netq")
 _clock = time.perf_counter
 _sleep = time.sleep
@@ -382,7 +383,9 @@ class Communicator:
         grace = 1.0
         now = time.monotonic()
         remaining = None if deadline is None else max(grace, deadline - now)
-        engine.stop(None if remaining is None else now + remaining)
+        # The goodbye ends a moment before close() stops waiting: the loop then ends by itself
+        # and says what it could not finish, instead of being cut short.
+        engine.stop(None if remaining is None else now + remaining - _GOODBYE_MARGIN)
         if not engine.closed.wait(remaining):
             self._transport.abort()
             engine.closed.wait()

@@ -16,12 +16,15 @@ seconds while the wait lasts, through :class:`StallWarning`) and in ``statistics
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Protocol
 
 from .options import CommunicatorOptions
 from .peers import PeerTable
 from .session import PeerSession, PeerState
+
+LOGGER = logging.getLogger("netq")
 
 __all__ = ("REPEAT_WARNING", "BudgetView", "ConnectView", "Diagnostics", "Reachability",
            "StallWarning", "format_bytes")
@@ -196,6 +199,9 @@ class BudgetView(Protocol):
     def full_since(self) -> float | None:
         """Monotonic time since which the budget has been too full to grant credit."""
 
+    def watch(self, now: float) -> tuple[StallWarning | None, float]:
+        """The budget's stall (None when not full) and seconds until a warning could be due."""
+
 
 class ConnectView(Protocol):
     """What the sentences read of the transport (netq.contract.TransportAPI)."""
@@ -220,6 +226,26 @@ class Diagnostics:
         self._transport = transport
         self._reach = reachability
         self._stall_warning = options.connection.stall_warning
+
+    def watch(self, now: float, stopping: bool) -> float:
+        """Say what waits for too long (a client with no server, a full receive budget) in a
+        WARNING; returns seconds until the next look (I/O thread, with the timers)."""
+        next_check = self._stall_warning
+        unreachable = self._reach.unreachable if self._reach is not None else None
+        if unreachable is not None and not stopping:
+            wait = unreachable.until_due(now)
+            if wait > 0:
+                next_check = wait
+            elif unreachable.due(now):
+                LOGGER.warning("netq client: %s; put() and get() wait for it",
+                               self.explain_unreachable(now))
+        full, wait = self._budget.watch(now)
+        if full is not None and wait <= 0 and full.due(now):
+            LOGGER.warning("netq %s: %s", "server" if self._server else "client",
+                           self.explain_budget(now - full.since))
+        elif wait > 0:
+            next_check = min(next_check, wait)
+        return max(next_check, 0.05)
 
     def explain_send_wait(self, session: PeerSession) -> str:
         """Why messages to ``session`` are not moving, and what would change it."""

@@ -100,8 +100,6 @@ class SessionEngine:
         self._closing = False
         self._stopping = False
         self._stopping_since = 0.0
-        self._goodbye_by = 0.0  # see stop()
-        self._goodbye_warned = False
         self._close_progress = threading.Condition()  # close() waits here (wait_flushed)
         self.closed = threading.Event()  # the I/O thread has ended
         self.failure: BaseException | None = None  # why the I/O thread died, if it did
@@ -352,7 +350,7 @@ class SessionEngine:
     def wants_connection(self) -> bool:
         if self._stopping:
             # Only to finish a goodbye a broken link interrupted, while close() allows it.
-            return self._goodbye_retry(time.monotonic())
+            return self.handshake.goodbye_retry(time.monotonic())
         session = self.peers.server_session
         if session is None or session.state is PeerState.CLOSED:
             return False
@@ -450,26 +448,7 @@ class SessionEngine:
                 # them all every millisecond, at the price of a PING that much late.
                 due = heartbeat - min(silent, now - link.ping_sent_at)
                 wait = min(wait, max(due, heartbeat * _HEARTBEAT_SLACK))
-        return max(min(wait, self._watch(now)), 0.001)
-
-    def _watch(self, now: float) -> float:
-        """Say what waits for too long: a client with no server, a full receive budget."""
-        next_check = self._stall_warning
-        unreachable = self.reach.unreachable if self.reach is not None else None
-        if unreachable is not None and not self._stopping:
-            wait = unreachable.until_due(now)
-            if wait > 0:
-                next_check = wait
-            elif unreachable.due(now):
-                LOGGER.warning("netq client: %s; put() and get() wait for it",
-                               self.diagnostics.explain_unreachable(now))
-        full, wait = self.budget.watch(now)
-        if full is not None and wait <= 0 and full.due(now):
-            LOGGER.warning("netq %s: %s", self.purpose.value,
-                           self.diagnostics.explain_budget(now - full.since))
-        elif wait > 0:
-            next_check = min(next_check, wait)
-        return max(next_check, 0.05)
+        return max(min(wait, self.diagnostics.watch(now, self._stopping)), 0.001)
 
     # ================================================================== closing
 
@@ -478,34 +457,13 @@ class SessionEngine:
         self._closing = True
 
     def stop(self, goodbye_by: float | None = None) -> None:
-        """Say goodbye and end the loop. ``goodbye_by``: the monotonic time until which a
-        client whose goodbye a broken link interrupted reconnects to finish it (default: a
-        heartbeat from now)."""
+        """Say goodbye and end the loop. ``goodbye_by``: see Handshake.stopping."""
         self._timers_changed()
         now = time.monotonic()
         self._stopping_since = now
-        self._goodbye_by = goodbye_by if goodbye_by is not None \
-            else now + max(_GOODBYE_GRACE, self.options.connection.heartbeat)
+        self.handshake.stopping(now, goodbye_by)
         self._stopping = True
         self.transport.wake()
-
-    def _goodbye_retry(self, now: float) -> bool:
-        """Stopping client: reconnect to finish an interrupted goodbye? (see
-        Handshake.goodbye_unfinished); once the time for it is over, say so, once."""
-        if not self.handshake.goodbye_unfinished():
-            return False
-        if now < self._goodbye_by:
-            return True
-        if not self._goodbye_warned:
-            self._goodbye_warned = True
-            LOGGER.warning(
-                "netq client: close() could not finish its goodbye: the link to %s broke and "
-                "no reconnect completed in time. The server keeps this client's session for "
-                "up to session_timeout (%.0f s); a new client with id %s that connects "
-                "before then receives again what the server holds as unacknowledged.",
-                self.transport.connect_target(), self.options.connection.session_timeout,
-                self.id)
-        return False
 
     def flushed(self) -> bool:
         """Everything put has been acknowledged (or failed), and for a server: peers left."""
@@ -524,7 +482,7 @@ class SessionEngine:
 
     def goodbyes(self) -> bool:
         now = time.monotonic()
-        retrying = self._goodbye_retry(now)
+        retrying = self.handshake.goodbye_retry(now)
         done = self.handshake.goodbyes(
             in_grace=retrying or now - self._stopping_since < _GOODBYE_GRACE)
         return done and not retrying

@@ -52,6 +52,8 @@ class Handshake:
         self._recv_messages = recv_messages
         self._session_timeout = options.connection.session_timeout  # seconds
         self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
+        self._goodbye_by = 0.0  # see stopping()
+        self._goodbye_warned = False
 
     def new_connection(self, grant: int) -> proto.Connection:
         """The protocol state for a new link: its HELLO (granting ``grant`` bytes) is queued."""
@@ -287,6 +289,30 @@ class Handshake:
                     link.conn.send_error(ErrorCode.SHUTDOWN, "server closing")
                     transport.close_link(link, flush=True)
         return done
+
+    def stopping(self, now: float, goodbye_by: float | None) -> None:
+        """The communicator stops. ``goodbye_by``: the monotonic time until which a client
+        whose goodbye a broken link interrupted reconnects to finish it (default: a heartbeat,
+        at least a second, from now)."""
+        self._goodbye_by = goodbye_by if goodbye_by is not None \
+            else now + max(1.0, self._options.connection.heartbeat)
+
+    def goodbye_retry(self, now: float) -> bool:
+        """Stopping client: reconnect to finish an interrupted goodbye (see
+        :meth:`goodbye_unfinished`)? Once the time for it is over, a WARNING says so, once."""
+        if not self.goodbye_unfinished():
+            return False
+        if now < self._goodbye_by:
+            return True
+        if not self._goodbye_warned:
+            self._goodbye_warned = True
+            LOGGER.warning(
+                "netq client: close() could not finish its goodbye: the link to %s broke and "
+                "no reconnect completed in time. The server keeps this client's session for "
+                "up to session_timeout (%.0f s); a new client with id %s that connects "
+                "before then receives again what the server holds as unacknowledged.",
+                self._transport.connect_target(), self._session_timeout, self._options.id)
+        return False
 
     def goodbye_unfinished(self) -> bool:
         """Client: the server has our session and has not yet heard us leave.

@@ -202,3 +202,35 @@ def test_a_goodbye_cut_by_a_reset_is_finished_on_a_new_link(reset_before_close, 
             again.close(timeout=2)
         server.close(timeout=2)
         relay.close()
+
+
+def test_a_goodbye_that_cannot_be_finished_is_reported_and_bounded(caplog):
+    """The other side of the test above: when no reconnect gets through (the network refuses
+    every new connection), close() returns within its timeout and a WARNING says that the
+    server may keep the session and resend what it holds as unacknowledged."""
+    from netq.relay import UP, Relay
+
+    caplog.set_level(logging.WARNING, logger="netq")
+    connection = nq.ConnectionOptions(heartbeat=0.3)
+    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation("127.0.0.1", 0), connection=connection))
+    relay = Relay(server.address, name="netq-relay-test")
+    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, nq.CommunicatorOptions(
+        netloc=relay.netloc, connection=connection))
+    try:
+        client.put("hello").result(T)
+        assert server.get(timeout=T).data == "hello"
+        relay.drop(UP)
+        relay.refuse()
+        relay.reset()
+        started = time.monotonic()
+        client.close(timeout=1.5)
+        took = time.monotonic() - started
+        assert took < T, took
+        said = [r.getMessage() for r in caplog.records if "goodbye" in r.getMessage()]
+        assert len(said) == 1 and "could not finish its goodbye" in said[0], said
+        assert str(client.id) in said[0] and "session_timeout" in said[0]
+    finally:
+        client.close(timeout=2)
+        server.close(timeout=2)
+        relay.close()

@@ -134,6 +134,10 @@ def rows(Row):
 
 
 def rep(run, ctx, rep_index: int) -> None:
+    # Once per run, in the first rep: it takes minutes, and what it measures (server memory
+    # per idle link) is a size, not a rate that the machine's load moves from rep to rep.
+    if rep_index > 0:
+        return
     for row in rows(run.Row):
         if not ctx.usable("idle", row):
             continue
@@ -180,7 +184,8 @@ def markdown(run, summary_: dict | None, failed_keys: set) -> list[str]:
     clients, processes = ((first["clients"], first["processes"]) if first
                           else (BENCH_CLIENTS, BENCH_PROCESSES))
     return ([f"## Idle links: {clients} idle clients in {processes} processes on "
-             f"one default TCP server (bench/idle.py; target <= {TARGET_KIB} KiB per client)",
+             f"one default TCP server (bench/idle.py; target <= {TARGET_KIB} KiB per client; "
+             f"measured once per run, in the first rep)",
              ""]
             + run.md_table(["row", "connected", "server RSS per client (KiB)",
                             "all connected after (s)", "broadcast acknowledged by all (s)",

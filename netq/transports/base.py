@@ -27,10 +27,9 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from .._interrupts import LoopTurns
-from ..contract import EngineAPI, Link
+from ..contract import Address, EngineAPI, Link
 from ..exceptions import RemoteProtocolError
 from ..options import Purpose
 from ..protocol import ConnectionState
@@ -59,7 +58,7 @@ class Transport:
         self._idle = False  # the I/O thread is (about to be) waiting: wake() must signal it
         self._reconnect_at: float | None = None
         self._backoff = self._options.connection.reconnect_min
-        self.address: Any = None
+        self.address: Address = None
         self._io_ident: int | None = None
         # Leader/followers (caller_leads): whoever holds _lead runs the loop; the I/O thread
         # parks on _park while callers' get() lead it (see lead()).

@@ -30,9 +30,10 @@ from typing import cast
 
 from ..exceptions import AuthenticationError, ConnectionLost, UnsupportedProtocol
 from ..exposure import owner_only
+from ..protocol import Connection
 from .base import Link, Transport
 
-__all__ = ("TCPTransport", "UnixTransport", "Link")
+__all__ = ("TCPTransport", "UnixTransport", "SocketLink")
 
 LOGGER = logging.getLogger("netq")
 _READ = selectors.EVENT_READ
@@ -53,6 +54,31 @@ LEAD_BELOW = 256 * 1024  # bytes handed to a waiting get() below which callers m
 GATHER_WRITES = hasattr(socket.socket, "sendmsg")
 
 
+class SocketLink(Link):
+    """A link of a socket transport: its OS socket and, on TLS, the TLS layer over it.
+
+    ``sock`` is the plain, non-blocking socket (what the selector watches, what plain links
+    read and write); ``tls`` is the :class:`_TLSStream` that TLS links read and write through
+    (None on plain links). Closing ``sock`` ends both.
+    """
+
+    __slots__ = ("sock", "tls")
+
+    def __init__(self, sock: socket.socket, tls: _TLSStream | None, conn: Connection,
+                 address: object) -> None:
+        super().__init__(conn, address, tls_handshaking=tls is not None)
+        self.sock = sock
+        self.tls = tls
+
+
+def _socket_link(link: Link) -> SocketLink:
+    """``link`` as a socket transport's link (the engine hands back only the links the
+    transport gave it; anything else is a programming error)."""
+    if not isinstance(link, SocketLink):
+        raise TypeError(f"a socket transport was given a link it does not own: {link!r}")
+    return link
+
+
 class SocketTransport(Transport):
     """The selector loop shared by TCP, TLS and Unix sockets."""
 
@@ -67,7 +93,7 @@ class SocketTransport(Transport):
         self._wake_writer.setblocking(False)
         self._selector.register(self._wake_reader, _READ, "wake")
         self._wake_pending = False
-        self._held: set[Link] = set()  # links whose ACK frames wait for a reply (ACK_HOLD)
+        self._held: set[SocketLink] = set()  # links whose ACK frames wait for a reply (ACK_HOLD)
         self._listener: socket.socket | None = None
         self._connecting: socket.socket | None = None
         self._connect_started = 0.0
@@ -222,20 +248,19 @@ class SocketTransport(Transport):
     def _open_link(self, sock: socket.socket, address, server_side: bool) -> None:
         self._tune(sock)
         context = self._ssl
-        tls = context is not None
+        stream: _TLSStream | None = None
         if context is not None:
             hostname = None
             if not server_side:
                 security = self._options.security
                 assert security is not None  # the TLS context was made from it
                 hostname = security.server_hostname or self._options.netloc.host
-            sock = _TLSStream(sock, context, server_side, hostname,  # type: ignore[assignment]
-                              self._tls_scratch)
-        link = Link(sock, self.engine.new_connection(), address, tls)
+            stream = _TLSStream(sock, context, server_side, hostname, self._tls_scratch)
+        link = SocketLink(sock, stream, self.engine.new_connection(), address)
         self._links.add(link)
         self._selector.register(sock, _READ | _WRITE, link)
         link.write_registered = True
-        if tls:
+        if stream is not None:
             self._tls_handshake(link)
 
     # ----------------------------------------------------------------- client side
@@ -296,9 +321,12 @@ class SocketTransport(Transport):
 
     # ----------------------------------------------------------------- links
 
-    def _tls_handshake(self, link: Link) -> None:
+    def _tls_handshake(self, link: SocketLink) -> None:
+        stream = link.tls
+        if stream is None:
+            raise TypeError(f"TLS handshake on a plain link: {link!r}")
         try:
-            link.sock.do_handshake()
+            stream.do_handshake()
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError) as want:
             # Wait for what the handshake needs, and only that: a socket registered for
             # writing is always writable, so waiting for a silent peer's answer that way
@@ -325,12 +353,12 @@ class SocketTransport(Transport):
         link.tls_handshaking = False
         with link.lock:
             self.write_now(link)
-            if not link.dropped and link.sock.buffered:
+            if not link.dropped and stream.buffered:
                 # The peer's first data came with its last handshake flight: it is out of
                 # the socket already, so no readable event will report it.
                 self._read_tls(link)
 
-    def _service_link(self, link: Link, mask: int) -> None:
+    def _service_link(self, link: SocketLink, mask: int) -> None:
         if link.dropped:
             return
         if link.tls_handshaking:
@@ -363,7 +391,7 @@ class SocketTransport(Transport):
                     self.write_now(link)
         self._after_io(link)
 
-    def _hold_acks(self, link: Link) -> None:
+    def _hold_acks(self, link: SocketLink) -> None:
         """Delayed acknowledgement: let the ACK frames just queued wait up to ``ACK_HOLD``.
 
         Someone was blocked in get() for the message they acknowledge and usually replies at
@@ -392,7 +420,7 @@ class SocketTransport(Transport):
                     self.write_now(link)
         return wait
 
-    def _read(self, link: Link) -> None:
+    def _read(self, link: SocketLink) -> None:
         """Read a plain (not TLS: :meth:`_read_tls`) link until drained or its share is read."""
         conn = link.conn
         sock = link.sock
@@ -418,7 +446,7 @@ class SocketTransport(Transport):
                 # its way, and another recv_into is cheaper than a round through select.)
                 return
 
-    def _read_tls(self, link: Link) -> None:
+    def _read_tls(self, link: SocketLink) -> None:
         """``_read`` for a TLS link (:class:`_TLSStream`). A TLS read returns at most one
         record (16 KiB), so a short read does not mean the link is drained, and a large body
         takes many reads: fill the core's buffer record by record and hand it over once (one
@@ -426,7 +454,9 @@ class SocketTransport(Transport):
         event's share is read (then only what was already taken from the socket, which no
         readable event would report again)."""
         conn = link.conn
-        stream = link.sock
+        stream = link.tls
+        if stream is None:
+            raise TypeError(f"TLS read on a plain link: {link!r}")
         recv_into = stream.recv_into
         left = _TLS_READ_PER_EVENT
         while True:
@@ -465,17 +495,19 @@ class SocketTransport(Transport):
 
     def write_now(self, link: Link) -> None:
         """Write queued output until done or the socket is full (link lock held)."""
+        if not isinstance(link, SocketLink):
+            raise TypeError(f"a socket transport was given a link it does not own: {link!r}")
         if link.dropped or link.tls_handshaking:
             return
         conn = link.conn
         sock = link.sock
-        tls = self._ssl is not None
+        tls = link.tls
         gather = self._gather
         while conn.has_output:
             buffers = conn.outgoing()
             try:
-                if tls:
-                    sent = sock.send(self._tls_chunk(buffers))
+                if tls is not None:
+                    sent = tls.send(self._tls_chunk(buffers))
                 elif gather:
                     sent = sock.sendmsg(buffers)
                 else:
@@ -515,6 +547,7 @@ class SocketTransport(Transport):
         return joined
 
     def _release(self, link: Link) -> None:
+        link = _socket_link(link)
         self._held.discard(link)
         try:
             self._selector.unregister(link.sock)

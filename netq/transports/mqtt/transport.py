@@ -34,8 +34,9 @@ import time
 import paho.mqtt.client as paho
 
 from ...brokers import INSTALL_HINT
+from ...contract import Link
 from ...exceptions import BrokerUnavailable, ConnectionLost, RemoteProtocolError
-from ..packets import PACKET_SIZE, PacketTransport, next_packet
+from ..packets import PACKET_SIZE, PacketLink, PacketTransport, next_packet
 from . import paho_adapter
 from .channels import Channel, ChannelTableMixin
 from .link import HEADER_SIZE, Kind, Window, parse_header
@@ -339,11 +340,13 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         if self._acks_due:
             self._flush_acks()
 
-    def write_now(self, link) -> None:
+    def write_now(self, link: Link) -> None:
         """Publish the link's output, except a lone ACK/CREDIT: that waits up to
         ``_ACK_DELAY`` for a reply to ride with it (each publish is a broker round of its own;
         a request/response pair costs two publishes instead of four)."""
-        channel = link.channel
+        if not isinstance(link, PacketLink):
+            raise TypeError(f"the MQTT transport was given a link it does not own: {link!r}")
+        channel: Channel = link.channel
         if not link.closing and link.conn.output_is_only_acks(credit=True):
             now = time.monotonic()
             if channel.hold_until == 0.0:

@@ -28,9 +28,11 @@ import sys
 import time
 from typing import cast
 
+from ..contract import EngineAPI
 from ..exceptions import AuthenticationError, ConnectionLost, UnsupportedProtocol
 from ..exposure import owner_only
 from ..protocol import Connection
+from ..protocol.connection import Buffer
 from .base import Link, Transport
 
 __all__ = ("TCPTransport", "UnixTransport", "SocketLink")
@@ -52,6 +54,7 @@ LEAD_BELOW = 256 * 1024  # bytes handed to a waiting get() below which callers m
 # Windows has no socket.sendmsg: plain links then send the core's buffers one per call (small
 # messages are already coalesced into one buffer by the core; large ones go from their own).
 GATHER_WRITES = hasattr(socket.socket, "sendmsg")
+SocketAddress = str | tuple[object, ...]  # a Unix socket's path, or an IP (host, port, ...)
 
 
 class SocketLink(Link):
@@ -85,7 +88,7 @@ class SocketTransport(Transport):
     family_name = "tcp"
     caller_leads = True
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine: EngineAPI) -> None:
         super().__init__(engine)
         self._selector = selectors.DefaultSelector()
         self._wake_reader, self._wake_writer = socket.socketpair()
@@ -127,7 +130,8 @@ class SocketTransport(Transport):
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         return context
 
-    def _address(self):
+    def _address(self) -> tuple[int, SocketAddress]:
+        """The address family and the address to listen on or connect to."""
         netloc = self._options.netloc
         infos = socket.getaddrinfo(netloc.host, netloc.port, type=socket.SOCK_STREAM)
         family, _, _, _, address = infos[0]
@@ -157,7 +161,7 @@ class SocketTransport(Transport):
         self.address = sock.getsockname()
         self._selector.register(sock, _READ, "listen")
 
-    def _bound(self, address) -> None:
+    def _bound(self, address: SocketAddress) -> None:
         """The listening socket is bound and not yet listening: nobody can connect yet."""
 
     def _close_wake(self) -> None:
@@ -245,7 +249,7 @@ class SocketTransport(Transport):
                 sock.close()
                 LOGGER.info("netq server: connection from %s lost at once: %s", address, error)
 
-    def _open_link(self, sock: socket.socket, address, server_side: bool) -> None:
+    def _open_link(self, sock: socket.socket, address: object, server_side: bool) -> None:
         self._tune(sock)
         context = self._ssl
         stream: _TLSStream | None = None
@@ -535,7 +539,7 @@ class SocketTransport(Transport):
             link.write_registered = blocked
 
     @staticmethod
-    def _tls_chunk(buffers: list):
+    def _tls_chunk(buffers: list[Buffer]) -> Buffer:
         first = buffers[0]
         if len(buffers) == 1 or len(first) >= _TLS_JOIN:
             return first
@@ -639,7 +643,7 @@ class _TLSStream:
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
                 return 0
 
-    def send(self, data) -> int:
+    def send(self, data: Buffer) -> int:
         if not self.encrypted:
             view = memoryview(data).cast("B")
             self.encrypted = self.tls.write(view[:_TLS_WRITE] if len(view) > _TLS_WRITE
@@ -723,20 +727,22 @@ class UnixTransport(SocketTransport):
 
     family_name = "unix"
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine: EngineAPI) -> None:
         if not hasattr(socket, "AF_UNIX"):
             raise UnsupportedProtocol(
                 f"Protocol.UNIX needs Unix domain sockets (socket.AF_UNIX), which Python on "
                 f"{sys.platform} does not have: use Protocol.TCP on 127.0.0.1 instead")
         super().__init__(engine)
 
-    def _address(self):
+    def _address(self) -> tuple[int, SocketAddress]:
         return socket.AF_UNIX, self._options.netloc.unix_path()
 
     def _tune(self, sock: socket.socket) -> None:
         pass
 
-    def _bound(self, address) -> None:
+    def _bound(self, address: SocketAddress) -> None:
+        if not isinstance(address, str):
+            raise TypeError(f"a Unix socket is bound to a path, not {address!r}")
         owner_only(address)  # before listen: no other user connects in between
 
     def _listen(self) -> None:

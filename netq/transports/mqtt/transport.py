@@ -443,14 +443,15 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         channel = link.channel
         self._end(channel, "closed", notify=not channel.peer_closed, tell_base=False)
 
-    def _authorize(self, link, peer_id) -> bool:
+    def _authorize(self, link: Link, peer_id: object) -> bool:
         if not self._is_server:
             return True
-        if str(peer_id) == link.channel.cid:
+        channel: Channel = self._packet_link(link).channel
+        if str(peer_id) == channel.cid:
             return True
         self.counters["refused_ids"] += 1
         LOGGER.warning("netq mqtt: refused a link on the topic of client %s whose HELLO claims "
-                       "id %s", link.channel.cid, peer_id)
+                       "id %s", channel.cid, peer_id)
         return False
 
     def _stop_listening(self) -> None:

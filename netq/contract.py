@@ -7,8 +7,16 @@ neither imports the other. It holds
 * :class:`TransportAPI`: everything the engine may call on its transport;
 * :class:`Inbox`: what the engine hands received messages to (the queue API's receive side);
 * :class:`Link`: one connection to one peer, in two parts with one owner each:
-  :class:`LinkIO` (the transport's: socket or channel, write and close state) and the fields
-  :class:`Link` adds (the engine's: session, peer id, liveness and credit accounting).
+  :class:`LinkIO` (the transport's: write and close state) and the fields :class:`Link` adds
+  (the engine's: session, peer id, liveness and credit accounting);
+* :data:`Address`: the forms a transport's :attr:`TransportAPI.address` takes.
+
+The link's carrier (a socket, an MQTT topic pair, a gRPC stream) is not here: each transport
+subclasses :class:`Link` with a slot typed as its own carrier
+(:class:`netq.transports.sockets.SocketLink`, :class:`netq.transports.packets.PacketLink`), so
+no field of the contract is ``Any``. The engine only ever sees :class:`Link`; a transport that
+gets a link back from the engine (``write_now``, ``close_link``, ``authorize``) narrows it to
+its own subclass with an ``isinstance`` check that raises :class:`TypeError` on a stranger.
 
 Layers, top to bottom::
 
@@ -27,8 +35,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from .options import CommunicatorOptions, Purpose
 from .protocol import Connection, Event, MessageReceived
@@ -36,7 +44,13 @@ from .protocol import Connection, Event, MessageReceived
 if TYPE_CHECKING:
     from .session import PeerSession
 
-__all__ = ("EngineAPI", "Inbox", "Link", "LinkIO", "TransportAPI", "TransportFactory")
+__all__ = ("Address", "EngineAPI", "Inbox", "Link", "LinkIO", "TransportAPI", "TransportFactory")
+
+Address: TypeAlias = "tuple[str, int] | tuple[str, int, int, int] | str | None"
+"""Where a transport listens or connects, in its own terms: ``(host, port)`` (TCP over IPv4,
+gRPC), ``(host, port, flowinfo, scope_id)`` (TCP over IPv6), a path (Unix socket, gRPC over a
+Unix socket), an ``mqtt://host:port/base`` URL (MQTT), or None (a client, which listens nowhere).
+"""
 
 
 class Inbox(Protocol):
@@ -58,25 +72,20 @@ class Inbox(Protocol):
 
 
 class LinkIO:
-    """The transport's part of a link: its socket or channel and its write/close state.
+    """The transport's part of a link: its protocol state and its write/close state.
 
-    ``sock`` is the socket of a socket transport (None for the others; a plain or TLS socket
-    whose TLS methods the socket transport calls, so it is ``Any`` here); ``channel`` is the
-    carrier's handle of a packet transport (an MQTT topic pair, a gRPC stream: each packet
-    transport knows its own type, so it is ``Any`` here too). ``conn`` is the sans-I/O
+    The carrier itself (socket, topic pair, stream) lives in the transport's subclass of
+    :class:`Link`, typed as that transport's own class. ``conn`` is the sans-I/O
     :class:`netq.protocol.Connection`, written under :attr:`Link.lock`. Only the transport
     writes these fields; the engine reads ``conn``, ``error``, ``closing`` and
     ``write_blocked``, and sets ``error``/``replaced`` when a frame tells why a link ends.
     """
 
-    __slots__ = ("sock", "channel", "conn", "own_lock", "error", "closing", "close_deadline",
+    __slots__ = ("conn", "own_lock", "error", "closing", "close_deadline",
                  "write_blocked", "write_registered", "replaced", "tls_handshaking", "dropped",
                  "address", "ack_hold_until")
 
-    def __init__(self, sock: Any, conn: Connection, address: object,
-                 tls_handshaking: bool = False, channel: Any = None) -> None:
-        self.sock = sock
-        self.channel = channel
+    def __init__(self, conn: Connection, address: object, tls_handshaking: bool = False) -> None:
         self.conn = conn
         self.own_lock = threading.RLock()
         self.error: BaseException | None = None  # why the link ended (or is ending)
@@ -104,9 +113,8 @@ class Link(LinkIO):
     __slots__ = ("session", "peer_id", "last_received_at", "ping_sent_at", "rtt",
                  "direct_ok", "credit_counted")
 
-    def __init__(self, sock: Any, conn: Connection, address: object,
-                 tls_handshaking: bool = False, channel: Any = None) -> None:
-        super().__init__(sock, conn, address, tls_handshaking, channel)
+    def __init__(self, conn: Connection, address: object, tls_handshaking: bool = False) -> None:
+        super().__init__(conn, address, tls_handshaking)
         self.session: PeerSession | None = None
         self.peer_id: uuid.UUID | None = None
         now = time.monotonic()
@@ -204,8 +212,8 @@ class TransportAPI(Protocol):
     caller_leads: bool  # a blocked get() may run the loop itself (lead())
 
     @property
-    def address(self) -> Any:
-        """Where a server listens (transport-specific form)."""
+    def address(self) -> Address:
+        """Where a server listens (the forms: :data:`Address`)."""
 
     def start(self) -> None:
         """Start the I/O thread (never blocks on the network)."""
@@ -225,8 +233,8 @@ class TransportAPI(Protocol):
     def close_link(self, link: Link, flush: bool) -> None:
         """Drop a link, after flushing its output when ``flush`` is true."""
 
-    def links(self) -> list[Link]:
-        """The live links (I/O thread)."""
+    def links(self) -> Sequence[Link]:
+        """The live links (I/O thread; a transport may keep its own subclass of Link)."""
 
     def authorize(self, link: Link, peer_id: uuid.UUID) -> bool:
         """May ``peer_id`` (from the peer's HELLO) use this link? (I/O thread)"""

@@ -26,14 +26,14 @@ from __future__ import annotations
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
-from typing import Any
 
 from .._interrupts import LoopTurns
-from ..contract import EngineAPI, Link
+from ..contract import Address, EngineAPI, Link
 from ..exceptions import RemoteProtocolError
 from ..options import Purpose
-from ..protocol import ConnectionState
+from ..protocol import ConnectionState, Event
 
 __all__ = ("Link", "Transport", "CLOSE_FLUSH_LIMIT")
 
@@ -59,7 +59,7 @@ class Transport:
         self._idle = False  # the I/O thread is (about to be) waiting: wake() must signal it
         self._reconnect_at: float | None = None
         self._backoff = self._options.connection.reconnect_min
-        self.address: Any = None
+        self.address: Address = None
         self._io_ident: int | None = None
         # Leader/followers (caller_leads): whoever holds _lead runs the loop; the I/O thread
         # parks on _park while callers' get() lead it (see lead()).
@@ -115,7 +115,7 @@ class Transport:
     def _close_resources(self) -> None:
         """Subclass: free everything else, once, as the I/O thread ends."""
 
-    def _authorize(self, link: Link, peer_id) -> bool:
+    def _authorize(self, link: Link, peer_id: uuid.UUID) -> bool:
         """Subclass: may ``peer_id`` (from the peer's HELLO) use this link? (I/O thread)"""
         return True
 
@@ -144,7 +144,7 @@ class Transport:
     def links(self) -> list[Link]:
         return [link for link in self._links if not link.dropped]
 
-    def authorize(self, link: Link, peer_id) -> bool:
+    def authorize(self, link: Link, peer_id: uuid.UUID) -> bool:
         return self._authorize(link, peer_id)
 
     @property
@@ -318,7 +318,7 @@ class Transport:
         """After reading or writing a link: let the engine move more of its session's queue."""
         self.engine.after_io(link)
 
-    def _received(self, link: Link, events: list) -> bool:
+    def _received(self, link: Link, events: list[Event]) -> bool:
         """Hand the events of bytes just received to the engine (link lock held).
 
         False when the link ended meanwhile: dropped, or closed by the peer (then its last

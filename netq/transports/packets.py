@@ -28,11 +28,12 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from typing import Generic, TypeVar
 
 from ..protocol.connection import Buffer, Connection
 from .base import Link, Transport
 
-__all__ = ("PacketTransport", "PACKET_SIZE", "Link", "next_packet")
+__all__ = ("PacketTransport", "PacketLink", "PACKET_SIZE", "Link", "next_packet")
 
 PACKET_SIZE = 1024 * 1024  # bytes: default body per packet (the sweet spot measured for MQTT)
 
@@ -59,7 +60,22 @@ def next_packet(conn: Connection, limit: int) -> tuple[list[Buffer], int]:
     return parts, size
 
 
-class PacketTransport(Transport):
+ChannelT = TypeVar("ChannelT")
+"""The carrier's handle of one link: MQTT's topic pair (``mqtt.channels.Channel``), gRPC's
+``grpc.streams.Stream``."""
+
+
+class PacketLink(Link, Generic[ChannelT]):
+    """A link of a packet transport: ``channel`` is its carrier's handle, typed per transport."""
+
+    __slots__ = ("channel",)
+
+    def __init__(self, channel: ChannelT, conn: Connection, address: object) -> None:
+        super().__init__(conn, address)
+        self.channel = channel
+
+
+class PacketTransport(Transport, Generic[ChannelT]):
     """Base of MQTT and gRPC: subclasses implement the hooks marked "subclass"."""
 
     family_name = "packets"
@@ -87,33 +103,33 @@ class PacketTransport(Transport):
         """Subclass, client: start one attempt; later call channel_opened or connect_failed."""
         raise NotImplementedError
 
-    def _can_send(self, link: Link) -> bool:
+    def _can_send(self, link: PacketLink[ChannelT]) -> bool:
         """Subclass: may another packet go to the carrier for this link now? (I/O thread)"""
         return True
 
-    def _send_packet(self, link: Link, payload: bytes) -> None:
+    def _send_packet(self, link: PacketLink[ChannelT], payload: bytes) -> None:
         """Subclass: hand one packet (header + body) to the carrier. (I/O thread)"""
         raise NotImplementedError
 
-    def _close_channel(self, link: Link) -> None:
+    def _close_channel(self, link: PacketLink[ChannelT]) -> None:
         """Subclass: release the link's channel; idempotent, never blocks long. (I/O thread)"""
 
     def _stop_carrier(self) -> None:
         """Subclass: stop and join every carrier thread, close everything. Once, at the end."""
 
-    def _packet_limit(self, link: Link) -> int:
+    def _packet_limit(self, link: PacketLink[ChannelT]) -> int:
         """Body bytes per packet."""
         return min(PACKET_SIZE, self._options.connection.max_size)
 
-    def _packet_header(self, link: Link, size: int) -> bytes:
+    def _packet_header(self, link: PacketLink[ChannelT], size: int) -> bytes:
         """Bytes put before each packet's body (MQTT: link sequence numbers)."""
         return b""
 
     # ----------------------------------------------------------------- carrier side (any thread)
 
-    def channel_opened(self, channel, address) -> Link:
+    def channel_opened(self, channel: ChannelT, address: object) -> PacketLink[ChannelT]:
         """A new channel: returns its link, which the I/O thread registers (HELLO goes out)."""
-        link = Link(None, self.engine.new_connection(), address, channel=channel)
+        link = PacketLink(channel, self.engine.new_connection(), address)
         self._post(_OPENED, link, None)
         return link
 
@@ -208,7 +224,7 @@ class PacketTransport(Transport):
                                       str(value) if value is not None else "the attempt failed")
                 self._schedule_reconnect()
 
-    def _open(self, link: Link) -> None:
+    def _open(self, link: PacketLink[ChannelT]) -> None:
         if not self._server:
             self._connecting = False
         engine = self.engine
@@ -225,6 +241,8 @@ class PacketTransport(Transport):
 
     def write_now(self, link: Link) -> None:
         """Cut the queued output into packets while the carrier has room (link lock held)."""
+        if not isinstance(link, PacketLink):
+            raise TypeError(f"a packet transport was given a link it does not own: {link!r}")
         if link.dropped:
             return
         conn = link.conn
@@ -242,7 +260,15 @@ class PacketTransport(Transport):
         link.write_blocked = conn.has_output
 
     def _release(self, link: Link) -> None:
-        self._close_channel(link)
+        self._close_channel(self._packet_link(link))
+
+    @staticmethod
+    def _packet_link(link: Link) -> PacketLink[ChannelT]:
+        """``link`` as this transport's link (the engine hands back only the links the
+        transport gave it; anything else is a programming error)."""
+        if not isinstance(link, PacketLink):
+            raise TypeError(f"a packet transport was given a link it does not own: {link!r}")
+        return link
 
     def _close_resources(self) -> None:
         self._stop_carrier()

@@ -28,11 +28,14 @@ import sys
 import time
 from typing import cast
 
+from ..contract import EngineAPI
 from ..exceptions import AuthenticationError, ConnectionLost, UnsupportedProtocol
 from ..exposure import owner_only
+from ..protocol import Connection
+from ..protocol.connection import Buffer
 from .base import Link, Transport
 
-__all__ = ("TCPTransport", "UnixTransport", "Link")
+__all__ = ("TCPTransport", "UnixTransport", "SocketLink")
 
 LOGGER = logging.getLogger("netq")
 _READ = selectors.EVENT_READ
@@ -51,6 +54,32 @@ LEAD_BELOW = 256 * 1024  # bytes handed to a waiting get() below which callers m
 # Windows has no socket.sendmsg: plain links then send the core's buffers one per call (small
 # messages are already coalesced into one buffer by the core; large ones go from their own).
 GATHER_WRITES = hasattr(socket.socket, "sendmsg")
+SocketAddress = str | tuple[object, ...]  # a Unix socket's path, or an IP (host, port, ...)
+
+
+class SocketLink(Link):
+    """A link of a socket transport: its OS socket and, on TLS, the TLS layer over it.
+
+    ``sock`` is the plain, non-blocking socket (what the selector watches, what plain links
+    read and write); ``tls`` is the :class:`_TLSStream` that TLS links read and write through
+    (None on plain links). Closing ``sock`` ends both.
+    """
+
+    __slots__ = ("sock", "tls")
+
+    def __init__(self, sock: socket.socket, tls: _TLSStream | None, conn: Connection,
+                 address: object) -> None:
+        super().__init__(conn, address, tls_handshaking=tls is not None)
+        self.sock = sock
+        self.tls = tls
+
+
+def _socket_link(link: Link) -> SocketLink:
+    """``link`` as a socket transport's link (the engine hands back only the links the
+    transport gave it; anything else is a programming error)."""
+    if not isinstance(link, SocketLink):
+        raise TypeError(f"a socket transport was given a link it does not own: {link!r}")
+    return link
 
 
 class SocketTransport(Transport):
@@ -59,7 +88,7 @@ class SocketTransport(Transport):
     family_name = "tcp"
     caller_leads = True
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine: EngineAPI) -> None:
         super().__init__(engine)
         self._selector = selectors.DefaultSelector()
         self._wake_reader, self._wake_writer = socket.socketpair()
@@ -67,7 +96,7 @@ class SocketTransport(Transport):
         self._wake_writer.setblocking(False)
         self._selector.register(self._wake_reader, _READ, "wake")
         self._wake_pending = False
-        self._held: set[Link] = set()  # links whose ACK frames wait for a reply (ACK_HOLD)
+        self._held: set[SocketLink] = set()  # links whose ACK frames wait for a reply (ACK_HOLD)
         self._listener: socket.socket | None = None
         self._connecting: socket.socket | None = None
         self._connect_started = 0.0
@@ -101,7 +130,8 @@ class SocketTransport(Transport):
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         return context
 
-    def _address(self):
+    def _address(self) -> tuple[int, SocketAddress]:
+        """The address family and the address to listen on or connect to."""
         netloc = self._options.netloc
         infos = socket.getaddrinfo(netloc.host, netloc.port, type=socket.SOCK_STREAM)
         family, _, _, _, address = infos[0]
@@ -131,7 +161,7 @@ class SocketTransport(Transport):
         self.address = sock.getsockname()
         self._selector.register(sock, _READ, "listen")
 
-    def _bound(self, address) -> None:
+    def _bound(self, address: SocketAddress) -> None:
         """The listening socket is bound and not yet listening: nobody can connect yet."""
 
     def _close_wake(self) -> None:
@@ -219,23 +249,22 @@ class SocketTransport(Transport):
                 sock.close()
                 LOGGER.info("netq server: connection from %s lost at once: %s", address, error)
 
-    def _open_link(self, sock: socket.socket, address, server_side: bool) -> None:
+    def _open_link(self, sock: socket.socket, address: object, server_side: bool) -> None:
         self._tune(sock)
         context = self._ssl
-        tls = context is not None
+        stream: _TLSStream | None = None
         if context is not None:
             hostname = None
             if not server_side:
                 security = self._options.security
                 assert security is not None  # the TLS context was made from it
                 hostname = security.server_hostname or self._options.netloc.host
-            sock = _TLSStream(sock, context, server_side, hostname,  # type: ignore[assignment]
-                              self._tls_scratch)
-        link = Link(sock, self.engine.new_connection(), address, tls)
+            stream = _TLSStream(sock, context, server_side, hostname, self._tls_scratch)
+        link = SocketLink(sock, stream, self.engine.new_connection(), address)
         self._links.add(link)
         self._selector.register(sock, _READ | _WRITE, link)
         link.write_registered = True
-        if tls:
+        if stream is not None:
             self._tls_handshake(link)
 
     # ----------------------------------------------------------------- client side
@@ -299,9 +328,12 @@ class SocketTransport(Transport):
 
     # ----------------------------------------------------------------- links
 
-    def _tls_handshake(self, link: Link) -> None:
+    def _tls_handshake(self, link: SocketLink) -> None:
+        stream = link.tls
+        if stream is None:
+            raise TypeError(f"TLS handshake on a plain link: {link!r}")
         try:
-            link.sock.do_handshake()
+            stream.do_handshake()
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError) as want:
             # Wait for what the handshake needs, and only that: a socket registered for
             # writing is always writable, so waiting for a silent peer's answer that way
@@ -328,12 +360,12 @@ class SocketTransport(Transport):
         link.tls_handshaking = False
         with link.lock:
             self.write_now(link)
-            if not link.dropped and link.sock.buffered:
+            if not link.dropped and stream.buffered:
                 # The peer's first data came with its last handshake flight: it is out of
                 # the socket already, so no readable event will report it.
                 self._read_tls(link)
 
-    def _service_link(self, link: Link, mask: int) -> None:
+    def _service_link(self, link: SocketLink, mask: int) -> None:
         if link.dropped:
             return
         if link.tls_handshaking:
@@ -366,7 +398,7 @@ class SocketTransport(Transport):
                     self.write_now(link)
         self._after_io(link)
 
-    def _hold_acks(self, link: Link) -> None:
+    def _hold_acks(self, link: SocketLink) -> None:
         """Delayed acknowledgement: let the ACK frames just queued wait up to ``ACK_HOLD``.
 
         Someone was blocked in get() for the message they acknowledge and usually replies at
@@ -395,7 +427,7 @@ class SocketTransport(Transport):
                     self.write_now(link)
         return wait
 
-    def _read(self, link: Link) -> None:
+    def _read(self, link: SocketLink) -> None:
         """Read a plain (not TLS: :meth:`_read_tls`) link until drained or its share is read."""
         conn = link.conn
         sock = link.sock
@@ -421,7 +453,7 @@ class SocketTransport(Transport):
                 # its way, and another recv_into is cheaper than a round through select.)
                 return
 
-    def _read_tls(self, link: Link) -> None:
+    def _read_tls(self, link: SocketLink) -> None:
         """``_read`` for a TLS link (:class:`_TLSStream`). A TLS read returns at most one
         record (16 KiB), so a short read does not mean the link is drained, and a large body
         takes many reads: fill the core's buffer record by record and hand it over once (one
@@ -429,7 +461,9 @@ class SocketTransport(Transport):
         event's share is read (then only what was already taken from the socket, which no
         readable event would report again)."""
         conn = link.conn
-        stream = link.sock
+        stream = link.tls
+        if stream is None:
+            raise TypeError(f"TLS read on a plain link: {link!r}")
         recv_into = stream.recv_into
         left = _TLS_READ_PER_EVENT
         while True:
@@ -468,17 +502,19 @@ class SocketTransport(Transport):
 
     def write_now(self, link: Link) -> None:
         """Write queued output until done or the socket is full (link lock held)."""
+        if not isinstance(link, SocketLink):
+            raise TypeError(f"a socket transport was given a link it does not own: {link!r}")
         if link.dropped or link.tls_handshaking:
             return
         conn = link.conn
         sock = link.sock
-        tls = self._ssl is not None
+        tls = link.tls
         gather = self._gather
         while conn.has_output:
             buffers = conn.outgoing()
             try:
-                if tls:
-                    sent = sock.send(self._tls_chunk(buffers))
+                if tls is not None:
+                    sent = tls.send(self._tls_chunk(buffers))
                 elif gather:
                     sent = sock.sendmsg(buffers)
                 else:
@@ -506,7 +542,7 @@ class SocketTransport(Transport):
             link.write_registered = blocked
 
     @staticmethod
-    def _tls_chunk(buffers: list):
+    def _tls_chunk(buffers: list[Buffer]) -> Buffer:
         first = buffers[0]
         if len(buffers) == 1 or len(first) >= _TLS_JOIN:
             return first
@@ -518,6 +554,7 @@ class SocketTransport(Transport):
         return joined
 
     def _release(self, link: Link) -> None:
+        link = _socket_link(link)
         self._held.discard(link)
         try:
             self._selector.unregister(link.sock)
@@ -609,7 +646,7 @@ class _TLSStream:
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
                 return 0
 
-    def send(self, data) -> int:
+    def send(self, data: Buffer) -> int:
         if not self.encrypted:
             view = memoryview(data).cast("B")
             self.encrypted = self.tls.write(view[:_TLS_WRITE] if len(view) > _TLS_WRITE
@@ -693,20 +730,22 @@ class UnixTransport(SocketTransport):
 
     family_name = "unix"
 
-    def __init__(self, engine) -> None:
+    def __init__(self, engine: EngineAPI) -> None:
         if not hasattr(socket, "AF_UNIX"):
             raise UnsupportedProtocol(
                 f"Protocol.UNIX needs Unix domain sockets (socket.AF_UNIX), which Python on "
                 f"{sys.platform} does not have: use Protocol.TCP on 127.0.0.1 instead")
         super().__init__(engine)
 
-    def _address(self):
+    def _address(self) -> tuple[int, SocketAddress]:
         return socket.AF_UNIX, self._options.netloc.unix_path()
 
     def _tune(self, sock: socket.socket) -> None:
         pass
 
-    def _bound(self, address) -> None:
+    def _bound(self, address: SocketAddress) -> None:
+        if not isinstance(address, str):
+            raise TypeError(f"a Unix socket is bound to a path, not {address!r}")
         owner_only(address)  # before listen: no other user connects in between
 
     def _listen(self) -> None:

@@ -85,7 +85,7 @@ class MemoryTransport:
 
     # -- what the network calls
     def open_link(self) -> Link:
-        link = Link(None, self.engine.new_connection(), "memory")
+        link = Link(self.engine.new_connection(), "memory")
         self._links.append(link)
         return link
 

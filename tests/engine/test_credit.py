@@ -30,7 +30,7 @@ class Budget:
                                     clock=lambda: self.now)
         grant = self.budget.hello_grant()
         self.pair = open_pair(server={"recv_window": grant, "recv_messages": recv_messages})
-        self.link = Link(None, self.pair.server, "memory")
+        self.link = Link(self.pair.server, "memory")
         self.session = PeerSession(uuid.uuid4(), window=window)
         self.link.session = self.session
         self.seq = 0

@@ -22,6 +22,7 @@ import threading
 
 from ..._threads import call_on_thread
 from ..packets import _PACKET, PacketTransport
+from .streams import Stream
 
 __all__ = ("LoopDrivenTransport", "outside_running_loop", "STOP_TIMEOUT")
 
@@ -43,7 +44,7 @@ def outside_running_loop(function):
     return call_on_thread(function, "netq-grpc-setup")
 
 
-class LoopDrivenTransport(PacketTransport):
+class LoopDrivenTransport(PacketTransport[Stream]):
     """A packet transport whose carrier lives on an asyncio loop that the I/O thread runs."""
 
     def __init__(self, engine) -> None:

@@ -31,9 +31,10 @@ import grpc
 import grpc.aio
 
 from ..._buffers import POOL_MIN
+from ...contract import Link
 from ...exceptions import AuthenticationError, ConnectionLost
 from ...exposure import owner_only
-from ..packets import PACKET_SIZE, next_packet
+from ..packets import PACKET_SIZE, PacketLink, next_packet
 from .config import (
     channel_credentials,
     channel_options,
@@ -260,12 +261,12 @@ class GRPCTransport(LoopDrivenTransport):
         stream.ended = True
         self.channel_closed(stream.link, error)
 
-    def _packet_limit(self, link) -> int:
+    def _packet_limit(self, link: PacketLink[Stream]) -> int:
         max_size = self._options.connection.max_size
         return PACKET_LIMIT if max_size >= PACKET_SIZE else max_size
 
-    def _can_send(self, link) -> bool:
-        stream: Stream = link.channel
+    def _can_send(self, link: PacketLink[Stream]) -> bool:
+        stream = link.channel
         if not stream.has_room():
             return False
         if threading.get_ident() != self._io_ident:
@@ -291,7 +292,7 @@ class GRPCTransport(LoopDrivenTransport):
             return False
         return True
 
-    def write_now(self, link) -> None:
+    def write_now(self, link: Link) -> None:
         """Cut the queued output into packets while the stream has room (link lock held).
 
         As :meth:`PacketTransport.write_now`, with one difference: a packet that joins
@@ -300,6 +301,8 @@ class GRPCTransport(LoopDrivenTransport):
         starts and lets go of it when the write completes, so the buffers are used again
         (no allocation, no page faults on fresh memory) once nothing refers to them.
         """
+        if not isinstance(link, PacketLink):
+            raise TypeError(f"the gRPC transport was given a link it does not own: {link!r}")
         if link.dropped:
             return
         conn = link.conn
@@ -322,7 +325,7 @@ class GRPCTransport(LoopDrivenTransport):
             stream.push(payload)
             conn.sent(size)
         link.write_blocked = conn.has_output
-        if link.write_blocked and link.channel.hold_until is not None:
+        if link.write_blocked and stream.hold_until is not None:
             # Held, not blocked: only ACK frames wait, by choice (delayed ACK). The engine lets
             # a caller's thread write a lone put only on a link that is not blocked, and that
             # put is the reply the held ACK waits for.
@@ -335,11 +338,11 @@ class GRPCTransport(LoopDrivenTransport):
             stream.hold_timer.cancel()  # no wake-up for an ACK that already left
             stream.hold_timer = None
 
-    def _send_packet(self, link, payload: bytes) -> None:
+    def _send_packet(self, link: PacketLink[Stream], payload: bytes) -> None:
         link.channel.push(payload)
 
-    def _close_channel(self, link) -> None:
-        stream: Stream = link.channel
+    def _close_channel(self, link: PacketLink[Stream]) -> None:
+        stream = link.channel
         if stream.closing:
             return
         stream.closing = True

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 __all__ = ("MQTTShared",)
 
 
-class MQTTShared(PacketTransport):
+class MQTTShared(PacketTransport["Channel"]):
     """Typing base of the MQTT transport's parts; every attribute is set in
     ``MQTTTransport.__init__`` (see there for what each holds)."""
 

@@ -34,8 +34,9 @@ import time
 import paho.mqtt.client as paho
 
 from ...brokers import INSTALL_HINT
+from ...contract import Link
 from ...exceptions import BrokerUnavailable, ConnectionLost, RemoteProtocolError
-from ..packets import PACKET_SIZE, PacketTransport, next_packet
+from ..packets import PACKET_SIZE, PacketLink, PacketTransport, next_packet
 from . import paho_adapter
 from .channels import Channel, ChannelTableMixin
 from .link import HEADER_SIZE, Kind, Window, parse_header
@@ -339,11 +340,13 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         if self._acks_due:
             self._flush_acks()
 
-    def write_now(self, link) -> None:
+    def write_now(self, link: Link) -> None:
         """Publish the link's output, except a lone ACK/CREDIT: that waits up to
         ``_ACK_DELAY`` for a reply to ride with it (each publish is a broker round of its own;
         a request/response pair costs two publishes instead of four)."""
-        channel = link.channel
+        if not isinstance(link, PacketLink):
+            raise TypeError(f"the MQTT transport was given a link it does not own: {link!r}")
+        channel: Channel = link.channel
         if not link.closing and link.conn.output_is_only_acks(credit=True):
             now = time.monotonic()
             if channel.hold_until == 0.0:
@@ -440,14 +443,15 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         channel = link.channel
         self._end(channel, "closed", notify=not channel.peer_closed, tell_base=False)
 
-    def _authorize(self, link, peer_id) -> bool:
+    def _authorize(self, link: Link, peer_id: object) -> bool:
         if not self._is_server:
             return True
-        if str(peer_id) == link.channel.cid:
+        channel: Channel = self._packet_link(link).channel
+        if str(peer_id) == channel.cid:
             return True
         self.counters["refused_ids"] += 1
         LOGGER.warning("netq mqtt: refused a link on the topic of client %s whose HELLO claims "
-                       "id %s", link.channel.cid, peer_id)
+                       "id %s", channel.cid, peer_id)
         return False
 
     def _stop_listening(self) -> None:

@@ -9,6 +9,7 @@ counterparts of the byte-stream fault tests), bind failures and the message-size
 from __future__ import annotations
 
 import asyncio
+import gc
 import resource
 import socket
 import threading
@@ -265,6 +266,35 @@ def test_unix_socket_target(transport):
     server.close(timeout=T)
     again = transport.make_server(netloc=nq.NetworkLocation(path=path))
     again.close(timeout=T)
+
+
+@plain
+def test_a_stream_that_ended_is_freed_at_once_with_its_buffers(transport):
+    """A cut link's gRPC stream goes, with its pool of 1 MiB packet buffers and the link's
+    connection state, as soon as the call is over: not whenever the cyclic garbage collector
+    next runs (the stream and its link refer to each other)."""
+    server = transport.make_server(max_size=16 * nq.MiB)
+    client = transport.connect(server, max_size=16 * nq.MiB)
+    payload = bytes(4 * nq.MiB)  # fills the client stream's pool
+
+    def streams() -> list:
+        return [o for o in gc.get_objects() if type(o) is grpc_streams.Stream]
+
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(3):
+            client.put(payload).result(T)
+            assert len(server.get(timeout=T).data) == len(payload)
+            wait_for(lambda: transport.cut(client), T, message="a live link to cut")
+        client.put(payload).result(T)  # on the fourth link
+        assert len(server.get(timeout=T).data) == len(payload)
+        # One stream per end is left: the current call's.
+        wait_for(lambda: len(streams()) == 2, T,
+                 message="the streams of the cut calls to be freed")
+        assert all(not stream.finished and stream.link is not None for stream in streams())
+    finally:
+        gc.enable()
 
 
 # ============================================================================ hot path

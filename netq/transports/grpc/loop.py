@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from ..._native_heap import NativeHeap
 from ..._threads import call_on_thread
 from ..packets import _PACKET, PacketTransport
 from .streams import Stream
@@ -54,6 +55,8 @@ class LoopDrivenTransport(PacketTransport[Stream]):
         self._loop_closed = False
         self._feeding = False  # the I/O thread runs the loop in _sleep: packets go in at once
         self._feed_error: BaseException | None = None  # raised by _feed, re-raised by _sleep
+        # gRPC's native buffers: freed memory goes back to the OS (see netq._native_heap)
+        self.native_heap = NativeHeap()
         super().__init__(engine)
 
     def call_soon(self, callback) -> None:
@@ -64,6 +67,7 @@ class LoopDrivenTransport(PacketTransport[Stream]):
             pass  # the loop is closed: whatever it was for is gone
 
     def packet_received(self, link, payload) -> None:
+        self.native_heap.moved(len(payload))
         if self._feeding and not self._inbox:
             self._feed(link, payload)
         else:
@@ -123,6 +127,7 @@ class LoopDrivenTransport(PacketTransport[Stream]):
         finally:
             self._feeding = False
         self._wake_pending = False
+        self.native_heap.trim_if_due(loop.time())
         error, self._feed_error = self._feed_error, None
         if error is not None:
             raise error

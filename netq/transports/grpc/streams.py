@@ -49,7 +49,7 @@ class Stream:
 
     __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",
                  "link", "ended", "closing", "call", "grpc_channel", "writer", "hold_until",
-                 "hold_bytes", "hold_timer", "wake_posted", "pool")
+                 "hold_bytes", "hold_timer", "wake_posted", "pool", "finished")
 
     def __init__(self, transport) -> None:
         self.transport = transport
@@ -70,10 +70,27 @@ class Stream:
         self.hold_timer: asyncio.TimerHandle | None = None  # ends the hold
         self.wake_posted = False  # a caller's thread asked the loop to wake the writer
         self.pool = ReceivePool()  # large outgoing packets, reused once gRPC is done with them
+        self.finished = False  # release() ran: the call is over, nothing more is queued
+
+    def release(self) -> None:
+        """The call is over: let go of its buffers and of the link.
+
+        The link refers to its stream (``link.channel``) and the stream to its link: without
+        this, a stream that ended would keep its pool, its queued packets and the link's
+        connection state (a half-received message, say) until the cyclic garbage collector
+        happens to run, which a process that allocates few objects may not do for minutes.
+        """
+        self.finished = True
+        self.packets.clear()
+        self.pool.clear()
+        self.link = None
 
     def push(self, packet) -> None:
         """Queue a packet (link lock held): on the I/O thread, or on a caller's thread that
-        writes a lone put itself (``direct_writes``)."""
+        writes a lone put itself (``direct_writes``). Nothing once the call is over: the
+        session resends what a lost link did not deliver."""
+        if self.finished:
+            return
         self.packets.append(packet)
         if packet is not END:
             self.queued += len(packet)
@@ -135,6 +152,7 @@ class Stream:
                 packet = b"".join(parts)
             await write(packet)
             self.drained += size
+            self.transport.native_heap.moved(size)
             if self.blocked and self.queued - self.drained < OUTBOUND_LIMIT // 2:
                 self.blocked = False
                 self.transport.wake()

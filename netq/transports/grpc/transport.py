@@ -141,6 +141,7 @@ class GRPCTransport(LoopDrivenTransport):
         finally:
             reader.cancel()
             self._streams.discard(stream)
+            stream.release()
         # Returning ends the RPC with status OK after every packet written.
 
     async def _read_requests(self, stream: Stream, request_iterator) -> None:
@@ -192,6 +193,7 @@ class GRPCTransport(LoopDrivenTransport):
                 stream = Stream(self)
                 stream.link = self.channel_opened(stream, self._options.netloc)
                 self._ended(stream, error)
+                stream.release()
             else:
                 self.connect_failed(error)
             return
@@ -250,6 +252,7 @@ class GRPCTransport(LoopDrivenTransport):
                 stream.writer.cancel()
             # Forget the gRPC objects at once (the link may live on in the engine for a while).
             stream.call = stream.grpc_channel = stream.writer = None
+            stream.release()
             await channel.close(None)
 
     # ----------------------------------------------------------------- both

@@ -1345,14 +1345,15 @@ def targets_block(results: dict) -> list[str]:
     this_run = "this run" + (f" (`--busy {meta['busy']}`)" if meta.get("busy") else "")
     headers = ["target", "bound", this_run, "met"]
     text = ("Targets of the per-message path, each a ratio of two rows of the same rep (median"
-            " over reps); CPU is user+sys of both processes over the timed interval (sender +"
-            " receiver per message, ping + echo per round trip)")
+            " over reps; — where a run did not measure it); CPU is user+sys of both processes"
+            " over the timed interval (sender + receiver per message, ping + echo per round"
+            " trip)")
     if busy:
         headers += [f"`--busy {busy['busy']}`", "met",
                     f"within {BUSY_TOLERANCE * 100:.0f} % of {this_run}"]
-        text += (f"; on a busy machine ({busy['busy']} busy-loop processes, `--busy"
-                 f" {busy['busy']}`, {busy['reps']} reps, {busy['date'][:10]}) the same bounds"
-                 f" hold and each throughput and CPU ratio stays within"
+        text += (f"; a busy machine ({busy['busy']} busy-loop processes, `--busy"
+                 f" {busy['busy']}`, {busy['reps']} reps, {busy['date'][:10]}) must meet the"
+                 f" same bounds, and its throughput and CPU ratios must stay within"
                  f" {BUSY_TOLERANCE * 100:.0f} % of this run's")
     return [text + ":", ""] + md_table(headers, rows)
 

@@ -5,6 +5,8 @@
     python3 bench/run.py                         # 5 reps, 0.3 s per measurement (<= 25 min)
     python3 bench/run.py --only raw-tcp,zmq-push --sizes 64,1M --reps 2
     python3 bench/run.py --render bench/results/latest.json     # re-print the tables
+    python3 bench/run.py --busy 2 --only throughput,latency --json /tmp/busy.json
+    python3 bench/run.py --busy-results /tmp/busy.json --readme  # a quiet run, the busy beside
 
 Sections, interleaved per rep (rep -> section -> size -> transport) so that machine noise
 spreads evenly: one-way throughput, 64 B round trip, stalled receiver, many clients,
@@ -538,7 +540,8 @@ def round_trip(ctx: Context, row: Row) -> dict:
     with Session(ctx, ctx.timeout) as s:
         echo = s.spawn("echo", row, role="echo", size=PING_SIZE, count=PING_COUNT)
         addr = echo.expect("READY", s.deadline)["addr"]
-        ping = s.spawn("ping", row, role="ping", size=PING_SIZE, count=PING_COUNT, addr=addr)
+        ping = s.spawn("ping", row, role="ping", size=PING_SIZE, count=PING_COUNT, addr=addr,
+                       echo_pid=echo.pid)
         res = ping.expect("RESULT", s.deadline)
         echo.expect("RESULT", s.deadline)
         s.collect(ping, echo)
@@ -637,8 +640,11 @@ def latency_rep(ctx: Context, rep: int) -> None:
         if ctx.usable("latency", row):
             rec = measure(ctx, "latency", row.name, rep, partial(round_trip, ctx, row), PING_SIZE)
             if not rec.get("failed"):
+                cpu = _round_trip_cpu_us(rec)
                 log(f"latency      {row.name:<15} rep {rep}  p50 {rec['ping']['p50_us']:8.1f} us"
-                    f"  p99 {rec['ping']['p99_us']:8.1f} us")
+                    f"  p99 {rec['ping']['p99_us']:8.1f} us"
+                    + (f"  cpu ping/echo {cpu[0]:.1f}/{cpu[1]:.1f} us per round trip"
+                       if cpu else ""))
 
 
 def scenarios_rep(ctx: Context, rep: int) -> None:
@@ -690,6 +696,17 @@ def _side_cpu_us(record: dict, side: str) -> float | None:
     return both * own / total
 
 
+def _round_trip_cpu_us(record: dict) -> tuple[float, float] | None:
+    """CPU µs per round trip (ping side, echo side): each process's user+sys over the timed
+    round trips; None for a record without it (older results, rows whose ping loop is not
+    common.ping_loop)."""
+    ping = record.get("ping") or {}
+    mine, echo, n = ping.get("ping_cpu_s"), ping.get("echo_cpu_s"), ping.get("n")
+    if mine is None or echo is None or not n:
+        return None
+    return mine / n * 1e6, echo / n * 1e6
+
+
 def summarize(records: list[dict]) -> dict:
     good = [r for r in records if not r.get("failed") and not r.get("calibration")]
     by = {}
@@ -698,8 +715,14 @@ def summarize(records: list[dict]) -> dict:
     gbps = {(r["row"], r["size"], r["rep"]): r["recv"]["gb_per_s"] for r in good
             if r["section"] == "throughput" and r["ok"]}
     raw_gbps = {(size, rep): v for (row, size, rep), v in gbps.items() if row == "raw-tcp"}
+    raw_cpu = {(r["size"], r["rep"]): r["recv"]["cpu_us_per_msg"] for r in good
+               if r["section"] == "throughput" and r["row"] == "raw-tcp" and r["ok"]
+               and r["recv"].get("cpu_us_per_msg")}
     raw_p50 = {r["rep"]: r["ping"]["p50_us"] for r in good
                if r["section"] == "latency" and r["row"] == "raw-tcp"}
+    raw_rt_cpu = {r["rep"]: sum(cpu) for r in good
+                  if r["section"] == "latency" and r["row"] == "raw-tcp"
+                  and (cpu := _round_trip_cpu_us(r))}
     nq_iops = {(r["scenario"], r["rep"]): r["client"]["gbps"] for r in good
                if r["section"] == "iops" and r["row"] == "net-queue" and r["ok"]}
     out = {"throughput": {}, "latency": {}, "stall": {}, "many-clients": {}, "iops": {}}
@@ -716,6 +739,10 @@ def summarize(records: list[dict]) -> dict:
                     r["recv"]["gb_per_s"] / gbps[(FLOORS[row], size, r["rep"])]
                     for r in rs if (FLOORS.get(row), size, r["rep"]) in gbps]),
                 "cpu_us_per_msg": median([r["recv"]["cpu_us_per_msg"] for r in rs]),
+                "cpu_ratio_to_raw_tcp": median([
+                    r["recv"]["cpu_us_per_msg"] / raw_cpu[(size, r["rep"])] for r in rs
+                    if (size, r["rep"]) in raw_cpu and r["recv"].get("cpu_us_per_msg")
+                    is not None]),
                 "send_cpu_us_per_msg": median([_side_cpu_us(r, "send") for r in rs]),
                 "recv_cpu_us_per_msg": median([_side_cpu_us(r, "recv") for r in rs]),
                 "send_peak_mib": median([r["send"]["peak_rss_kb"] / KiB for r in rs]),
@@ -734,7 +761,12 @@ def summarize(records: list[dict]) -> dict:
                 "p99_us": median([r["ping"]["p99_us"] for r in rs]),
                 "p50_min": min(p50), "p50_max": max(p50),
                 "ratio_to_raw_tcp": median([r["ping"]["p50_us"] / raw_p50[r["rep"]] for r in rs
-                                            if r["rep"] in raw_p50])}
+                                            if r["rep"] in raw_p50]),
+                "ping_cpu_us": median([(_round_trip_cpu_us(r) or (None,))[0] for r in rs]),
+                "echo_cpu_us": median([(_round_trip_cpu_us(r) or (None, None))[1] for r in rs]),
+                "cpu_ratio_to_raw_tcp": median([
+                    sum(cpu) / raw_rt_cpu[r["rep"]] for r in rs
+                    if (cpu := _round_trip_cpu_us(r)) and raw_rt_cpu.get(r["rep"])])}
         elif section == "stall":
             out[section][row] = {
                 "row": row, "reps": len(rs), "ok": all(r["ok"] for r in rs),
@@ -783,6 +815,83 @@ def md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return lines + [""]
 
 
+ROUND_TRIP_CPU_HEADER = "CPU µs per round trip: ping / echo"
+
+
+def _round_trip_cpu_cells(summary_row: dict | None) -> list[str]:
+    """Both sides' CPU per round trip and its ratio to raw-tcp's (both sides), from a latency
+    summary row; blank where the records carry no CPU (results from before it was measured)."""
+    if not summary_row or summary_row.get("ping_cpu_us") is None:
+        return ["", ""]
+    ratio = summary_row.get("cpu_ratio_to_raw_tcp")
+    return [f"{_cpu_text(summary_row['ping_cpu_us'])} / {_cpu_text(summary_row['echo_cpu_us'])}",
+            f"×{ratio:.2f}" if ratio is not None else ""]
+
+
+def throughput_tables(thr: dict, sizes: list[int], failed_keys: set,
+                      busy: dict | None = None) -> list[str]:
+    """The one-way throughput tables of one run (``thr``: summarize()'s ``throughput``); for
+    a ``--busy`` run attached with --busy-results (``busy``: :func:`busy_run`), its ratios,
+    messages/s and CPU per message, headed as a busy machine's."""
+    names = [r.name for r in THROUGHPUT
+             if any(f"{r.name}|{s}" in thr or ("throughput", r.name, s, None) in failed_keys
+                    for s in sizes)]
+    if not names:
+        return []
+    out: list[str] = []
+
+    def table(title: str, fn) -> None:
+        rows = []
+        for name in names:
+            cells = []
+            for size in sizes:
+                v = thr.get(f"{name}|{size}")
+                txt = fn(v) if v else ""
+                if v and not v["ok"]:
+                    txt += " **FAILED VERIFY**"
+                if not txt:
+                    txt = "FAILED" if ("throughput", name, size, None) in failed_keys else "—"
+                cells.append(txt)
+            rows.append([name] + cells)
+        out.extend([f"{'###' if busy else '##'} {title}", ""]
+                   + md_table(["row"] + [human(s) for s in sizes], rows))
+
+    if busy:
+        out.extend([f"## One-way throughput on a busy machine: {busy['busy']} busy-loop"
+                    f" processes (`--busy {busy['busy']}` run of {busy['date']},"
+                    f" {busy['reps']} rep(s))", ""])
+    table(("GB/s" if busy else "One-way throughput: GB/s")
+          + " (× raw-tcp of the same rep, median over reps; "
+          "TLS, gRPC and MQTT rows also × their own raw peer: "
+          + ", ".join(sorted(set(FLOORS.values()))) + "; MQTT rows: messages lost, if any)",
+          lambda v: f"{fmt(v['gb_per_s'], '.3f')} (×{fmt(v['ratio_to_raw_tcp'], '.2f')}"
+          + (f", ×{v['ratio_to_floor']:.2f} {FLOORS[v['row']]}"
+             if v.get("ratio_to_floor") is not None else "") + ")"
+          + (f" **lost {v['lost']}**" if v.get("lost") else ""))
+    table("Messages/s" if busy else "One-way throughput: messages/s",
+          lambda v: f"{v['msgs_per_s']:,.0f}")
+    if not busy:
+        table("Spread of GB/s over reps (min – max) and messages per measurement",
+              lambda v: (f"{v['gb_per_s_min']:.3f} – {v['gb_per_s_max']:.3f}" if v["reps"] > 1
+                         else "1 rep") + f", N={v['messages']:,.0f}")
+        table("CPU per message, µs (user+sys of sender + receiver over the timed interval"
+              " / messages)",
+              lambda v: fmt(v["cpu_us_per_msg"], ".3g"))
+    table("CPU per message, µs: sender / receiver (each side's user+sys over the same"
+          " interval / messages) and both sides × raw-tcp's of the same rep",
+          lambda v: f"{fmt(v.get('send_cpu_us_per_msg'), '.3g')} / "
+          f"{fmt(v.get('recv_cpu_us_per_msg'), '.3g')}"
+          + (f" (×{v['cpu_ratio_to_raw_tcp']:.2f})"
+             if v.get("cpu_ratio_to_raw_tcp") is not None else ""))
+    if not busy:
+        table("Peak RSS, MiB: sender / receiver (MQTT: / broker)",
+              lambda v: f"{v['send_peak_mib']:.0f} / {v['recv_peak_mib']:.0f}"
+              + (f" / {v['broker_peak_mib']:.0f}" if v.get("broker_peak_mib") else ""))
+        table("Peak RSS over baseline (after imports + connect/bind), MiB: sender / receiver",
+              lambda v: f"{round(v['send_over_base_mib'])} / {round(v['recv_over_base_mib'])}")
+    return out
+
+
 def markdown(results: dict) -> str:
     meta, summary = results["meta"], results["summary"]
     records = results["records"]
@@ -802,53 +911,14 @@ def markdown(results: dict) -> str:
     if results.get("notes"):
         L.append("")
 
-    def cell(section, row, size=None, scenario=None, value=""):
-        if (section, row, size, scenario) in failed_keys and not value:
-            return "FAILED"
-        return value or "—"
-
-    thr = summary["throughput"]
-    sizes = meta["sizes"]
-    thr_rows = [r.name for r in THROUGHPUT
-                if any(f"{r.name}|{s}" in thr or ("throughput", r.name, s, None) in failed_keys
-                       for s in sizes)]
-    if thr_rows:
-        def thr_table(title, fn):
-            rows = []
-            for name in thr_rows:
-                cells = []
-                for s in sizes:
-                    v = thr.get(f"{name}|{s}")
-                    txt = fn(v) if v else ""
-                    if v and not v["ok"]:
-                        txt += " **FAILED VERIFY**"
-                    cells.append(cell("throughput", name, s, None, txt))
-                rows.append([name] + cells)
-            L.extend([f"## {title}", ""] + md_table(["row"] + [human(s) for s in sizes], rows))
-
-        thr_table("One-way throughput: GB/s (× raw-tcp of the same rep, median over reps; "
-                  "TLS, gRPC and MQTT rows also × their own raw peer: "
-                  + ", ".join(sorted(set(FLOORS.values()))) + "; MQTT rows: messages lost, if any)",
-                  lambda v: f"{fmt(v['gb_per_s'], '.3f')} (×{fmt(v['ratio_to_raw_tcp'], '.2f')}"
-                  + (f", ×{v['ratio_to_floor']:.2f} {FLOORS[v['row']]}"
-                     if v.get("ratio_to_floor") is not None else "") + ")"
-                  + (f" **lost {v['lost']}**" if v.get("lost") else ""))
-        thr_table("One-way throughput: messages/s", lambda v: f"{v['msgs_per_s']:,.0f}")
-        thr_table("Spread of GB/s over reps (min – max) and messages per measurement",
-                  lambda v: (f"{v['gb_per_s_min']:.3f} – {v['gb_per_s_max']:.3f}" if v["reps"] > 1
-                             else "1 rep") + f", N={v['messages']:,.0f}")
-        thr_table("CPU per message, µs (user+sys of sender + receiver over the timed interval"
-                  " / messages)",
-                  lambda v: fmt(v["cpu_us_per_msg"], ".3g"))
-        thr_table("CPU per message, µs: sender / receiver (each side's user+sys over the same"
-                  " interval / messages)",
-                  lambda v: f"{fmt(v.get('send_cpu_us_per_msg'), '.3g')} / "
-                  f"{fmt(v.get('recv_cpu_us_per_msg'), '.3g')}")
-        thr_table("Peak RSS, MiB: sender / receiver (MQTT: / broker)",
-                  lambda v: f"{v['send_peak_mib']:.0f} / {v['recv_peak_mib']:.0f}"
-                  + (f" / {v['broker_peak_mib']:.0f}" if v.get("broker_peak_mib") else ""))
-        thr_table("Peak RSS over baseline (after imports + connect/bind), MiB: sender / receiver",
-                  lambda v: f"{round(v['send_over_base_mib'])} / {round(v['recv_over_base_mib'])}")
+    L.extend(throughput_tables(summary["throughput"], meta["sizes"], failed_keys))
+    busy = busy_run(results)
+    if busy and any(r["section"] == "throughput" for r in busy["records"]):
+        busy_records = busy["records"]
+        busy_failed = {(r["section"], r["row"], r.get("size"), r.get("scenario"))
+                       for r in busy_records if r.get("failed") or not r.get("ok", True)}
+        L.extend(throughput_tables(summarize(busy_records)["throughput"], busy["sizes"],
+                                   busy_failed, busy=busy))
     lat = summary["latency"]
     lat_rows = [r.name for r in LATENCY
                 if r.name in lat or ("latency", r.name, PING_SIZE, None) in failed_keys]
@@ -857,21 +927,24 @@ def markdown(results: dict) -> str:
         for name in lat_rows:
             v = lat.get(name)
             if not v:
-                rows.append([name, "FAILED", "", "", ""])
+                rows.append([name, "FAILED", "", "", "", "", ""])
                 continue
             spread = f"{v['p50_min']:.0f} – {v['p50_max']:.0f}" if v["reps"] > 1 else "1 rep"
             rows.append([name, f"{v['p50_us']:.1f}", f"{v['p99_us']:.1f}",
-                         f"×{fmt(v['ratio_to_raw_tcp'], '.2f')}", spread])
+                         f"×{fmt(v['ratio_to_raw_tcp'], '.2f')}", spread,
+                         *_round_trip_cpu_cells(v)])
         L.extend([f"## Round trip, {PING_SIZE} B ping-pong (200 warm-up + {PING_COUNT} timed),"
                   " µs", ""]
-                 + md_table(["row", "p50", "p99", "p50 × raw-tcp", "p50 spread"], rows))
-    busy = results.get("busy_latency")
-    if busy:
-        rows = [[r.name, *cells] for r in LATENCY
+                 + md_table(["row", "p50", "p99", "p50 × raw-tcp", "p50 spread",
+                             ROUND_TRIP_CPU_HEADER, "CPU × raw-tcp"], rows))
+    if busy and any(r["section"] == "latency" for r in busy["records"]):
+        busy_lat = summarize(busy["records"])["latency"]
+        rows = [[r.name, *cells, *_round_trip_cpu_cells(busy_lat.get(r.name))] for r in LATENCY
                 if (cells := _latency_cells(busy["records"], r.name, busy["reps"]))]
         L.extend([f"## Round trip on a busy machine: {busy['busy']} busy-loop processes"
                   f" (`--busy {busy['busy']}` run of {busy['date']}, {busy['reps']} rep(s)), µs",
-                  ""] + md_table(["row", "p50 (min – max)", "p99", "p50 × raw-tcp"], rows))
+                  ""] + md_table(["row", "p50 (min – max)", "p99", "p50 × raw-tcp",
+                                  ROUND_TRIP_CPU_HEADER, "CPU × raw-tcp"], rows))
     st = summary["stall"]
     if st or any(k[0] == "stall" for k in failed_keys):
         rows = [[v["row"], f"{v['accepted']:.0f}", fmt(v["first_full_s"], ".2f", "never"),
@@ -1073,7 +1146,7 @@ def readme_block(results: dict) -> str:
         if any(cells):
             rows.append([label] + cells)
     lines += md_table(["", *(human(size) for size in sizes)], rows)
-    busy = results.get("busy_latency")
+    busy = busy_run(results)
     lines += ["64 B round trip, µs: p50 (min–max of the p50s), p99, and p50 × raw TCP of the"
               " same rep" + (f"; on a quiet machine (this run) and on a busy one ({busy['busy']}"
                              f" pure-Python busy-loop processes running, `--busy"
@@ -1093,6 +1166,7 @@ def readme_block(results: dict) -> str:
     if busy:
         headers += ["busy: p50", "busy: p99", "busy: p50 × raw TCP"]
     lines += md_table(headers, rows)
+    lines += targets_block(results)
     lines.append(README_END)
     return "\n".join(lines)
 
@@ -1116,15 +1190,179 @@ def _latency_cells(records: list[dict], row: str, reps: int) -> list[str] | None
             f"×{median(ratios):.2f}" if ratios else ""]
 
 
-def attach_busy_latency(results: dict, busy_results: dict) -> None:
-    """Copy the round trips of a ``--busy`` run into ``results`` (``busy_latency``), so that
-    the README shows them next to this run's (quiet) ones from one results file."""
+BUSY_SECTIONS = ("throughput", "latency")   # what --busy-results attaches of a --busy run
+
+
+def attach_busy_run(results: dict, busy_results: dict) -> None:
+    """Copy the throughput and round-trip records of a ``--busy`` run into ``results``
+    (``results["busy"]``: busy, date, reps, sizes, records), so that the Markdown and the
+    README show them next to this run's (quiet) ones from one results file."""
     meta = busy_results["meta"]
     if not meta.get("busy"):
         raise SystemExit("--busy-results: that run was not made with --busy N")
-    results["busy_latency"] = {
+    results.pop("busy_latency", None)       # the older form of the same attachment
+    results["busy"] = {
         "busy": meta["busy"], "date": meta["date"], "reps": meta["reps"],
-        "records": [r for r in busy_results["records"] if r["section"] == "latency"]}
+        "sizes": meta.get("sizes", SIZES),
+        "records": [r for r in busy_results["records"] if r["section"] in BUSY_SECTIONS]}
+
+
+def busy_run(results: dict) -> dict | None:
+    """The attached ``--busy`` run (:func:`attach_busy_run`), or None. Results files written
+    before throughput was attached carry only its round trips, as ``busy_latency``."""
+    busy = results.get("busy") or results.get("busy_latency")
+    if busy is None:
+        return None
+    return {"sizes": [], **busy}
+
+
+# ============================================================================= targets
+# The per-message path's targets (issue 19), each a ratio of two rows of the same rep.
+TCP_THROUGHPUT_BOUNDS = {64: 1.0, 4 * KiB: 1.0, 64 * KiB: 0.9, MiB: 0.9, 16 * MiB: 0.9}
+ZMQ_FROM = 64 * KiB         # netq TCP >= pyzmq PUSH/PULL from this size up
+CPU_BOUND = 2.0             # CPU per message / per round trip, both sides, x raw TCP's
+ROUND_TRIP_BOUND = 1.5      # 64 B round trip p50 x raw TCP, and netq gRPC x raw grpcio
+TLS_SIZE, TLS_BOUND = MiB, 0.8
+BUSY_TOLERANCE = 0.20       # a busy run's throughput and CPU ratios stay this close to quiet
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target: ``row`` ÷ ``base`` (same section, size and rep) on ``metric``, within
+    ``bound`` (at most for CPU and latency, at least for rates)."""
+
+    label: str
+    section: str
+    row: str
+    base: str
+    size: int | None
+    metric: str         # "rate" (GB/s), "cpu" (µs per message), "p50", "rt-cpu" (per round trip)
+    bound: float
+    at_most: bool       # the ratio must be <= bound (CPU, latency), else >= bound (rates)
+
+    @property
+    def busy_checked(self) -> bool:
+        """Throughput and CPU ratios must also hold, within BUSY_TOLERANCE, on a busy run."""
+        return self.metric != "p50"
+
+    def ratio(self, records: list[dict]) -> float | None:
+        """Median over reps of this row's value ÷ the base row's, in the same rep."""
+        ours = _per_rep(records, self.section, self.row, self.size)
+        base = _per_rep(records, self.section, self.base, self.size)
+        ratios = []
+        for rep, record in ours.items():
+            if rep in base:
+                a, b = _target_value(record, self.metric), _target_value(base[rep], self.metric)
+                if a is not None and b:
+                    ratios.append(a / b)
+        return median(ratios)
+
+    def tried(self, records: list[dict]) -> bool:
+        """Was the row under test measured (or did it fail) in these records?"""
+        return any(r["section"] == self.section and r["row"] == self.row
+                   and r.get("size") == self.size for r in records)
+
+    def failed(self, records: list[dict]) -> bool:
+        """Did a measurement of either row fail in these records?"""
+        return any(r["section"] == self.section and r["row"] in (self.row, self.base)
+                   and r.get("size") == self.size and (r.get("failed") or not r.get("ok", True))
+                   for r in records)
+
+    def met(self, ratio: float) -> bool:
+        return ratio <= self.bound if self.at_most else ratio >= self.bound
+
+
+def _target_value(record: dict, metric: str) -> float | None:
+    if metric == "rate":
+        return record["recv"].get("gb_per_s")
+    if metric == "cpu":
+        return record["recv"].get("cpu_us_per_msg")
+    if metric == "p50":
+        return record["ping"].get("p50_us")
+    if metric == "rt-cpu":
+        cpu = _round_trip_cpu_us(record)
+        return sum(cpu) if cpu else None
+    raise ValueError(f"unknown target metric {metric!r}")
+
+
+def targets(sizes: list[int]) -> list[Target]:
+    """Every target of the per-message path that bench/run.py measures, at the run's sizes."""
+    out = [Target(f"netq TCP one-way × raw TCP, {human(size)}", "throughput", "netq-tcp",
+                  "raw-tcp", size, "rate", TCP_THROUGHPUT_BOUNDS[size], False)
+           for size in sizes if size in TCP_THROUGHPUT_BOUNDS]
+    out += [Target(f"netq TCP one-way × pyzmq PUSH/PULL, {human(size)}", "throughput",
+                   "netq-tcp", "zmq-push", size, "rate", 1.0, False)
+            for size in sizes if size >= ZMQ_FROM]
+    out += [Target(f"CPU per message (sender + receiver), netq TCP × raw TCP, {human(size)}",
+                   "throughput", "netq-tcp", "raw-tcp", size, "cpu", CPU_BOUND, True)
+            for size in sizes]
+    out += [Target(f"{PING_SIZE} B round trip p50, netq TCP × raw TCP", "latency", "netq-tcp",
+                   "raw-tcp", PING_SIZE, "p50", ROUND_TRIP_BOUND, True),
+            Target(f"CPU per {PING_SIZE} B round trip (ping + echo), netq TCP × raw TCP",
+                   "latency", "netq-tcp", "raw-tcp", PING_SIZE, "rt-cpu", CPU_BOUND, True),
+            Target(f"{PING_SIZE} B round trip p50, netq gRPC × raw grpcio", "latency",
+                   "netq-grpc", "raw-grpc", PING_SIZE, "p50", ROUND_TRIP_BOUND, True)]
+    if TLS_SIZE in sizes:
+        out.append(Target(f"netq TLS one-way × raw `ssl`, {human(TLS_SIZE)}", "throughput",
+                          "netq-tls", "raw-ssl", TLS_SIZE, "rate", TLS_BOUND, False))
+    return out
+
+
+def within_busy_tolerance(quiet: float, busy: float) -> bool:
+    """Is the busy run's ratio within BUSY_TOLERANCE (relative) of the quiet run's?"""
+    return abs(busy / quiet - 1) <= BUSY_TOLERANCE
+
+
+def targets_block(results: dict) -> list[str]:
+    """The README's targets table: each target's ratio in this run and whether it is met;
+    with an attached --busy run, its ratio too, whether it is met, and for throughput and
+    CPU whether it stays within BUSY_TOLERANCE of this run's."""
+    meta, records = results["meta"], results["records"]
+    busy = busy_run(results)
+    busy_records = busy["records"] if busy else []
+    sizes = sorted(set(meta["sizes"]) | set(busy["sizes"] if busy else []))
+    rows = []
+    for target in targets(sizes):
+        if not (target.tried(records) or target.tried(busy_records)):
+            continue
+        quiet = target.ratio(records)
+        cells = [target.label, f"{'≤' if target.at_most else '≥'} ×{target.bound:.1f}",
+                 *_ratio_met(target, quiet, target.failed(records))]
+        if busy:
+            loaded = target.ratio(busy_records)
+            cells += _ratio_met(target, loaded, target.failed(busy_records))
+            if not target.busy_checked:
+                cells.append("")
+            elif quiet is None or loaded is None:
+                cells.append("—")
+            else:
+                change = f"{(loaded / quiet - 1) * 100:+.1f} %"
+                cells.append(f"yes ({change})" if within_busy_tolerance(quiet, loaded)
+                             else f"**no** ({change})")
+        rows.append(cells)
+    if not rows:
+        return []
+    this_run = "this run" + (f" (`--busy {meta['busy']}`)" if meta.get("busy") else "")
+    headers = ["target", "bound", this_run, "met"]
+    text = ("Targets of the per-message path, each a ratio of two rows of the same rep (median"
+            " over reps; — where a run did not measure it); CPU is user+sys of both processes"
+            " over the timed interval (sender + receiver per message, ping + echo per round"
+            " trip)")
+    if busy:
+        headers += [f"`--busy {busy['busy']}`", "met",
+                    f"within {BUSY_TOLERANCE * 100:.0f} % of {this_run}"]
+        text += (f"; a busy machine ({busy['busy']} busy-loop processes, `--busy"
+                 f" {busy['busy']}`, {busy['reps']} reps, {busy['date'][:10]}) must meet the"
+                 f" same bounds, and its throughput and CPU ratios must stay within"
+                 f" {BUSY_TOLERANCE * 100:.0f} % of this run's")
+    return [text + ":", ""] + md_table(headers, rows)
+
+
+def _ratio_met(target: Target, ratio: float | None, failed: bool) -> list[str]:
+    """The ratio and whether it meets the target; "failed" or "—" (not measured) without one."""
+    if ratio is None:
+        return ["failed" if failed else "—", ""]
+    return [f"×{ratio:.2f}", "yes" if target.met(ratio) else "**no**"]
 
 
 def _cpu_text(us: float) -> str:
@@ -1180,11 +1418,13 @@ def build_parser() -> argparse.ArgumentParser:
                         f"measurement that timed out in {MAX_TIMEOUTS} reps is not tried again.")
     p.add_argument("--busy", type=int, default=0, metavar="N",
                    help="run with N pure-Python busy-loop processes for the whole run (a busy "
-                        "machine: e.g. --busy 2 --only latency); recorded in the results")
+                        "machine: e.g. --busy 2 --only throughput,latency); recorded in the "
+                        "results")
     p.add_argument("--busy-results", metavar="JSON",
-                   help="results of a --busy run: its round trips are attached to this run's "
-                        "results (with --render: that file is rewritten) and shown next to the "
-                        "quiet ones in the Markdown and the README")
+                   help="results of a --busy run: its throughput and round-trip records are "
+                        "attached to this run's results (with --render: that file is rewritten) "
+                        "and shown next to the quiet ones in the Markdown and the README, whose "
+                        "targets table then checks them too")
     p.add_argument("--json", default=os.path.join(HERE, "results", "latest.json"),
                    help="results file (the Markdown goes next to it, .md)")
     p.add_argument("--render", metavar="JSON",
@@ -1215,7 +1455,7 @@ def main(argv=None) -> int:
             results = json.load(f)
         if args.busy_results:
             with open(args.busy_results) as f:
-                attach_busy_latency(results, json.load(f))
+                attach_busy_run(results, json.load(f))
             write_results(args.render, results, markdown(results))
         print(markdown(results))
         if args.readme:
@@ -1263,7 +1503,7 @@ def main(argv=None) -> int:
     results["summary"]["idle"] = idle.summarize(sys.modules[__name__], ctx.records)
     if args.busy_results:
         with open(args.busy_results) as f:
-            attach_busy_latency(results, json.load(f))
+            attach_busy_run(results, json.load(f))
     md = markdown(results)
     write_results(args.json, results, md)
     if args.readme:

@@ -164,9 +164,10 @@ def _busy_run(results: dict, busy: int, factor: float) -> dict:
 def test_round_trips_of_a_busy_run_are_shown_next_to_the_quiet_ones(bench, results, tmp_path):
     quiet = json.loads(json.dumps(results))
     quiet.pop("busy_latency", None)  # the committed results may carry a busy run already
+    quiet.pop("busy", None)
     assert "busy: p50" not in bench.readme_block(quiet)
     with pytest.raises(SystemExit, match="not made with --busy"):
-        bench.attach_busy_latency(quiet, _busy_run(results, 0, 1.0))
+        bench.attach_busy_run(quiet, _busy_run(results, 0, 1.0))
     busy = _busy_run(results, 2, 0.5)
     path = tmp_path / "busy.json"
     path.write_text(json.dumps(busy))
@@ -174,7 +175,7 @@ def test_round_trips_of_a_busy_run_are_shown_next_to_the_quiet_ones(bench, resul
     rendered.write_text(json.dumps(quiet))
     assert bench.main(["--render", str(rendered), "--busy-results", str(path)]) == 0
     attached = json.loads(rendered.read_text())
-    assert attached["busy_latency"]["busy"] == 2
+    assert attached["busy"]["busy"] == 2 and "busy_latency" not in attached
     block = bench.readme_block(attached)
     assert "on a busy one (2 pure-Python busy-loop processes running, `--busy 2`" in block
     assert "| busy: p50 | busy: p99 | busy: p50 × raw TCP |" in block
@@ -187,3 +188,150 @@ def test_round_trips_of_a_busy_run_are_shown_next_to_the_quiet_ones(bench, resul
     assert raw_line.endswith("| ×1.00 |")
     md = (tmp_path / "quiet.md").read_text()
     assert "## Round trip on a busy machine: 2 busy-loop processes" in md
+
+
+# ----------------------------------------------------------------------------- busy throughput
+KIB64 = 64 << 10
+
+
+def _ping(row: str, rep: int, p50: float, ping_cpu: float | None = None,
+          echo_cpu: float | None = None, n: int = 1000) -> dict:
+    """A round-trip record as bench/run.py stores it (CPU in seconds over n round trips)."""
+    return {"section": "latency", "row": row, "size": 64, "rep": rep, "ok": True,
+            "ping": {"role": "ping", "n": n, "size": 64, "p50_us": p50, "p99_us": 2 * p50,
+                     "ping_cpu_s": ping_cpu, "echo_cpu_s": echo_cpu}}
+
+
+def _tcp_run(results: dict, netq_gbps: float, netq_cpu: float, busy: int = 0) -> dict:
+    """Three reps of raw-tcp (1.0 GB/s, 10 + 10 ms of CPU per 100 messages), pyzmq (0.8 GB/s)
+    and netq-tcp (netq_gbps; netq_cpu s on each side) at 64 B and 64 KiB, plus round trips."""
+    records = []
+    for rep in range(3):
+        for size in (64, KIB64):
+            records += [_throughput("raw-tcp", size, rep, 1.0, 0.01, 0.01),
+                        _throughput("zmq-push", size, rep, 0.8, 0.005, 0.005),
+                        _throughput("netq-tcp", size, rep, netq_gbps, netq_cpu, netq_cpu)]
+        records += [_ping("raw-tcp", rep, 20.0, 0.01, 0.01), _ping("netq-tcp", rep, 50.0,
+                                                                   0.03, 0.02)]
+    meta = {**results["meta"], "sizes": [64, KIB64], "reps": 3, "busy": busy,
+            "date": "2026-11-26T01:00:00+00:00" if busy else results["meta"]["date"]}
+    return {"meta": meta, "records": records, "notes": []}
+
+
+def _target_line(block: str, label: str) -> list[str]:
+    line = next(line for line in block.splitlines() if line.startswith(f"| {label} |"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def _with_summary(bench, run: dict) -> dict:
+    return {**run, "summary": {**bench.summarize(run["records"]), "stall": {},
+                               "many-clients": {}, "iops": {}}}
+
+
+def test_busy_throughput_is_attached_and_shown_next_to_the_quiet_one(bench, results):
+    quiet = _tcp_run(results, 0.5, 0.01)
+    busy = _tcp_run(results, 0.45, 0.012, busy=2)
+    busy["records"].append({"section": "stall", "row": "netq-tcp", "size": 1 << 20, "rep": 0,
+                            "ok": True})
+    quiet["busy_latency"] = {"busy": 2, "date": "2026-11-25", "reps": 3, "records": []}
+    bench.attach_busy_run(quiet, busy)
+    assert "busy_latency" not in quiet  # the older attachment is replaced, not kept beside
+    attached = quiet["busy"]
+    assert (attached["busy"], attached["reps"], attached["sizes"]) == (2, 3, [64, KIB64])
+    assert {r["section"] for r in attached["records"]} == {"throughput", "latency"}
+
+    md = bench.markdown(_with_summary(bench, quiet))
+    heading = ("## One-way throughput on a busy machine: 2 busy-loop processes (`--busy 2`"
+               " run of 2026-11-26")
+    busy_md = md[md.index(heading):]
+    gbps = busy_md[:busy_md.index("\n### Messages/s")]
+    assert "### GB/s (× raw-tcp" in gbps
+    assert "| netq-tcp | 0.450 (×0.45) | 0.450 (×0.45) |" in gbps
+    assert "| raw-tcp | 1.000 (×1.00) | 1.000 (×1.00) |" in gbps
+    assert f"{0.45e9 / 64:,.0f}" in busy_md  # messages/s of the busy run
+    # 12 + 12 ms over 100 messages: 120 µs per side, ×1.20 raw TCP's 100 + 100
+    assert "| netq-tcp | 120 / 120 (×1.20) | 120 / 120 (×1.20) |" in busy_md
+    assert md.index("## One-way throughput: GB/s") < md.index(heading)  # quiet table first
+
+    block = bench.readme_block(quiet)
+    assert "| target | bound | this run | met | `--busy 2` | met | within 20 % of this run |" \
+        in block
+    assert _target_line(block, "netq TCP one-way × raw TCP, 64 B") == \
+        ["netq TCP one-way × raw TCP, 64 B", "≥ ×1.0", "×0.50", "**no**", "×0.45", "**no**",
+         "yes (-10.0 %)"]
+    assert _target_line(block, "netq TCP one-way × pyzmq PUSH/PULL, 64 KiB")[2:] == \
+        ["×0.62", "**no**", "×0.56", "**no**", "yes (-10.0 %)"]
+    assert _target_line(block, "CPU per message (sender + receiver), netq TCP × raw TCP, "
+                               "64 KiB")[2:] == ["×1.00", "yes", "×1.20", "yes", "yes (+20.0 %)"]
+
+
+@pytest.mark.parametrize(("busy_gbps", "within"), [
+    (0.41, "yes (-18.0 %)"), (0.39, "**no** (-22.0 %)"), (0.59, "yes (+18.0 %)"),
+    (0.61, "**no** (+22.0 %)")])
+def test_the_busy_check_holds_within_20_percent_of_the_quiet_ratio(bench, results, busy_gbps,
+                                                                    within):
+    quiet = _tcp_run(results, 0.5, 0.01)
+    bench.attach_busy_run(quiet, _tcp_run(results, busy_gbps, 0.01, busy=2))
+    line = _target_line(bench.readme_block(quiet), "netq TCP one-way × raw TCP, 64 KiB")
+    assert line[2:] == ["×0.50", "**no**", f"×{busy_gbps:.2f}", "**no**", within]
+    assert bench.within_busy_tolerance(0.5, busy_gbps) == within.startswith("yes")
+
+
+@pytest.mark.parametrize(("busy_cpu", "within"), [
+    (0.0238, "yes (+19.0 %)"), (0.0242, "**no** (+21.0 %)"), (0.0162, "yes (-19.0 %)"),
+    (0.0158, "**no** (-21.0 %)")])
+def test_cpu_per_message_is_a_target_quiet_and_busy(bench, results, busy_cpu, within):
+    quiet = _tcp_run(results, 1.0, 0.02)          # ×2.00 raw TCP's CPU: the bound, met
+    bench.attach_busy_run(quiet, _tcp_run(results, 1.0, busy_cpu, busy=2))
+    line = _target_line(bench.readme_block(quiet),
+                        "CPU per message (sender + receiver), netq TCP × raw TCP, 64 B")
+    busy_ratio = busy_cpu / 0.01
+    assert line[1:] == ["≤ ×2.0", "×2.00", "yes", f"×{busy_ratio:.2f}",
+                        "yes" if busy_ratio <= 2 else "**no**", within]
+
+
+def test_cpu_per_round_trip_is_measured_and_compared_with_raw(bench, results):
+    quiet = _tcp_run(results, 1.0, 0.01)
+    block = bench.readme_block(quiet)
+    # netq 30 + 20 ms, raw 10 + 10 ms over the same round trips: ×2.50
+    assert _target_line(block, "CPU per 64 B round trip (ping + echo), netq TCP × raw TCP")[1:] \
+        == ["≤ ×2.0", "×2.50", "**no**"]
+    assert _target_line(block, "64 B round trip p50, netq TCP × raw TCP")[1:] == \
+        ["≤ ×1.5", "×2.50", "**no**"]
+    assert "busy" not in block  # a quiet run alone: no busy columns
+    md = bench.markdown(_with_summary(bench, quiet))
+    round_trip = md[md.index("## Round trip, 64 B"):]
+    assert "| CPU µs per round trip: ping / echo | CPU × raw-tcp |" in round_trip
+    assert "| netq-tcp | 50.0 | 100.0 | ×2.50 | 50 – 50 | 30 / 20 | ×2.50 |" in round_trip
+    assert bench._round_trip_cpu_us(_ping("raw-tcp", 0, 20.0)) is None  # older records
+
+
+def test_results_with_only_busy_round_trips_still_render(bench, results, tmp_path):
+    """A results file from before busy throughput was attached (``busy_latency``: the round
+    trips of the --busy run) renders its busy round trips, in the Markdown and the README."""
+    old = _tcp_run(results, 0.5, 0.01)
+    busy = _tcp_run(results, 0.4, 0.01, busy=2)
+    slower = [{**r, "ping": {**r["ping"], "p50_us": 2 * r["ping"]["p50_us"]}}
+              if r["row"] == "netq-tcp" else r
+              for r in busy["records"] if r["section"] == "latency"]
+    old["busy_latency"] = {"busy": 2, "date": busy["meta"]["date"], "reps": 3,
+                           "records": slower}
+    old["summary"] = _with_summary(bench, old)["summary"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    assert bench.main(["--render", str(path)]) == 0
+    block = bench.readme_block(old)
+    assert "on a busy one (2 pure-Python busy-loop processes running, `--busy 2`" in block
+    assert _target_line(block, "64 B round trip p50, netq TCP × raw TCP")[2:] == \
+        ["×2.50", "**no**", "×5.00", "**no**", ""]
+    assert _target_line(block, "netq TCP one-way × raw TCP, 64 B")[2:] == \
+        ["×0.50", "**no**", "—", "", "—"]     # the busy run's throughput was not attached
+    md = bench.markdown(old)
+    assert "## Round trip on a busy machine: 2 busy-loop processes" in md
+    assert "One-way throughput on a busy machine" not in md
+
+
+def test_committed_results_render_with_the_targets_table(bench, results):
+    block = bench.readme_block(results)
+    assert "| target | bound | this run | met |" in block
+    assert _target_line(block, "netq TCP one-way × raw TCP, 1 MiB")[1] == "≥ ×0.9"

@@ -210,25 +210,59 @@ class SendClock:
                base_rss_kb=self.base_rss, peak_rss_kb=maxrss_kb(), **extra)
 
 
+class PingCpu:
+    """user+sys CPU of the pinging process and of the echo (its pid is the spec's
+    ``echo_pid``, given by the orchestrator) over the timed round trips only, as the
+    throughput Recorder charges both ends over its timed interval."""
+
+    def __init__(self) -> None:
+        self.echo_pid: int | None = None
+        self.ping_cpu_s: float | None = None
+        self.echo_cpu_s: float | None = None
+        self._c0: float | None = None
+        self._pc0: float | None = None
+
+    def start(self) -> None:
+        self._c0 = cpu_s()
+        self._pc0 = proc_cpu_s(self.echo_pid) if self.echo_pid else None
+
+    def stop(self) -> None:
+        pc1 = proc_cpu_s(self.echo_pid) if self.echo_pid else None
+        if self._c0 is not None:
+            self.ping_cpu_s = cpu_s() - self._c0
+        if pc1 is not None and self._pc0 is not None:
+            self.echo_cpu_s = pc1 - self._pc0
+
+
+PING_CPU = PingCpu()     # one ping phase per worker process
+
+
 def latency_report(samples: list[float], size: int, base_rss: int, **extra) -> None:
+    """The round trip's percentiles; with ping_loop()'s CPU clock: ``ping_cpu_s`` and
+    ``echo_cpu_s`` over the ``n`` timed round trips (None where a side was not measured)."""
     samples = sorted(samples)
     k = len(samples)
     result(role="ping", n=k, size=size,
            p50_us=samples[k // 2] * 1e6, p99_us=samples[min(k - 1, int(k * 0.99))] * 1e6,
            mean_us=sum(samples) / k * 1e6, min_us=samples[0] * 1e6, max_us=samples[-1] * 1e6,
+           ping_cpu_s=PING_CPU.ping_cpu_s, echo_cpu_s=PING_CPU.echo_cpu_s,
            base_rss_kb=base_rss, peak_rss_kb=maxrss_kb(), **extra)
 
 
 def ping_loop(roundtrip, count: int) -> list[float]:
-    """WARMUP_PINGS untimed then `count` timed calls of roundtrip(); seconds each."""
+    """WARMUP_PINGS untimed then `count` timed calls of roundtrip(); seconds each. Both
+    sides' CPU over the timed calls goes to PING_CPU (reported by latency_report())."""
     samples = []
     for i in range(WARMUP_PINGS + count):
         PROGRESS["round_trip"] = i
+        if i == WARMUP_PINGS:
+            PING_CPU.start()
         t0 = now()
         roundtrip()
         t1 = now()
         if i >= WARMUP_PINGS:
             samples.append(t1 - t0)
+    PING_CPU.stop()
     return samples
 
 
@@ -256,6 +290,7 @@ def queue_round_trips(client, payload, count: int) -> list[float]:
 def main(handlers: dict) -> None:
     """handlers: {(transport, role): fn(spec)} or {role: fn(spec)} (transport-agnostic)."""
     spec = json.loads(sys.argv[1])
+    PING_CPU.echo_pid = spec.get("echo_pid")
     fn = handlers.get((spec["transport"], spec["role"])) or handlers.get(spec["role"])
     if fn is None:
         raise SystemExit(f"no handler for transport={spec['transport']} role={spec['role']}")

@@ -154,12 +154,15 @@ async def raw_ping(spec: dict) -> None:
         samples = []
         now = common.now
         for i in range(common.WARMUP_PINGS + spec["count"]):
+            if i == common.WARMUP_PINGS:
+                common.PING_CPU.start()
             t0 = now()
             await call.write(payload)
             await call.read()
             t1 = now()
             if i >= common.WARMUP_PINGS:
                 samples.append(t1 - t0)
+        common.PING_CPU.stop()
         await call.done_writing()
         await call.code()
     common.latency_report(samples, size, base)
@@ -185,6 +188,7 @@ def main() -> None:
     spec = json.loads(sys.argv[1])
     if spec["transport"] == "raw-grpc":
         roles = {"recv": raw_recv, "send": raw_send, "echo": raw_echo, "ping": raw_ping}
+        common.PING_CPU.echo_pid = spec.get("echo_pid")
         asyncio.run(roles[spec["role"]](spec))
     else:
         common.main(_netq_roles())

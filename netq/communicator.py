@@ -182,15 +182,6 @@ class Communicator:
         """Where a server listens (the bound address, useful with port 0)."""
         return self._transport.address
 
-    def _targets(self, peers: tuple[uuid.UUID, ...]) -> list[PeerSession]:
-        if self._fork_error is not None:
-            raise self._fork_error
-        engine = self._engine
-        if engine.closing:
-            raise ResourceClosed(None, "put after close()")
-        engine.raise_if_broken()
-        return engine.peers.resolve(peers, sending=True)
-
     def put(self, data: Any, *peers: uuid.UUID, block: bool = True,
             timeout: float | None = None) -> DeliveryFuture:
         """Send ``data`` to ``peers`` (client: the server; server: everyone if none named).
@@ -216,13 +207,20 @@ class Communicator:
 
     def _put(self, parts: list[Any], batch: bool, peers: tuple[uuid.UUID, ...], block: bool,
              timeout: float | None) -> DeliveryFuture:
+        if self._fork_error is not None:
+            raise self._fork_error
+        engine = self._engine
+        if engine.closing:
+            raise ResourceClosed(None, "put after close()")
+        if engine.failure is not None or engine.fatal is not None:
+            engine.raise_if_broken()
+        targets = engine.peers.resolve(peers, sending=True)
         if len(parts) == 1:
             size = len(parts[0])
         else:
             size = 0
             for part in parts:
                 size += len(part)
-        targets = self._targets(peers)
         future = DeliveryFuture(len(targets))
         if size > self._message_limit:
             future._fail(MessageTooLarge(size, self._message_limit))
@@ -239,7 +237,7 @@ class Communicator:
             return future
         message = Outgoing(parts, size, batch, future)
         future._sessions = targets  # where cancel() withdraws it from (PeerSession.withdraw)
-        self._engine.submit(targets, message, block, timeout)
+        engine.submit(targets, message, block, timeout)
         return future
 
     # ------------------------------------------------------------------ receive

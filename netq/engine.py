@@ -97,8 +97,9 @@ class SessionEngine:
         self._attention: collections.deque[PeerSession] = collections.deque()
         self._timers_ran = 0.0  # when _timers last ran, and when they are next due
         self._timers_due = 0.0
-        self._closing = False
-        self._stopping = False
+        # Plain attributes, not properties: read on every put() and every loop turn.
+        self.closing = False  # close() began: refuse newcomers, flush, then stop
+        self.stopping = False  # the goodbyes are under way; the loop ends after them
         self._stopping_since = 0.0
         self._close_progress = threading.Condition()  # close() waits here (wait_flushed)
         self.closed = threading.Event()  # the I/O thread has ended
@@ -120,14 +121,6 @@ class SessionEngine:
                                        reachability=self.reach)
 
     # ================================================================== flags
-
-    @property
-    def closing(self) -> bool:
-        return self._closing
-
-    @property
-    def stopping(self) -> bool:
-        return self._stopping
 
     @property
     def has_work(self) -> bool:
@@ -169,43 +162,44 @@ class SessionEngine:
     def submit(self, targets: list[PeerSession], message: Outgoing, block: bool,
                timeout: float | None) -> None:
         """Queue ``message`` for every target, waiting for send budget as allowed."""
-        for session in targets:
-            self._enqueue(session, message, block, timeout)
-
-    def _enqueue(self, session: PeerSession, message: Outgoing, block: bool,
-                 timeout: float | None) -> None:
-        with session.put_lock:
-            if session.queued_bytes - session.dequeued_bytes >= self._send_budget:
-                self._wait_for_space(session, block, timeout)
-            session.queued_bytes += message.size
-            session.outbox.append(message)
-        now = _clock()
-        quiet = now - session.last_put >= _QUIET
-        session.last_put = now
         transport = self.transport
-        if session.inflight:
-            if session.queued_bytes - session.dequeued_bytes < _CORK_BYTES:
-                # Autocork: messages are on the wire unacknowledged, so an ACK is coming and
-                # the I/O thread pumps the outbox when it arrives (it checks the outbox after
-                # popping acknowledged messages, and we checked inflight after appending: no
-                # message is stranded). Meanwhile puts pile up into one batch, one sendmsg.
-                return
-        elif quiet and transport.direct_writes and session.send_lock.acquire(False):
-            # Request/response: nothing in flight and no put just before this one. Writing
-            # from this thread saves waking the I/O thread on the way out.
-            try:
-                link = session.link
-                if link is not None and link.direct_ok and not link.write_blocked:
-                    self._pump(session, link)
-                    if link.conn.has_output:
-                        transport.write_now(link)
-                    if not session.outbox and not link.conn.has_output:
-                        return
-            finally:
-                session.send_lock.release()
-        if not session.scheduled:
-            self.schedule(session)
-            transport.wake()
+        send_budget = self._send_budget
+        for session in targets:
+            with session.put_lock:
+                if session.queued_bytes - session.dequeued_bytes >= send_budget:
+                    self._wait_for_space(session, block, timeout)
+                session.queued_bytes += message.size
+                session.outbox.append(message)
+            now = _clock()
+            quiet = now - session.last_put >= _QUIET
+            session.last_put = now
+            if session.inflight:
+                if session.queued_bytes - session.dequeued_bytes < _CORK_BYTES:
+                    # Autocork: messages are on the wire unacknowledged, so an ACK is coming
+                    # and the I/O thread pumps the outbox when it arrives (it checks the
+                    # outbox after popping acknowledged messages, and we checked inflight
+                    # after appending: no message is stranded). Meanwhile puts pile up into
+                    # one batch, one sendmsg.
+                    continue
+            elif quiet and transport.direct_writes and session.send_lock.acquire(False):
+                # Request/response: nothing in flight and no put just before this one.
+                # Writing from this thread saves waking the I/O thread on the way out.
+                try:
+                    link = session.link
+                    if link is not None and link.direct_ok and not link.write_blocked:
+                        self._pump(session, link)
+                        conn = link.conn
+                        if conn.has_output:
+                            transport.write_now(link)
+                            if not session.outbox and not conn.has_output:
+                                continue
+                        elif not session.outbox:
+                            continue
+                finally:
+                    session.send_lock.release()
+            if not session.scheduled:
+                self.schedule(session)
+                transport.wake()
 
     def lead_io(self, timeout: float | None, ready: Callable[[], object]) -> bool:
         """A blocked get(): run the transport's loop on this thread if it may (Transport.lead).
@@ -227,7 +221,7 @@ class SessionEngine:
         self.schedule(session)
         self.transport.wake()
         session.wait_for_space(self._send_budget, timeout, StallWarning(
-            self._stall_warning, time.monotonic()), lambda: self._closing,
+            self._stall_warning, time.monotonic()), lambda: self.closing,
             lambda: explain(session), self.purpose.value)
 
     # ================================================================== user threads: receive
@@ -348,13 +342,13 @@ class SessionEngine:
         LOGGER.debug("netq client: connecting to %s failed: %s", address, reason)
 
     def wants_connection(self) -> bool:
-        if self._stopping:
+        if self.stopping:
             # Only to finish a goodbye a broken link interrupted, while close() allows it.
             return self.handshake.goodbye_retry(time.monotonic())
         session = self.peers.server_session
         if session is None or session.state is PeerState.CLOSED:
             return False
-        if self._closing:
+        if self.closing:
             return bool(session.outbox or session.inflight)
         return True
 
@@ -409,7 +403,7 @@ class SessionEngine:
                 self._pump(session, link)
                 if link.conn.has_output:
                     transport.write_now(link)
-        if self._closing:
+        if self.closing:
             self._closing_progress()  # close() looks at flushed() again
         if now < self._timers_due and now - self._timers_ran < _TIMER_TICK:
             return self._timers_due - now
@@ -448,13 +442,13 @@ class SessionEngine:
                 # them all every millisecond, at the price of a PING that much late.
                 due = heartbeat - min(silent, now - link.ping_sent_at)
                 wait = min(wait, max(due, heartbeat * _HEARTBEAT_SLACK))
-        return max(min(wait, self.diagnostics.watch(now, self._stopping)), 0.001)
+        return max(min(wait, self.diagnostics.watch(now, self.stopping)), 0.001)
 
     # ================================================================== closing
 
     def begin_close(self) -> None:
         self._timers_changed()
-        self._closing = True
+        self.closing = True
 
     def stop(self, goodbye_by: float | None = None) -> None:
         """Say goodbye and end the loop. ``goodbye_by``: see Handshake.stopping."""
@@ -462,7 +456,7 @@ class SessionEngine:
         now = time.monotonic()
         self._stopping_since = now
         self.handshake.stopping(now, goodbye_by)
-        self._stopping = True
+        self.stopping = True
         self.transport.wake()
 
     def flushed(self) -> bool:

@@ -116,6 +116,7 @@ class ConnectionState(enum.Enum):
 
 
 _CLOSED = ConnectionState.CLOSED
+_OPEN = ConnectionState.OPEN
 
 # ----------------------------------------------------------------------------- events
 
@@ -334,7 +335,7 @@ class Connection:
     def can_send_data(self) -> bool:
         """True when the next message may start: link open and both credits positive."""
         return (
-            self.state is ConnectionState.OPEN
+            self._state is _OPEN
             and self.send_credit_bytes > 0
             and self.send_credit_messages > 0
             and not self.sent_bye
@@ -395,7 +396,7 @@ class Connection:
         earlier links of the session. The window our HELLO granted shrinks by that much on
         both sides, so a peer reconnecting to a stalled receiver cannot add a window per link.
         """
-        if self.state not in (ConnectionState.SESSION, ConnectionState.OPEN):
+        if self._state not in (ConnectionState.SESSION, ConnectionState.OPEN):
             raise LocalProtocolError(f"SESSION cannot be sent in state {self.state.value}")
         if held_bytes < 0 or held_messages < 0:
             raise LocalProtocolError("held amounts are never negative")
@@ -415,7 +416,8 @@ class Connection:
         views); views of ``efficient_size`` bytes or more are queued as they are (zero copy),
         smaller ones are merged.
         """
-        if not self.can_send_data:
+        if not (self._state is _OPEN and self.send_credit_bytes > 0
+                and self.send_credit_messages > 0 and not self.sent_bye):  # can_send_data
             raise LocalProtocolError("no send credit, or the link is not open")
         peer = self.peer
         assert peer is not None  # set by its HELLO, before the link opened
@@ -537,8 +539,9 @@ class Connection:
         self._seal()
         return list(self._pending)
 
-    def sent(self, count: int) -> None:
-        """``count`` bytes of :meth:`outgoing` were written."""
+    def sent(self, count: int) -> bool:
+        """``count`` bytes of :meth:`outgoing` were written; True while output remains
+        (:attr:`has_output`)."""
         self.bytes_queued -= count
         self._sent_total += count
         pending = self._pending
@@ -550,7 +553,8 @@ class Connection:
                 count -= size
             else:
                 pending[0] = memoryview(head)[count:]
-                return
+                return True
+        return bool(pending) or bool(self._merge)
 
     @property
     def has_output(self) -> bool:
@@ -614,7 +618,7 @@ class Connection:
 
     def receive_done(self, count: int) -> list[Event]:
         """``count`` bytes were written into the last :meth:`receive_buffer`."""
-        if self.state is ConnectionState.CLOSED:
+        if self._state is ConnectionState.CLOSED:
             return []
         if self._direct:
             events: list[Event] = []
@@ -638,7 +642,7 @@ class Connection:
         """Feed bytes that were read elsewhere (tests, message-oriented transports)."""
         events: list[Event] = []
         view = memoryview(data).cast("B")
-        while view and self.state is not ConnectionState.CLOSED:
+        while view and self._state is not ConnectionState.CLOSED:
             target = self.receive_buffer()
             count = min(len(target), len(view))
             target[:count] = view[:count]
@@ -648,7 +652,7 @@ class Connection:
 
     def receive_eof(self) -> list[Event]:
         """The peer closed its side. A goodbye before it makes this a clean end."""
-        if self.state is ConnectionState.CLOSED:
+        if self._state is ConnectionState.CLOSED:
             return []
         self.state = ConnectionState.CLOSED
         if self._incoming is not None or self._end > self._start:
@@ -752,7 +756,7 @@ class Connection:
     def _data_header(self, events: list[Event], view: memoryview, start: int, end: int,
                      flags: int, length: int, seq: int) -> int:
         """Handle a DATA header at ``start``; returns the new parse position, -1 to stop."""
-        if self.state is not ConnectionState.OPEN:
+        if self._state is not ConnectionState.OPEN:
             self._fail(events, RemoteProtocolError(f"DATA in state {self.state.value}"),
                        ErrorCode.PROTOCOL)
             return -1
@@ -835,7 +839,7 @@ class Connection:
 
     def _control(self, events: list[Event], frame_type: int, flags: int, value: int,
                  payload: bytes) -> None:
-        state = self.state
+        state = self._state
         if frame_type in frames.EXACT_LENGTH and len(payload) != frames.max_payload(frame_type, 0):
             error = RemoteProtocolError(
                 f"{FrameType(frame_type).name} payload of {len(payload)} bytes")

@@ -510,7 +510,8 @@ class SocketTransport(Transport):
         sock = link.sock
         tls = link.tls
         gather = self._gather
-        while conn.has_output:
+        blocked = conn.has_output
+        while blocked:
             buffers = conn.outgoing()
             try:
                 if tls is not None:
@@ -531,11 +532,10 @@ class SocketTransport(Transport):
                 return
             if not sent:
                 break
-            conn.sent(sent)
-        if link.ack_hold_until and not conn.has_output:
+            blocked = conn.sent(sent)
+        if link.ack_hold_until and not blocked:
             link.ack_hold_until = 0.0  # the held ACKs left with this write
             self._held.discard(link)
-        blocked = conn.has_output
         link.write_blocked = blocked
         if blocked != link.write_registered and self.on_io_thread:
             self._selector.modify(link.sock, _READ | _WRITE if blocked else _READ, link)

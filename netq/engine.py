@@ -240,6 +240,7 @@ class SessionEngine:
 
     def handle_events(self, link: Link, events: list[proto.Event]) -> None:
         arrived: list[proto.MessageReceived] | None = None
+        arrived_bytes = 0
         session = link.session
         for event in events:
             kind = type(event)
@@ -250,6 +251,7 @@ class SessionEngine:
                 if arrived is None:
                     arrived = []
                 arrived.append(event)  # the event itself waits in the inbox: no new object
+                arrived_bytes += event.size
             elif kind is proto.AckReceived:
                 assert session is not None and isinstance(event, proto.AckReceived)
                 session.acknowledge(event.seq)
@@ -290,7 +292,7 @@ class SessionEngine:
             assert session is not None
             conn = link.conn
             conn.send_ack(session.last_received)
-            self.budget.arrived(session, link, sum(message.size for message in arrived))
+            self.budget.arrived(session, link, arrived_bytes)
             self._inbox.deliver(session, arrived)
 
     def received_on(self, link: Link) -> tuple[int, int]:

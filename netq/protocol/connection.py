@@ -97,6 +97,9 @@ _HEADER_UNPACK_FROM = HEADER.unpack_from
 _DESCRIPTOR_SIZE = DESCRIPTOR.size
 _DESCRIPTOR_UNPACK_FROM = DESCRIPTOR.unpack_from
 _KNOWN_TYPES = frozenset(int(t) for t in FrameType)
+_ACK = FrameType.ACK.value
+# The payload limit of each frame type but DATA (whose limit is the receiver's max_frame).
+_CONTROL_LIMITS = {int(t): frames.max_payload(t, 0) for t in FrameType if t is not FrameType.DATA}
 # Header and a one-part descriptor in one pack: the shape of almost every small message.
 _ONE_PART = struct.Struct("<BBHIQQIIQ")
 _ONE_PART_DESCRIPTOR = _DESCRIPTOR_SIZE + 8
@@ -269,7 +272,9 @@ class Connection:
             raise LocalProtocolError("Hello.auth must say whether an authkey is used")
         self.local = local
         self.peer: Hello | None = None
-        self._state = ConnectionState.HELLO
+        # Read on every received buffer and every message sent: a plain attribute, written
+        # only by _set_state (which keeps _open_for_data in step with it).
+        self.state = ConnectionState.HELLO
         self._open_for_data = False  # OPEN and no BYE from the peer: DATA is acceptable
         self._authkey = authkey
         self.max_size = max_size
@@ -317,13 +322,8 @@ class Connection:
 
     # ------------------------------------------------------------------ properties
 
-    @property
-    def state(self) -> ConnectionState:
-        return self._state
-
-    @state.setter
-    def state(self, value: ConnectionState) -> None:
-        self._state = value
+    def _set_state(self, value: ConnectionState) -> None:
+        self.state = value
         self._open_for_data = value is ConnectionState.OPEN and not self.peer_said_bye
 
     @property
@@ -335,7 +335,7 @@ class Connection:
     def can_send_data(self) -> bool:
         """True when the next message may start: link open and both credits positive."""
         return (
-            self._state is _OPEN
+            self.state is _OPEN
             and self.send_credit_bytes > 0
             and self.send_credit_messages > 0
             and not self.sent_bye
@@ -396,7 +396,7 @@ class Connection:
         earlier links of the session. The window our HELLO granted shrinks by that much on
         both sides, so a peer reconnecting to a stalled receiver cannot add a window per link.
         """
-        if self._state not in (ConnectionState.SESSION, ConnectionState.OPEN):
+        if self.state not in (ConnectionState.SESSION, ConnectionState.OPEN):
             raise LocalProtocolError(f"SESSION cannot be sent in state {self.state.value}")
         if held_bytes < 0 or held_messages < 0:
             raise LocalProtocolError("held amounts are never negative")
@@ -416,7 +416,7 @@ class Connection:
         views); views of ``efficient_size`` bytes or more are queued as they are (zero copy),
         smaller ones are merged.
         """
-        if not (self._state is _OPEN and self.send_credit_bytes > 0
+        if not (self.state is _OPEN and self.send_credit_bytes > 0
                 and self.send_credit_messages > 0 and not self.sent_bye):  # can_send_data
             raise LocalProtocolError("no send credit, or the link is not open")
         peer = self.peer
@@ -504,7 +504,11 @@ class Connection:
             self._acks_start = start
         if start != self._replies_end:
             self._replies_start = start
-        self._emit(_HEADER_PACK(FrameType.ACK, 0, 0, 0, seq))
+        merge = self._merge  # _emit, inlined: one ACK per read that brought messages
+        merge += _HEADER_PACK(_ACK, 0, 0, 0, seq)
+        self.bytes_queued += HEADER_SIZE
+        if len(merge) >= self.merge_size:
+            self._seal()
         self._acks_end = self._replies_end = start + HEADER_SIZE
 
     def send_ping(self, token: int) -> None:
@@ -618,7 +622,7 @@ class Connection:
 
     def receive_done(self, count: int) -> list[Event]:
         """``count`` bytes were written into the last :meth:`receive_buffer`."""
-        if self._state is ConnectionState.CLOSED:
+        if self.state is ConnectionState.CLOSED:
             return []
         if self._direct:
             events: list[Event] = []
@@ -642,7 +646,7 @@ class Connection:
         """Feed bytes that were read elsewhere (tests, message-oriented transports)."""
         events: list[Event] = []
         view = memoryview(data).cast("B")
-        while view and self._state is not ConnectionState.CLOSED:
+        while view and self.state is not ConnectionState.CLOSED:
             target = self.receive_buffer()
             count = min(len(target), len(view))
             target[:count] = view[:count]
@@ -652,16 +656,16 @@ class Connection:
 
     def receive_eof(self) -> list[Event]:
         """The peer closed its side. A goodbye before it makes this a clean end."""
-        if self._state is ConnectionState.CLOSED:
+        if self.state is ConnectionState.CLOSED:
             return []
-        self.state = ConnectionState.CLOSED
+        self._set_state(ConnectionState.CLOSED)
         if self._incoming is not None or self._end > self._start:
             return [ConnectionFailed(RemoteProtocolError("connection closed mid-frame"))]
         return []
 
     def _fail(self, events: list[Event], error: NetqError, code: ErrorCode) -> None:
         self.send_error(code, str(error))
-        self.state = ConnectionState.CLOSED
+        self._set_state(ConnectionState.CLOSED)
         self._direct = False
         events.append(ConnectionFailed(error))
 
@@ -678,7 +682,7 @@ class Connection:
         start = self._start
         end = self._end
         data_limit = self.local.max_frame + frames.MAX_DESCRIPTOR
-        while self._state is not _CLOSED:
+        while self.state is not _CLOSED:
             if self._body_left:
                 available = end - start
                 if not available:
@@ -698,7 +702,7 @@ class Connection:
             if end - start < HEADER_SIZE:
                 break
             frame_type, flags, reserved, length, value = _HEADER_UNPACK_FROM(view, start)
-            if self._state is ConnectionState.HELLO and (frame_type not in _KNOWN_TYPES
+            if self.state is ConnectionState.HELLO and (frame_type not in _KNOWN_TYPES
                                                          or reserved):
                 # Not even a netq frame header: say what the other end is not.
                 self._fail(events, RemoteProtocolError(
@@ -713,7 +717,12 @@ class Connection:
                 self._fail(events, RemoteProtocolError("reserved header bits set"),
                            ErrorCode.PROTOCOL)
                 break
-            if length > (data_limit if frame_type == _DATA else frames.max_payload(frame_type, 0)):
+            if frame_type == _ACK and not length and self.state is _OPEN:
+                # The one frame of a round trip besides its DATA: skip _control's dispatch.
+                start += HEADER_SIZE
+                events.append(AckReceived(value))
+                continue
+            if length > (data_limit if frame_type == _DATA else _CONTROL_LIMITS[frame_type]):
                 self._fail(events, RemoteProtocolError(
                     f"{FrameType(frame_type).name} frame of {length} bytes over the limit"),
                     ErrorCode.LIMIT)
@@ -756,7 +765,7 @@ class Connection:
     def _data_header(self, events: list[Event], view: memoryview, start: int, end: int,
                      flags: int, length: int, seq: int) -> int:
         """Handle a DATA header at ``start``; returns the new parse position, -1 to stop."""
-        if self._state is not ConnectionState.OPEN:
+        if self.state is not ConnectionState.OPEN:
             self._fail(events, RemoteProtocolError(f"DATA in state {self.state.value}"),
                        ErrorCode.PROTOCOL)
             return -1
@@ -839,8 +848,8 @@ class Connection:
 
     def _control(self, events: list[Event], frame_type: int, flags: int, value: int,
                  payload: bytes) -> None:
-        state = self._state
-        if frame_type in frames.EXACT_LENGTH and len(payload) != frames.max_payload(frame_type, 0):
+        state = self.state
+        if frame_type in frames.EXACT_LENGTH and len(payload) != _CONTROL_LIMITS[frame_type]:
             error = RemoteProtocolError(
                 f"{FrameType(frame_type).name} payload of {len(payload)} bytes")
             self._fail(events, error, ErrorCode.PROTOCOL)
@@ -863,7 +872,7 @@ class Connection:
                 self._fail(events, AuthenticationError(f"peer {peer.id} failed the authkey check"),
                            ErrorCode.AUTHENTICATION)
                 return
-            self.state = ConnectionState.SESSION
+            self._set_state(ConnectionState.SESSION)
             events.append(PeerAuthenticated(peer))
         elif frame_type == FrameType.SESSION:
             if state is not ConnectionState.SESSION:
@@ -872,7 +881,7 @@ class Connection:
                 return
             token, last_received, resumed, held_bytes, held_messages = \
                 frames.decode_session(payload)
-            self.state = ConnectionState.OPEN
+            self._set_state(ConnectionState.OPEN)
             self.send_credit_bytes -= held_bytes
             assert self.peer is not None  # state SESSION: its HELLO came first
             if self.peer.recv_messages != frames.UNLIMITED_MESSAGES:
@@ -890,7 +899,7 @@ class Connection:
                                         held_messages))
         elif frame_type == FrameType.ERROR:
             # The peer is closing this link and says why; the session layer maps the code.
-            self.state = ConnectionState.CLOSED
+            self._set_state(ConnectionState.CLOSED)
             events.append(ErrorReceived(value, payload.decode(errors="replace")))
         elif frame_type == FrameType.PING:
             self._emit(_HEADER_PACK(FrameType.PONG, 0, 0, 0, value))
@@ -943,9 +952,9 @@ class Connection:
             digest = frames.auth_digest(self._authkey, self.local.role, self.local.id,
                                         hello.nonce, self.local.nonce)
             self._emit(frames.encode_header(FrameType.AUTH, 0, len(digest), 0) + digest)
-            self.state = ConnectionState.AUTH
+            self._set_state(ConnectionState.AUTH)
             return
-        self.state = ConnectionState.SESSION
+        self._set_state(ConnectionState.SESSION)
         events.append(PeerAuthenticated(hello))
 
 

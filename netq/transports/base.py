@@ -68,6 +68,9 @@ class Transport:
         self._parked = False
         self._handed_off = False  # this turn read data while a get() was waiting for it
         self._caller_rounds = 0  # times a caller led the loop
+        # When the loop must next turn even without I/O (timers, reconnect, closing links),
+        # as the latest turn computed it: a parked I/O thread looks at it, not at the loop.
+        self._due_at = 0.0
         self._leader_ident: int | None = None
         self._turns = LoopTurns()  # a caller's turns on the main thread defer Ctrl-C (see lead)
         self._thread = threading.Thread(
@@ -197,8 +200,10 @@ class Transport:
             timeout = min(timeout, 0.01)
         if self._reconnect_at is not None:
             timeout = min(timeout, max(0.0, self._reconnect_at - now))
-        for link in list(self._closing_links):
-            timeout = min(timeout, max(0.0, link.close_deadline - now))
+        if self._closing_links:
+            for link in list(self._closing_links):
+                timeout = min(timeout, max(0.0, link.close_deadline - now))
+        self._due_at = now + timeout
         if cap is not None:
             timeout = min(timeout, cap)
         # Set before looking at the engine's queue: a user thread that queues work after the
@@ -213,9 +218,10 @@ class Transport:
             self._reconnect_at = None
             self._connect()
         self._check_connect(now)
-        for link in list(self._closing_links):
-            if not link.conn.has_output or now >= link.close_deadline:
-                self._drop(link)
+        if self._closing_links:
+            for link in list(self._closing_links):
+                if not link.conn.has_output or now >= link.close_deadline:
+                    self._drop(link)
         return False
 
     # ----------------------------------------------------------------- callers lead the loop
@@ -246,6 +252,10 @@ class Transport:
             if engine.has_work or engine.closing or engine.consumer_sleeping \
                     or self._caller_rounds == rounds:
                 return  # work to do, a get() asleep, or no caller led meanwhile: lead again
+            if not self._overdue(time.monotonic()):
+                # Callers lead and nothing is late: a turn of ours now would only contend
+                # with theirs for the loop (their get() would then wait for a hand-over).
+                continue
             if self._lead.acquire(blocking=False):
                 # Callers lead between their messages: keep the timers and holds on time.
                 try:
@@ -253,6 +263,14 @@ class Transport:
                     self._step(0.0)
                 finally:
                     self._lead.release()
+
+    def _overdue(self, now: float) -> bool:
+        """Is something due that no caller's turn has done: a timer, or held output?"""
+        return now >= self._due_at or self._holds_due(now)
+
+    def _holds_due(self, now: float) -> bool:
+        """Subclass: is output held back (delayed ACKs) due to go by ``now``?"""
+        return False
 
     def unpark(self) -> None:
         """Any thread: a parked I/O thread takes the loop back now (a get() went to sleep)."""
@@ -351,6 +369,7 @@ class Transport:
                 link.closing = True
                 link.close_deadline = time.monotonic() + CLOSE_FLUSH_LIMIT
                 self._closing_links.add(link)
+                self._due_at = 0.0
             with link.lock:
                 self.write_now(link)
             if not link.conn.has_output and self.on_io_thread:
@@ -362,12 +381,14 @@ class Transport:
             link.closing = True
             link.close_deadline = 0.0
             self._closing_links.add(link)
+            self._due_at = 0.0
             self.wake()
 
     def _drop(self, link: Link) -> None:
         if link.dropped:
             return
         link.dropped = True
+        self._due_at = 0.0  # the engine's timers change: the next look runs a turn
         self._links.discard(link)
         self._closing_links.discard(link)
         self._release(link)
@@ -384,6 +405,7 @@ class Transport:
         # Jittered (half to all of the backoff): clients that lost their server together do
         # not come back in lockstep, each retry wave spread over half a backoff.
         self._reconnect_at = time.monotonic() + self._backoff * random.uniform(0.5, 1.0)
+        self._due_at = 0.0
         self._backoff = min(self._backoff * 2, self._options.connection.reconnect_max)
 
     def _wants_connection(self) -> bool:

@@ -396,7 +396,7 @@ class SocketTransport(Transport):
                     self._hold_acks(link)
                 else:
                     self.write_now(link)
-        self._after_io(link)
+        self.engine.after_io(link)
 
     def _hold_acks(self, link: SocketLink) -> None:
         """Delayed acknowledgement: let the ACK frames just queued wait up to ``ACK_HOLD``.
@@ -410,6 +410,12 @@ class SocketTransport(Transport):
         if not link.ack_hold_until:
             link.ack_hold_until = time.monotonic() + ACK_HOLD
             self._held.add(link)
+
+    def _holds_due(self, now: float) -> bool:
+        for link in list(self._held):
+            if link.ack_hold_until <= now:
+                return True
+        return False
 
     def _release_holds(self) -> float:
         """Write the held ACKs that are due (I/O thread); seconds until the next is due."""

@@ -250,7 +250,10 @@ class Diagnostics:
     def explain_send_wait(self, session: PeerSession) -> str:
         """Why messages to ``session`` are not moving, and what would change it."""
         now = time.monotonic()
-        unsent = format_bytes(session.unsent_bytes)
+        count = len(session.outbox)
+        unsent = (f"{count} message{'s' if count != 1 else ''} "
+                  f"({format_bytes(session.unsent_bytes)}, counted as "
+                  f"{format_bytes(session.unsent_charge)})")
         budget = format_bytes(self._options.connection.send_budget)
         link = session.link
         if session.state is PeerState.CLOSED:

@@ -48,7 +48,7 @@ from .handshake import Handshake
 from .options import CommunicatorOptions, Purpose
 from .peers import PeerTable
 from .protocol.frames import UNLIMITED_MESSAGES
-from .session import Outgoing, PeerSession, PeerState
+from .session import QUEUED_MESSAGE_COST, Outgoing, PeerSession, PeerState
 
 __all__ = ("EngineAPI", "Inbox", "SessionEngine")
 
@@ -166,8 +166,9 @@ class SessionEngine:
         send_budget = self._send_budget
         for session in targets:
             with session.put_lock:
-                if session.queued_bytes - session.dequeued_bytes >= send_budget:
-                    self._wait_for_space(session, block, timeout)
+                if (session.queued_bytes - session.dequeued_bytes
+                        + len(session.outbox) * QUEUED_MESSAGE_COST) >= send_budget:
+                    self._wait_for_space(session, block, timeout)  # see unsent_charge
                 session.queued_bytes += message.size
                 session.outbox.append(message)
             now = _clock()
@@ -376,7 +377,7 @@ class SessionEngine:
             seq = session.next_seq
             session.next_seq = seq + 1
             conn.send_message(seq, message.parts, message.size, message.batch)
-            inflight.append((seq, message))
+            inflight.append(message)
             session.sent_messages += 1
         if outbox and session.credit_exhausted_since is None \
                 and conn.state is proto.ConnectionState.OPEN and not conn.can_send_data:

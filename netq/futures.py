@@ -1,21 +1,25 @@
 """``DeliveryFuture``: the future ``put()`` returns, cheap enough for one per message.
 
-A stock :class:`concurrent.futures.Future` builds a ``threading.Condition`` (and its RLock) in
-``__init__``: ~0.8 us, most of a 64-byte put's budget, for a lock that nobody waits on when the
-caller never calls ``result()``. This subclass creates the condition on first use, so the I/O
-thread resolves a future nobody waits for with a few attribute writes. It stays a real
-``concurrent.futures.Future``: ``asyncio.wrap_future``, ``concurrent.futures.wait`` and
-``as_completed`` accept it, because every path that needs the condition goes through the lazy
-``_condition`` property.
+A stock :class:`concurrent.futures.Future` builds a ``threading.Condition`` (and its RLock) and
+two lists in ``__init__``, for a lock that nobody waits on when the caller never calls
+``result()``. This subclass creates the condition and the waiter list on first use, keeps the
+done-callbacks in a class-level empty tuple until one is added, and holds no other container
+the cyclic garbage collector would track. That matters as much as the allocations: every
+message in flight has a future, and each tracked object that outlives a young collection is
+traversed again by the older ones, so a window of thousands of small messages made the
+collector a large share of a put's CPU. It stays a real ``concurrent.futures.Future``:
+``asyncio.wrap_future``, ``concurrent.futures.wait`` and ``as_completed`` accept it, because
+every path that needs the condition or the waiters goes through the lazy ``_condition`` and
+``_waiters`` properties.
 
 Start and cancel race lock-free for the right to decide a message's fate: each of them
-appends its kind to the future's ``_gate`` list and reads the first entry back (``list.append``
-is atomic), so every thread agrees on who came first, whether another start (send it too) or
-a cancel (skip it). A broadcast is started by several threads at once (the I/O thread and a
-caller writing directly to an idle socket), so "someone else was first" must never be taken
-for "cancelled". Resolving is claimed once, by popping the one-item ``_ticket`` list, and only
-the claimant writes ``_state``; nothing else ever writes it, so a late start cannot reopen a
-resolved future.
+appends its kind to the future's ``_gate`` and reads the first entry back (``bytearray.append``
+is atomic under the GIL), so every thread agrees on who came first, whether another start (send
+it too) or a cancel (skip it). A broadcast is started by several threads at once (the I/O
+thread and a caller writing directly to an idle socket), so "someone else was first" must
+never be taken for "cancelled". Resolving is claimed once, by popping the one-byte ``_ticket``,
+and only the claimant writes ``_state``; nothing else ever writes it, so a late start cannot
+reopen a resolved future.
 
 Ordering argument for waiting: the resolver writes ``_state`` before it looks for a
 condition; a waiter creates the condition before it reads ``_state`` under that condition.
@@ -44,8 +48,8 @@ __all__ = ("DeliveryFuture",)
 
 LOGGER = logging.getLogger("netq")
 _CREATE = threading.Lock()  # only taken the first time a future's condition is needed
-_STARTED = "started"  # _gate entries
-_CANCELLED = "cancelled"
+_STARTED = 1  # _gate entries
+_CANCELLED = 2
 
 
 class DeliveryFuture(Future):
@@ -65,20 +69,33 @@ class DeliveryFuture(Future):
     gate instead): the resolver is then the only writer of ``_state``.
     """
 
-    # class default: put() sets the addressed PeerSessions, adapters never do
+    # Class defaults: what most futures never change costs no per-instance object. put()
+    # sets the addressed PeerSessions (adapters never do); add_done_callback() makes a list.
     _sessions: Sequence[PeerSession] = ()
+    _done_callbacks: Sequence[Callable[[Future[Any]], object]] = ()
+    _result = None
+    _exception = None
+    _cond: threading.Condition | None = None
+    _waiter_list: list[Any] | None = None
 
     def __init__(self, remaining: int = 1) -> None:  # no super(): no Condition up front
         self._state = PENDING
-        self._result = None
-        self._exception = None
-        self._waiters = []
-        self._done_callbacks: list[Callable[[Future[Any]], object]] = []
-        self._cond: threading.Condition | None = None
-        # _STARTED / _CANCELLED, in the order they came: the first one decides
-        self._gate: list[str] = []
-        self._ticket = [None]  # popped by whoever resolves the future
+        # _STARTED / _CANCELLED, in the order they came: the first one decides. Bytearrays,
+        # not lists: their append and pop are as atomic, and they hold no references, so the
+        # cyclic GC never tracks them (a put makes one future per message; see the module
+        # docstring).
+        self._gate = bytearray()
+        self._ticket = bytearray(1)  # popped by whoever resolves the future
         self.remaining = remaining
+
+    @property  # Future declares a plain attribute, created in the __init__ we skip
+    def _waiters(self) -> list[Any]:  # type: ignore[override]
+        """concurrent.futures.wait()/as_completed() install their waiters here (with the
+        condition held): made on first use, like the condition."""
+        waiters = self._waiter_list
+        if waiters is None:
+            waiters = self._waiter_list = []
+        return waiters
 
     @property  # Future declares a plain attribute, created in the __init__ we skip
     def _condition(self) -> threading.Condition:  # type: ignore[override]
@@ -120,7 +137,9 @@ class DeliveryFuture(Future):
                         waiter.add_exception(self)
                 cond.notify_all()
         self._sessions = ()  # a finished future does not keep the peers' sessions alive
-        callbacks, self._done_callbacks = self._done_callbacks, []
+        callbacks = self._done_callbacks
+        if callbacks:
+            self._done_callbacks = ()
         for callback in callbacks:
             try:
                 callback(self)
@@ -131,7 +150,7 @@ class DeliveryFuture(Future):
     def add_done_callback(self, fn) -> None:
         with self._condition:
             if self._state not in (CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED):
-                self._done_callbacks.append(fn)
+                self._done_callbacks = [*self._done_callbacks, fn]
                 return
         try:
             fn(self)
@@ -140,7 +159,7 @@ class DeliveryFuture(Future):
 
     def running(self) -> bool:
         gate = self._gate
-        return bool(gate) and gate[0] is _STARTED and self._state is PENDING
+        return bool(gate) and gate[0] == _STARTED and self._state is PENDING
 
     # -- the I/O thread's side ----------------------------------------------------------
 
@@ -149,7 +168,7 @@ class DeliveryFuture(Future):
         gate = self._gate
         if not gate:
             gate.append(_STARTED)
-        return gate[0] is _STARTED
+        return gate[0] == _STARTED
 
     def _delivered(self) -> None:
         """One addressed peer acknowledged the message."""
@@ -167,7 +186,7 @@ class DeliveryFuture(Future):
         gate = self._gate
         if not gate:
             gate.append(_CANCELLED)
-        if gate[0] is not _CANCELLED:
+        if gate[0] != _CANCELLED:
             return False  # started first: it is on the wire
         # From here on no peer sends it. Out of the queues first, so done-callbacks already
         # see it gone from statistics(). A failure that resolved it first keeps its word (and

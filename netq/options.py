@@ -91,7 +91,10 @@ class ConnectionOptions:
                     message may start on any positive credit: received memory stays under
                     recv_budget + per peer (16 KiB + one message). See docs/guarantees.md.
     send_budget     bytes queued for one peer and not yet on the wire above which ``put``
-                    blocks (or raises ``Full``).
+                    blocks (or raises ``Full``). Each queued message counts its serialized
+                    size plus 512 bytes (``netq.session.QUEUED_MESSAGE_COST``: the memory of
+                    its future and bookkeeping), so the budget bounds memory for 64-byte
+                    messages as well as for large ones (32 MiB: about 55 000 such messages).
     window_min      the credit a peer starts with (each link's HELLO grant, while the budget
                     has room; None: 256 KiB, or recv_budget if smaller); the window then
                     grows while the sender is starved for credit and the consumer keeps up,

@@ -40,6 +40,10 @@ __all__ = ("NO_TOKEN", "Outgoing", "PeerSession", "PeerState")
 NO_TOKEN = bytes(16)  # a client's session token before the server has answered
 LOGGER = logging.getLogger("netq")
 _SPACE_POLL = 0.1  # seconds between checks while put() waits for send budget
+# Bytes of memory a queued message holds beyond its serialized payload (its future, its
+# Outgoing, the part list and the objects' headers), counted against send_budget so that the
+# budget bounds memory for small messages too (tests/engine/test_engine.py measures it).
+QUEUED_MESSAGE_COST = 512
 
 
 class PeerState(enum.StrEnum):
@@ -78,7 +82,9 @@ class PeerSession:
 
         # Outbound.
         self.outbox: collections.deque[Outgoing] = collections.deque()
-        self.inflight: collections.deque[tuple[int, Outgoing]] = collections.deque()
+        # On the wire, unacknowledged, in order. Their numbers are consecutive and end at
+        # next_seq - 1, so they are not stored (no tuple per message).
+        self.inflight: collections.deque[Outgoing] = collections.deque()
         self.next_seq = 1
         self.put_lock = threading.Lock()
         # RLock: the I/O thread holds it while handling a link's events and may re-enter.
@@ -123,7 +129,14 @@ class PeerSession:
 
     @property
     def unsent_bytes(self) -> int:
+        """Payload bytes queued and not yet on the wire."""
         return self.queued_bytes - self.dequeued_bytes
+
+    @property
+    def unsent_charge(self) -> int:
+        """What the unsent messages count against ``send_budget``: their payload bytes plus
+        :data:`QUEUED_MESSAGE_COST` each (see ``ConnectionOptions.send_budget``)."""
+        return self.queued_bytes - self.dequeued_bytes + len(self.outbox) * QUEUED_MESSAGE_COST
 
     @property
     def held_bytes(self) -> int:
@@ -137,7 +150,7 @@ class PeerSession:
     def inflight_bytes(self) -> int:
         """Bytes on the wire to the peer and not yet acknowledged."""
         total = 0
-        for _, message in list(self.inflight):
+        for message in list(self.inflight):
             total += message.size
         return total
 
@@ -154,11 +167,17 @@ class PeerSession:
     def acknowledge(self, seq: int) -> None:
         """The peer has every message up to ``seq``: resolve their futures (I/O thread)."""
         inflight = self.inflight
-        while inflight and inflight[0][0] <= seq:
-            _, message = inflight.popleft()
-            self.acked_messages += 1
-            self.acked_bytes += message.size
+        # inflight holds the numbers next_seq - len(inflight) .. next_seq - 1
+        count = min(seq - (self.next_seq - len(inflight)) + 1, len(inflight))
+        if count <= 0:
+            return
+        acked_bytes = 0
+        for _ in range(count):
+            message = inflight.popleft()
+            acked_bytes += message.size
             message.future._delivered()
+        self.acked_messages += count
+        self.acked_bytes += acked_bytes
 
     def resume(self, numbering: Resume) -> None:
         """A link (re)opened this session: continue numbering where ``numbering`` says.
@@ -169,7 +188,7 @@ class PeerSession:
         """
         self.acknowledge(numbering.acknowledged)
         inflight = self.inflight
-        again = [message for _, message in inflight]
+        again = list(inflight)
         inflight.clear()
         self.outbox.extendleft(reversed(again))
         self.dequeued_bytes -= sum(message.size for message in again)
@@ -179,7 +198,7 @@ class PeerSession:
     def wait_for_space(self, send_budget: int, timeout: float | None, stall: StallWarning,
                        closing: Callable[[], bool], explain: Callable[[], str],
                        who: str) -> None:
-        """put(), with ``put_lock`` held: wait until the unsent bytes drop under
+        """put(), with ``put_lock`` held: wait until :attr:`unsent_charge` drops under
         ``send_budget``, warning (``stall``, ``explain()``: why) while nothing moves.
 
         Raises :class:`Full` after ``timeout`` seconds, :class:`ResourceClosed` when the
@@ -192,7 +211,8 @@ class PeerSession:
             self.blocked_since = start
         progress = self.dequeued_bytes
         try:
-            while self.queued_bytes - self.dequeued_bytes >= send_budget:
+            while (self.queued_bytes - self.dequeued_bytes
+                   + len(self.outbox) * QUEUED_MESSAGE_COST) >= send_budget:
                 if closing() or self.state is PeerState.CLOSED:
                     raise ResourceClosed(None if closing() else self.id)
                 now = time.monotonic()
@@ -236,7 +256,7 @@ class PeerSession:
         """Fail every queued and unacknowledged message (peer or communicator gone)."""
         failed = 0
         while self.inflight:
-            _, message = self.inflight.popleft()
+            message = self.inflight.popleft()
             message.future._fail(error)
             failed += 1
         return failed + self.fail_queued(error)

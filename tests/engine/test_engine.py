@@ -218,3 +218,31 @@ def test_an_idle_link_sleeps_until_its_next_ping_is_due():
     link.ping_sent_at = now - 4.99
     engine._timers_changed()
     assert engine.service(now) >= 0.5
+
+
+def test_send_budget_counts_what_a_queued_small_message_costs_in_memory():
+    """A 64-byte put holds a future and bookkeeping several times its size: send_budget
+    counts QUEUED_MESSAGE_COST per queued message, and that figure is what they really hold."""
+    import tracemalloc
+
+    from netq.session import QUEUED_MESSAGE_COST
+
+    network = MemoryNetwork()
+    network.communicator(nq.Purpose.SERVER)
+    client = network.communicator(nq.Purpose.CLIENT, send_budget=4 * MiB)  # never connected
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        queued = put_until_full(network, client, bytes(64))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    row = client.statistics().peers[0]
+    assert row.queue_out == queued
+    pickled = row.queue_out_bytes // queued  # the payload as it goes on the wire
+    assert row.queue_out_bytes == queued * pickled
+    # The budget stops the queue where payload and cost together reach it (not at
+    # 4 MiB / 64 B = 65 536 messages) ...
+    assert queued == -(-4 * MiB // (pickled + QUEUED_MESSAGE_COST))
+    # ... and the cost is not understated: what each queued message holds, all told.
+    assert held / queued <= pickled + QUEUED_MESSAGE_COST, held / queued

@@ -48,7 +48,7 @@ def session_with_inflight(count: int) -> tuple[PeerSession, list[Outgoing]]:
         message.future._start()
         session.queued_bytes += message.size
         session.dequeued_bytes += message.size
-        session.inflight.append((session.next_seq, message))
+        session.inflight.append(message)
         session.next_seq += 1
     session.last_received = 4
     return session, messages

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from .diagnostics import StallWarning
@@ -205,7 +205,7 @@ class Communicator:
             raise ValueError("put_many() needs at least one item")
         return self._put(self._dump_parts(items), True, peers, block, timeout)
 
-    def _put(self, parts: list[Any], batch: bool, peers: tuple[uuid.UUID, ...], block: bool,
+    def _put(self, parts: Sequence[Any], batch: bool, peers: tuple[uuid.UUID, ...], block: bool,
              timeout: float | None) -> DeliveryFuture:
         if self._fork_error is not None:
             raise self._fork_error

@@ -24,7 +24,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import Full, ResourceClosed
@@ -34,6 +34,7 @@ from .protocol.resume import Resume
 if TYPE_CHECKING:
     from .contract import Link
     from .diagnostics import StallWarning
+    from .stream import Buffer
 
 __all__ = ("NO_TOKEN", "Outgoing", "PeerSession", "PeerState")
 
@@ -59,7 +60,7 @@ class Outgoing:
 
     __slots__ = ("parts", "size", "batch", "future")
 
-    def __init__(self, parts: list[memoryview], size: int, batch: bool,
+    def __init__(self, parts: Sequence[Buffer], size: int, batch: bool,
                  future: DeliveryFuture) -> None:
         self.parts = parts
         self.size = size

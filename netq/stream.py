@@ -75,7 +75,7 @@ import io
 import pickle
 import sys
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from typing import Any, ClassVar, Protocol, TypeAlias, runtime_checkable
 
@@ -375,11 +375,11 @@ class BytesSerializer:
 
     # Part-list forms used by netq's communicator on the hot path: the same wire format as
     # dump/load, without building Stream objects.
-    def dump_parts(self, data: Buffer) -> list:
+    def dump_parts(self, data: Buffer) -> Sequence[Buffer]:
         if type(data) is bytes:
-            return [data] if data else []
+            return (data,) if data else ()
         view = _as_view(data)
-        return [view] if view.nbytes else []
+        return (view,) if view.nbytes else ()
 
     def load_parts(self, parts: list) -> bytes:
         if len(parts) == 1 and type(parts[0]) is bytes:
@@ -576,12 +576,15 @@ class PickleSerializer:
         stream._nbytes = nbytes
         return stream
 
-    def dump_parts(self, obj: Any) -> list:
-        """:meth:`dump` as a plain list: the pickle (``bytes``), then out-of-band views."""
+    def dump_parts(self, obj: Any) -> Sequence[Any]:
+        """:meth:`dump` as a plain sequence: the pickle (``bytes``), then out-of-band views.
+
+        A tuple where it can be: a tuple of bytes is untracked by the cyclic garbage
+        collector at its first pass, a list stays tracked while the message is queued."""
         kind = type(obj)
         if kind in _NO_BUFFERS and (kind is not bytes or len(obj) < self._copy_threshold):
             # Nothing in these can produce a PickleBuffer: skip the callback machinery.
-            return [pickle.dumps(obj, self._protocol)]
+            return (pickle.dumps(obj, self._protocol),)
         return [chunk if index else bytes(chunk) if chunk.nbytes < 4096 else chunk
                 for index, chunk in enumerate(self.dump(obj)._chunks)]
 

@@ -254,7 +254,11 @@ class Diagnostics:
         unsent = (f"{count} message{'s' if count != 1 else ''} "
                   f"({format_bytes(session.unsent_bytes)}, counted as "
                   f"{format_bytes(session.unsent_charge)})")
-        budget = format_bytes(self._options.connection.send_budget)
+        connection = self._options.connection
+        inflight = len(session.inflight)
+        budget = (f"send_budget {format_bytes(connection.send_budget)}; "
+                  f"{count + inflight} of send_messages={connection.send_messages} held, "
+                  f"{inflight} of them sent and not yet acknowledged")
         link = session.link
         if session.state is PeerState.CLOSED:
             return f"peer {session.id} is gone"

@@ -83,6 +83,7 @@ class SessionEngine:
         self.limits = flow.FlowLimits(connection.recv_budget, connection.window_min,
                                       connection.window_max)
         self._send_budget = connection.send_budget
+        self._send_messages = connection.send_messages
         self._stall_warning = connection.stall_warning
 
         # Every session, a client's one session included (netq.peers).
@@ -164,11 +165,14 @@ class SessionEngine:
         """Queue ``message`` for every target, waiting for send budget as allowed."""
         transport = self.transport
         send_budget = self._send_budget
+        send_messages = self._send_messages
         for session in targets:
             with session.put_lock:
+                outbox = session.outbox
                 if (session.queued_bytes - session.dequeued_bytes
-                        + len(session.outbox) * QUEUED_MESSAGE_COST) >= send_budget:
-                    self._wait_for_space(session, block, timeout)  # see unsent_charge
+                        + len(outbox) * QUEUED_MESSAGE_COST >= send_budget
+                        or len(outbox) + len(session.inflight) >= send_messages):
+                    self._wait_for_space(session, block, timeout)  # see PeerSession.has_room
                 session.queued_bytes += message.size
                 session.outbox.append(message)
             now = _clock()
@@ -221,7 +225,7 @@ class SessionEngine:
             raise Full(f"put() would wait: {explain(session)}")
         self.schedule(session)
         self.transport.wake()
-        session.wait_for_space(self._send_budget, timeout, StallWarning(
+        session.wait_for_space(self._send_budget, self._send_messages, timeout, StallWarning(
             self._stall_warning, time.monotonic()), lambda: self.closing,
             lambda: explain(session), self.purpose.value)
 

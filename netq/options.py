@@ -95,6 +95,12 @@ class ConnectionOptions:
                     size plus 512 bytes (``netq.session.QUEUED_MESSAGE_COST``: the memory of
                     its future and bookkeeping), so the budget bounds memory for 64-byte
                     messages as well as for large ones (32 MiB: about 55 000 such messages).
+    send_messages   most messages held for one peer at once: queued, plus on the wire and not
+                    yet acknowledged. ``put`` blocks past it (or raises ``Full``) as past
+                    send_budget. It bounds what small messages cost, which their bytes do not
+                    show: each held message is about 0.5 KiB of Python objects that the
+                    garbage collector traverses again and again while it is held (4096: about
+                    2 MiB). A producer faster than its link gains nothing from a longer queue.
     window_min      the credit a peer starts with (each link's HELLO grant, while the budget
                     has room; None: 256 KiB, or recv_budget if smaller); the window then
                     grows while the sender is starved for credit and the consumer keeps up,
@@ -130,6 +136,7 @@ class ConnectionOptions:
     efficient_size: int | None = None  # None: max_size // 64
     recv_budget: int = 64 * MiB
     send_budget: int = 32 * MiB
+    send_messages: int = 4096
     window_min: int | None = None  # None: 256 KiB, or recv_budget if that is smaller
     window_max: int | None = None  # None: recv_budget // 2
     session_timeout: float = 30.0
@@ -148,6 +155,8 @@ class ConnectionOptions:
             object.__setattr__(self, "efficient_size", self.max_size // 64)
         if self.recv_budget < 1 or self.send_budget < 1:
             raise ValueError("budgets must be positive")
+        if self.send_messages < 1:
+            raise ValueError("send_messages must be positive")
         if self.window_min is None:
             object.__setattr__(self, "window_min", min(256 * KiB, self.recv_budget))
         assert self.window_min is not None

@@ -179,6 +179,8 @@ class PeerSession:
             message.future._delivered()
         self.acked_messages += count
         self.acked_bytes += acked_bytes
+        if self.space_waiters:
+            self.wake_putters()  # a put() may wait for send_messages
 
     def resume(self, numbering: Resume) -> None:
         """A link (re)opened this session: continue numbering where ``numbering`` says.
@@ -196,11 +198,18 @@ class PeerSession:
         self.next_seq = numbering.next_send
         self.last_received = numbering.last_received
 
-    def wait_for_space(self, send_budget: int, timeout: float | None, stall: StallWarning,
-                       closing: Callable[[], bool], explain: Callable[[], str],
-                       who: str) -> None:
-        """put(), with ``put_lock`` held: wait until :attr:`unsent_charge` drops under
-        ``send_budget``, warning (``stall``, ``explain()``: why) while nothing moves.
+    def has_room(self, send_budget: int, send_messages: int) -> bool:
+        """May put() queue another message: :attr:`unsent_charge` under ``send_budget``, and
+        fewer than ``send_messages`` messages queued or unacknowledged?"""
+        outbox = self.outbox
+        return (self.queued_bytes - self.dequeued_bytes + len(outbox) * QUEUED_MESSAGE_COST
+                < send_budget and len(outbox) + len(self.inflight) < send_messages)
+
+    def wait_for_space(self, send_budget: int, send_messages: int, timeout: float | None,
+                       stall: StallWarning, closing: Callable[[], bool],
+                       explain: Callable[[], str], who: str) -> None:
+        """put(), with ``put_lock`` held: wait until :meth:`has_room`, warning (``stall``,
+        ``explain()``: why) while nothing moves.
 
         Raises :class:`Full` after ``timeout`` seconds, :class:`ResourceClosed` when the
         communicator (``closing()``) or the peer closes meanwhile.
@@ -210,15 +219,14 @@ class PeerSession:
         self.space_waiters += 1
         if self.blocked_since is None:
             self.blocked_since = start
-        progress = self.dequeued_bytes
+        progress = (self.dequeued_bytes, self.acked_messages)
         try:
-            while (self.queued_bytes - self.dequeued_bytes
-                   + len(self.outbox) * QUEUED_MESSAGE_COST) >= send_budget:
+            while not self.has_room(send_budget, send_messages):
                 if closing() or self.state is PeerState.CLOSED:
                     raise ResourceClosed(None if closing() else self.id)
                 now = time.monotonic()
-                if self.dequeued_bytes != progress:
-                    progress = self.dequeued_bytes
+                if (self.dequeued_bytes, self.acked_messages) != progress:
+                    progress = (self.dequeued_bytes, self.acked_messages)
                     stall.progress(now)
                 elif stall.due(now):
                     LOGGER.warning("netq %s: put() has waited %.0f s: %s", who, now - start,

@@ -229,7 +229,8 @@ def test_send_budget_counts_what_a_queued_small_message_costs_in_memory():
 
     network = MemoryNetwork()
     network.communicator(nq.Purpose.SERVER)
-    client = network.communicator(nq.Purpose.CLIENT, send_budget=4 * MiB)  # never connected
+    client = network.communicator(nq.Purpose.CLIENT, send_budget=4 * MiB,
+                                  send_messages=1_000_000)  # never connected
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
@@ -246,3 +247,32 @@ def test_send_budget_counts_what_a_queued_small_message_costs_in_memory():
     assert queued == -(-4 * MiB // (pickled + QUEUED_MESSAGE_COST))
     # ... and the cost is not understated: what each queued message holds, all told.
     assert held / queued <= pickled + QUEUED_MESSAGE_COST, held / queued
+
+
+def test_send_messages_bounds_what_is_held_for_a_peer_and_a_put_waits_for_acks():
+    """Queued plus unacknowledged messages stop at send_messages; only an ACK makes room."""
+    network = MemoryNetwork()
+    server = network.communicator(nq.Purpose.SERVER)
+    client = network.communicator(nq.Purpose.CLIENT, send_messages=8)
+    for _ in range(8):
+        client.put(b"x", block=False)  # not connected yet: all eight queued
+    with pytest.raises(nq.Full) as caught:
+        client.put(b"x", block=False)
+    assert "8 of send_messages=8 held, 0 of them sent" in str(caught.value)
+
+    client_link, server_link = network.connect(client)
+    for _ in range(3):  # the handshake, both ways
+        network.move(client_link)
+        network.move(server_link)
+    client._engine.service(time.monotonic())  # the client sends the eight ...
+    network.move(client_link)  # ... the server receives them; its ACK is not delivered
+    row = client.statistics().peers[0]
+    assert (row.queue_out, row.inflight) == (0, 8)
+    with pytest.raises(nq.Full) as caught:
+        client.put(b"x", block=False)
+    assert "8 of send_messages=8 held, 8 of them sent and not yet acknowledged" \
+        in str(caught.value)
+    network.move(server_link)  # the ACK arrives: room again
+    client.put(b"x", block=False)
+    network.run()
+    assert len(server.get_many(max_messages=100)) == 9

@@ -504,11 +504,7 @@ class Connection:
             self._acks_start = start
         if start != self._replies_end:
             self._replies_start = start
-        merge = self._merge  # _emit, inlined: one ACK per read that brought messages
-        merge += _HEADER_PACK(_ACK, 0, 0, 0, seq)
-        self.bytes_queued += HEADER_SIZE
-        if len(merge) >= self.merge_size:
-            self._seal()
+        self._emit(_HEADER_PACK(_ACK, 0, 0, 0, seq))
         self._acks_end = self._replies_end = start + HEADER_SIZE
 
     def send_ping(self, token: int) -> None:
@@ -717,8 +713,7 @@ class Connection:
                 self._fail(events, RemoteProtocolError("reserved header bits set"),
                            ErrorCode.PROTOCOL)
                 break
-            if frame_type == _ACK and not length and self.state is _OPEN:
-                # The one frame of a round trip besides its DATA: skip _control's dispatch.
+            if frame_type == _ACK and not length and self.state is _OPEN:  # no _control
                 start += HEADER_SIZE
                 events.append(AckReceived(value))
                 continue

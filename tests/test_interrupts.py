@@ -59,3 +59,49 @@ def test_other_threads_always_lead(restore_sigint):
     thread.start()
     thread.join(10)
     assert answers == [True]
+
+
+def test_begin_brackets_the_main_threads_turns_and_end_lets_go(restore_sigint):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    turns = LoopTurns()
+    assert turns.begin() and turns.active and LoopTurns.deferring
+    assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler  # ours now
+    turns.end()
+    assert not turns.active and not LoopTurns.deferring
+
+
+def test_an_interrupt_during_a_turn_waits_for_its_end(restore_sigint):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    turns = LoopTurns()
+    assert turns.begin()
+    try:
+        signal.raise_signal(signal.SIGINT)  # lands inside the turn: noted, not raised
+        assert LoopTurns.pending
+        with pytest.raises(KeyboardInterrupt):
+            turns.end_of_turn()
+        assert not LoopTurns.pending
+    finally:
+        turns.end()
+    with pytest.raises(KeyboardInterrupt):  # outside a turn: raised at once, as Python does
+        signal.raise_signal(signal.SIGINT)
+
+
+def test_a_handler_the_program_installs_later_is_honoured_on_the_next_lead(restore_sigint):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    turns = LoopTurns()
+    assert turns.begin()
+    turns.end()
+    signal.signal(signal.SIGINT, _programs_own_handler)  # after netq installed its own
+    assert not turns.begin() and not turns.active and not LoopTurns.deferring
+    assert signal.getsignal(signal.SIGINT) is _programs_own_handler
+
+
+def test_other_threads_begin_without_deferring_anything(restore_sigint):
+    signal.signal(signal.SIGINT, _programs_own_handler)
+    turns = LoopTurns()
+    answers: list[tuple[bool, bool, bool]] = []
+    thread = threading.Thread(
+        target=lambda: answers.append((turns.begin(), turns.active, LoopTurns.deferring)))
+    thread.start()
+    thread.join(10)
+    assert answers == [(True, False, False)]

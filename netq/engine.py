@@ -252,7 +252,6 @@ class SessionEngine:
             if kind is proto.MessageReceived:
                 assert session is not None and isinstance(event, proto.MessageReceived)
                 session.last_received = event.seq
-                self.budget.received(session, event.size)
                 if arrived is None:
                     arrived = []
                 arrived.append(event)  # the event itself waits in the inbox: no new object
@@ -296,7 +295,7 @@ class SessionEngine:
             assert session is not None
             conn = link.conn
             conn.send_ack(session.last_received)
-            self.budget.arrived(session, link, sum(message.size for message in arrived))
+            self.budget.arrived(session, link, arrived)  # counts them: one call per read
             self._inbox.deliver(session, arrived)
 
     def received_on(self, link: Link) -> tuple[int, int]:

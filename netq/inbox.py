@@ -150,9 +150,14 @@ class Inboxes:
                         if type(item) is Incoming:  # a batch element was counted with its batch
                             lent.append((session, item.size))  # budget.lend, inline
                         return session, item
-                if engine.closed.is_set() or (not block and engine.closing):
+                # The loop ends only after close() began or the I/O thread failed: until one of
+                # them, engine.closed cannot be set, and nothing here costs a call.
+                closing = engine.closing
+                failure = engine.failure
+                if (closing and not block) or (
+                        (closing or failure is not None) and engine.closed.is_set()):
                     raise ResourceClosed(None, "closed and every received message was taken")
-                if engine.failure is not None or engine.fatal is not None:
+                if failure is not None or engine.fatal is not None:
                     engine.raise_if_broken()
                 server = self._server_session
                 if server is not None and server.state is PeerState.CLOSED and not server.inbox:

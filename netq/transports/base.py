@@ -266,7 +266,7 @@ class Transport:
         False (nothing done) when this transport does not allow it, or the I/O thread leads
         (it is waiting for I/O itself: the caller waits for its hand-over as before).
         """
-        if not self._parked or not self._lead.acquire(blocking=False):
+        if not self._parked or not self._lead.acquire(False):  # positional: no keyword parsing
             return False
         engine = self.engine
         turns = self._turns

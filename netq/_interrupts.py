@@ -56,21 +56,6 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def _ours_or_installable() -> bool:
-    """Whether the main thread's SIGINT goes to our handler (installing it over the default).
-
-    Asked on every lead from the main thread (one C call): a handler the program installs at
-    any time must be honoured from its next ``get()`` on.
-    """
-    current = _getsignal(_SIGINT)
-    if current is _on_sigint or current in _NO_INTERRUPT:
-        return True  # ours, or no interrupt can ever be raised in this thread
-    if current is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _on_sigint)
-        return True
-    return False
-
-
 class LoopTurns:
     """Brackets the loop turns a thread runs for a caller; a no-op off the main thread.
 
@@ -89,21 +74,19 @@ class LoopTurns:
     def __init__(self) -> None:
         self.active = False
 
-    @staticmethod
-    def may_lead() -> bool:
-        """May this thread lead the loop? Not the main thread under a program's own handler.
-
-        On the main thread this installs netq's handler over Python's default one (see the
-        module docstring); an ignored or operating-system default SIGINT is left as it is.
-        """
-        return _get_ident() != _main_ident or _ours_or_installable()
-
     def begin(self) -> bool:
-        """:meth:`may_lead`, and if so, this thread is inside loop turns from now on (call on
-        the thread about to lead; :meth:`end` when it leaves, if ``active``)."""
+        """May this thread lead the loop? If so, it is inside loop turns from now on (call on
+        the thread about to lead; :meth:`end` when it leaves, if ``active``).
+
+        Any thread but the main one may. The main thread may unless a SIGINT handler of the
+        program's own is installed (never touched); this installs netq's handler over
+        Python's default one (see the module docstring), and leaves an ignored or
+        operating-system default SIGINT as it is. The disposition is read on every call (one
+        C call): a handler the program installs at any time is honoured from its next lead.
+        """
         if _get_ident() != _main_ident:
             return True  # not the main thread: no interrupt lands here, nothing to defer
-        current = _getsignal(_SIGINT)  # _ours_or_installable(), inline: once per lead
+        current = _getsignal(_SIGINT)
         if current is not _on_sigint and current not in _NO_INTERRUPT:
             if current is not signal.default_int_handler:
                 return False  # the program's own handler: never touched

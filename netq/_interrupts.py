@@ -22,87 +22,100 @@ the disposition is left as it was.
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # getsignal() without signal's enum conversion
+import os
 import signal
 import threading
 from types import FrameType
+from typing import ClassVar
 
 __all__ = ("LoopTurns",)
 
-
-class _State:
-    deferring = False  # the main thread is inside a loop turn: note an interrupt, do not raise
-    pending = False  # an interrupt arrived meanwhile: raise it at the end of the turn
-
-
-_STATE = _State()
 _SIGINT = int(signal.SIGINT)
 _NO_INTERRUPT = (int(signal.SIG_IGN), int(signal.SIG_DFL))  # as _signal.getsignal reports them
+_getsignal = _signal.getsignal
+_get_ident = threading.get_ident
+# The thread Python runs signal handlers on. It changes only in a forked child, where the
+# thread that forked becomes the main thread (see _after_fork_in_child).
+_main_ident = threading.main_thread().ident
+
+
+def _after_fork_in_child() -> None:
+    global _main_ident
+    _main_ident = _get_ident()
+    LoopTurns.deferring = LoopTurns.pending = False  # the turn that deferred is the parent's
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
-    if _STATE.deferring:
-        _STATE.pending = True
+    if LoopTurns.deferring:
+        LoopTurns.pending = True
         return
     raise KeyboardInterrupt
 
 
-def _ours_or_installable() -> bool:
-    """Whether the main thread's SIGINT goes to our handler (installing it over the default)."""
-    current = _signal.getsignal(_SIGINT)
-    if current is _on_sigint or current in _NO_INTERRUPT:
-        return True  # ours, or no interrupt can ever be raised in this thread
-    if current is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _on_sigint)
-        return True
-    return False
-
-
 class LoopTurns:
-    """Brackets the loop turns a thread runs for a caller; a no-op off the main thread."""
+    """Brackets the loop turns a thread runs for a caller; a no-op off the main thread.
+
+    ``active`` (per instance): the thread that leads now is the main thread, inside its turns.
+    The class attributes are the main thread's interrupt state, shared by every transport:
+    ``deferring`` while a turn is under way (the handler notes an interrupt instead of raising
+    it) and ``pending`` once it noted one. They are plain attributes so that the loop looks at
+    them without a call per turn: ``if turns.active and turns.pending: turns.end_of_turn()``.
+    """
 
     __slots__ = ("active",)
+
+    deferring: ClassVar[bool] = False  # the main thread is inside a loop turn: note, not raise
+    pending: ClassVar[bool] = False  # an interrupt arrived meanwhile: raise it after the turn
 
     def __init__(self) -> None:
         self.active = False
 
-    @staticmethod
-    def may_lead() -> bool:
-        """May this thread lead the loop? Not the main thread under a program's own handler.
+    def begin(self) -> bool:
+        """May this thread lead the loop? If so, it is inside loop turns from now on (call on
+        the thread about to lead; :meth:`end` when it leaves, if ``active``).
 
-        On the main thread this installs netq's handler over Python's default one (see the
-        module docstring); an ignored or operating-system default SIGINT is left as it is.
+        Any thread but the main one may. The main thread may unless a SIGINT handler of the
+        program's own is installed (never touched); this installs netq's handler over
+        Python's default one (see the module docstring), and leaves an ignored or
+        operating-system default SIGINT as it is. The disposition is read on every call (one
+        C call): a handler the program installs at any time is honoured from its next lead.
         """
-        if threading.current_thread() is not threading.main_thread():
-            return True
-        return _ours_or_installable()
-
-    def begin(self) -> None:
-        """From now on this thread is inside loop turns (call on the leading thread)."""
-        self.active = threading.current_thread() is threading.main_thread()
-        if self.active:
-            _STATE.deferring = True
+        if _get_ident() != _main_ident:
+            return True  # not the main thread: no interrupt lands here, nothing to defer
+        current = _getsignal(_SIGINT)
+        if current is not _on_sigint and current not in _NO_INTERRUPT:
+            if current is not signal.default_int_handler:
+                return False  # the program's own handler: never touched
+            signal.signal(signal.SIGINT, _on_sigint)
+        self.active = True
+        LoopTurns.deferring = True
+        return True
 
     def waiting(self) -> None:
         """The turn waits for I/O and has consumed nothing: an interrupt may be raised now."""
         if self.active:
-            _STATE.deferring = False
-            if _STATE.pending:
-                _STATE.pending = False
+            LoopTurns.deferring = False
+            if LoopTurns.pending:
+                LoopTurns.pending = False
                 raise KeyboardInterrupt
 
     def working(self) -> None:
         """The wait is over: interrupts are deferred again until the turn ends."""
         if self.active:
-            _STATE.deferring = True
+            LoopTurns.deferring = True
 
     def end_of_turn(self) -> None:
         """A turn ended: raise an interrupt that came during it."""
-        if self.active and _STATE.pending:
-            _STATE.pending = False
+        if self.active and LoopTurns.pending:
+            LoopTurns.pending = False
             raise KeyboardInterrupt
 
     def end(self) -> None:
-        """This thread leaves the loop (always called, also on an exception)."""
+        """This thread leaves the loop (always called when ``active``, also on an exception)."""
         if self.active:
-            _STATE.deferring = False
+            LoopTurns.deferring = False
             self.active = False

@@ -251,8 +251,18 @@ class Communicator:
         ``stall_warning`` seconds. After ``close()`` it keeps returning what was received,
         then raises :class:`ResourceClosed`.
         """
-        session, item = self._take(peers, block, timeout)
+        if self._fork_error is not None:
+            # Before any lock: one the parent's I/O thread held at the fork is never released.
+            raise self._fork_error
+        session, item = self._inboxes.take(peers, block, timeout)  # _take, inline
         try:
+            if type(item) is Incoming and not item.batch:  # _open's common case, inline
+                try:
+                    data = self._load_parts(item.parts)
+                except Exception as error:
+                    raise DeserializationError(session.id, error) from error
+                # Message(peer, data) without the named tuple's Python-level __new__.
+                return tuple.__new__(Message, (session.id, data))
             return self._open(session, item)
         except Exception:
             raise  # this message's own error (DeserializationError): it is dropped
@@ -315,11 +325,11 @@ class Communicator:
 
     def _open(self, session: PeerSession, item: Any) -> Message:
         if type(item) is not Incoming:
-            return Message(session.id, item)  # an element of an opened batch
+            return tuple.__new__(Message, (session.id, item))  # an element of an opened batch
         if item.batch:
             return self._open_batch(session, item, 1)[0]
         try:
-            return Message(session.id, self._load_parts(item.parts))
+            return tuple.__new__(Message, (session.id, self._load_parts(item.parts)))
         except Exception as error:
             raise DeserializationError(session.id, error) from error
 

@@ -5,8 +5,9 @@ acts on them, for one communicator (:class:`ReceiveBudget`):
 
 * the totals: bytes received and not yet taken by ``get()`` ("held"), and credit granted to
   live links and not yet used ("outstanding"); ``recv_budget`` covers both;
-* what ``get()`` has handed out (:meth:`ReceiveBudget.lend`): a message counts as held until
-  the next ``get()`` (the caller may still be using it), then as consumed;
+* what ``get()`` has handed out (:attr:`ReceiveBudget.lent`, :meth:`ReceiveBudget.lend`): a
+  message counts as held until the next ``get()`` (the caller may still be using it), then as
+  consumed (:meth:`ReceiveBudget.settle_lent`);
 * grants: a new link's HELLO grant, the SESSION frame's take-back, top-ups as messages arrive
   and as ``get()`` frees room (peers whose grant the budget capped wait in a queue, served
   when room frees), message credit (``queue_size``);
@@ -15,19 +16,25 @@ acts on them, for one communicator (:class:`ReceiveBudget`):
   .BudgetView`).
 
 Threads: the I/O thread grants, probes and counts arrivals; ``get()`` (under the
-communicator's receive lock) counts consumption (:meth:`consumed`, :meth:`returned`, the
+communicator's receive lock) counts consumption (:meth:`settle_lent`, :meth:`returned`, the
 lent list). Each total has one writer.
+
+Both hot paths cost one call each: :meth:`ReceiveBudget.arrived` once per read, whatever it
+brought, and :meth:`ReceiveBudget.settle_lent` once per ``get()``. Each counts in plain
+attributes and calls into the policy only when a threshold it keeps says something may be due
+(a top-up, message credit, a probe, peers waiting for room).
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from . import flow
 from .contract import Link
 from .diagnostics import StallWarning
+from .protocol.connection import MessageReceived
 from .session import PeerSession
 
 __all__ = ("BDP_PING", "ReceiveBudget")
@@ -49,10 +56,20 @@ class ReceiveBudget:
         ``clock``: monotonic seconds (time.monotonic; a test may pass its own)."""
         self.limits = limits
         self.recv_messages = recv_messages
+        self._counts_messages = recv_messages != flow.UNLIMITED_MESSAGES
+        # Messages get() takes before their message credit is worth sending (0: never).
+        self._message_credit_every = flow.message_credit_batch(recv_messages)
+        # flow.ample_credit of the window last looked at: the peers of a communicator mostly
+        # share one window, so an arrival finds it here (a window of -1 matches none).
+        self._ample_window = -1
+        self._ample_credit = 0
         self._stall_warning = stall_warning
         self._peer_count = peer_count
         self._schedule = schedule
         self._clock = clock
+        # largest_window() as of the last change of the peer count, which happens only where
+        # this budget hears of it (session_opened, forget): arrivals compare against it.
+        self._largest_window = self.largest_window()
         # held = received - consumed (two writers, one each); outstanding: I/O thread.
         self._received_total = 0
         self._consumed_total = 0
@@ -67,7 +84,8 @@ class ReceiveBudget:
         self._bdp_tokens = itertools.count(1)
         # (session, size) handed out by get(): counted as consumed on the next get(), so a
         # peer cannot send the next large message while the caller still holds this one.
-        self._lent: list[tuple[PeerSession, int]] = []
+        # get() appends under the receive lock (lend(), or inline on its hot path).
+        self.lent: list[tuple[PeerSession, int]] = []
 
     # ------------------------------------------------------------------ totals
 
@@ -136,6 +154,7 @@ class ReceiveBudget:
         self.recount(link)
         session.credited_messages = session.consumed_messages
         session.credit_requested = False
+        self._largest_window = self.largest_window()  # the peer may be new: shares change
 
     def link_closed(self, link: Link) -> None:
         """The link's credit can no longer be used."""
@@ -143,32 +162,51 @@ class ReceiveBudget:
         link.credit_counted = 0
 
     def forget(self, session: PeerSession) -> None:
-        """The session is gone: it waits for nothing."""
+        """The session is gone: it waits for nothing, and the others' shares grow."""
         self._stop_waiting(session)
+        self._largest_window = self.largest_window()
 
     # ------------------------------------------------------------------ arrivals (I/O thread)
 
-    def received(self, session: PeerSession, size: int) -> None:
-        """A message of ``size`` bytes arrived from ``session`` (it is held from now on)."""
-        session.received_messages += 1
+    def arrived(self, session: PeerSession, link: Link,
+                messages: Iterable[MessageReceived]) -> None:
+        """``messages`` (one read's worth) just arrived from ``session`` on ``link``: count them
+        as held, probe, top up (send lock held).
+
+        The common case, a peer with credit to spare and no probe due, costs this call (and a
+        clock read while probes back off): the thresholds (:func:`flow.ample_credit` of the
+        window, the largest window, the probe's backoff, message credit) are compared here,
+        and the policy is asked only when one of them is crossed.
+        """
+        count = size = 0
+        for message in messages:
+            count += 1
+            size += message.size
+        session.received_messages += count
         session.received_bytes += size
         self._received_total += size
-
-    def arrived(self, session: PeerSession, link: Link, size: int) -> None:
-        """Messages of ``size`` bytes in all just arrived on ``link``: probe, top up (send
-        lock held)."""
-        self.probe(session, link, size)
-        if flow.credit_suffices(window=session.window,
-                                allowance=link.conn.recv_allowance_bytes) \
-                and not self._message_credit_pending(session):
-            self.recount(link)  # nothing to grant yet: only the count changes
+        if session.bdp_token:
+            if session.bdp_link is link:
+                session.bdp_bytes += size  # a probe is under way: this round's bytes
+            else:
+                self.probe(session, link, size)  # it went out on a link that is gone
+        elif session.window < self._largest_window and (
+                not session.bdp_backoff or self._clock() >= session.bdp_next_at):
+            self.probe(session, link, size)  # the window may still grow, and no backoff
+        allowance = link.conn.recv_allowance_bytes
+        window = session.window
+        if window != self._ample_window:
+            self._ample_window, self._ample_credit = window, flow.ample_credit(window)
+        if allowance > self._ample_credit and not session.credit_requested and (
+                session.consumed_messages == session.credited_messages
+                or not self._counts_messages):
+            # flow.credit_suffices and no message credit pending: nothing to grant yet, only
+            # the outstanding count changes (recount, inline).
+            counted = allowance if allowance > 0 else 0
+            self._outstanding += counted - link.credit_counted
+            link.credit_counted = counted
         else:
             self.grant(session, link, size)
-
-    def _message_credit_pending(self, session: PeerSession) -> bool:
-        return session.credit_requested or (
-            session.consumed_messages != session.credited_messages
-            and self.recv_messages != flow.UNLIMITED_MESSAGES)
 
     def grant(self, session: PeerSession, link: Link, arrived: int = 0) -> None:
         """Top the peer's credit up as the flow policy says (send lock held).
@@ -253,44 +291,38 @@ class ReceiveBudget:
 
     def lend(self, session: PeerSession, size: int) -> None:
         """get() hands out a message of ``size`` bytes: it stays held until the next get()."""
-        self._lent.append((session, size))
+        self.lent.append((session, size))
 
     def lent_bytes(self, session: PeerSession) -> int:
         """Bytes of ``session``'s that the caller of the last get() still holds."""
-        return sum(size for owner, size in list(self._lent) if owner is session)
+        return sum(size for owner, size in list(self.lent) if owner is session)
 
     def settle_lent(self) -> bool:
-        """The next get(): what was handed out before is consumed now. True when the I/O
-        thread has credit to send (wake it)."""
-        wake = False
-        for session, size in self._lent:
-            wake |= self.consumed(session, size)
-        self._lent.clear()
-        return wake
-
-    def give_back(self, session: PeerSession, size: int) -> None:
-        """A message handed out goes back to its inbox (its get() failed): held again."""
-        entry = (session, size)
-        if entry in self._lent:
-            self._lent.remove(entry)
-        else:
-            self.returned(session, size)
-
-    def consumed(self, session: PeerSession, nbytes: int) -> bool:
-        """get() finished with a message of ``nbytes`` from ``session``.
+        """The next get(): what was handed out before is consumed now. True when it scheduled
+        sessions for the I/O thread (the caller wakes it).
 
         Message credit (``queue_size``) returns here; byte credit returned when the message
         arrived, so this only has to wake peers the budget held back once enough is free.
-        Returns True when it scheduled sessions (the caller wakes the I/O thread).
         """
-        session.consumed_messages += 1
-        session.consumed_bytes += nbytes
-        self._consumed_total += nbytes
         wake = False
-        if not session.credit_requested and flow.message_credit_due(
-                consumed=session.consumed_messages, credited=session.credited_messages,
-                recv_messages=self.recv_messages):
-            session.credit_requested = True
+        lent = self.lent
+        for session, size in lent:
+            session.consumed_messages += 1
+            session.consumed_bytes += size
+            self._consumed_total += size
+            if self._message_credit_every or self._waiters:
+                wake |= self._consumed_checks(session)
+        lent.clear()
+        return wake
+
+    def _consumed_checks(self, session: PeerSession) -> bool:
+        """What a message ``session``'s get() just consumed may make due: message credit, and
+        waking the peers the budget held back. True when it scheduled sessions."""
+        wake = False
+        every = self._message_credit_every
+        if every and not session.credit_requested \
+                and session.consumed_messages - session.credited_messages >= every:
+            session.credit_requested = True  # flow.message_credit_due
             self._schedule(session)
             wake = True
         if self._waiters and (
@@ -303,8 +335,16 @@ class ReceiveBudget:
             wake = True
         return wake
 
+    def give_back(self, session: PeerSession, size: int) -> None:
+        """A message handed out goes back to its inbox (its get() failed): held again."""
+        entry = (session, size)
+        if entry in self.lent:
+            self.lent.remove(entry)
+        else:
+            self.returned(session, size)
+
     def returned(self, session: PeerSession, nbytes: int) -> None:
-        """A message consumed() already went back to ``session``'s inbox.
+        """A message settle_lent() consumed went back to ``session``'s inbox.
 
         Undoes the counting, so that the message counts once when it is taken again. Credit
         that went out for it in between stays out: the peer may send one message early.

@@ -6,8 +6,9 @@ The engine sits between the transports and the queue API (:class:`netq.Communica
   link's :class:`~netq.protocol.Connection`, the events a link produced, a link that closed,
   a failed connection attempt, and the periodic :meth:`SessionEngine.service`;
 * the queue API calls :meth:`SessionEngine.submit` (queue a serialized message for some peers,
-  waiting for send budget), :meth:`SessionEngine.settle_lent` (``get()`` finished with what
-  it took before) and the closing and reporting methods;
+  waiting for send budget) and the closing and reporting methods; its receive side
+  (:mod:`netq.inbox`) counts what ``get()`` consumed in the engine's
+  :class:`~netq.credit.ReceiveBudget` and leads the transport's loop itself;
 * received messages go to the queue API through the :class:`netq.contract.Inbox` it passes in.
 
 The engine dispatches and pumps; each decision it needs lives in one module (see
@@ -20,7 +21,7 @@ a silent link is dead, when a session expires.
 
 Threads: the I/O thread runs every ``handle_*``/``service`` method. User threads run
 ``submit`` (appending under the session's ``put_lock``; writing an idle link themselves when
-the transport allows), ``settle_lent`` (under the inbox's lock) and the close/report methods.
+the transport allows) and the close/report methods.
 See :mod:`netq.session` for which thread writes which field.
 """
 
@@ -31,7 +32,6 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
 
 from . import flow, protocol as proto
 from .contract import EngineAPI, Inbox, Link, TransportAPI, TransportFactory
@@ -206,13 +206,6 @@ class SessionEngine:
                 self.schedule(session)
                 transport.wake()
 
-    def lead_io(self, timeout: float | None, ready: Callable[[], object]) -> bool:
-        """A blocked get(): run the transport's loop on this thread if it may (Transport.lead).
-
-        True when it did, until ``ready()`` or ``timeout``; False to wait as usual.
-        """
-        return bool(self.transport.lead(timeout, ready))
-
     def schedule(self, session: PeerSession) -> None:
         """Ask the I/O thread to service ``session`` (pump, grant credit) on its next turn."""
         session.scheduled = True
@@ -229,13 +222,6 @@ class SessionEngine:
             self._stall_warning, time.monotonic()), lambda: self.closing,
             lambda: explain(session), self.purpose.value)
 
-    # ================================================================== user threads: receive
-
-    def settle_lent(self) -> None:
-        """A get(): what earlier ones handed out is consumed now (inbox lock held)."""
-        if self.budget.settle_lent():
-            self.transport.wake()
-
     # ================================================================== I/O thread: links
 
     def new_connection(self) -> proto.Connection:
@@ -245,18 +231,15 @@ class SessionEngine:
 
     def handle_events(self, link: Link, events: list[proto.Event]) -> None:
         arrived: list[proto.MessageReceived] | None = None
-        arrived_bytes = 0
         session = link.session
         for event in events:
             kind = type(event)
             if kind is proto.MessageReceived:
                 assert session is not None and isinstance(event, proto.MessageReceived)
                 session.last_received = event.seq
-                self.budget.received(session, event.size)
                 if arrived is None:
                     arrived = []
                 arrived.append(event)  # the event itself waits in the inbox: no new object
-                arrived_bytes += event.size
             elif kind is proto.AckReceived:
                 assert session is not None and isinstance(event, proto.AckReceived)
                 session.acknowledge(event.seq)
@@ -297,7 +280,7 @@ class SessionEngine:
             assert session is not None
             conn = link.conn
             conn.send_ack(session.last_received)
-            self.budget.arrived(session, link, arrived_bytes)
+            self.budget.arrived(session, link, arrived)  # counts them: one call per read
             self._inbox.deliver(session, arrived)
 
     def received_on(self, link: Link) -> tuple[int, int]:

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from .protocol.frames import UNLIMITED_MESSAGES
 
 __all__ = ("CREDIT_FLOOR", "FlowLimits", "Grant", "plan_grant", "initial_grant", "takeback",
-           "bdp_window", "credit_suffices", "message_credit", "message_credit_due",
-           "UNLIMITED_MESSAGES")
+           "bdp_window", "ample_credit", "credit_suffices", "message_credit",
+           "message_credit_batch", "message_credit_due", "UNLIMITED_MESSAGES")
 
 CREDIT_FLOOR = 16 * 1024  # bytes every peer may hold + have outstanding, whatever the budget
 # A byte grant smaller than this fraction of the window, to a peer that still has credit, is
@@ -158,21 +158,36 @@ def bdp_window(limits: FlowLimits, *, window: int, sample: int, backlog: int,
     return max(window, min(2 * sample, largest))
 
 
+def ample_credit(window: int) -> int:
+    """Credit above which a peer needs no top-up yet: (FRAME_WORTH - 1) / FRAME_WORTH of its
+    ``window``, in bytes (rounded down). :func:`credit_suffices` compares against it; the
+    receive budget keeps it per window so that an arrival costs no call when nothing is due.
+    """
+    return window * (FRAME_WORTH - 1) // FRAME_WORTH
+
+
 def credit_suffices(*, window: int, allowance: int) -> bool:
     """The peer still has more credit than a top-up would be worth: over (FRAME_WORTH - 1) /
     FRAME_WORTH of its window. :func:`plan_grant` would grant no bytes then (not worth a frame,
     and a peer with that much credit is not starved), so the engine may skip planning.
     """
-    return allowance * FRAME_WORTH > window * (FRAME_WORTH - 1)
+    return allowance > ample_credit(window)
+
+
+def message_credit_batch(recv_messages: int) -> int:
+    """Messages ``get()`` takes before the message credit they free is worth sending (a
+    quarter of ``queue_size``, at least one); 0 when the count is unlimited (never)."""
+    if recv_messages == UNLIMITED_MESSAGES:
+        return 0
+    return max(1, recv_messages // FRAME_WORTH)
 
 
 def message_credit_due(*, consumed: int, credited: int, recv_messages: int) -> bool:
-    """``get()`` has taken enough messages since the last message credit went out (a quarter
-    of ``queue_size``, at least one) that it is worth sending it now; never when the count is
+    """``get()`` has taken enough messages since the last message credit went out (a
+    :func:`message_credit_batch`) that it is worth sending it now; never when the count is
     unlimited (``recv_messages`` is :data:`UNLIMITED_MESSAGES`)."""
-    if recv_messages == UNLIMITED_MESSAGES:
-        return False
-    return consumed - credited >= max(1, recv_messages // FRAME_WORTH)
+    batch = message_credit_batch(recv_messages)
+    return batch > 0 and consumed - credited >= batch
 
 
 def message_credit(*, consumed: int, credited: int, recv_messages: int) -> tuple[int, int]:

@@ -8,6 +8,11 @@ peers, and while it waits it may run the I/O loop itself (leader/followers,
 taken is lent by the receive budget until the next ``get()`` (netq.credit.ReceiveBudget.lend);
 one given back after a failed ``get()`` counts as held again. The communicator opens
 (deserializes) what it takes, on the caller's thread.
+
+A ``get()`` that finds a message takes one lock round trip and one call into the budget
+(:meth:`netq.credit.ReceiveBudget.settle_lent`); one that waits leads the loop through the
+transport's ``lead`` directly (:class:`netq.contract.TransportAPI`). What it reads of the
+engine's state on the way are plain attributes, looked at only when nothing was found.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from .contract import TransportAPI
 from .credit import ReceiveBudget
 from .engine import SessionEngine
 from .exceptions import Empty, ResourceClosed
@@ -40,6 +46,8 @@ class Inboxes:
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._getters = 0  # get() calls waiting for a message (sleeping or leading the loop)
+        # _getters > 0, kept as a plain attribute: the loop reads it on every read (Inbox).
+        self.consumer_waiting = False
         self._sleepers = 0  # of those, the ones asleep on _arrived (a notify wakes them)
         self._ready: collections.deque[PeerSession] = collections.deque()
         self._listeners: list[Callable[[], None]] = []
@@ -49,8 +57,13 @@ class Inboxes:
         """The engine that fills these inboxes (made after them: it takes them as its Inbox)."""
         self._engine = engine
         self._budget: ReceiveBudget = engine.budget
+        transport: TransportAPI = engine.transport
         # A blocked get() may run the I/O loop itself (leader/followers; Transport.lead).
-        self._caller_leads: bool = engine.transport.caller_leads
+        self._caller_leads: bool = transport.caller_leads
+        self._lead = transport.lead
+        self._wake_io = transport.wake  # settling what get() lent scheduled credit to send
+        # A client's one session (the server), fixed for its life; None on a server.
+        self._server_session: PeerSession | None = engine.peers.server_session
 
     @property
     def getters(self) -> int:
@@ -104,25 +117,55 @@ class Inboxes:
         """Pop the next raw item, fairly: round-robin over peers with queued messages."""
         engine = self._engine
         assert engine is not None  # attached before the communicator is handed out
+        budget = self._budget
+        lent = budget.lent
         deadline = None
         spin_until = None
         looked_again = False  # the loop was offered to this get and not taken: sleep next
         with self._lock:
-            engine.settle_lent()
+            # What the previous get() handed out is consumed now (netq.credit).
+            if lent and budget.settle_lent():
+                self._wake_io()
             while True:
-                found = self._take_from(peers) if peers else self._take_any()
-                if found is not None:
-                    return found
-                if engine.closed.is_set() or (engine.closing and not block):
+                if peers:
+                    found = self._take_from(peers)
+                    if found is not None:
+                        return found
+                else:
+                    # The next message of the first peer that has one (inline: the hot path).
+                    ready = self._ready
+                    while ready:
+                        session = ready[0]
+                        inbox = session.inbox
+                        if not inbox:
+                            ready.popleft()
+                            session.in_ready = False
+                            continue
+                        item = inbox.popleft()
+                        if not inbox:
+                            ready.popleft()
+                            session.in_ready = False
+                        elif ready[-1] is not session:  # another peer waits too
+                            ready.rotate(-1)  # fairness: the next get serves the next peer
+                        if type(item) is Incoming:  # a batch element was counted with its batch
+                            lent.append((session, item.size))  # budget.lend, inline
+                        return session, item
+                # The loop ends only after close() began or the I/O thread failed: until one of
+                # them, engine.closed cannot be set, and nothing here costs a call.
+                closing = engine.closing
+                failure = engine.failure
+                if (closing and not block) or (
+                        (closing or failure is not None) and engine.closed.is_set()):
                     raise ResourceClosed(None, "closed and every received message was taken")
-                engine.raise_if_broken()
-                server = engine.server_session
+                if failure is not None or engine.fatal is not None:
+                    engine.raise_if_broken()
+                server = self._server_session
                 if server is not None and server.state is PeerState.CLOSED and not server.inbox:
                     raise ResourceClosed(server.id, "the server closed the session")
                 if not block:
                     raise Empty()
-                now = time.monotonic()
                 if timeout is not None:
+                    now = time.monotonic()
                     if deadline is None:
                         deadline = now + timeout
                     remaining: float | None = deadline - now
@@ -131,28 +174,30 @@ class Inboxes:
                         raise Empty()
                 else:
                     remaining = None
-                if spin_until is None:
-                    spin_until = _clock() + self._spin
-                if _clock() < spin_until:
-                    # Busy-poll briefly, letting the I/O thread have the GIL: a message that
-                    # arrives within the spin is taken without a thread wake-up.
-                    self._lock.release()
-                    try:
-                        _sleep(0)
-                    finally:
-                        self._lock.acquire()
-                    continue
+                if self._spin:
+                    if spin_until is None:
+                        spin_until = _clock() + self._spin
+                    if _clock() < spin_until:
+                        # Busy-poll briefly, letting the I/O thread have the GIL: a message
+                        # that arrives within the spin is taken without a thread wake-up.
+                        self._lock.release()
+                        try:
+                            _sleep(0)
+                        finally:
+                            self._lock.acquire()
+                        continue
                 # A client with no server: the engine's WARNING says so (put() and get() wait
                 # for it), once for everything that waits on the connection.
                 self._getters += 1
+                self.consumer_waiting = True
                 try:
                     if self._caller_leads and not looked_again and (
-                            not peers or engine.server_session is not None):
+                            not peers or server is not None):
                         # Run the I/O loop here if the I/O thread has left it to callers: the
                         # message is then read on this thread, with no hand-over wake-up.
                         self._lock.release()
                         try:
-                            led = engine.lead_io(remaining, self._ready.__len__)
+                            led = self._lead(remaining, self._ready.__len__)
                         finally:
                             self._lock.acquire()
                         # Look again either way: while the lock was released, a message
@@ -169,26 +214,7 @@ class Inboxes:
                     looked_again = False  # woken: this get may lead the loop again
                 finally:
                     self._getters -= 1
-
-    def _take_any(self) -> tuple[PeerSession, Any] | None:
-        ready = self._ready
-        while ready:
-            session = ready[0]
-            inbox = session.inbox
-            if not inbox:
-                ready.popleft()
-                session.in_ready = False
-                continue
-            item = inbox.popleft()
-            if not inbox:
-                ready.popleft()
-                session.in_ready = False
-            elif len(ready) > 1:
-                ready.rotate(-1)  # fairness: the next get serves the next peer
-            if type(item) is Incoming:  # a batch element was counted with its batch
-                self._budget.lend(session, item.size)
-            return session, item
-        return None
+                    self.consumer_waiting = self._getters > 0
 
     def _take_from(self, peers: tuple[uuid.UUID, ...]) -> tuple[PeerSession, Any] | None:
         assert self._engine is not None
@@ -219,10 +245,6 @@ class Inboxes:
             self._arrived.notify_all()
         for listener in list(self._listeners):
             listener()
-
-    @property
-    def consumer_waiting(self) -> bool:
-        return self._getters > 0
 
     @property
     def consumer_sleeping(self) -> bool:

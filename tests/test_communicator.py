@@ -146,3 +146,37 @@ def test_interrupted_get_counts_its_message_once_when_another_get_ran_meanwhile(
     # The message load lets through now: the slow one, loaded on the second try.
     assert server.get(timeout=T).data == "slow"
     settled(server)
+
+
+def test_a_get_ends_when_the_io_thread_dies_under_it_and_after(transport, monkeypatch):
+    """A blocked get() looks at the engine's state only when it wakes with nothing to take: the
+    I/O thread's death must wake it with ConnectionLost, and a later get() must not wait."""
+    server = transport.make_server()
+    client = transport.connect(server)
+    client.put("hello").result(T)
+    assert server.get(timeout=T).data == "hello"
+    outcome: list[BaseException] = []
+
+    def get_forever() -> None:
+        try:
+            server.get()
+        except BaseException as error:  # noqa: BLE001 - the outcome is the assertion
+            outcome.append(error)
+
+    getter = threading.Thread(target=get_forever)
+    getter.start()
+    wait_for(lambda: server._inboxes.getters == 1, T, message="the get() to wait")
+
+    def broken_service(now: float) -> float:
+        raise RuntimeError("the loop broke")
+
+    monkeypatch.setattr(server._engine, "service", broken_service)
+    server._transport.wake()
+    getter.join(T)
+    assert not getter.is_alive(), "get() slept through the I/O thread's death"
+    assert len(outcome) == 1 and isinstance(outcome[0], nq.ConnectionLost), outcome
+    assert server._engine.closed.wait(T)
+    with pytest.raises(nq.ResourceClosed):  # the loop has ended: nothing more will come
+        server.get()
+    with pytest.raises(nq.ResourceClosed):
+        server.get_nowait()

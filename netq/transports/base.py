@@ -256,7 +256,7 @@ class Transport:
                 # Callers lead and nothing is late: a turn of ours now would only contend
                 # with theirs for the loop (their get() would then wait for a hand-over).
                 continue
-            if self._lead.acquire(blocking=False):
+            if self._lead.acquire(False):
                 # Callers lead between their messages: keep the timers and holds on time.
                 try:
                     self._leader_ident = self._io_ident
@@ -284,17 +284,18 @@ class Transport:
         False (nothing done) when this transport does not allow it, or the I/O thread leads
         (it is waiting for I/O itself: the caller waits for its hand-over as before).
         """
-        if not self._parked or not LoopTurns.may_lead() \
-                or not self._lead.acquire(blocking=False):
+        if not self._parked or not self._lead.acquire(False):  # positional: no keyword parsing
             return False
         engine = self.engine
         turns = self._turns
         try:
-            if not self._parked:  # the I/O thread took the loop back meanwhile
+            # Not if the I/O thread took the loop back meanwhile, nor on the main thread under
+            # a SIGINT handler of the program's own (netq._interrupts). From here on, Ctrl-C on
+            # the main thread waits for the end of a turn.
+            if not self._parked or not turns.begin():
                 return False
             self._leader_ident = threading.get_ident()
             self._caller_rounds += 1
-            turns.begin()  # Ctrl-C on the main thread waits for the end of a turn
             deadline = None if timeout is None else time.monotonic() + timeout
             while not ready() and not self._aborted and not engine.closing:
                 cap = LEAD_SLICE
@@ -303,9 +304,11 @@ class Transport:
                     if cap <= 0:
                         break
                 self._step(cap)
-                turns.end_of_turn()
+                if turns.active and turns.pending:  # attribute reads: no call per turn
+                    turns.end_of_turn()
         finally:
-            turns.end()
+            if turns.active:
+                turns.end()
             self._leader_ident = self._io_ident
             self._lead.release()
         return True

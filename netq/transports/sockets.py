@@ -188,11 +188,14 @@ class SocketTransport(Transport):
         if self._held:
             timeout = min(timeout, self._release_holds())
         turns = self._turns
-        turns.waiting()  # nothing read yet: a Ctrl-C may interrupt the wait at once
-        try:
+        if turns.active:  # the main thread leads: a Ctrl-C may interrupt the wait at once
+            turns.waiting()
+            try:
+                ready = self._selector.select(timeout)
+            finally:
+                turns.working()
+        else:
             ready = self._selector.select(timeout)
-        finally:
-            turns.working()
         for key, mask in ready:
             data = key.data
             if data == "wake":

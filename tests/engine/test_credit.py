@@ -3,11 +3,13 @@ pair (no engine, no socket): totals, grants, message credit, the waiters, the le
 
 from __future__ import annotations
 
+import sys
 import uuid
+from collections.abc import Callable
 
 import pytest
 
-from netq import flow
+from netq import credit, flow
 from netq.contract import Link
 from netq.credit import STARVED_RECHECK, ReceiveBudget
 from netq.protocol import MessageReceived
@@ -21,12 +23,13 @@ class Budget:
     """A ReceiveBudget for one peer, with the link's server end as ours."""
 
     def __init__(self, budget: int = 1024 * KiB, window: int = 64 * KiB,
-                 recv_messages: int = flow.UNLIMITED_MESSAGES) -> None:
+                 recv_messages: int = flow.UNLIMITED_MESSAGES,
+                 peer_count: Callable[[], int] = lambda: 1) -> None:
         self.scheduled: list[PeerSession] = []
         self.now = 100.0
         self.budget = ReceiveBudget(flow.FlowLimits(budget, window, 4 * window),
                                     recv_messages=recv_messages, stall_warning=5.0,
-                                    peer_count=lambda: 1, schedule=self.scheduled.append,
+                                    peer_count=peer_count, schedule=self.scheduled.append,
                                     clock=lambda: self.now)
         grant = self.budget.hello_grant()
         self.pair = open_pair(server={"recv_window": grant, "recv_messages": recv_messages})
@@ -42,9 +45,7 @@ class Budget:
         client.send_message(self.seq, [memoryview(bytes(size))], size, False)
         events = [e for e in self.pair.server.receive_data(client.data_to_send())
                   if isinstance(e, MessageReceived)]
-        for event in events:
-            self.budget.received(self.session, event.size)
-        self.budget.arrived(self.session, self.link, sum(e.size for e in events))
+        self.budget.arrived(self.session, self.link, events)
         return events
 
     def credit_sent(self) -> bool:
@@ -164,3 +165,70 @@ def test_message_credit_rules():
     assert flow.message_credit(consumed=7, credited=3, recv_messages=16) == (4, 7)
     assert flow.message_credit(consumed=7, credited=3,
                                recv_messages=flow.UNLIMITED_MESSAGES) == (0, 7)
+
+
+def test_one_read_of_several_messages_is_counted_in_one_arrival():
+    b = Budget()
+    client = b.pair.client
+    for size in (1 * KiB, 2 * KiB, 3 * KiB):
+        b.seq += 1
+        client.send_message(b.seq, [memoryview(bytes(size))], size, False)
+    events = [e for e in b.pair.server.receive_data(client.data_to_send())
+              if isinstance(e, MessageReceived)]
+    assert len(events) == 3
+    b.budget.arrived(b.session, b.link, events)
+    assert b.session.received_messages == 3 and b.session.received_bytes == 6 * KiB
+    assert b.budget.held_bytes == 6 * KiB
+    assert b.budget.outstanding_bytes == 58 * KiB == b.link.credit_counted
+    assert not b.credit_sent()  # still over three quarters of the window: no frame
+
+
+@pytest.mark.parametrize("window", [1, 3, 4, 5, 64 * KiB, 64 * KiB + 1, 64 * KiB + 3])
+def test_ample_credit_is_the_threshold_of_credit_suffices(window):
+    ample = flow.ample_credit(window)
+    for allowance in range(ample - 2, ample + 3):
+        assert flow.credit_suffices(window=window, allowance=allowance) is (allowance > ample)
+        assert (allowance * flow.FRAME_WORTH > window * (flow.FRAME_WORTH - 1)) \
+            is (allowance > ample)
+
+
+def test_message_credit_batch():
+    assert flow.message_credit_batch(16) == 4
+    assert flow.message_credit_batch(1) == 1
+    assert flow.message_credit_batch(flow.UNLIMITED_MESSAGES) == 0
+
+
+def test_no_probe_while_the_window_is_the_largest_and_again_once_a_peer_leaves():
+    peers = [object(), object()]  # two peers share the budget: 64 KiB each
+    b = Budget(budget=128 * KiB, window=64 * KiB, peer_count=peers.__len__)
+    b.arrive(1 * KiB)
+    assert b.session.bdp_token == 0  # the window is this peer's share already
+    peers.pop()  # the other peer's session is forgotten: the share grows
+    b.budget.forget(PeerSession(uuid.uuid4()))
+    b.arrive(1 * KiB)
+    assert b.session.bdp_token  # the window may grow again: a probe went out
+
+
+def test_an_arrival_with_credit_to_spare_asks_no_policy():
+    """The common arrival (credit left, probes backing off) is counted and recounted in the
+    one call: no call into netq.flow or the budget's other methods."""
+    b = Budget()
+    b.arrive(1 * KiB)  # the first arrival probes: answer it with a round too small to grow
+    b.budget.probe_answered(b.session)
+    assert b.session.bdp_backoff and not b.session.bdp_token
+    b.seq += 1
+    b.pair.client.send_message(b.seq, [memoryview(bytes(1024))], 1024, False)
+    events = b.pair.server.receive_data(b.pair.client.data_to_send())
+    calls: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename in (credit.__file__, flow.__file__):
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        b.budget.arrived(b.session, b.link, [e for e in events if isinstance(e, MessageReceived)])
+    finally:
+        sys.setprofile(None)
+    assert calls == ["arrived"]
+    assert b.budget.held_bytes == 2 * KiB and b.budget.outstanding_bytes == 62 * KiB

@@ -143,9 +143,9 @@ def test_what_happens_while_a_get_is_offered_the_loop_wakes_it(transport, monkey
     The offer is widened here so that this happens every time."""
     server, client = _stream_pair(transport)
     offered = threading.Event()
-    original = client._engine.lead_io
+    original = client._inboxes._lead  # the transport's lead(), as get() calls it
 
-    def lead_io_after(timeout, ready):
+    def lead_after(timeout, ready):
         if not offered.is_set():
             offered.set()
             if event == "message":
@@ -159,7 +159,7 @@ def test_what_happens_while_a_get_is_offered_the_loop_wakes_it(transport, monkey
             return False  # the I/O thread leads: this get() waits for its hand-over
         return original(timeout, ready)
 
-    monkeypatch.setattr(client._engine, "lead_io", lead_io_after)
+    monkeypatch.setattr(client._inboxes, "_lead", lead_after)
     outcome: list[object] = []
 
     def get_without_timeout() -> None:

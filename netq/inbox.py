@@ -152,12 +152,13 @@ class Inboxes:
                         return session, item
                 # The loop ends only after close() began or the I/O thread failed: until one of
                 # them, engine.closed cannot be set, and nothing here costs a call.
-                closing = engine.closing
-                failure = engine.failure
-                if (closing and not block) or (
-                        (closing or failure is not None) and engine.closed.is_set()):
+                if engine.failure is not None:
+                    # The I/O thread died ("it broke"), whether or not it has ended yet: the same
+                    # ConnectionLost to a get() it wakes as to every later one.
+                    engine.raise_if_broken()
+                if engine.closing and (not block or engine.closed.is_set()):
                     raise ResourceClosed(None, "closed and every received message was taken")
-                if failure is not None or engine.fatal is not None:
+                if engine.fatal is not None:
                     engine.raise_if_broken()
                 server = self._server_session
                 if server is not None and server.state is PeerState.CLOSED and not server.inbox:

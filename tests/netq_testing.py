@@ -23,6 +23,22 @@ def wait_for(predicate, timeout: float = 20, interval: float = 0.01, message: st
         time.sleep(interval)
 
 
+def blocked_get(comm) -> tuple[threading.Thread, list[BaseException]]:
+    """A started thread blocked in ``comm.get()``, and the list where what that get() raised
+    lands (join the thread, then look)."""
+    outcome: list[BaseException] = []
+
+    def get_forever() -> None:
+        try:
+            comm.get()
+        except BaseException as error:  # noqa: BLE001 - the outcome is the assertion
+            outcome.append(error)
+
+    getter = threading.Thread(target=get_forever, name="test-blocked-get")
+    getter.start()
+    return getter, outcome
+
+
 def shut_down_below(fd: int) -> bool:
     """Cut the connection behind ``fd`` as a network failure would: shut down a duplicate
     descriptor (for every descriptor, below TLS or a library's socket object, touching none

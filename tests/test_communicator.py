@@ -19,7 +19,7 @@ import pytest
 
 import netq as nq
 from netq.stream import PickleSerializer
-from netq_testing import wait_for
+from netq_testing import blocked_get, wait_for
 
 T = 30.0  # seconds any single blocking step may take before the test is considered stuck
 
@@ -155,16 +155,7 @@ def test_a_get_ends_when_the_io_thread_dies_under_it_and_after(transport, monkey
     client = transport.connect(server)
     client.put("hello").result(T)
     assert server.get(timeout=T).data == "hello"
-    outcome: list[BaseException] = []
-
-    def get_forever() -> None:
-        try:
-            server.get()
-        except BaseException as error:  # noqa: BLE001 - the outcome is the assertion
-            outcome.append(error)
-
-    getter = threading.Thread(target=get_forever)
-    getter.start()
+    getter, outcome = blocked_get(server)
     wait_for(lambda: server._inboxes.getters == 1, T, message="the get() to wait")
 
     def broken_service(now: float) -> float:

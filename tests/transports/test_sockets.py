@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import netq as nq
-from netq_testing import wait_for
+from netq_testing import blocked_get, wait_for
 
 T = 30.0  # seconds a blocking step may take before the test counts as stuck
 
@@ -118,16 +118,7 @@ def test_a_caller_led_get_keeps_its_timeout(transport):
 def test_close_ends_a_caller_led_get(transport):
     server, client = _stream_pair(transport)
     _round_trips(server, client, 5)
-    outcome: list[BaseException] = []
-
-    def wait_forever() -> None:
-        try:
-            client.get()
-        except BaseException as error:  # noqa: BLE001 - the outcome is the assertion
-            outcome.append(error)
-
-    getter = threading.Thread(target=wait_forever)
-    getter.start()
+    getter, outcome = blocked_get(client)
     wait_for(lambda: client._inboxes.getters > 0, T)
     client.close(timeout=T)
     getter.join(T)

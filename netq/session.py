@@ -136,7 +136,8 @@ class PeerSession:
     @property
     def unsent_charge(self) -> int:
         """What the unsent messages count against ``send_budget``: their payload bytes plus
-        :data:`QUEUED_MESSAGE_COST` each (see ``ConnectionOptions.send_budget``)."""
+        :data:`QUEUED_MESSAGE_COST` each (see ``ConnectionOptions.send_budget``); the sum
+        :meth:`has_room` compares, spelled out there because every put() asks it."""
         return self.queued_bytes - self.dequeued_bytes + len(self.outbox) * QUEUED_MESSAGE_COST
 
     @property

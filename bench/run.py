@@ -70,6 +70,7 @@ class Row:
     needs: str | None = None    # capability: zmq | netq | tls (netq + certificate) |
     #                             ssl (certificate) | net-queue | grpc | mqtt
     sizes: tuple | None = None  # throughput sizes it runs at (None: all)
+    in_process: bool = False    # round trip: both ends in one process (role ping-self)
 
     @property
     def interp(self) -> str:
@@ -113,7 +114,18 @@ LATENCY = [
     Row("mqtt-paho", "paho_peer.py", "mqtt-paho", "mqtt"),
     Row("netq-mqtt", "netq_mqtt_peer.py", "netq-mqtt", "mqtt"),
     Row("net-queue-mqtt", "netqueue_mqtt_peer.py", "net-queue-mqtt", "net-queue"),
+    # Server and client in one process (a thread echoes, the main thread pings), as a
+    # notebook kernel holds them; compared with raw-tcp-1proc, raw sockets driven the same way.
+    Row("raw-tcp-1proc", "raw.py", "raw-tcp", in_process=True),
+    Row("netq-tcp-1proc", "netq_peer.py", "netq-tcp", "netq", in_process=True),
 ]
+
+
+def latency_base(row: str) -> str:
+    """The raw row a round-trip row is compared with: raw TCP driven the same way."""
+    return "raw-tcp-1proc" if row.endswith("-1proc") else "raw-tcp"
+
+
 SCENARIO_ROW = Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq")   # stall + many clients
 IOPS_ROWS = [Row("netq-tcp", "../iops.py", "netq", "netq"),            # transport = --lib
              Row("net-queue", "../iops.py", "net_queue", "net-queue")]
@@ -537,6 +549,12 @@ def one_way(ctx: Context, row: Row, size: int, count: int) -> dict:
 
 
 def round_trip(ctx: Context, row: Row) -> dict:
+    if row.in_process:
+        with Session(ctx, ctx.timeout) as s:
+            both = s.spawn("ping-self", row, role="ping-self", size=PING_SIZE, count=PING_COUNT)
+            res = both.expect("RESULT", s.deadline)
+            s.collect(both)
+        return {"ok": True, "ping": res}
     with Session(ctx, ctx.timeout) as s:
         echo = s.spawn("echo", row, role="echo", size=PING_SIZE, count=PING_COUNT)
         addr = echo.expect("READY", s.deadline)["addr"]
@@ -718,10 +736,10 @@ def summarize(records: list[dict]) -> dict:
     raw_cpu = {(r["size"], r["rep"]): r["recv"]["cpu_us_per_msg"] for r in good
                if r["section"] == "throughput" and r["row"] == "raw-tcp" and r["ok"]
                and r["recv"].get("cpu_us_per_msg")}
-    raw_p50 = {r["rep"]: r["ping"]["p50_us"] for r in good
-               if r["section"] == "latency" and r["row"] == "raw-tcp"}
-    raw_rt_cpu = {r["rep"]: sum(cpu) for r in good
-                  if r["section"] == "latency" and r["row"] == "raw-tcp"
+    raw_p50 = {(r["row"], r["rep"]): r["ping"]["p50_us"] for r in good
+               if r["section"] == "latency" and r["row"] in ("raw-tcp", "raw-tcp-1proc")}
+    raw_rt_cpu = {(r["row"], r["rep"]): sum(cpu) for r in good
+                  if r["section"] == "latency" and r["row"] in ("raw-tcp", "raw-tcp-1proc")
                   and (cpu := _round_trip_cpu_us(r))}
     nq_iops = {(r["scenario"], r["rep"]): r["client"]["gbps"] for r in good
                if r["section"] == "iops" and r["row"] == "net-queue" and r["ok"]}
@@ -756,17 +774,18 @@ def summarize(records: list[dict]) -> dict:
                 "other_load_cores": median([r["other_load_cores"] for r in rs])}
         elif section == "latency":
             p50 = [r["ping"]["p50_us"] for r in rs]
+            base = latency_base(row)
             out[section][row] = {
                 "row": row, "reps": len(rs), "p50_us": median(p50),
                 "p99_us": median([r["ping"]["p99_us"] for r in rs]),
                 "p50_min": min(p50), "p50_max": max(p50),
-                "ratio_to_raw_tcp": median([r["ping"]["p50_us"] / raw_p50[r["rep"]] for r in rs
-                                            if r["rep"] in raw_p50]),
+                "ratio_to_raw_tcp": median([r["ping"]["p50_us"] / raw_p50[base, r["rep"]]
+                                            for r in rs if (base, r["rep"]) in raw_p50]),
                 "ping_cpu_us": median([(_round_trip_cpu_us(r) or (None,))[0] for r in rs]),
                 "echo_cpu_us": median([(_round_trip_cpu_us(r) or (None, None))[1] for r in rs]),
                 "cpu_ratio_to_raw_tcp": median([
-                    sum(cpu) / raw_rt_cpu[r["rep"]] for r in rs
-                    if (cpu := _round_trip_cpu_us(r)) and raw_rt_cpu.get(r["rep"])])}
+                    sum(cpu) / raw_rt_cpu[base, r["rep"]] for r in rs
+                    if (cpu := _round_trip_cpu_us(r)) and raw_rt_cpu.get((base, r["rep"]))])}
         elif section == "stall":
             out[section][row] = {
                 "row": row, "reps": len(rs), "ok": all(r["ok"] for r in rs),
@@ -816,6 +835,9 @@ def md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
 
 
 ROUND_TRIP_CPU_HEADER = "CPU µs per round trip: ping / echo"
+IN_PROCESS_NOTE = ("The `-1proc` rows hold both ends in one process (a thread echoes, the main"
+                   " thread pings, as in a notebook kernel); their ratios are × raw-tcp-1proc,"
+                   " raw sockets driven the same way.")
 
 
 def _round_trip_cpu_cells(summary_row: dict | None) -> list[str]:
@@ -824,6 +846,9 @@ def _round_trip_cpu_cells(summary_row: dict | None) -> list[str]:
     if not summary_row or summary_row.get("ping_cpu_us") is None:
         return ["", ""]
     ratio = summary_row.get("cpu_ratio_to_raw_tcp")
+    if summary_row["row"].endswith("-1proc"):
+        return [f"{_cpu_text(summary_row['ping_cpu_us'])} (both, one process)",
+                f"×{ratio:.2f}" if ratio is not None else ""]
     return [f"{_cpu_text(summary_row['ping_cpu_us'])} / {_cpu_text(summary_row['echo_cpu_us'])}",
             f"×{ratio:.2f}" if ratio is not None else ""]
 
@@ -936,7 +961,9 @@ def markdown(results: dict) -> str:
         L.extend([f"## Round trip, {PING_SIZE} B ping-pong (200 warm-up + {PING_COUNT} timed),"
                   " µs", ""]
                  + md_table(["row", "p50", "p99", "p50 × raw-tcp", "p50 spread",
-                             ROUND_TRIP_CPU_HEADER, "CPU × raw-tcp"], rows))
+                             ROUND_TRIP_CPU_HEADER, "CPU × raw-tcp"], rows)
+                 + ([IN_PROCESS_NOTE, ""] if any(n.endswith("-1proc") for n in lat_rows)
+                    else []))
     if busy and any(r["section"] == "latency" for r in busy["records"]):
         busy_lat = summarize(busy["records"])["latency"]
         rows = [[r.name, *cells, *_round_trip_cpu_cells(busy_lat.get(r.name))] for r in LATENCY
@@ -1054,7 +1081,9 @@ README_LATENCY = [("raw-tcp", "raw TCP"), ("zmq", "pyzmq"), ("netq-tcp", "**netq
                   ("netq-unix", "netq Unix"), ("net-queue", "net-queue TCP"),
                   ("raw-grpc", "raw grpcio"), ("netq-grpc", "**netq gRPC**"),
                   ("net-queue-grpc", "net-queue gRPC"), ("mqtt-paho", "raw paho"),
-                  ("netq-mqtt", "**netq MQTT**"), ("net-queue-mqtt", "net-queue MQTT")]
+                  ("netq-mqtt", "**netq MQTT**"), ("net-queue-mqtt", "net-queue MQTT"),
+                  ("raw-tcp-1proc", "raw TCP, one process (× raw TCP)"),
+                  ("netq-tcp-1proc", "**netq TCP, one process** (× raw TCP, one process)")]
 
 
 def _per_rep(records: list[dict], section: str, row: str, size=None) -> dict[int, dict]:
@@ -1179,7 +1208,7 @@ def _latency_cells(records: list[dict], row: str, reps: int) -> list[str] | None
                  and (r.get("failed") or not r.get("ok", True)))
     if not ours:
         return ["failed", "", ""] if failed else None
-    raw = _per_rep(records, "latency", "raw-tcp", PING_SIZE)
+    raw = _per_rep(records, "latency", latency_base(row), PING_SIZE)
     p50 = [r["ping"]["p50_us"] for r in ours.values()]
     ratios = [r["ping"]["p50_us"] / raw[rep]["ping"]["p50_us"]
               for rep, r in ours.items() if rep in raw]
@@ -1222,6 +1251,7 @@ TCP_THROUGHPUT_BOUNDS = {64: 1.0, 4 * KiB: 1.0, 64 * KiB: 0.9, MiB: 0.9, 16 * Mi
 ZMQ_FROM = 64 * KiB         # netq TCP >= pyzmq PUSH/PULL from this size up
 CPU_BOUND = 2.0             # CPU per message / per round trip, both sides, x raw TCP's
 ROUND_TRIP_BOUND = 1.5      # 64 B round trip p50 x raw TCP, and netq gRPC x raw grpcio
+IN_PROCESS_ROUND_TRIP_BOUND = 2.0   # the same with both ends in one process, x raw TCP so
 TLS_SIZE, TLS_BOUND = MiB, 0.8
 BUSY_TOLERANCE = 0.20       # a busy run's throughput and CPU ratios stay this close to quiet
 
@@ -1301,7 +1331,13 @@ def targets(sizes: list[int]) -> list[Target]:
             Target(f"CPU per {PING_SIZE} B round trip (ping + echo), netq TCP × raw TCP",
                    "latency", "netq-tcp", "raw-tcp", PING_SIZE, "rt-cpu", CPU_BOUND, True),
             Target(f"{PING_SIZE} B round trip p50, netq gRPC × raw grpcio", "latency",
-                   "netq-grpc", "raw-grpc", PING_SIZE, "p50", ROUND_TRIP_BOUND, True)]
+                   "netq-grpc", "raw-grpc", PING_SIZE, "p50", ROUND_TRIP_BOUND, True),
+            Target(f"{PING_SIZE} B round trip p50, server and client in one process, netq TCP"
+                   " × raw TCP so", "latency", "netq-tcp-1proc", "raw-tcp-1proc", PING_SIZE,
+                   "p50", IN_PROCESS_ROUND_TRIP_BOUND, True),
+            Target(f"CPU per {PING_SIZE} B round trip in one process, netq TCP × raw TCP so",
+                   "latency", "netq-tcp-1proc", "raw-tcp-1proc", PING_SIZE, "rt-cpu", CPU_BOUND,
+                   True)]
     if TLS_SIZE in sizes:
         out.append(Target(f"netq TLS one-way × raw `ssl`, {human(TLS_SIZE)}", "throughput",
                           "netq-tls", "raw-ssl", TLS_SIZE, "rate", TLS_BOUND, False))

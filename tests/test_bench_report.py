@@ -306,6 +306,29 @@ def test_cpu_per_round_trip_is_measured_and_compared_with_raw(bench, results):
     assert bench._round_trip_cpu_us(_ping("raw-tcp", 0, 20.0)) is None  # older records
 
 
+def test_a_round_trip_in_one_process_is_compared_with_raw_sockets_in_one_process(bench,
+                                                                               results):
+    quiet = _tcp_run(results, 1.0, 0.01)
+    for rep in range(3):
+        # raw in one process 25 µs and 15 ms of CPU (both ends) over 1000 round trips; netq 60
+        # µs and 45 ms: ×2.40 and ×3.00 (against cross-process raw TCP it would be ×3.00).
+        quiet["records"] += [_ping("raw-tcp-1proc", rep, 25.0, 0.015, 0.0),
+                             _ping("netq-tcp-1proc", rep, 60.0, 0.045, 0.0)]
+    summary = bench.summarize(quiet["records"])["latency"]
+    assert summary["netq-tcp-1proc"]["ratio_to_raw_tcp"] == pytest.approx(2.4)
+    assert summary["netq-tcp-1proc"]["cpu_ratio_to_raw_tcp"] == pytest.approx(3.0)
+    assert summary["netq-tcp"]["ratio_to_raw_tcp"] == pytest.approx(2.5)  # still × raw-tcp
+    block = bench.readme_block(quiet)
+    label = "64 B round trip p50, server and client in one process, netq TCP × raw TCP so"
+    assert _target_line(block, label)[1:] == ["≤ ×2.0", "×2.40", "**no**"]
+    assert _target_line(block, "CPU per 64 B round trip in one process, netq TCP × raw TCP so"
+                        )[1:] == ["≤ ×2.0", "×3.00", "**no**"]
+    md = bench.markdown(_with_summary(bench, quiet))
+    assert "| netq-tcp-1proc | 60.0 | 120.0 | ×2.40 | 60 – 60 | 45 (both, one process) | ×3.00 |" \
+        in md
+    assert bench.IN_PROCESS_NOTE in md
+
+
 def test_results_with_only_busy_round_trips_still_render(bench, results, tmp_path):
     """A results file from before busy throughput was attached (``busy_latency``: the round
     trips of the --busy run) renders its busy round trips, in the Markdown and the README."""

@@ -26,6 +26,7 @@ import resource
 import signal
 import socket
 import sys
+import threading
 import time
 import zlib
 
@@ -217,6 +218,7 @@ class PingCpu:
 
     def __init__(self) -> None:
         self.echo_pid: int | None = None
+        self.in_process = False  # both ends in this process: all CPU is the ping side's
         self.ping_cpu_s: float | None = None
         self.echo_cpu_s: float | None = None
         self._c0: float | None = None
@@ -232,6 +234,8 @@ class PingCpu:
             self.ping_cpu_s = cpu_s() - self._c0
         if pc1 is not None and self._pc0 is not None:
             self.echo_cpu_s = pc1 - self._pc0
+        elif self.in_process:
+            self.echo_cpu_s = 0.0
 
 
 PING_CPU = PingCpu()     # one ping phase per worker process
@@ -264,6 +268,32 @@ def ping_loop(roundtrip, count: int) -> list[float]:
             samples.append(t1 - t0)
     PING_CPU.stop()
     return samples
+
+
+def in_one_process(serve_echo, ping, size: int) -> None:
+    """A round trip with both ends in this process, as a notebook holds a server and its
+    client: ``serve_echo()`` binds and returns ``(addr, answer)``, ``answer()`` echoes on a
+    thread; ``ping(addr)`` runs ping_loop() on the main thread and returns its samples. The
+    process's CPU over the timed round trips is both ends' (reported as the ping side's, the
+    echo side's as 0)."""
+    addr, answer = serve_echo()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            answer()
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="echo")
+    thread.start()
+    PING_CPU.in_process = True
+    base = rss_kb()
+    samples = ping(addr)
+    thread.join()
+    if failure:
+        raise failure[0]
+    latency_report(samples, size, base, in_process=True)
 
 
 def echo_messages(server, count: int) -> None:

@@ -176,6 +176,33 @@ def ping(spec: dict, connect=None) -> None:
     common.latency_report(samples, size, base)
 
 
+def ping_self(spec: dict) -> None:
+    """Server and client in this one process, as a notebook holds them: a thread echoes, the
+    main thread puts and gets."""
+    size, count = spec["size"], spec["count"]
+    payload = common.payload_of(size)
+
+    def serve_echo():
+        server, addr = _serve(spec)
+
+        def answer():
+            try:
+                common.echo_messages(server, count)
+            finally:
+                server.close()
+
+        return addr, answer
+
+    def ping_from(addr: str) -> list[float]:
+        client = _connect(dict(spec, addr=addr))
+        try:
+            return common.queue_round_trips(client, payload, count)
+        finally:
+            client.close()
+
+    common.in_one_process(serve_echo, ping_from, size)
+
+
 # ----------------------------------------------------------------------------- stalled receiver
 SEQ = struct.Struct("!Q")   # the stall sender numbers its messages; the drain checks the order
 
@@ -321,5 +348,5 @@ def many_send(spec: dict) -> None:
 
 if __name__ == "__main__":
     common.main({"recv": recv, "send": send, "echo": echo, "ping": ping,
-                 "stall-recv": stall_recv, "stall-send": stall_send,
+                 "ping-self": ping_self, "stall-recv": stall_recv, "stall-send": stall_send,
                  "many-recv": many_recv, "many-send": many_send})

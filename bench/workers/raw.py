@@ -245,34 +245,62 @@ def _send_coalesced(sock: socket.socket, payload: bytes, n: int) -> None:
         sendmsg_all(sock, iov, pending)
 
 
-def echo(spec: dict) -> None:
-    listener, addr = listen()
-    common.ready(addr)
-    sock = accept(listener)
-    reader = ReusedBufferReader(sock, spec["size"])
-    for _ in range(common.WARMUP_PINGS + spec["count"]):
+def _answer(sock: socket.socket, size: int, count: int) -> None:
+    reader = ReusedBufferReader(sock, size)
+    for _ in range(common.WARMUP_PINGS + count):
         m = reader.read()
         sendmsg_all(sock, [HDR.pack(len(m)), m], 8 + len(m))
-    common.result(role="echo", peak_rss_kb=common.maxrss_kb())
-    sock.close()
 
 
-def ping(spec: dict) -> None:
-    size = spec["size"]
+def _ping(addr: str, size: int, count: int) -> list[float]:
     payload = common.payload_of(size)
-    sock = connect(spec["addr"])
+    sock = connect(addr)
     reader = ReusedBufferReader(sock, size)
-    base = common.rss_kb()
     frame = [HDR.pack(size), payload]
 
     def roundtrip():
         sendmsg_all(sock, frame, 8 + size)
         reader.read()
 
-    samples = common.ping_loop(roundtrip, spec["count"])
+    try:
+        return common.ping_loop(roundtrip, count)
+    finally:
+        sock.close()
+
+
+def echo(spec: dict) -> None:
+    listener, addr = listen()
+    common.ready(addr)
+    sock = accept(listener)
+    _answer(sock, spec["size"], spec["count"])
+    common.result(role="echo", peak_rss_kb=common.maxrss_kb())
     sock.close()
-    common.latency_report(samples, size, base)
+
+
+def ping(spec: dict) -> None:
+    base = common.rss_kb()
+    samples = _ping(spec["addr"], spec["size"], spec["count"])
+    common.latency_report(samples, spec["size"], base)
+
+
+def ping_self(spec: dict) -> None:
+    """Echo thread and pinging main thread in this one process (a notebook's pattern)."""
+    size, count = spec["size"], spec["count"]
+
+    def serve_echo():
+        listener, addr = listen()
+
+        def answer():
+            sock = accept(listener)
+            try:
+                _answer(sock, size, count)
+            finally:
+                sock.close()
+
+        return addr, answer
+
+    common.in_one_process(serve_echo, lambda addr: _ping(addr, size, count), size)
 
 
 if __name__ == "__main__":
-    common.main({"recv": recv, "send": send, "echo": echo, "ping": ping})
+    common.main({"recv": recv, "send": send, "echo": echo, "ping": ping, "ping-self": ping_self})

@@ -39,6 +39,7 @@ __all__ = ("Link", "Transport", "CLOSE_FLUSH_LIMIT")
 
 CLOSE_FLUSH_LIMIT = 1.0  # seconds a closing link may take to flush its last frames
 PARK_LIMIT = 0.001  # seconds the parked I/O thread leaves the loop to callers between checks
+PARK_MAX = 0.004  # ... growing to this while every look finds callers leading and nothing due
 LEAD_SLICE = 0.05  # seconds of a caller-led wait for I/O between looks at its own state
 
 
@@ -233,11 +234,16 @@ class Transport:
         will likely wait again soon; if the loop is free then, it runs the loop itself
         (:meth:`lead`) and wakes up once, on its own socket, instead of the I/O thread waking
         and then waking it. The I/O thread stays parked while callers keep leading; it takes
-        the loop back as soon as there is work (``wake()``) or after ``PARK_LIMIT`` without
-        a caller, so timers, heartbeats and held ACKs are never late by more than that.
+        the loop back as soon as there is work (``wake()``) or when a look finds that no
+        caller led since the last one. Looks come every ``PARK_LIMIT``; while each finds
+        callers leading and nothing due, the gap doubles up to ``PARK_MAX`` (a steady stream
+        of round trips then costs the I/O thread a wake-up every few milliseconds, not every
+        one). Timers, heartbeats and held ACKs that no caller's turn took care of are never
+        later than that gap.
         """
         engine = self.engine
         park = self._park
+        gap = PARK_LIMIT
         while not self._aborted:
             rounds = self._caller_rounds
             with park:
@@ -246,7 +252,7 @@ class Transport:
                     # A get() asleep on its condition does not lead: someone must poll.
                     if engine.has_work or engine.closing or engine.consumer_sleeping:
                         return
-                    park.wait(PARK_LIMIT)
+                    park.wait(gap)
                 finally:
                     self._parked = False
             if engine.has_work or engine.closing or engine.consumer_sleeping \
@@ -255,7 +261,9 @@ class Transport:
             if not self._overdue(time.monotonic()):
                 # Callers lead and nothing is late: a turn of ours now would only contend
                 # with theirs for the loop (their get() would then wait for a hand-over).
+                gap = min(2 * gap, PARK_MAX)
                 continue
+            gap = PARK_LIMIT
             if self._lead.acquire(False):
                 # Callers lead between their messages: keep the timers and holds on time.
                 try:

@@ -75,7 +75,7 @@ def test_round_trips_are_led_by_the_waiting_caller(transport, sigint_disposition
         assert client.get(timeout=T).data == index
     echo.join(T)
     # After the first hand-over the I/O thread parks and the next get() reads for itself; on
-    # a loaded machine it takes the loop back now and then (after 1 ms without a caller).
+    # a loaded machine it takes the loop back now and then (when a look finds no caller led).
     assert client.transport.caller_led_turns >= rounds // 10
     assert server.transport.caller_led_turns >= rounds // 10
 
@@ -100,7 +100,7 @@ def test_a_held_ack_goes_out_when_the_waiting_caller_does_not_reply(transport):
     assert future.result(T) is None
     waiting.join(T)
     assert got and got[0].data == b"no reply will come"
-    # The hold is 250 us and the parked I/O thread checks back every 1 ms: far below this.
+    # The hold is 250 us and the parked I/O thread looks at least every PARK_MAX (4 ms).
     assert time.monotonic() - started < 5.0
 
 

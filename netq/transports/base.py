@@ -6,7 +6,7 @@ A transport owns one I/O thread per communicator. The loop is the same for all o
     heartbeats) -> wait for the transport's own events (``_wait``) -> reconnect when due ->
     drop closing links that are flushed or out of time
 
-What differs is how a transport waits and moves bytes: a ``selectors`` loop over sockets
+What differs is how a transport waits and moves bytes: a readiness loop over sockets
 (:mod:`netq.transports.sockets`), or an inbox fed by a carrier library's threads
 (:mod:`netq.transports.packets`, for MQTT and gRPC). Subclasses implement the hooks marked
 "subclass" below. A transport calls its engine only through

@@ -1,7 +1,8 @@
 """Byte-stream transports: TCP (plain or TLS) and Unix domain sockets.
 
-One I/O thread per communicator runs a ``selectors`` loop over the listening socket, every
-link and a wake-up socketpair. Reads go straight into the buffers the protocol core points at
+One I/O thread per communicator runs a readiness loop (:class:`~netq.transports.poller.Poller`:
+epoll on Linux) over the listening socket, every link and a wake-up socketpair. Reads go
+straight into the buffers the protocol core points at
 (``recv_into``); writes are scatter-gather ``sendmsg`` of the core's iovec list (one ``send``
 per buffer of that list where the platform has no ``sendmsg``: Windows). TLS runs over
 memory BIOs (``_TLSStream``: many records per syscall both ways); an OpenSSL object must not be
@@ -20,7 +21,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import selectors
 import socket
 import ssl
 import stat
@@ -34,12 +34,13 @@ from ..exposure import owner_only
 from ..protocol import Connection
 from ..protocol.connection import Buffer
 from .base import Link, Transport
+from .poller import EVENT_READ, EVENT_WRITE, Poller
 
 __all__ = ("TCPTransport", "UnixTransport", "SocketLink")
 
 LOGGER = logging.getLogger("netq")
-_READ = selectors.EVENT_READ
-_WRITE = selectors.EVENT_WRITE
+_READ = EVENT_READ
+_WRITE = EVENT_WRITE
 _READS_PER_EVENT = 32  # recv calls per readable event before serving other links
 # Connections accepted per readable event of the listener before the links already served get
 # their turn (the listener stays readable, so the rest come on the next turn of the loop).
@@ -90,7 +91,7 @@ class SocketTransport(Transport):
 
     def __init__(self, engine: EngineAPI) -> None:
         super().__init__(engine)
-        self._selector = selectors.DefaultSelector()
+        self._selector = Poller()
         self._wake_reader, self._wake_writer = socket.socketpair()
         self._wake_reader.setblocking(False)
         self._wake_writer.setblocking(False)
@@ -196,8 +197,7 @@ class SocketTransport(Transport):
                 turns.working()
         else:
             ready = self._selector.select(timeout)
-        for key, mask in ready:
-            data = key.data
+        for data, mask in ready:
             if data == "wake":
                 self._drain_wake()
             elif data == "listen":

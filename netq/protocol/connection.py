@@ -698,6 +698,33 @@ class Connection:
             if end - start < HEADER_SIZE:
                 break
             frame_type, flags, reserved, length, value = _HEADER_UNPACK_FROM(view, start)
+            # The frames of a busy link first, with the fewest checks: an ACK, and a whole
+            # one-part message in the staging buffer. Anything else takes the checks below.
+            if frame_type == _ACK:
+                if not length and not reserved and self.state is _OPEN:  # no _control
+                    start += HEADER_SIZE
+                    events.append(AckReceived(value))
+                    continue
+            elif (frame_type == _DATA and flags & _FIRST_LAST == _FIRST_LAST and not reserved
+                  and _ONE_PART_DESCRIPTOR <= length <= data_limit
+                  and end - start >= HEADER_SIZE + length and self._open_for_data
+                  and self._incoming is None):
+                (_, _, _, _, _, total, nparts, reserved2, raw) = _ONE_PART_UNPACK_FROM(view, start)
+                if (nparts == 1 and not reserved2 and length == _ONE_PART_DESCRIPTOR + total
+                        and raw & _SIZE_MASK == total and value == self.expected_seq
+                        and total <= self._max_message and self.recv_allowance_bytes > 0
+                        and self.recv_allowance_messages > 0):
+                    self.recv_allowance_bytes -= total
+                    if self._count_messages:
+                        self.recv_allowance_messages -= 1
+                    position = start + HEADER_SIZE + _ONE_PART_DESCRIPTOR
+                    start = position + total
+                    part = (bytes(view[position:start]) if raw & READONLY_BIT
+                            else self._buffer[position:start])
+                    self.expected_seq = value + 1
+                    self._after_large = False
+                    events.append(MessageReceived(value, bool(flags & _BATCH), [part], total))
+                    continue
             if self.state is ConnectionState.HELLO and (frame_type not in _KNOWN_TYPES
                                                          or reserved):
                 # Not even a netq frame header: say what the other end is not.
@@ -713,37 +740,12 @@ class Connection:
                 self._fail(events, RemoteProtocolError("reserved header bits set"),
                            ErrorCode.PROTOCOL)
                 break
-            if frame_type == _ACK and not length and self.state is _OPEN:  # no _control
-                start += HEADER_SIZE
-                events.append(AckReceived(value))
-                continue
             if length > (data_limit if frame_type == _DATA else _CONTROL_LIMITS[frame_type]):
                 self._fail(events, RemoteProtocolError(
                     f"{FrameType(frame_type).name} frame of {length} bytes over the limit"),
                     ErrorCode.LIMIT)
                 break
             if frame_type == _DATA:
-                if (flags & _FIRST_LAST == _FIRST_LAST and end - start >= HEADER_SIZE + length
-                        and length >= _ONE_PART_DESCRIPTOR):
-                    # Fast path: a whole one-part message in the staging buffer.
-                    (_, _, _, _, _, total, nparts, reserved2,
-                     raw) = _ONE_PART_UNPACK_FROM(view, start)
-                    if (nparts == 1 and not reserved2 and length == _ONE_PART_DESCRIPTOR + total
-                            and raw & _SIZE_MASK == total and value == self.expected_seq
-                            and total <= self._max_message and self.recv_allowance_bytes > 0
-                            and self.recv_allowance_messages > 0 and self._open_for_data
-                            and self._incoming is None):
-                        self.recv_allowance_bytes -= total
-                        if self._count_messages:
-                            self.recv_allowance_messages -= 1
-                        position = start + HEADER_SIZE + _ONE_PART_DESCRIPTOR
-                        start = position + total
-                        part = (bytes(view[position:start]) if raw & READONLY_BIT
-                                else self._buffer[position:start])
-                        self.expected_seq = value + 1
-                        self._after_large = False
-                        events.append(MessageReceived(value, bool(flags & _BATCH), [part], total))
-                        continue
                 consumed = self._data_header(events, view, start, end, flags, length, value)
                 if consumed < 0:
                     break

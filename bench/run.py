@@ -1082,7 +1082,7 @@ README_LATENCY = [("raw-tcp", "raw TCP"), ("zmq", "pyzmq"), ("netq-tcp", "**netq
                   ("raw-grpc", "raw grpcio"), ("netq-grpc", "**netq gRPC**"),
                   ("net-queue-grpc", "net-queue gRPC"), ("mqtt-paho", "raw paho"),
                   ("netq-mqtt", "**netq MQTT**"), ("net-queue-mqtt", "net-queue MQTT"),
-                  ("raw-tcp-1proc", "raw TCP, one process (× raw TCP)"),
+                  ("raw-tcp-1proc", "raw TCP, one process"),
                   ("netq-tcp-1proc", "**netq TCP, one process** (× raw TCP, one process)")]
 
 
@@ -1251,7 +1251,7 @@ TCP_THROUGHPUT_BOUNDS = {64: 1.0, 4 * KiB: 1.0, 64 * KiB: 0.9, MiB: 0.9, 16 * Mi
 ZMQ_FROM = 64 * KiB         # netq TCP >= pyzmq PUSH/PULL from this size up
 CPU_BOUND = 2.0             # CPU per message / per round trip, both sides, x raw TCP's
 ROUND_TRIP_BOUND = 1.5      # 64 B round trip p50 x raw TCP, and netq gRPC x raw grpcio
-IN_PROCESS_ROUND_TRIP_BOUND = 2.0   # the same with both ends in one process, x raw TCP so
+IN_PROCESS_ROUND_TRIP_BOUND = 2.0   # both ends in one process, x raw TCP in one process
 TLS_SIZE, TLS_BOUND = MiB, 0.8
 BUSY_TOLERANCE = 0.20       # a busy run's throughput and CPU ratios stay this close to quiet
 
@@ -1333,9 +1333,10 @@ def targets(sizes: list[int]) -> list[Target]:
             Target(f"{PING_SIZE} B round trip p50, netq gRPC × raw grpcio", "latency",
                    "netq-grpc", "raw-grpc", PING_SIZE, "p50", ROUND_TRIP_BOUND, True),
             Target(f"{PING_SIZE} B round trip p50, server and client in one process, netq TCP"
-                   " × raw TCP so", "latency", "netq-tcp-1proc", "raw-tcp-1proc", PING_SIZE,
-                   "p50", IN_PROCESS_ROUND_TRIP_BOUND, True),
-            Target(f"CPU per {PING_SIZE} B round trip in one process, netq TCP × raw TCP so",
+                   " × raw TCP in one process", "latency", "netq-tcp-1proc", "raw-tcp-1proc",
+                   PING_SIZE, "p50", IN_PROCESS_ROUND_TRIP_BOUND, True),
+            Target(f"CPU per {PING_SIZE} B round trip in one process, netq TCP × raw TCP in one"
+                   " process",
                    "latency", "netq-tcp-1proc", "raw-tcp-1proc", PING_SIZE, "rt-cpu", CPU_BOUND,
                    True)]
     if TLS_SIZE in sizes:

@@ -319,10 +319,11 @@ def test_a_round_trip_in_one_process_is_compared_with_raw_sockets_in_one_process
     assert summary["netq-tcp-1proc"]["cpu_ratio_to_raw_tcp"] == pytest.approx(3.0)
     assert summary["netq-tcp"]["ratio_to_raw_tcp"] == pytest.approx(2.5)  # still × raw-tcp
     block = bench.readme_block(quiet)
-    label = "64 B round trip p50, server and client in one process, netq TCP × raw TCP so"
+    label = ("64 B round trip p50, server and client in one process, netq TCP × raw TCP in one"
+             " process")
     assert _target_line(block, label)[1:] == ["≤ ×2.0", "×2.40", "**no**"]
-    assert _target_line(block, "CPU per 64 B round trip in one process, netq TCP × raw TCP so"
-                        )[1:] == ["≤ ×2.0", "×3.00", "**no**"]
+    assert _target_line(block, "CPU per 64 B round trip in one process, netq TCP × raw TCP in"
+                        " one process")[1:] == ["≤ ×2.0", "×3.00", "**no**"]
     md = bench.markdown(_with_summary(bench, quiet))
     assert "| netq-tcp-1proc | 60.0 | 120.0 | ×2.40 | 60 – 60 | 45 (both, one process) | ×3.00 |" \
         in md

@@ -698,14 +698,12 @@ class Connection:
             if end - start < HEADER_SIZE:
                 break
             frame_type, flags, reserved, length, value = _HEADER_UNPACK_FROM(view, start)
-            # The frames of a busy link first, with the fewest checks: an ACK, and a whole
-            # one-part message in the staging buffer. Anything else takes the checks below.
-            if frame_type == _ACK:
-                if not length and not reserved and self.state is _OPEN:  # no _control
-                    start += HEADER_SIZE
-                    events.append(AckReceived(value))
-                    continue
-            elif (frame_type == _DATA and flags & _FIRST_LAST == _FIRST_LAST and not reserved
+            # A busy link's frames first: an ACK, a whole one-part message. Then the rest.
+            if frame_type == _ACK and not length and not reserved and self.state is _OPEN:
+                start += HEADER_SIZE
+                events.append(AckReceived(value))
+                continue
+            if (frame_type == _DATA and flags & _FIRST_LAST == _FIRST_LAST and not reserved
                   and _ONE_PART_DESCRIPTOR <= length <= data_limit
                   and end - start >= HEADER_SIZE + length and self._open_for_data
                   and self._incoming is None):

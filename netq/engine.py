@@ -32,6 +32,7 @@ import itertools
 import logging
 import threading
 import time
+from typing import cast
 
 from . import flow, protocol as proto
 from .contract import EngineAPI, Inbox, Link, TransportAPI, TransportFactory
@@ -231,15 +232,17 @@ class SessionEngine:
         session = link.session
         for event in events:
             kind = type(event)
+            # type(event) is the class: cast() tells the type checker so at no cost per event.
             if kind is proto.MessageReceived:
-                assert session is not None and isinstance(event, proto.MessageReceived)
-                session.last_received = event.seq
+                assert session is not None
+                received = cast(proto.MessageReceived, event)
+                session.last_received = received.seq
                 if arrived is None:
                     arrived = []
-                arrived.append(event)  # the event itself waits in the inbox: no new object
+                arrived.append(received)  # the event itself waits in the inbox: no new object
             elif kind is proto.AckReceived:
-                assert session is not None and isinstance(event, proto.AckReceived)
-                session.acknowledge(event.seq)
+                assert session is not None
+                session.acknowledge(cast(proto.AckReceived, event).seq)
                 if session.outbox and not session.scheduled:
                     self.schedule(session)
             elif kind is proto.CreditReceived:

@@ -45,7 +45,7 @@ from .exceptions import (
     MessageTooLarge,
     NetqError,
 )
-from .handshake import Handshake
+from .handshake import Handshake, new_connection
 from .options import CommunicatorOptions, Purpose
 from .peers import PeerTable
 from .protocol.frames import UNLIMITED_MESSAGES
@@ -225,7 +225,9 @@ class SessionEngine:
     def new_connection(self) -> proto.Connection:
         if self.reach is not None:
             self.reach.reached_server()
-        return self.handshake.new_connection(self.budget.hello_grant())
+        # Not through self.handshake: a carrier's thread may get here before __init__ ends.
+        return new_connection(self.options, server=self._server,
+                              recv_messages=self._recv_messages, grant=self.budget.hello_grant())
 
     def handle_events(self, link: Link, events: list[proto.Event]) -> None:
         arrived: list[proto.MessageReceived] | None = None

@@ -26,9 +26,28 @@ from .protocol.frames import ErrorCode, Role
 from .protocol.resume import resume_numbering
 from .session import NO_TOKEN, PeerSession, PeerState
 
-__all__ = ("Handshake",)
+__all__ = ("Handshake", "new_connection")
 
 LOGGER = logging.getLogger("netq")
+
+
+def new_connection(options: CommunicatorOptions, *, server: bool, recv_messages: int,
+                   grant: int) -> proto.Connection:
+    """The protocol state for a new link, its HELLO (granting ``grant`` bytes) queued.
+
+    It depends on the options alone: a carrier's thread may ask for it while the engine
+    that will own the link is still being built (a broker delivers a waiting client's
+    packet as soon as the server subscribes, inside the transport's constructor)."""
+    connection = options.connection
+    authkey = options.security.authkey if options.security is not None else None
+    assert connection.merge_size is not None and connection.efficient_size is not None
+    hello = proto.make_hello(
+        Role.SERVER if server else Role.CLIENT, options.id, auth=authkey is not None,
+        max_message=options.serialization.message_limit, max_frame=connection.max_size,
+        recv_window=grant, recv_messages=recv_messages)
+    return proto.Connection(hello, authkey, max_size=connection.max_size,
+                            merge_size=connection.merge_size,
+                            efficient_size=connection.efficient_size)
 
 
 class Handshake:
@@ -54,20 +73,6 @@ class Handshake:
         self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
         self._goodbye_by = 0.0  # see stopping()
         self._goodbye_warned = False
-
-    def new_connection(self, grant: int) -> proto.Connection:
-        """The protocol state for a new link: its HELLO (granting ``grant`` bytes) is queued."""
-        options = self._options
-        connection = options.connection
-        authkey = options.security.authkey if options.security is not None else None
-        assert connection.merge_size is not None and connection.efficient_size is not None
-        hello = proto.make_hello(
-            Role.SERVER if self._server else Role.CLIENT, options.id, auth=authkey is not None,
-            max_message=options.serialization.message_limit, max_frame=connection.max_size,
-            recv_window=grant, recv_messages=self._recv_messages)
-        return proto.Connection(hello, authkey, max_size=connection.max_size,
-                                merge_size=connection.merge_size,
-                                efficient_size=connection.efficient_size)
 
     def authenticated(self, link: Link, hello: proto.frames.Hello) -> bool:
         """The peer proved who it is (or needs no proof). False if the transport refuses it."""

@@ -13,8 +13,9 @@ import pytest
 
 import netq as nq
 from netq.flow import CREDIT_FLOOR
+from netq.protocol.frames import Role
 
-from .memory_transport import MemoryNetwork
+from .memory_transport import MemoryNetwork, MemoryTransport
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -39,6 +40,25 @@ def put_until_full(network, client, payload) -> int:
             return count
         count += 1
         network.run()
+
+
+def test_a_link_may_open_while_the_engine_is_still_being_built(monkeypatch):
+    """A carrier's thread may open a link inside the transport's constructor, before the
+    engine that owns it is complete: a broker hands a waiting client's packet to a server the
+    moment it subscribes. The link gets its connection, a server's HELLO queued."""
+    network = MemoryNetwork()
+    opened = []
+    build = MemoryTransport.__init__
+
+    def build_and_open(self, engine):
+        build(self, engine)
+        opened.append(self.open_link())  # SessionEngine.__init__ has not returned yet
+
+    monkeypatch.setattr(MemoryTransport, "__init__", build_and_open)
+    server = network.communicator(nq.Purpose.SERVER)
+    (link,) = opened
+    assert link.conn.local.role is Role.SERVER and link.conn.local.id == server.id
+    assert link.conn.has_output  # its HELLO
 
 
 def test_handshake_grants_window_min_and_statistics_show_the_budget():

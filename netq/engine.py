@@ -32,7 +32,6 @@ import itertools
 import logging
 import threading
 import time
-from typing import cast
 
 from . import flow, protocol as proto
 from .contract import EngineAPI, Inbox, Link, TransportAPI, TransportFactory
@@ -192,9 +191,9 @@ class SessionEngine:
                     if link is not None and link.direct_ok and not link.write_blocked:
                         self._pump(session, link)
                         conn = link.conn
-                        if conn.has_output:
+                        if conn.bytes_queued:
                             transport.write_now(link)
-                            if not session.outbox and not conn.has_output:
+                            if not session.outbox and not conn.bytes_queued:
                                 continue
                         elif not session.outbox:
                             continue
@@ -234,17 +233,19 @@ class SessionEngine:
         session = link.session
         for event in events:
             kind = type(event)
-            # type(event) is the class: cast() tells the type checker so at no cost per event.
+            # type(event) is the class: the annotated names below tell the type checker so,
+            # with no call per event (typing.cast is a Python function).
             if kind is proto.MessageReceived:
                 assert session is not None
-                received = cast(proto.MessageReceived, event)
+                received: proto.MessageReceived = event  # type: ignore[assignment]
                 session.last_received = received.seq
                 if arrived is None:
                     arrived = []
                 arrived.append(received)  # the event itself waits in the inbox: no new object
             elif kind is proto.AckReceived:
                 assert session is not None
-                session.acknowledge(cast(proto.AckReceived, event).seq)
+                ack: proto.AckReceived = event  # type: ignore[assignment]
+                session.acknowledge(ack.seq)
                 if session.outbox and not session.scheduled:
                     self.schedule(session)
             elif kind is proto.CreditReceived:

@@ -298,7 +298,7 @@ class Connection:
         # Output: sealed buffers in order, plus the bytearray small frames are merged into.
         self._pending: collections.deque[Buffer] = collections.deque()
         self._merge = bytearray()
-        self.bytes_queued = 0  # not yet reported as sent
+        self.bytes_queued = 0  # not yet sent; > 0 exactly when has_output (no empty buffers)
         # Stream offsets (counted over every byte ever queued) of the last run of ACK frames
         # and of the last run of ACK/CREDIT frames, for output_is_only_acks().
         self._sent_total = 0
@@ -554,11 +554,11 @@ class Connection:
             else:
                 pending[0] = memoryview(head)[count:]
                 return True
-        return bool(pending) or bool(self._merge)
+        return self.bytes_queued > 0
 
     @property
     def has_output(self) -> bool:
-        return bool(self._pending) or bool(self._merge)
+        return self.bytes_queued > 0
 
     def output_is_only_acks(self, *, credit: bool = False) -> bool:
         """True when there is output and every unsent byte belongs to ACK frames (with

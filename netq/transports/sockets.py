@@ -394,7 +394,7 @@ class SocketTransport(Transport):
                         self._handed_off = True
                 else:
                     self._read_link(link)
-            if not link.dropped and link.conn.has_output:
+            if not link.dropped and link.conn.bytes_queued:
                 if consumer_waiting and link.direct_ok and link.conn.output_is_only_acks():
                     self._hold_acks(link)
                 else:
@@ -519,7 +519,7 @@ class SocketTransport(Transport):
         sock = link.sock
         tls = link.tls
         gather = self._gather
-        blocked = conn.has_output
+        blocked = conn.bytes_queued > 0
         while blocked:
             buffers = conn.outgoing()
             try:

@@ -1195,6 +1195,9 @@ def test_partial_sent_at_every_split_point():
         head = write_prefix(conn, cut)
         assert head == reference[:cut]
         assert conn.bytes_queued == len(reference) - cut
+        # has_output reads bytes_queued: it holds because no queued buffer is ever empty.
+        assert conn.has_output is (cut < len(reference))
+        assert all(len(buffer) for buffer in conn.outgoing_all())
         assert head + conn.data_to_send() == reference
     for steps in ((1,), (3, 1, 40), (17,), (1000,)):
         assert drain(sender(), steps) == reference

@@ -221,7 +221,8 @@ class Communicator:
             size = 0
             for part in parts:
                 size += len(part)
-        future = DeliveryFuture(len(targets))
+        # targets: where cancel() withdraws it from (PeerSession.withdraw)
+        future = DeliveryFuture(len(targets), targets)
         if size > self._message_limit:
             future._fail(MessageTooLarge(size, self._message_limit))
             return future
@@ -236,7 +237,6 @@ class Communicator:
             future._delivered()
             return future
         message = Outgoing(parts, size, batch, future)
-        future._sessions = targets  # where cancel() withdraws it from (PeerSession.withdraw)
         engine.submit(targets, message, block, timeout)
         return future
 

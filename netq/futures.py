@@ -17,14 +17,22 @@ appends its kind to the future's ``_gate`` and reads the first entry back (``byt
 is atomic under the GIL), so every thread agrees on who came first, whether another start (send
 it too) or a cancel (skip it). A broadcast is started by several threads at once (the I/O
 thread and a caller writing directly to an idle socket), so "someone else was first" must
-never be taken for "cancelled". Resolving is claimed once, by popping the one-byte ``_ticket``,
-and only the claimant writes ``_state``; nothing else ever writes it, so a late start cannot
-reopen a resolved future.
+never be taken for "cancelled".
 
-Ordering argument for waiting: the resolver writes ``_state`` before it looks for a
-condition; a waiter creates the condition before it reads ``_state`` under that condition.
-Either the resolver sees the condition (and notifies under it) or the waiter sees the new
-state.
+Resolving takes no lock either. Two ``dict.setdefault`` calls on the instance's ``__dict__``
+(each one atomic: string keys, no Python code runs inside) decide it:
+
+1. ``_outcome``: the first resolver's ``(state, exception)`` goes in; a later one finds
+   another claim there and gives up, so a future resolves once and only its resolver ever
+   writes ``_state``.
+2. ``_cond``: the resolver puts :data:`_UNWATCHED` there unless a condition is there first.
+   With a condition, it publishes the state under it and tells the waiters
+   (``concurrent.futures.wait()`` and ``result()``). Without one, nobody can be waiting, and
+   whoever makes a condition later (:attr:`_condition`) finds the marker and publishes the
+   state from ``_outcome`` before anyone can wait on it.
+
+So a waiter either sees the new state or is told through the condition, never both (which
+would count the future twice in ``wait()``) and never neither.
 """
 
 from __future__ import annotations
@@ -47,7 +55,8 @@ if TYPE_CHECKING:
 __all__ = ("DeliveryFuture",)
 
 LOGGER = logging.getLogger("netq")
-_CREATE = threading.Lock()  # only taken the first time a future's condition is needed
+_CREATE = threading.Lock()  # taken by whoever makes a future's condition (waiters only)
+_UNWATCHED = object()  # in _cond: resolved while no condition existed (see the module docstring)
 _STARTED = 1  # _gate entries
 _CANCELLED = 2
 
@@ -66,27 +75,31 @@ class DeliveryFuture(Future):
     put holds no memory and no room in the send window.
 
     ``_state`` stays PENDING until the future resolves (``running()`` is answered from the
-    gate instead): the resolver is then the only writer of ``_state``.
+    gate instead). Only the resolver writes it, and whoever makes the condition after an
+    unwatched resolution (with the resolver's outcome).
     """
 
-    # Class defaults: what most futures never change costs no per-instance object. put()
-    # sets the addressed PeerSessions (adapters never do); add_done_callback() makes a list.
-    _sessions: Sequence[PeerSession] = ()
+    # Class defaults: what most futures never change costs no per-instance object;
+    # add_done_callback() makes a list.
     _done_callbacks: Sequence[Callable[[Future[Any]], object]] = ()
     _result = None
     _exception = None
-    _cond: threading.Condition | None = None
+    _cond: Any = None  # a threading.Condition once someone waits, or _UNWATCHED
     _waiter_list: list[Any] | None = None
 
-    def __init__(self, remaining: int = 1) -> None:  # no super(): no Condition up front
+    def __init__(self, remaining: int = 1,
+                 sessions: Sequence[PeerSession] = ()) -> None:  # no super(): no Condition
         self._state = PENDING
-        # _STARTED / _CANCELLED, in the order they came: the first one decides. Bytearrays,
-        # not lists: their append and pop are as atomic, and they hold no references, so the
-        # cyclic GC never tracks them (a put makes one future per message; see the module
-        # docstring).
+        # _STARTED / _CANCELLED, in the order they came: the first one decides. A bytearray,
+        # not a list: its append is as atomic, and it holds no references, so the cyclic GC
+        # never tracks it (a put makes one future per message; see the module docstring).
         self._gate = bytearray()
-        self._ticket = bytearray(1)  # popped by whoever resolves the future
         self.remaining = remaining
+        # The peers put() addressed (adapters: none). Set here, always, so that every future
+        # sets its attributes in one order: CPython then keeps sharing one key table among
+        # them, where a future that got an attribute out of that order carries a dict of its
+        # own (about 270 bytes more per queued message).
+        self._sessions = sessions
 
     @property  # Future declares a plain attribute, created in the __init__ we skip
     def _waiters(self) -> list[Any]:  # type: ignore[override]
@@ -100,31 +113,33 @@ class DeliveryFuture(Future):
     @property  # Future declares a plain attribute, created in the __init__ we skip
     def _condition(self) -> threading.Condition:  # type: ignore[override]
         cond = self._cond
-        if cond is None:
+        if cond is None or cond is _UNWATCHED:
             with _CREATE:
-                cond = self._cond
+                slots = self.__dict__
+                cond = slots.get("_cond")
                 if cond is None:
-                    cond = self._cond = threading.Condition()
+                    made = threading.Condition()
+                    cond = slots.setdefault("_cond", made)  # a resolver may mark it first
+                if cond is _UNWATCHED:
+                    # Resolved before anyone waited: publish the outcome before anyone can.
+                    state, exception = slots["_outcome"]
+                    self._exception = exception
+                    self._state = state
+                    cond = slots["_cond"] = threading.Condition()
         return cond
 
     def _finish(self, state: str, exception: BaseException | None) -> bool:
         """Resolve (FINISHED or CANCELLED_AND_NOTIFIED); False if it was resolved already."""
-        try:
-            self._ticket.pop()
-        except IndexError:
+        claim = (state, exception)
+        slots = self.__dict__
+        if slots.setdefault("_outcome", claim) is not claim:
             return False
-        # Publish the state atomically with respect to condition creation: with no condition
-        # (checked under the creation lock) nobody can be waiting or installing a waiter;
-        # with one, the state changes under it, so concurrent.futures.wait() never counts
-        # this future both as already done and through its waiter.
-        cond = self._cond
-        if cond is None:
-            with _CREATE:
-                cond = self._cond
-                if cond is None:
-                    self._exception = exception
-                    self._state = state
-        if cond is not None:
+        cond = slots.setdefault("_cond", _UNWATCHED)
+        if cond is _UNWATCHED:
+            if exception is not None:  # None is the class default
+                self._exception = exception
+            self._state = state
+        else:
             with cond:
                 self._exception = exception
                 self._state = state
@@ -136,7 +151,8 @@ class DeliveryFuture(Future):
                     else:
                         waiter.add_exception(self)
                 cond.notify_all()
-        self._sessions = ()  # a finished future does not keep the peers' sessions alive
+        if self._sessions:
+            self._sessions = ()  # a finished future does not keep the peers' sessions alive
         callbacks = self._done_callbacks
         if callbacks:
             self._done_callbacks = ()

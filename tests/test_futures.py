@@ -6,6 +6,7 @@ import contextlib
 import functools
 import sys
 import threading
+import time
 
 import pytest
 
@@ -176,3 +177,114 @@ def test_concurrent_fail_and_start_never_reopen_a_resolved_future():
             assert future.done(), future
             with pytest.raises(ConnectionError):
                 future.result(timeout=1)
+
+
+def test_resolving_while_someone_starts_waiting_tells_each_waiter_exactly_once():
+    # The resolver takes no lock: it either finds the waiter's condition (and notifies under
+    # it) or marks the future resolved-unwatched (and the condition made after it publishes
+    # the state). A future counted both ways would let wait(ALL_COMPLETED) return early; one
+    # counted neither way would hang it.
+    with fast_thread_switching():
+        for round_ in range(1500):
+            futures = [DeliveryFuture() for _ in range(3)]
+            for future in futures:
+                assert future._start()
+
+            def resolve_all(futures=futures, round_=round_):
+                for index, future in enumerate(futures):
+                    if (index + round_) % 3:
+                        future._delivered()
+                    else:
+                        future._fail(ConnectionError("peer left"))
+
+            def wait_all(futures=futures):
+                return cf.wait(futures, timeout=10, return_when=cf.ALL_COMPLETED)
+
+            _, (done, not_done) = race(resolve_all, wait_all)
+            assert not not_done and len(done) == 3, round_
+            assert all(future.done() for future in futures)
+
+
+class _PausingDict(dict):
+    """A future's ``__dict__`` that stops its resolver once, right before or right after the
+    ``_cond`` claim, until the test lets it go: the windows a thread switch rarely hits."""
+
+    def __init__(self, values, *, after):
+        super().__init__(values)
+        self.after = after
+        self.paused = threading.Event()
+        self.go = threading.Event()
+        self.armed = True
+
+    def setdefault(self, key, default=None):
+        pause = key == "_cond" and self.armed and threading.current_thread().name == "resolver"
+        if pause and not self.after:
+            self._pause()
+        value = super().setdefault(key, default)
+        if pause and self.after:
+            self._pause()
+        return value
+
+    def _pause(self):
+        self.armed = False
+        self.paused.set()
+        assert self.go.wait(10)
+
+
+def _resolve_paused(future, after):
+    slots = _PausingDict(future.__dict__, after=after)
+    future.__dict__ = slots
+    resolver = threading.Thread(target=future._delivered, name="resolver")
+    resolver.start()
+    assert slots.paused.wait(10)
+    return slots, resolver
+
+
+def test_a_waiter_arriving_between_the_two_claims_is_told_once():
+    # The resolver has claimed the outcome but not yet looked for a condition; wait() makes
+    # one and installs its waiter meanwhile. The resolver must then notify through it, and
+    # the future must not already count as done (wait() would count it twice, return early).
+    other, future = DeliveryFuture(), DeliveryFuture()
+    assert other._start() and future._start()
+    slots, resolver = _resolve_paused(future, after=False)
+    with cf.ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(cf.wait, [other, future], 10, cf.ALL_COMPLETED)
+        deadline = time.monotonic() + 10
+        while not future._waiter_list and time.monotonic() < deadline:
+            time.sleep(0.001)  # bounded poll: until wait() has installed its waiter
+        assert future._waiter_list, "wait() never installed its waiter"
+        waiter = future._waiter_list[0]
+        slots.go.set()
+        resolver.join(10)
+        assert not waiter.event.is_set(), "wait() counted the future twice: it returns early"
+        other._delivered()
+        done, not_done = waiting.result(10)
+    assert not not_done and done == {other, future}
+
+
+def test_a_waiter_arriving_after_an_unwatched_resolution_sees_it_at_once():
+    # The resolver found no condition and has not written _state yet: whoever makes the
+    # condition now must publish the outcome, or result() would wait for a notify that
+    # never comes.
+    future = DeliveryFuture()
+    assert future._start()
+    slots, resolver = _resolve_paused(future, after=True)
+    try:
+        assert future.result(timeout=2) is None
+        assert future.done()
+    finally:
+        slots.go.set()
+        resolver.join(10)
+
+
+def test_a_future_resolved_before_anyone_waited_answers_every_question():
+    delivered, failed = DeliveryFuture(), DeliveryFuture()
+    assert delivered._start() and failed._start()
+    delivered._delivered()
+    failed._fail(ConnectionError("peer left"))
+    assert not delivered._finish(cf._base.FINISHED, RuntimeError("late"))  # resolved once
+    # No condition existed when they resolved: the first question makes one and publishes.
+    assert delivered.done() and delivered.result(timeout=0) is None
+    assert isinstance(failed.exception(timeout=0), ConnectionError)
+    assert cf.wait([delivered, failed], timeout=0).not_done == set()
+    assert not delivered.running() and not delivered.cancel()

@@ -46,6 +46,7 @@ _GOODBYE_MARGIN = 0.25  # seconds; see close()
 LOGGER = logging.getLogger("netq")
 _clock = time.perf_counter
 _sleep = time.sleep
+_new_tuple = tuple.__new__
 
 
 class Message(NamedTuple):
@@ -236,7 +237,7 @@ class Communicator:
             future._start()
             future._delivered()
             return future
-        message = Outgoing(parts, size, batch, future)
+        message = _new_tuple(Outgoing, (parts, size, batch, future))  # Outgoing(...), in C
         engine.submit(targets, message, block, timeout)
         return future
 

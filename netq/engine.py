@@ -48,7 +48,7 @@ from .handshake import Handshake, new_connection
 from .options import CommunicatorOptions, Purpose
 from .peers import PeerTable
 from .protocol.frames import UNLIMITED_MESSAGES
-from .session import Outgoing, PeerSession, PeerState
+from .session import QUEUED_MESSAGE_COST, Outgoing, PeerSession, PeerState
 
 __all__ = ("EngineAPI", "Inbox", "SessionEngine")
 
@@ -168,10 +168,14 @@ class SessionEngine:
         send_messages = self._send_messages
         for session in targets:
             with session.put_lock:
-                if not session.has_room(send_budget, send_messages):
+                outbox = session.outbox
+                # session.has_room(), inline: one call fewer on every put.
+                if (session.queued_bytes - session.dequeued_bytes
+                        + len(outbox) * QUEUED_MESSAGE_COST >= send_budget
+                        or len(outbox) + len(session.inflight) >= send_messages):
                     self._wait_for_space(session, block, timeout)
                 session.queued_bytes += message.size
-                session.outbox.append(message)
+                outbox.append(message)
             now = _clock()
             quiet = now - session.last_put >= _QUIET
             session.last_put = now

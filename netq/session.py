@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .exceptions import Full, ResourceClosed
 from .futures import DeliveryFuture
@@ -55,17 +55,16 @@ class PeerState(enum.StrEnum):
     CLOSED = "closed"  # gone: nothing more will be sent or received
 
 
-class Outgoing:
-    """One serialized message, shared by every peer it is addressed to."""
+class Outgoing(NamedTuple):
+    """One serialized message, shared by every peer it is addressed to.
 
-    __slots__ = ("parts", "size", "batch", "future")
+    A named tuple: ``put()`` builds one per message with ``tuple.__new__`` (no Python-level
+    constructor runs), and its fields read through C descriptors."""
 
-    def __init__(self, parts: Sequence[Buffer], size: int, batch: bool,
-                 future: DeliveryFuture) -> None:
-        self.parts = parts
-        self.size = size
-        self.batch = batch
-        self.future = future
+    parts: Sequence[Buffer]
+    size: int
+    batch: bool
+    future: DeliveryFuture
 
 
 class PeerSession:

@@ -13,6 +13,8 @@ floor of bench/run.py). Each side is its own process; per side the table gives, 
 * CPU µs, user and system (``getrusage`` over the timed interval, all threads);
 * voluntary context switches: a thread that blocked and was woken, i.e. wake-ups;
 * involuntary context switches: preemptions (two busy threads, one core each side);
+* page faults (minor: memory touched for the first time since the C allocator got it from
+  the system, or since it gave it back);
 * system calls (``perf stat -e raw_syscalls:sys_enter`` on the whole process, the fixed cost
   removed by running a second, smaller count and taking the difference; blank without perf).
 
@@ -51,9 +53,9 @@ def _size(text: str) -> int:
     return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
 
-def _usage() -> tuple[float, float, int, int]:
+def _usage() -> tuple[float, float, int, int, int]:
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime, r.ru_stime, r.ru_nvcsw, r.ru_nivcsw
+    return r.ru_utime, r.ru_stime, r.ru_nvcsw, r.ru_nivcsw, r.ru_minflt
 
 
 # ----------------------------------------------------------------------------- one side
@@ -252,7 +254,8 @@ def side(spec: dict) -> None:
     end_usage = _usage()
     report = {"wall": wall,
               "user": end_usage[0] - start_usage[0], "sys": end_usage[1] - start_usage[1],
-              "vcsw": end_usage[2] - start_usage[2], "ivcsw": end_usage[3] - start_usage[3]}
+              "vcsw": end_usage[2] - start_usage[2], "ivcsw": end_usage[3] - start_usage[3],
+              "minflt": end_usage[4] - start_usage[4]}
     if profiles is not None:
         report["profile"], report["stages"] = profiles.stop(spec["cprofile"], count)
     finish()
@@ -320,7 +323,7 @@ def measure(row: str, kind: str, size: int, count: int, perf: bool, tmpdir: str)
     for role, result in full.items():
         per = {"µs user": result["user"] * 1e6 / count, "µs sys": result["sys"] * 1e6 / count,
                "wake-ups": result["vcsw"] / count, "preempted": result["ivcsw"] / count,
-               "wall µs": result["wall"] * 1e6 / count}
+               "page faults": result["minflt"] / count, "wall µs": result["wall"] * 1e6 / count}
         if small is not None and "syscalls" in result and "syscalls" in small[role]:
             per["syscalls"] = ((result["syscalls"] - small[role]["syscalls"])
                                / (count - max(1, count // 5)))
@@ -356,8 +359,8 @@ def main() -> None:
                     else "client pings, server echoes")
             print(f"\n## {kind}, {size} B, {count} messages ({what})\n")
             print("| row | side | wall µs/msg | CPU µs user | CPU µs sys | wake-ups | "
-                  "preempted | syscalls |")
-            print("|---|---|---:|---:|---:|---:|---:|---:|")
+                  "preempted | page faults | syscalls |")
+            print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
             last = {}
             for row in rows:
                 figures = last[row] = measure(row, kind, size, count, perf, tmpdir)
@@ -366,7 +369,7 @@ def main() -> None:
                     calls = f"{f['syscalls']:.2f}" if "syscalls" in f else ""
                     print(f"| {row} | {role} | {f['wall µs']:.2f} | {f['µs user']:.2f} | "
                           f"{f['µs sys']:.2f} | {f['wake-ups']:.3f} | {f['preempted']:.3f} | "
-                          f"{calls} |")
+                          f"{f['page faults']:.2f} | {calls} |")
             if args.cprofile:
                 for row in rows:
                     if row == "raw-tcp":

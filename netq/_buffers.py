@@ -65,7 +65,10 @@ else:  # pragma: no cover - non-CPython
 
 # ---------------------------------------------------------------------------- reuse
 
-POOL_MIN = 1 << 20  # bytes: parts at least this large are remembered for reuse
+# Bytes: parts at least this large are remembered for reuse. glibc gives the top of its heap
+# back to the system when a free of 64 KiB or more leaves enough free there, so a stream of
+# freshly allocated 64 KiB parts kept faulting its pages in again (several faults a message).
+POOL_MIN = 64 * 1024
 POOL_BUFFERS = 4  # buffers a pool remembers (the one being filled, the caller's, one queued)
 _REFS_WHEN_FREE = 3  # the pool's list, the loop variable and getrefcount()'s argument
 

@@ -87,6 +87,9 @@ _EMPTY = bytearray()  # the staging buffer of an idle link (allocated again on t
 # Staging buffers are uninitialized too (recv_into overwrites them), and only the pages a read
 # touched become resident. Bound here, apart from the parts' allocate_* calls.
 _allocate_staging = _buffers.allocate_writable
+# Messages this large go into parts from the link's ReceivePool (reused buffers), never into
+# parts sliced out of the staging buffer (fresh allocations).
+_POOL_MIN = _buffers.POOL_MIN
 _SIZE_MASK = READONLY_BIT - 1
 _FIRST = DataFlags.FIRST.value
 _LAST = DataFlags.LAST.value
@@ -711,7 +714,7 @@ class Connection:
                 if (nparts == 1 and not reserved2 and length == _ONE_PART_DESCRIPTOR + total
                         and raw & _SIZE_MASK == total and value == self.expected_seq
                         and total <= self._max_message and self.recv_allowance_bytes > 0
-                        and self.recv_allowance_messages > 0):
+                        and self.recv_allowance_messages > 0 and total < _POOL_MIN):
                     self.recv_allowance_bytes -= total
                     if self._count_messages:
                         self.recv_allowance_messages -= 1
@@ -824,7 +827,7 @@ class Connection:
             self.recv_allowance_messages -= 1
         position = start + HEADER_SIZE + descriptor_size
         batch = bool(flags & _BATCH)
-        if last and end - position >= total:
+        if last and end - position >= total and total < _POOL_MIN:
             # The common small message: whole in the staging buffer, cut out by slicing.
             parts: list[Part] = []
             for raw in sizes:

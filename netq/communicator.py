@@ -222,8 +222,8 @@ class Communicator:
             size = 0
             for part in parts:
                 size += len(part)
-        # targets: where cancel() withdraws it from (PeerSession.withdraw)
-        future = DeliveryFuture(len(targets), targets)
+        future = DeliveryFuture(len(targets))
+        future._sessions = targets  # where cancel() withdraws it from (PeerSession.withdraw)
         if size > self._message_limit:
             future._fail(MessageTooLarge(size, self._message_limit))
             return future

@@ -87,19 +87,18 @@ class DeliveryFuture(Future):
     _cond: Any = None  # a threading.Condition once someone waits, or _UNWATCHED
     _waiter_list: list[Any] | None = None
 
-    def __init__(self, remaining: int = 1,
-                 sessions: Sequence[PeerSession] = ()) -> None:  # no super(): no Condition
+    def __init__(self, remaining: int = 1) -> None:  # no super(): no Condition up front
         self._state = PENDING
         # _STARTED / _CANCELLED, in the order they came: the first one decides. A bytearray,
         # not a list: its append is as atomic, and it holds no references, so the cyclic GC
         # never tracks it (a put makes one future per message; see the module docstring).
         self._gate = bytearray()
         self.remaining = remaining
-        # The peers put() addressed (adapters: none). Set here, always, so that every future
-        # sets its attributes in one order: CPython then keeps sharing one key table among
-        # them, where a future that got an attribute out of that order carries a dict of its
-        # own (about 270 bytes more per queued message).
-        self._sessions = sessions
+        # The peers put() addressed (put() sets them; adapters address none). Set here,
+        # always, so that every future sets its attributes in one order: CPython then keeps
+        # sharing one key table among them, where a future that got an attribute out of that
+        # order carries a dict of its own (about 270 bytes more per queued message).
+        self._sessions: Sequence[PeerSession] = ()
 
     @property  # Future declares a plain attribute, created in the __init__ we skip
     def _waiters(self) -> list[Any]:  # type: ignore[override]

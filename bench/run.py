@@ -79,10 +79,14 @@ class Row:
 
 GRPC_SIZES = (64 * KiB, MiB, 16 * MiB)   # the gRPC rows (issue 4): large messages only
 MQTT_SIZES = (4 * KiB, MiB, 16 * MiB)
+PY_QUEUE_SIZES = (64, 4 * KiB, 64 * KiB)
 
 THROUGHPUT = [
     Row("raw-tcp", "raw.py", "raw-tcp"),
     Row("raw-tcp-batch", "raw.py", "raw-tcp-batch"),
+    # The plain-Python floor of a put()/get() queue (bench/workers/pyqueue.py): netq-tcp over
+    # it is what netq's guarantees cost, it over raw-tcp what Python costs before any design.
+    Row("py-queue", "pyqueue.py", "py-queue", sizes=PY_QUEUE_SIZES),
     Row("zmq-push", "zmq_peer.py", "zmq-push", "zmq"),
     Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq"),
     Row("netq-tcp-batch", "netq_peer.py", "netq-tcp-batch", "netq", (64, 4 * KiB)),
@@ -98,10 +102,10 @@ THROUGHPUT = [
     Row("netq-mqtt", "netq_mqtt_peer.py", "netq-mqtt", "mqtt", MQTT_SIZES),
     Row("net-queue-mqtt", "netqueue_mqtt_peer.py", "net-queue-mqtt", "net-queue", MQTT_SIZES),
 ]
-# Rows compared with a raw peer of their own (same rep) besides raw-tcp: the same carrier
-# driven directly, without netq.
-FLOORS = {"netq-tls": "raw-ssl", "netq-grpc": "raw-grpc", "net-queue-grpc": "raw-grpc",
-          "netq-mqtt": "mqtt-paho", "net-queue-mqtt": "mqtt-paho"}
+# Rows compared with a floor of their own (same rep) besides raw-tcp: the same carrier driven
+# directly, without netq (netq-tcp: the plain-Python queue, where raw-tcp is not a queue).
+FLOORS = {"netq-tcp": "py-queue", "netq-tls": "raw-ssl", "netq-grpc": "raw-grpc",
+          "net-queue-grpc": "raw-grpc", "netq-mqtt": "mqtt-paho", "net-queue-mqtt": "mqtt-paho"}
 LATENCY = [
     Row("raw-tcp", "raw.py", "raw-tcp"),
     Row("zmq", "zmq_peer.py", "zmq-dealer", "zmq"),
@@ -887,7 +891,7 @@ def throughput_tables(thr: dict, sizes: list[int], failed_keys: set,
                     f" {busy['reps']} rep(s))", ""])
     table(("GB/s" if busy else "One-way throughput: GB/s")
           + " (× raw-tcp of the same rep, median over reps; "
-          "TLS, gRPC and MQTT rows also × their own raw peer: "
+          "netq TCP also × the plain-Python queue, TLS, gRPC and MQTT rows × their own raw peer: "
           + ", ".join(sorted(set(FLOORS.values()))) + "; MQTT rows: messages lost, if any)",
           lambda v: f"{fmt(v['gb_per_s'], '.3f')} (×{fmt(v['ratio_to_raw_tcp'], '.2f')}"
           + (f", ×{v['ratio_to_floor']:.2f} {FLOORS[v['row']]}"

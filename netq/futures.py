@@ -133,7 +133,12 @@ class DeliveryFuture(Future):
         slots = self.__dict__
         if slots.setdefault("_outcome", claim) is not claim:
             return False
-        cond = slots.setdefault("_cond", _UNWATCHED)
+        self._settle(slots.setdefault("_cond", _UNWATCHED), state, exception)
+        return True
+
+    def _settle(self, cond: Any, state: str, exception: BaseException | None) -> None:
+        """The claimed outcome: publish it (under ``cond`` if a waiter made one: notify it),
+        then run the callbacks."""
         if cond is _UNWATCHED:
             if exception is not None:  # None is the class default
                 self._exception = exception
@@ -160,7 +165,6 @@ class DeliveryFuture(Future):
                 callback(self)
             except Exception:  # the stdlib logs and carries on; so do we
                 LOGGER.exception("exception calling callback for %r", self)
-        return True
 
     def add_done_callback(self, fn) -> None:
         with self._condition:
@@ -187,9 +191,23 @@ class DeliveryFuture(Future):
 
     def _delivered(self) -> None:
         """One addressed peer acknowledged the message."""
-        self.remaining -= 1
-        if self.remaining <= 0:
-            self._finish(FINISHED, None)
+        remaining = self.remaining = self.remaining - 1
+        if remaining > 0:
+            return
+        # _finish(FINISHED, None), its claims inline: one call per acknowledged message.
+        claim = (FINISHED, None)
+        slots = self.__dict__
+        if slots.setdefault("_outcome", claim) is not claim:
+            return
+        cond = slots.setdefault("_cond", _UNWATCHED)
+        if cond is _UNWATCHED:
+            # Nobody waits, and no callback can be registered: add_done_callback() makes the
+            # condition first, and one made from now on publishes FINISHED to it.
+            self._state = FINISHED
+            if self._sessions:
+                self._sessions = ()
+        else:
+            self._settle(cond, FINISHED, None)
 
     def _fail(self, exception: BaseException) -> None:
         self._finish(FINISHED, exception)

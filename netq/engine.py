@@ -32,6 +32,7 @@ import itertools
 import logging
 import threading
 import time
+from collections.abc import Sequence
 
 from . import flow, protocol as proto
 from .contract import EngineAPI, Inbox, Link, TransportAPI, TransportFactory
@@ -160,7 +161,7 @@ class SessionEngine:
 
     # ================================================================== user threads: send
 
-    def submit(self, targets: list[PeerSession], message: Outgoing, block: bool,
+    def submit(self, targets: Sequence[PeerSession], message: Outgoing, block: bool,
                timeout: float | None) -> None:
         """Queue ``message`` for every target, waiting for send budget as allowed."""
         transport = self.transport

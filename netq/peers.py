@@ -28,7 +28,7 @@ atomic; lists are copied before iterating).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from .exceptions import ResourceClosed, UnknownPeer
 from .session import NO_TOKEN, PeerSession, PeerState
@@ -51,8 +51,12 @@ class PeerTable:
         # Departed peers, with the token and count of the session they had (ended()).
         self._departed: dict[uuid.UUID, tuple[bytes, int]] = {}
         self.server_session: PeerSession | None = None
+        self._server_only: tuple[PeerSession, ...] = ()
         if not server:
             self.server_session = PeerSession(uuid.UUID(int=0), token=NO_TOKEN, window=window)
+            # What a client's every put() addresses, made once: one object fewer per put
+            # for the garbage collector to track (a client's session is never replaced).
+            self._server_only = (self.server_session,)
 
     # ------------------------------------------------------------------ lookups
 
@@ -86,7 +90,8 @@ class PeerTable:
         return tuple(peer for peer, session in list(self._sessions.items())
                      if session.state not in _GONE)
 
-    def resolve(self, peers: tuple[uuid.UUID, ...], *, sending: bool) -> list[PeerSession]:
+    def resolve(self, peers: tuple[uuid.UUID, ...], *,
+                sending: bool) -> Sequence[PeerSession]:
         """The sessions ``peers`` name, by the rules in the module docstring.
 
         ``sending``: for ``put()`` (a closing or closed session refuses; no peers named means
@@ -100,7 +105,7 @@ class PeerTable:
                     raise UnknownPeer(peer)
             if sending and server.state is PeerState.CLOSED:
                 raise ResourceClosed(server.id, "the server closed the session")
-            return [server] if sending or peers else []
+            return self._server_only if sending or peers else ()
         sessions = self._sessions
         if not peers:
             return [session for session in list(sessions.values())

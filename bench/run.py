@@ -1061,7 +1061,10 @@ README_END = "<!-- bench:end -->"
 README_THROUGHPUT = [  # (row, label, baseline row or None)
     ("raw-tcp", "raw TCP, one `sendmsg` per message", None),
     ("zmq-push", "pyzmq PUSH/PULL", "raw-tcp"),
+    ("py-queue", "plain-Python queue (the least a `put()`/`get()` queue does:"
+     " [bench/workers/pyqueue.py](bench/workers/pyqueue.py))", "raw-tcp"),
     ("netq-tcp", "**netq TCP**", "raw-tcp"),
+    ("netq-tcp", "**netq TCP ÷ plain-Python queue**", "py-queue"),
     ("netq-unix", "netq Unix", "raw-tcp"),
     ("raw-ssl", "raw `ssl` socket, `sendall` per message", None),
     ("netq-tls", "**netq TLS**", "raw-ssl"),
@@ -1076,7 +1079,8 @@ README_THROUGHPUT = [  # (row, label, baseline row or None)
     ("net-queue-mqtt", "net-queue MQTT", "mqtt-paho"),
 ]
 # The README's CPU table: sender / receiver µs per message, each row next to its peers.
-README_CPU = [("raw-tcp", "raw TCP"), ("zmq-push", "pyzmq"), ("netq-tcp", "**netq TCP**"),
+README_CPU = [("raw-tcp", "raw TCP"), ("zmq-push", "pyzmq"),
+              ("py-queue", "plain-Python queue"), ("netq-tcp", "**netq TCP**"),
               ("raw-ssl", "raw `ssl`"), ("netq-tls", "**netq TLS**"),
               ("net-queue", "net-queue TCP"), ("raw-grpc", "raw grpcio"),
               ("netq-grpc", "**netq gRPC**"), ("mqtt-paho", "raw paho"),
@@ -1119,7 +1123,8 @@ def readme_block(results: dict) -> str:
              f" {meta['python'].get('net-queue') or 'n/a'};"
              f" loopback; one private mosquitto per MQTT measurement). A ratio compares two rows"
              f" of the same rep (median of the per-rep ratios): × raw TCP, except netq TLS × raw"
-             f" `ssl` and the gRPC and MQTT rows × their raw library, the row above them."
+             f" `ssl` and the gRPC and MQTT rows × their raw library, the row above them; a"
+             f" **÷** row divides netq TCP by the row it names."
              f" Every table (CPU per message, RSS, stalled receiver, many clients, iops):"
              f" [bench/results/latest.md](bench/results/latest.md).",
              "",
@@ -1147,7 +1152,9 @@ def readme_block(results: dict) -> str:
             ratios = [value(r, size) / value(base[rep], size) for rep, r in ours.items()
                       if rep in base and value(base[rep], size)]
             if label.startswith("**netq TCP ÷"):
-                cells.append(f"**×{median(ratios):.1f}**" if ratios else "")
+                ratio = median(ratios) if ratios else None
+                cells.append("" if ratio is None else f"**×{ratio:.1f}**" if ratio >= 1
+                             else f"**×{ratio:.2f}**")
                 continue
             text = show(median(values), size)
             if len(values) > 1:

@@ -7,26 +7,16 @@ in the README, never by a timed test.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from bench_rows import run_bench
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_the_distance_row_runs_and_verifies_its_counts(tmp_path):
-    results = tmp_path / "distance.json"
-    run = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "run.py"), "--only", "distance", "--reps", "1",
-         "--json", str(results)],
-        capture_output=True, text=True, timeout=220, cwd=REPO)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    summary = json.loads(results.read_text())["summary"]["distance"]
+    summary = run_bench(tmp_path / "distance.json", "--only", "distance", "--reps", "1",
+                        timeout=220)["distance"]
     assert set(summary) == {"raw-tcp", "netq-tcp"}
     for row in summary.values():
         assert row["ok"], row  # every message arrived, in order, intact

@@ -4,15 +4,11 @@ verified, next to netq-tls. It asserts no speed: performance is measured by
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from bench_rows import run_bench
 
 
 @pytest.mark.slow
@@ -20,13 +16,9 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the bench makes its certificate "
                                                              "with openssl")
 def test_raw_ssl_and_netq_tls_rows_run_and_verify(tmp_path):
-    results = tmp_path / "tls.json"
-    run = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "run.py"), "--only", "raw-ssl,netq-tls,throughput",
-         "--sizes", "4K,1M", "--reps", "1", "--target", "0.02", "--json", str(results)],
-        capture_output=True, text=True, timeout=160, cwd=REPO)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    summary = json.loads(results.read_text())["summary"]["throughput"]
+    summary = run_bench(tmp_path / "tls.json", "--only", "raw-ssl,netq-tls,throughput",
+                        "--sizes", "4K,1M", "--reps", "1", "--target", "0.02",
+                        timeout=160)["throughput"]
     assert set(summary) == {f"{row}|{size}" for row in ("raw-ssl", "netq-tls")
                             for size in (4096, 1 << 20)}
     for row in summary.values():

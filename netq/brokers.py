@@ -41,7 +41,7 @@ from .options import NetworkLocation
 
 __all__ = ("LocalBroker", "local_broker", "AmqttBroker", "RabbitMQCluster", "RabbitMQNode",
            "find_rabbitmq", "broker", "environment_broker", "find_mosquitto",
-           "BROKER_VARIABLE", "INSTALL_HINT")
+           "BROKER_VARIABLE", "INSTALL_HINT", "RABBITMQ_START_TIMEOUT")
 
 BROKER_VARIABLE = "NETQ_MQTT_BROKER"  # "host:port" of a running broker (binder/start sets it)
 
@@ -318,7 +318,7 @@ RABBITMQ_HINT = ("install RabbitMQ: `sudo apt-get install -y rabbitmq-server` (D
                  "the rabbitmq_mqtt plugin ships with it)")
 _RABBITMQ_SEARCH = ("/usr/lib/rabbitmq/bin/rabbitmq-server", "/usr/sbin/rabbitmq-server",
                     "/usr/local/sbin/rabbitmq-server", "/opt/homebrew/sbin/rabbitmq-server")
-_RABBITMQ_START_TIMEOUT = 90.0  # seconds a node gets to open its MQTT listener (~12 s idle)
+RABBITMQ_START_TIMEOUT = 90.0  # seconds a node gets to open its MQTT listener (~12 s idle)
 
 
 def find_rabbitmq() -> tuple[str, str, str]:
@@ -418,7 +418,7 @@ class RabbitMQNode:
                 [self.cluster.binaries[0]], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 env=self.environment(), start_new_session=True)
 
-    def wait_ready(self, timeout: float = _RABBITMQ_START_TIMEOUT) -> None:
+    def wait_ready(self, timeout: float = RABBITMQ_START_TIMEOUT) -> None:
         """Wait until the MQTT listener accepts connections, or raise BrokerUnavailable."""
         process = self.process
         assert process is not None  # start_process() has launched it

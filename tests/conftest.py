@@ -33,6 +33,7 @@ import pytest
 import netq as nq
 from harness import Env, Harness, SocketSpec, TLSFiles, TransportSpec, write_tls_files
 from transports.brokers_testing import (  # noqa: F401 - session broker fixtures
+    RABBITMQ_START_ALLOWANCE,
     RabbitMQSpec,
     amqtt_binary,
     rabbitmq,
@@ -138,6 +139,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if deselected:
         config.hook.pytest_deselected(items=deselected)
         items[:] = kept
+    for item in items:
+        _allow_for_rabbitmq_start(config, item)
+
+
+def _allow_for_rabbitmq_start(config: pytest.Config, item: pytest.Item) -> None:
+    """A test that may be the first to need a RabbitMQ node or the cluster gets their start on
+    top of its own timeout (pytest-timeout counts fixture setup): the start has its own bound
+    (BrokerUnavailable), and a loaded machine must make it slower, never red."""
+    callspec = getattr(item, "callspec", None)
+    names = set(getattr(item, "fixturenames", ()))
+    nodes = 0
+    if "rabbitmq" in names or (callspec is not None
+                               and callspec.params.get("transport") == "mqtt-rabbitmq"):
+        nodes += 1
+    if "rabbitmq_cluster" in names:
+        nodes += 2
+    if not nodes:
+        return
+    marker = item.get_closest_marker("timeout")
+    own = marker.args[0] if marker is not None and marker.args else config.getini("timeout")
+    item.add_marker(pytest.mark.timeout(float(own) + nodes * RABBITMQ_START_ALLOWANCE),
+                    append=False)
 
 
 @pytest.fixture(params=_transport_ids())

@@ -69,7 +69,14 @@ else:  # pragma: no cover - non-CPython
 # back to the system when a free of 64 KiB or more leaves enough free there, so a stream of
 # freshly allocated 64 KiB parts kept faulting its pages in again (several faults a message).
 POOL_MIN = 64 * 1024
-POOL_BUFFERS = 4  # buffers a pool remembers (the one being filled, the caller's, one queued)
+# How many a pool remembers: at least POOL_BUFFERS (the one being filled, the caller's, one
+# queued), and more while they total at most POOL_BYTES. A reader that runs ahead of get()
+# has several messages queued, each holding its buffer; the next free one is then the oldest.
+POOL_BUFFERS = 4
+POOL_BYTES = 1024 * 1024
+# Buffers looked at per allocation, oldest first: the ones get() has released, when a caller
+# drops each message after use. One that keeps every message pays this many looks, not more.
+POOL_SCAN = 8
 _REFS_WHEN_FREE = 3  # the pool's list, the loop variable and getrefcount()'s argument
 
 
@@ -94,22 +101,24 @@ class ReceivePool:
     of ``get()``. A large fresh allocation costs a page fault per 4 KiB page whenever the
     allocator has given the memory back to the system, which it does as soon as a few large
     blocks are freed (for example when the caller keeps the previous message while it takes
-    the next): about as much as receiving the bytes. So the pool remembers the last
-    :data:`POOL_BUFFERS` parts of :data:`POOL_MIN` bytes or more, and a part of the same kind
-    and size is received into one of them if the pool holds the only reference to it (CPython
-    counts every other holder: the caller's variables, memoryviews, numpy arrays built on it).
-    A reused ``bytes`` object gets its cached hash reset; where that layout is not CPython's,
-    only ``bytearray`` parts are reused.
+    the next): about as much as receiving the bytes. So the pool remembers the most recent
+    parts of :data:`POOL_MIN` bytes or more (:data:`POOL_BUFFERS` of them, more while they
+    total at most :data:`POOL_BYTES`), and a part of the same kind and size is received into
+    one of them if the pool holds the only reference to it (CPython counts every other
+    holder: the caller's variables, memoryviews, numpy arrays built on it). Only the
+    :data:`POOL_SCAN` least recently used are looked at. A reused ``bytes`` object gets its
+    cached hash reset; where that layout is not CPython's, only ``bytearray`` parts are reused.
 
-    Memory: the pool keeps at most :data:`POOL_BUFFERS` buffers alive beyond their use, each
-    the size of a recent large part; :meth:`clear` drops them (a link that closes or idles).
-    One thread only (the link's I/O thread).
+    Memory: the pool keeps alive beyond their use at most :data:`POOL_BUFFERS` buffers, or
+    :data:`POOL_BYTES` bytes of them if that is more; :meth:`clear` drops them (a link that
+    closes or idles). One thread only (the link's I/O thread).
     """
 
-    __slots__ = ("_buffers",)
+    __slots__ = ("_buffers", "_bytes")
 
     def __init__(self) -> None:
         self._buffers: list[bytes | bytearray] = []
+        self._bytes = 0  # their total size
 
     def __len__(self) -> int:
         return len(self._buffers)
@@ -120,7 +129,8 @@ class ReceivePool:
         if size >= POOL_MIN and (kind is bytearray or _BYTES_REUSABLE):
             buffers = self._buffers
             getrefcount = sys.getrefcount
-            for index in range(len(buffers)):  # not enumerate(): its tuple holds a reference
+            # Not enumerate(): its tuple would hold a reference.
+            for index in range(min(len(buffers), POOL_SCAN)):
                 obj = buffers[index]
                 if (type(obj) is kind and len(obj) == size
                         and getrefcount(obj) == _REFS_WHEN_FREE):
@@ -133,9 +143,11 @@ class ReceivePool:
             obj = allocate_writable(size)
             view = memoryview(obj)
         if size >= POOL_MIN:
-            self._buffers.append(obj)
-            if len(self._buffers) > POOL_BUFFERS:
-                del self._buffers[0]
+            buffers = self._buffers
+            buffers.append(obj)
+            self._bytes += size
+            while len(buffers) > POOL_BUFFERS and self._bytes > POOL_BYTES:
+                self._bytes -= len(buffers.pop(0))
         return obj, view
 
     @staticmethod
@@ -150,7 +162,8 @@ class ReceivePool:
     @property
     def capacity(self) -> int:
         """Bytes of the buffers the pool remembers (some may still be the user's messages)."""
-        return sum(len(obj) for obj in self._buffers)
+        return self._bytes
 
     def clear(self) -> None:
         self._buffers.clear()
+        self._bytes = 0

@@ -251,6 +251,30 @@ class _Incoming:
         return MessageReceived(self.seq, self.batch, self.objects, self.size)
 
 
+def _cut_whole(view: memoryview, buffer: bytearray, position: int, sizes: tuple[int, ...],
+               pool: _buffers.ReceivePool) -> list[Part]:
+    """The parts of a message whose body is whole in the staging buffer at ``position``.
+
+    Small parts are cut out by slicing; a large one is copied into a reused pool buffer,
+    with no reassembly state for it (:class:`_Incoming` is for a body still arriving).
+    """
+    parts: list[Part] = []
+    for raw in sizes:
+        size = raw & _SIZE_MASK
+        stop = position + size
+        if size >= _POOL_MIN:
+            part, target = pool.allocate(size, bool(raw & READONLY_BIT))
+            target[:] = view[position:stop]
+            target.release()
+            parts.append(part)
+        elif raw & READONLY_BIT:
+            parts.append(bytes(view[position:stop]))
+        else:
+            parts.append(buffer[position:stop])
+        position = stop
+    return parts
+
+
 # ------------------------------------------------------------------------- connection
 
 
@@ -827,19 +851,11 @@ class Connection:
             self.recv_allowance_messages -= 1
         position = start + HEADER_SIZE + descriptor_size
         batch = bool(flags & _BATCH)
-        if last and end - position >= total and total < _POOL_MIN:
-            # The common small message: whole in the staging buffer, cut out by slicing.
-            parts: list[Part] = []
-            for raw in sizes:
-                size = raw & _SIZE_MASK
-                if raw & READONLY_BIT:
-                    parts.append(bytes(view[position : position + size]))
-                else:
-                    parts.append(self._buffer[position : position + size])
-                position += size
+        if last and end - position >= total:
+            parts = _cut_whole(view, self._buffer, position, sizes, self._pool)
             self.expected_seq += 1
             events.append(MessageReceived(seq, batch, parts, total))
-            return position
+            return position + total
         self._incoming = _Incoming(seq, batch, list(sizes), total, self._pool)
         self._body_left = body
         return position

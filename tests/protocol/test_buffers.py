@@ -7,7 +7,7 @@ import gc
 import pytest
 
 from netq import _buffers
-from netq._buffers import POOL_BUFFERS, POOL_MIN, ReceivePool
+from netq._buffers import POOL_BUFFERS, POOL_BYTES, POOL_MIN, ReceivePool
 
 SIZE = 2 * POOL_MIN
 
@@ -65,14 +65,31 @@ def test_small_parts_and_other_sizes_are_not_pooled():
     assert id(other) != address  # a different size is a fresh allocation
 
 
-def test_the_pool_remembers_a_bounded_number_and_clear_drops_them():
+@pytest.mark.parametrize("size", [SIZE, POOL_BYTES])
+def test_the_pool_remembers_a_bounded_amount_and_clear_drops_them(size):
+    """At most POOL_BYTES of buffers, or POOL_BUFFERS of them when they are larger."""
     pool = ReceivePool()
-    held = [fill(pool, SIZE, False, b"%d" % i) for i in range(POOL_BUFFERS + 3)]
-    assert len(pool) == POOL_BUFFERS
+    remembered = max(POOL_BUFFERS, POOL_BYTES // size)
+    held = [fill(pool, size, False, b"%d" % i) for i in range(remembered + 3)]
+    assert len(pool) == remembered and pool.capacity == remembered * size
     pool.clear()
-    assert len(pool) == 0
+    assert len(pool) == 0 and pool.capacity == 0
     del held
     gc.collect()
+
+
+def test_the_oldest_buffer_is_reused_while_the_newer_ones_are_still_queued():
+    """A reader ahead of get(): the messages after the one just taken still hold theirs."""
+    pool = ReceivePool()
+    remembered = POOL_BYTES // SIZE
+    assert remembered > POOL_BUFFERS
+    queued = [fill(pool, SIZE, False, b"%d" % i) for i in range(remembered)]
+    taken = queued.pop(0)
+    address = id(taken)
+    del taken
+    again = fill(pool, SIZE, False, b"next")
+    assert id(again) == address
+    assert [bytes(part[:1]) for part in queued] == [b"%d" % i for i in range(1, remembered)]
 
 
 @pytest.mark.parametrize("readonly", [True, False])

@@ -469,7 +469,7 @@ class PickleSerializer:
     band buffers need 5). Stateless and thread-safe.
     """
 
-    __slots__ = ("_restrict", "_policy", "_copy_threshold", "_protocol")
+    __slots__ = ("_restrict", "_policy", "_copy_threshold", "_protocol", "_bytes_by_reference")
 
     SAFE_BUILTINS: ClassVar[frozenset[str]] = frozenset(
         [f"builtins.{name}" for name in _SAFE_BUILTIN_NAMES]
@@ -509,6 +509,10 @@ class PickleSerializer:
             )
         self._copy_threshold = copy_threshold
         self._protocol = protocol
+        # The pickle of a top-level bytes object sent out of band: the same few opcodes
+        # ("the next buffer, read-only") whatever its size.
+        self._bytes_by_reference = pickle.dumps(pickle.PickleBuffer(b"\0"), protocol,
+                                                buffer_callback=lambda buffer: False)
         if restrict is None:
             self._restrict: frozenset[str] | None = None
             self._policy: _Policy | None = None
@@ -582,7 +586,10 @@ class PickleSerializer:
         A tuple where it can be: a tuple of bytes is untracked by the cyclic garbage
         collector at its first pass, a list stays tracked while the message is queued."""
         kind = type(obj)
-        if kind in _NO_BUFFERS and (kind is not bytes or len(obj) < self._copy_threshold):
+        if kind is bytes and obj and len(obj) >= self._copy_threshold:
+            # What dump() makes of it, without pickling: the bytes object itself travels.
+            return (self._bytes_by_reference, obj)
+        if kind in _NO_BUFFERS:
             # Nothing in these can produce a PickleBuffer: skip the callback machinery.
             return (pickle.dumps(obj, self._protocol),)
         return [chunk if index else bytes(chunk) if chunk.nbytes < 4096 else chunk

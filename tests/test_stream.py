@@ -583,6 +583,24 @@ def test_copy_threshold_is_in_bytes_and_configurable() -> None:
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("threshold", [0, 1, 100, THRESHOLD])
+@pytest.mark.parametrize("size", [0, 1, 99, 100, THRESHOLD])
+@pytest.mark.parametrize("kind", [bytes, bytearray])
+def test_dump_parts_is_dump_as_a_sequence(threshold: int, size: int, kind: type) -> None:
+    """The queue's fast path (dump_parts) sends what dump() would, and a large top-level
+    bytes object as itself (no copy, no view)."""
+    ser = PickleSerializer(copy_threshold=threshold)
+    data = kind(os.urandom(size))
+    parts = ser.dump_parts(data)
+    assert [bytes(part) for part in parts] == [bytes(chunk) for chunk in ser.dump(data)]
+    if kind is bytes and size and size >= threshold:
+        assert len(parts) == 2 and parts[1] is data
+    # What a transport delivers: bytes for a read-only part, bytearray for a writable one.
+    received = [bytes(part) if memoryview(part).readonly else bytearray(part) for part in parts]
+    out = ser.load_parts(received)
+    assert type(out) is kind and out == data
+
+
 @pytest.mark.parametrize(
     ("array_", "chunks"),
     [

@@ -109,6 +109,16 @@ _ONE_PART_DESCRIPTOR = _DESCRIPTOR_SIZE + 8
 _ONE_PART_UNPACK_FROM = _ONE_PART.unpack_from
 _FIRST_LAST = _FIRST | _LAST
 
+
+def _whole_message_layout(nparts: int) -> struct.Struct:
+    """Header and descriptor of a one-chunk message of ``nparts`` parts, packed at once."""
+    layout = _WHOLE_MESSAGE[nparts] = struct.Struct(f"<BBHIQQII{nparts}Q")
+    return layout
+
+
+# By part count, filled as counts occur (at most MAX_PARTS of them).
+_WHOLE_MESSAGE: dict[int, struct.Struct] = {}
+
 Buffer = bytes | bytearray | memoryview  # what is queued for sending
 Part = bytes | bytearray  # a received message part: the object the user gets
 
@@ -468,12 +478,13 @@ class Connection:
             return
         sizes = [len(p) | READONLY_BIT if type(p) is not memoryview or p.readonly else len(p)
                  for p in parts]
-        descriptor = frames.encode_descriptor(total, sizes)
         first = _FIRST | _BATCH if batch else _FIRST
         chunk = self._chunk
         if total <= chunk:
-            self._emit(_HEADER_PACK(_DATA, first | _LAST, 0, len(descriptor) + total, seq))
-            self._emit(descriptor)
+            nparts = len(sizes)
+            layout = _WHOLE_MESSAGE.get(nparts) or _whole_message_layout(nparts)
+            self._emit(layout.pack(_DATA, first | _LAST, 0, _DESCRIPTOR_SIZE + 8 * nparts + total,
+                                   seq, total, nparts, 0, *sizes))
             efficient = self.efficient_size
             for part in parts:
                 if len(part) < efficient:
@@ -482,6 +493,7 @@ class Connection:
                     self._emit_view(part)
             return
         # Several chunks: walk the parts, cutting the concatenated body every `chunk` bytes.
+        descriptor = frames.encode_descriptor(total, sizes)
         position = 0
         part_index = 0
         part_offset = 0

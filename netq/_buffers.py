@@ -111,7 +111,9 @@ class ReceivePool:
 
     Memory: the pool keeps alive beyond their use at most :data:`POOL_BUFFERS` buffers, or
     :data:`POOL_BYTES` bytes of them if that is more; :meth:`clear` drops them (a link that
-    closes or idles). One thread only (the link's I/O thread).
+    closes or idles). It grows past a few buffers only when every one it looked at was still
+    held, which takes a reader that many messages ahead of ``get()`` (as many as the link's
+    credit window lets the peer send). One thread only (the link's I/O thread).
     """
 
     __slots__ = ("_buffers", "_bytes")

@@ -494,6 +494,8 @@ class Connection:
             return
         # Several chunks: walk the parts, cutting the concatenated body every `chunk` bytes.
         descriptor = frames.encode_descriptor(total, sizes)
+        # Cut through views: a slice of a bytes part would be a copy of it.
+        parts = [part if type(part) is memoryview else memoryview(part) for part in parts]
         position = 0
         part_index = 0
         part_offset = 0

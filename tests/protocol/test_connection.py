@@ -58,6 +58,7 @@ from .helpers import (
     make_hello,
     normalized,
     open_pair,
+    payload,
     send,
     shuttle,
     split_frames,
@@ -514,6 +515,22 @@ def test_chunk_size_is_the_smaller_limit():
         16 + 8 + 700, 700, 100]
     pair = open_pair(server={"max_frame": 0})
     assert pair.client.chunk_size == 1
+
+
+@pytest.mark.parametrize("kind", [bytes, memoryview])
+def test_a_part_cut_across_chunks_is_sent_from_its_own_memory(kind):
+    """A message over several chunks queues views of the caller's part, whether the part is
+    a view or a ``bytes`` object (BytesSerializer's, or a large top-level bytes pickled out of
+    band): slicing the bytes object itself would copy it, chunk by chunk."""
+    pair = open_pair(client_conn={"max_size": 4096, "efficient_size": 1024})
+    data = payload(3 * 4096 + 100)
+    part = data if kind is bytes else memoryview(data)
+    pair.client.send_message(1, [part], len(data), False)
+    big = [buffer for buffer in pair.client.outgoing() if len(buffer) >= 1024]
+    assert [len(buffer) for buffer in big] == [4096, 4096, 4096]  # the last 100 bytes: merged
+    assert all(type(buffer) is memoryview and buffer.obj is data for buffer in big)
+    events = pair.server.receive_data(pair.client.data_to_send())
+    assert normalized(events) == [expected_message(1, [data])]
 
 
 def test_several_messages_in_one_stream():

@@ -103,10 +103,6 @@ _KNOWN_TYPES = frozenset(int(t) for t in FrameType)
 _ACK = FrameType.ACK.value
 # The payload limit of each frame type but DATA (whose limit is the receiver's max_frame).
 _CONTROL_LIMITS = {int(t): frames.max_payload(t, 0) for t in FrameType if t is not FrameType.DATA}
-# Header and a one-part descriptor in one pack: the shape of almost every small message.
-_ONE_PART = struct.Struct("<BBHIQQIIQ")
-_ONE_PART_DESCRIPTOR = _DESCRIPTOR_SIZE + 8
-_ONE_PART_UNPACK_FROM = _ONE_PART.unpack_from
 _FIRST_LAST = _FIRST | _LAST
 
 
@@ -118,6 +114,10 @@ def _whole_message_layout(nparts: int) -> struct.Struct:
 
 # By part count, filled as counts occur (at most MAX_PARTS of them).
 _WHOLE_MESSAGE: dict[int, struct.Struct] = {}
+# Header and a one-part descriptor in one pack: the shape of almost every small message.
+_ONE_PART = _whole_message_layout(1)
+_ONE_PART_DESCRIPTOR = _DESCRIPTOR_SIZE + 8
+_ONE_PART_UNPACK_FROM = _ONE_PART.unpack_from
 
 Buffer = bytes | bytearray | memoryview  # what is queued for sending
 Part = bytes | bytearray  # a received message part: the object the user gets

@@ -434,6 +434,7 @@ class Communicator:
             recv_outstanding=self._budget.outstanding_bytes,
             send_budget=connection.send_budget,
             connect_error=engine.reach.connect_error if engine.reach else "",
+            get_waiting=engine.diagnostics.get_wait(now),
         )
 
     # ------------------------------------------------------------------ display

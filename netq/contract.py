@@ -70,6 +70,14 @@ class Inbox(Protocol):
     def consumer_sleeping(self) -> bool:
         """True while a get() sleeps with nothing to take (it does not lead the loop)."""
 
+    @property
+    def getters(self) -> int:
+        """get() calls waiting now (asleep or leading the loop)."""
+
+    @property
+    def waiting_since(self) -> float | None:
+        """time.monotonic() when get() began waiting with nothing taken since, or None."""
+
 
 class LinkIO:
     """The transport's part of a link: its protocol state and its write/close state.

@@ -5,7 +5,10 @@ A silent wait is a bug (docs/guarantees.md): a ``put()`` waiting for send budget
 receive budget all say, within ``stall_warning`` seconds, what they wait for and what would
 change it: as a WARNING on the ``netq`` logger (repeated every :data:`REPEAT_WARNING`
 seconds while the wait lasts, through :class:`StallWarning`) and in ``statistics()``
-(:meth:`Diagnostics.peer_blocked`).
+(:meth:`Diagnostics.peer_blocked`). A ``get()`` that has waited that long says so in
+``statistics()`` (:meth:`Diagnostics.get_wait`), and on a server with no client connected
+(nobody who could send) also in one WARNING per wait: waiting for a peer that is there is a
+program's normal idle state, and a log line every half minute would bury the real ones.
 
 * :class:`Reachability`: a client's connection attempts since it last had a connection
   (counts, the attempt under way and how far it got, the last failure's reason), and its
@@ -26,8 +29,8 @@ from .session import PeerSession, PeerState
 
 LOGGER = logging.getLogger("netq")
 
-__all__ = ("REPEAT_WARNING", "BudgetView", "ConnectView", "Diagnostics", "Reachability",
-           "StallWarning", "format_bytes")
+__all__ = ("REPEAT_WARNING", "BudgetView", "ConnectView", "Diagnostics", "GetterView",
+           "Reachability", "StallWarning", "format_bytes")
 
 REPEAT_WARNING = 30.0  # seconds between repeated warnings about the same ongoing wait
 
@@ -213,19 +216,33 @@ class ConnectView(Protocol):
         """Client: what stands between us and the server, if the transport knows more."""
 
 
+class GetterView(Protocol):
+    """What the sentences read of the get() side (netq.contract.Inbox)."""
+
+    @property
+    def getters(self) -> int:
+        """get() calls waiting now."""
+
+    @property
+    def waiting_since(self) -> float | None:
+        """Monotonic time since which get() has waited with nothing taken, or None."""
+
+
 class Diagnostics:
     """The sentences: why a wait lasts and what would end it (reads engine state only)."""
 
     def __init__(self, *, server: bool, options: CommunicatorOptions, peers: PeerTable,
                  budget: BudgetView, transport: ConnectView,
-                 reachability: Reachability | None) -> None:
+                 reachability: Reachability | None, getters: GetterView) -> None:
         self._server = server
         self._options = options
         self._peers = peers
         self._budget = budget
         self._transport = transport
         self._reach = reachability
+        self._getters = getters
         self._stall_warning = options.connection.stall_warning
+        self._get_warned_for: float | None = None  # the get() wait already warned about
 
     def watch(self, now: float, stopping: bool) -> float:
         """Say what waits for too long (a client with no server, a full receive budget) in a
@@ -245,7 +262,39 @@ class Diagnostics:
                            self.explain_budget(now - full.since))
         elif wait > 0:
             next_check = min(next_check, wait)
+        since = self._getters.waiting_since
+        if self._server and since is not None and self._getters.getters \
+                and since != self._get_warned_for:
+            due = since + self._stall_warning - now
+            if due > 0:
+                next_check = min(next_check, due)
+            elif not stopping and not self._connected_clients():
+                self._get_warned_for = since
+                LOGGER.warning("netq server: %s", self.get_wait(now))
         return max(next_check, 0.05)
+
+    def _connected_clients(self) -> int:
+        return sum(1 for session in self._peers.all() if session.state is PeerState.CONNECTED)
+
+    def get_wait(self, now: float) -> str:
+        """For statistics() and the server's WARNING: what a get() that has waited
+        ``stall_warning`` seconds or more waits for ("" when none has)."""
+        since = self._getters.waiting_since
+        if since is None or not self._getters.getters or now - since < self._stall_warning:
+            return ""
+        waited = f"get() has waited {now - since:.0f} s for a message"
+        connected = self._connected_clients()
+        if not self._server:
+            if not connected:
+                return (f"{waited} and the server is not connected: it returns once the "
+                        f"client reconnects and the server puts one")
+            return (f"{waited} from the server (connected); it returns when the server "
+                    f"puts one (get(timeout=) gives up after that many seconds)")
+        if not connected:
+            return (f"{waited} and no client is connected: it returns when a client "
+                    f"connects and puts one (get(timeout=) gives up after that many seconds)")
+        return (f"{waited} from {connected} connected client{'s' if connected > 1 else ''}; "
+                f"it returns when one of them puts one")
 
     def explain_send_wait(self, session: PeerSession) -> str:
         """Why messages to ``session`` are not moving, and what would change it."""

@@ -168,7 +168,8 @@ def header_line(stats: CommunicatorStatistics) -> str:
             f"out {format_count(stats.messages_out_per_s)} msg/s "
             f"{format_byte_rate(stats.bytes_out_per_s)}  "
             f"memory {format_bytes(stats.memory)}"
-            + (f"  CANNOT CONNECT: {stats.connect_error}" if stats.connect_error else ""))
+            + (f"  CANNOT CONNECT: {stats.connect_error}" if stats.connect_error else "")
+            + (f"  {stats.get_waiting}" if stats.get_waiting else ""))
 
 
 def waiting_lines(stats: CommunicatorStatistics,
@@ -286,6 +287,8 @@ def title_html(stats: CommunicatorStatistics, view_state: str | None = None) -> 
     if stats.connect_error:
         parts.append(f'<span class="netq-fact" style="color:#c62828">CANNOT CONNECT: '
                      f'{escape(stats.connect_error)}</span>')
+    if stats.get_waiting:
+        parts.append(f'<span class="netq-fact">{escape(stats.get_waiting)}</span>')
     parts.append("</div>")
     return "".join(parts)
 

@@ -120,7 +120,7 @@ class SessionEngine:
                                    options=options, recv_messages=self._recv_messages)
         self.diagnostics = Diagnostics(server=self._server, options=options, peers=self.peers,
                                        budget=self.budget, transport=self.transport,
-                                       reachability=self.reach)
+                                       reachability=self.reach, getters=inbox)
 
     # ================================================================== flags
 

@@ -49,6 +49,9 @@ class Inboxes:
         # _getters > 0, kept as a plain attribute: the loop reads it on every read (Inbox).
         self.consumer_waiting = False
         self._sleepers = 0  # of those, the ones asleep on _arrived (a notify wakes them)
+        # time.monotonic() when get() began waiting with nothing taken since (None when a
+        # message was taken and no get() waits): the diagnostics say what such a wait is for.
+        self.waiting_since: float | None = None
         self._ready: collections.deque[PeerSession] = collections.deque()
         self._listeners: list[Callable[[], None]] = []
         self._engine: SessionEngine | None = None
@@ -130,6 +133,8 @@ class Inboxes:
                 if peers:
                     found = self._take_from(peers)
                     if found is not None:
+                        if not self._getters:
+                            self.waiting_since = None
                         return found
                 else:
                     # The next message of the first peer that has one (inline: the hot path).
@@ -149,6 +154,8 @@ class Inboxes:
                             ready.rotate(-1)  # fairness: the next get serves the next peer
                         if type(item) is Incoming:  # a batch element was counted with its batch
                             lent.append((session, item.size))  # budget.lend, inline
+                        if self.waiting_since is not None and not self._getters:
+                            self.waiting_since = None  # the wait ended with a message
                         return session, item
                 # The loop ends only after close() began or the I/O thread failed: until one of
                 # them, engine.closed cannot be set, and nothing here costs a call.
@@ -188,7 +195,10 @@ class Inboxes:
                             self._lock.acquire()
                         continue
                 # A client with no server: the engine's WARNING says so (put() and get() wait
-                # for it), once for everything that waits on the connection.
+                # for it), once for everything that waits on the connection. Any other long
+                # wait is explained from waiting_since (netq.diagnostics.Diagnostics.get_wait).
+                if self.waiting_since is None:
+                    self.waiting_since = time.monotonic()
                 self._getters += 1
                 self.consumer_waiting = True
                 try:

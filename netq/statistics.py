@@ -18,8 +18,9 @@ Waiting: ``blocked`` is empty while traffic with the peer flows; otherwise it sa
 sentence, what it waits for and what would change it (the same text as the WARNING netq logs),
 and ``blocked_for`` for how many seconds. On the communicator, ``recv_held`` is what all peers'
 messages occupy of ``recv_budget`` (received, not yet taken by ``get()``), ``recv_outstanding``
-the credit granted and not yet used, and ``connect_error`` (clients) what the last failed
-connection attempt ran into ("" once connected).
+the credit granted and not yet used, ``connect_error`` (clients) what the last failed
+connection attempt ran into ("" once connected), and ``get_waiting`` what a ``get()`` that has
+waited ``stall_warning`` seconds or more waits for ("" otherwise).
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ class CommunicatorStatistics:
     recv_outstanding: int = 0
     send_budget: int = 0
     connect_error: str = ""
+    get_waiting: str = ""
 
     def peer(self, peer: uuid.UUID) -> PeerStatistics:
         for row in self.peers:
@@ -110,6 +112,8 @@ class CommunicatorStatistics:
                 f"({self.bytes_out_per_s / 2**20:.1f} MiB/s), memory {self.memory / 2**20:.1f} MiB")
         if self.connect_error:
             line += f"; cannot connect: {self.connect_error}"
+        if self.get_waiting:
+            line += f"; {self.get_waiting}"
         return line
 
 

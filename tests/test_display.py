@@ -182,6 +182,10 @@ def test_the_title_row_names_role_transport_address_and_a_coloured_state():
     assert "netq-state-connecting" in display.title_html(client)
     refused = dataclasses.replace(client, connect_error="connection refused")
     assert "netq-state-cannot-connect" in display.title_html(refused)
+    idle = dataclasses.replace(stats(row()), get_waiting="get() has waited 7 s for a <message>")
+    assert "get() has waited 7 s for a &lt;message&gt;" in display.title_html(idle)
+    assert display.header_line(idle).endswith("  get() has waited 7 s for a <message>")
+    assert "get() has waited" not in display.title_html(stats(row()))
     # the plots' colours are the table's legend
     markup = display.html_table(snapshot, colours={PEER: "#123456"})
     assert 'class="netq-swatch" style="background:#123456"' in markup

@@ -112,6 +112,53 @@ def test_a_blocked_put_and_a_blocked_close_say_why(transport, caplog):
     assert not closer.is_alive()
 
 
+@pytest.mark.timeout(120)
+def test_a_get_that_waits_says_what_for(transport, caplog):
+    """A server's get() after its last client left: one WARNING and statistics() say that no
+    client is connected; a client's get() on a silent server says so in statistics() only."""
+    caplog.set_level(logging.WARNING, logger="netq")
+    server = transport.make_server(stall_warning=1.0)
+    client = transport.connect(server, stall_warning=1.0)
+    outcome: list[BaseException] = []
+
+    def get_forever(communicator) -> None:
+        try:
+            communicator.get()
+        except BaseException as error:  # noqa: BLE001 - the test looks at it
+            outcome.append(error)
+
+    try:
+        waiting = threading.Thread(target=get_forever, args=(client,), name="test-client-get")
+        waiting.start()
+        wait_for(lambda: client.statistics().get_waiting, T,
+                 message="the client's statistics to say that get() waits")
+        assert "from the server (connected)" in client.statistics().get_waiting
+        client.put("hello").result(T)
+        assert server.get(timeout=T).data == "hello"
+        server.put("bye")
+        waiting.join(T)
+        assert not waiting.is_alive() and not outcome
+        assert client.statistics().get_waiting == ""
+        assert not _warnings(caplog, "get() has waited")  # a client waiting for its server
+        client.close(timeout=T)
+        wait_for(lambda: not any(row.state == "connected" for row in server.statistics().peers),
+                 T, message="the server to see its client gone")
+        waiting = threading.Thread(target=get_forever, args=(server,), name="test-server-get")
+        waiting.start()
+        wait_for(lambda: _warnings(caplog, "get() has waited"), T,
+                 message="a warning that the server's get() waits with no client")
+        said = _warnings(caplog, "get() has waited")
+        assert len(said) == 1 and "no client is connected" in said[0], said
+        assert "no client is connected" in server.statistics().get_waiting
+        assert "no client is connected" in server.statistics().summary()
+    finally:
+        client.close(timeout=T)
+        server.close(timeout=T)
+    waiting.join(T)
+    assert not waiting.is_alive()
+    assert len(outcome) == 1 and isinstance(outcome[0], nq.ResourceClosed), outcome
+
+
 @contextlib.contextmanager
 def client_with_no_server(transport, caplog):
     """A client (stall_warning 1 s) whose server is gone: nobody answers where it connects."""

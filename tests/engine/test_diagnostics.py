@@ -78,6 +78,15 @@ class Budget:
     waiting_peers: int = 0
     full_since: float | None = None
 
+    def watch(self, now: float) -> tuple[StallWarning | None, float]:
+        return None, float("inf")  # never full
+
+
+@dataclass
+class Getters:
+    getters: int = 0
+    waiting_since: float | None = None
+
 
 class Target:
     def __init__(self, state: str | None = None) -> None:
@@ -90,13 +99,15 @@ class Target:
         return self.state
 
 
-def diagnostics(server: bool, **budget) -> tuple[Diagnostics, PeerTable, Reachability | None]:
+def diagnostics(server: bool, getters: Getters | None = None,
+                **budget) -> tuple[Diagnostics, PeerTable, Reachability | None]:
     options = nq.CommunicatorOptions()
     peers = PeerTable(server=server, window=64 * 1024)
     reach = None if server else Reachability(options.connection.stall_warning,
                                              time.monotonic() - 12)
     return (Diagnostics(server=server, options=options, peers=peers, budget=Budget(**budget),
-                        transport=Target(), reachability=reach), peers, reach)
+                        transport=Target(), reachability=reach,
+                        getters=getters if getters is not None else Getters()), peers, reach)
 
 
 def test_a_client_without_its_server_says_where_and_what_failed():
@@ -143,3 +154,53 @@ def test_a_full_budget_names_the_peers_that_fill_it():
     session.credit_waiting = True
     why, waited = diag.peer_blocked(session, time.monotonic())
     assert why.startswith("recv_budget full: 3.00 MiB") and waited >= 9
+
+
+def test_a_get_that_has_waited_says_for_whom():
+    stall = nq.CommunicatorOptions().connection.stall_warning
+    now = time.monotonic()
+    getters = Getters(getters=1, waiting_since=now - stall + 1)
+    diag, peers, _ = diagnostics(server=True, getters=getters)
+    assert diag.get_wait(now) == ""  # not waited stall_warning yet
+    later = now + 2
+    text = diag.get_wait(later)
+    assert text.startswith(f"get() has waited {stall + 1:.0f} s for a message and no client is "
+                           f"connected")
+    session, _ = peers.open(uuid.uuid4())
+    session.state = PeerState.CONNECTED
+    assert diag.get_wait(later).endswith("from 1 connected client; it returns when one of "
+                                         "them puts one")
+    getters.getters = 0  # the get() gave up (timeout): nothing waits now
+    assert diag.get_wait(later) == ""
+
+
+def test_a_client_get_names_the_server():
+    now = time.monotonic()
+    diag, peers, _ = diagnostics(server=False, getters=Getters(getters=1, waiting_since=now - 60))
+    assert "and the server is not connected" in diag.get_wait(now)
+    peers.server_session.state = PeerState.CONNECTED
+    assert "from the server (connected)" in diag.get_wait(now)
+
+
+def test_a_server_get_with_no_client_warns_once_per_wait(caplog):
+    now = time.monotonic()
+    stall = nq.CommunicatorOptions().connection.stall_warning
+    getters = Getters(getters=1, waiting_since=now)
+    diag, peers, _ = diagnostics(server=True, getters=getters)
+    with caplog.at_level("WARNING", logger="netq"):
+        assert diag.watch(now + 1, stopping=False) == pytest.approx(stall - 1)  # looks when due
+        assert not caplog.records
+        diag.watch(now + stall, stopping=False)
+        diag.watch(now + stall + 2 * REPEAT_WARNING, stopping=False)  # the same wait: once
+        assert [r.getMessage() for r in caplog.records] == [
+            f"netq server: get() has waited {stall:.0f} s for a message and no client is "
+            f"connected: it returns when a client connects and puts one (get(timeout=) gives "
+            f"up after that many seconds)"]
+        getters.waiting_since = now + 100  # a message was taken; a new wait began
+        session, _ = peers.open(uuid.uuid4())
+        session.state = PeerState.CONNECTED
+        diag.watch(now + 100 + stall, stopping=False)  # a client is there: statistics only
+        assert len(caplog.records) == 1
+        session.state = PeerState.DISCONNECTED
+        diag.watch(now + 100 + stall, stopping=False)
+        assert len(caplog.records) == 2

@@ -78,6 +78,7 @@ class AsyncCommunicator:
             loop.call_soon_threadsafe(arrived.set)
 
         communicator.add_arrival_listener(signal)
+        communicator.mark_waiting_get(True)  # statistics().get_waiting says what it waits for
         try:
             deadline = None if timeout is None else loop.time() + timeout
             while True:
@@ -94,6 +95,7 @@ class AsyncCommunicator:
                 except TimeoutError:
                     raise Empty() from None
         finally:
+            communicator.mark_waiting_get(False)
             communicator.remove_arrival_listener(signal)
 
     def get_nowait(self, *peers: uuid.UUID) -> Message:

@@ -316,6 +316,12 @@ class Communicator:
     def remove_arrival_listener(self, listener: Callable[[], None]) -> None:
         self._inboxes.remove_listener(listener)
 
+    def mark_waiting_get(self, waiting: bool) -> None:
+        """For adapters that wait for messages outside ``get()`` (netq.aio): a wait begins
+        (``True``) or ends; while it lasts it counts as a waiting ``get()`` in
+        ``statistics().get_waiting`` and the server's warning. Calls must pair up."""
+        self._inboxes.adapter_waits(waiting)
+
     def _take(self, peers: tuple[uuid.UUID, ...], block: bool,
               timeout: float | None) -> tuple[PeerSession, Any]:
         """The next raw item, fairly across peers (netq.inbox.Inboxes.take)."""

@@ -282,19 +282,21 @@ class Diagnostics:
         since = self._getters.waiting_since
         if since is None or not self._getters.getters or now - since < self._stall_warning:
             return ""
-        waited = f"get() has waited {now - since:.0f} s for a message"
+        # Since the last message taken, with get() waiting now: a wait that timed out and a
+        # later one count as one (a loop of get(timeout=) that finds nothing is one wait).
+        waited = f"get() waits and has returned no message for {now - since:.0f} s"
         connected = self._connected_clients()
         if not self._server:
             if not connected:
-                return (f"{waited} and the server is not connected: it returns once the "
-                        f"client reconnects and the server puts one")
-            return (f"{waited} from the server (connected); it returns when the server "
-                    f"puts one (get(timeout=) gives up after that many seconds)")
+                return (f"{waited}; the server is not connected: it returns once the client "
+                        f"reconnects and the server puts one")
+            return (f"{waited}; the server is connected: it returns when the server puts "
+                    f"one (get(timeout=) gives up after that many seconds)")
         if not connected:
-            return (f"{waited} and no client is connected: it returns when a client "
-                    f"connects and puts one (get(timeout=) gives up after that many seconds)")
-        return (f"{waited} from {connected} connected client{'s' if connected > 1 else ''}; "
-                f"it returns when one of them puts one")
+            return (f"{waited}; no client is connected: it returns when a client connects and "
+                    f"puts one (get(timeout=) gives up after that many seconds)")
+        return (f"{waited}; {connected} client{'s are' if connected > 1 else ' is'} "
+                f"connected: it returns when one of them puts one")
 
     def explain_send_wait(self, session: PeerSession) -> str:
         """Why messages to ``session`` are not moving, and what would change it."""

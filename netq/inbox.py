@@ -52,6 +52,7 @@ class Inboxes:
         # time.monotonic() when get() began waiting with nothing taken since (None when a
         # message was taken and no get() waits): the diagnostics say what such a wait is for.
         self.waiting_since: float | None = None
+        self._adapter_getters = 0  # adapters' get() calls waiting (adapter_waits)
         self._ready: collections.deque[PeerSession] = collections.deque()
         self._listeners: list[Callable[[], None]] = []
         self._engine: SessionEngine | None = None
@@ -70,8 +71,19 @@ class Inboxes:
 
     @property
     def getters(self) -> int:
-        """get() calls waiting now (asleep or leading the loop)."""
-        return self._getters
+        """get() calls waiting now (asleep or leading the loop, or in an adapter: netq.aio)."""
+        return self._getters + self._adapter_getters
+
+    def adapter_waits(self, waiting: bool) -> None:
+        """An adapter's get() (netq.aio) began (``True``) or ended a wait outside take():
+        it counts for the diagnostics, not for the I/O loop (nothing here can wake it)."""
+        with self._lock:
+            if waiting:
+                self._adapter_getters += 1
+                if self.waiting_since is None:
+                    self.waiting_since = time.monotonic()
+            else:
+                self._adapter_getters -= 1
 
     def add_listener(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)

@@ -54,3 +54,31 @@ def test_many_concurrent_getters_do_not_block_the_loop():
         await server.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(60)
+def test_an_awaited_get_with_no_client_says_so(caplog):
+    """``await server.get()`` waits outside get(): it says what for like a blocking one."""
+    caplog.set_level("WARNING", logger="netq")
+
+    async def main():
+        server = netq.aio.new(purpose="server", options=nq.CommunicatorOptions(
+            netloc=nq.NetworkLocation(port=0),
+            connection=nq.ConnectionOptions(stall_warning=0.5)))
+        waiting = asyncio.create_task(server.get())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while not server.communicator.statistics().get_waiting:  # a bounded poll
+            assert loop.time() < deadline, "statistics() never said that get() waits"
+            await asyncio.sleep(0.02)
+        assert "no client is connected" in server.communicator.statistics().get_waiting
+        while not any("get() waits and has returned" in r.getMessage() for r in caplog.records):
+            assert loop.time() < deadline, "no warning that get() waits"
+            await asyncio.sleep(0.02)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert server.communicator.statistics().get_waiting == ""  # the wait ended with it
+        await server.close()
+
+    asyncio.run(main())

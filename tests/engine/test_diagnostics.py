@@ -164,12 +164,15 @@ def test_a_get_that_has_waited_says_for_whom():
     assert diag.get_wait(now) == ""  # not waited stall_warning yet
     later = now + 2
     text = diag.get_wait(later)
-    assert text.startswith(f"get() has waited {stall + 1:.0f} s for a message and no client is "
-                           f"connected")
+    assert text.startswith(f"get() waits and has returned no message for {stall + 1:.0f} s; "
+                           f"no client is connected")
     session, _ = peers.open(uuid.uuid4())
     session.state = PeerState.CONNECTED
-    assert diag.get_wait(later).endswith("from 1 connected client; it returns when one of "
+    assert diag.get_wait(later).endswith("; 1 client is connected: it returns when one of "
                                          "them puts one")
+    other, _ = peers.open(uuid.uuid4())
+    other.state = PeerState.CONNECTED
+    assert "; 2 clients are connected: " in diag.get_wait(later)
     getters.getters = 0  # the get() gave up (timeout): nothing waits now
     assert diag.get_wait(later) == ""
 
@@ -177,9 +180,9 @@ def test_a_get_that_has_waited_says_for_whom():
 def test_a_client_get_names_the_server():
     now = time.monotonic()
     diag, peers, _ = diagnostics(server=False, getters=Getters(getters=1, waiting_since=now - 60))
-    assert "and the server is not connected" in diag.get_wait(now)
+    assert "; the server is not connected" in diag.get_wait(now)
     peers.server_session.state = PeerState.CONNECTED
-    assert "from the server (connected)" in diag.get_wait(now)
+    assert "the server is connected: it returns when the server puts" in diag.get_wait(now)
 
 
 def test_a_server_get_with_no_client_warns_once_per_wait(caplog):
@@ -193,8 +196,8 @@ def test_a_server_get_with_no_client_warns_once_per_wait(caplog):
         diag.watch(now + stall, stopping=False)
         diag.watch(now + stall + 2 * REPEAT_WARNING, stopping=False)  # the same wait: once
         assert [r.getMessage() for r in caplog.records] == [
-            f"netq server: get() has waited {stall:.0f} s for a message and no client is "
-            f"connected: it returns when a client connects and puts one (get(timeout=) gives "
+            f"netq server: get() waits and has returned no message for {stall:.0f} s; no client "
+            f"is connected: it returns when a client connects and puts one (get(timeout=) gives "
             f"up after that many seconds)"]
         getters.waiting_since = now + 100  # a message was taken; a new wait began
         session, _ = peers.open(uuid.uuid4())

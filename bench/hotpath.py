@@ -16,7 +16,15 @@ floor of bench/run.py). Each side is its own process; per side the table gives, 
 * page faults (minor: memory touched for the first time since the C allocator got it from
   the system, or since it gave it back);
 * system calls (``perf stat -e raw_syscalls:sys_enter`` on the whole process, the fixed cost
-  removed by running a second, smaller count and taking the difference; blank without perf).
+  removed by running a second, smaller count and taking the difference; blank without perf);
+* the CPU of the thread that calls ``put()`` and ``get()`` (user + system,
+  ``time.thread_time``); the rest of the side's CPU is its other threads (netq's I/O thread).
+
+``--awake`` keeps every CPU from going idle while it measures: one spinning process per CPU at
+``SCHED_IDLE`` priority, which runs only when nothing else wants the CPU and never delays the
+measured processes. On a VM whose idle vCPUs halt, a wake-up then costs no VM exit, so the
+difference to a run without it is what idling between messages costs (raw sockets' round trip
+gains most from it); what stays is the code's own cost.
 
 ``--cprofile N`` profiles every thread of each side (cProfile per thread, merged) and prints
 the N functions with the most own time per message. Profiling slows Python code several times,
@@ -27,6 +35,7 @@ Performance claims come from bench/run.py; this tool says where a message's micr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -232,7 +241,7 @@ def side(spec: dict) -> None:
     else:
         get()
         put(payload)
-    start_usage, start = _usage(), time.perf_counter()
+    start_usage, start_thread, start = _usage(), time.thread_time(), time.perf_counter()
     if kind == "oneway":
         if role == "client":
             for _ in range(count):
@@ -251,8 +260,9 @@ def side(spec: dict) -> None:
             for _ in range(count):
                 put(get())
     wall = time.perf_counter() - start
+    caller = time.thread_time() - start_thread
     end_usage = _usage()
-    report = {"wall": wall,
+    report = {"wall": wall, "caller": caller,
               "user": end_usage[0] - start_usage[0], "sys": end_usage[1] - start_usage[1],
               "vcsw": end_usage[2] - start_usage[2], "ivcsw": end_usage[3] - start_usage[3],
               "minflt": end_usage[4] - start_usage[4]}
@@ -323,12 +333,42 @@ def measure(row: str, kind: str, size: int, count: int, perf: bool, tmpdir: str)
     for role, result in full.items():
         per = {"µs user": result["user"] * 1e6 / count, "µs sys": result["sys"] * 1e6 / count,
                "wake-ups": result["vcsw"] / count, "preempted": result["ivcsw"] / count,
-               "page faults": result["minflt"] / count, "wall µs": result["wall"] * 1e6 / count}
+               "page faults": result["minflt"] / count, "wall µs": result["wall"] * 1e6 / count,
+               "µs caller": result["caller"] * 1e6 / count}
         if small is not None and "syscalls" in result and "syscalls" in small[role]:
             per["syscalls"] = ((result["syscalls"] - small[role]["syscalls"])
                                / (count - max(1, count // 5)))
         figures[role] = per
     return figures
+
+
+_SPINNER = """\
+import os
+parent = os.getppid()
+os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+while os.getppid() == parent:  # ends with the tool, however it ends
+    for _ in range(100_000):
+        pass
+"""
+
+
+@contextlib.contextmanager
+def _cpus_kept_awake(enabled: bool):
+    """``--awake``: one SCHED_IDLE spinner per CPU for the duration (see the module doc)."""
+    if not enabled:
+        yield
+        return
+    if not hasattr(os, "SCHED_IDLE"):
+        raise SystemExit("--awake needs SCHED_IDLE (Linux)")
+    spinners = [subprocess.Popen([sys.executable, "-c", _SPINNER])
+                for _ in range(os.cpu_count() or 1)]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+        for spinner in spinners:
+            spinner.wait()
 
 
 def main() -> None:
@@ -340,6 +380,8 @@ def main() -> None:
                         help="messages (default: 200000 one-way, 20000 round trips)")
     parser.add_argument("--cprofile", type=int, default=0, metavar="N",
                         help="also print the N functions with the most own time per message")
+    parser.add_argument("--awake", action="store_true",
+                        help="keep every CPU from idling (SCHED_IDLE spinners) while measuring")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
@@ -347,7 +389,8 @@ def main() -> None:
         return
     size = _size(args.size)
     perf = shutil.which("perf") is not None
-    with tempfile.TemporaryDirectory(prefix="netq-profile-") as tmpdir:
+    with tempfile.TemporaryDirectory(prefix="netq-profile-") as tmpdir, \
+            _cpus_kept_awake(args.awake):
         rows = args.rows.split(",")
         if "netq-tls" in rows:
             _certificate(tmpdir)
@@ -358,9 +401,9 @@ def main() -> None:
             what = ("client sends, server receives" if kind == "oneway"
                     else "client pings, server echoes")
             print(f"\n## {kind}, {size} B, {count} messages ({what})\n")
-            print("| row | side | wall µs/msg | CPU µs user | CPU µs sys | wake-ups | "
-                  "preempted | page faults | syscalls |")
-            print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+            print("| row | side | wall µs/msg | CPU µs user | CPU µs sys | of which the caller's "
+                  "thread | wake-ups | preempted | page faults | syscalls |")
+            print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
             last = {}
             for row in rows:
                 figures = last[row] = measure(row, kind, size, count, perf, tmpdir)
@@ -368,7 +411,8 @@ def main() -> None:
                     f = figures[role]
                     calls = f"{f['syscalls']:.2f}" if "syscalls" in f else ""
                     print(f"| {row} | {role} | {f['wall µs']:.2f} | {f['µs user']:.2f} | "
-                          f"{f['µs sys']:.2f} | {f['wake-ups']:.3f} | {f['preempted']:.3f} | "
+                          f"{f['µs sys']:.2f} | {f['µs caller']:.2f} | {f['wake-ups']:.3f} | "
+                          f"{f['preempted']:.3f} | "
                           f"{f['page faults']:.2f} | {calls} |")
             if args.cprofile:
                 for row in rows:

@@ -21,10 +21,11 @@ floor of bench/run.py). Each side is its own process; per side the table gives, 
   ``time.thread_time``); the rest of the side's CPU is its other threads (netq's I/O thread).
 
 ``--awake`` keeps every CPU from going idle while it measures: one spinning process per CPU at
-``SCHED_IDLE`` priority, which runs only when nothing else wants the CPU and never delays the
-measured processes. On a VM whose idle vCPUs halt, a wake-up then costs no VM exit, so the
-difference to a run without it is what idling between messages costs (raw sockets' round trip
-gains most from it); what stays is the code's own cost.
+``SCHED_IDLE`` priority, which runs only when nothing else wants the CPU and gives it up to a
+measured process that wakes (the "preempted" column shows what that costs). On a VM whose idle
+vCPUs halt, a wake-up then costs no VM exit, so the difference to a run without it is what
+idling between messages costs (raw sockets' round trip gains most from it); what stays is the
+code's own cost.
 
 ``--cprofile N`` profiles every thread of each side (cProfile per thread, merged) and prints
 the N functions with the most own time per message. Profiling slows Python code several times,

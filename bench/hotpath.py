@@ -90,7 +90,7 @@ class _ThreadProfiles:
 
     def stop(self, top: int, count: int) -> tuple[str, dict[str, float]]:
         """The top functions as text, and own time per message by stage (µs, profiled)."""
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
         for profile in self.profiles:
             profile.disable()
         stats = pstats.Stats(self.profiles[0])
@@ -263,7 +263,7 @@ def side(spec: dict) -> None:
     wall = time.perf_counter() - start
     caller = time.thread_time() - start_thread
     end_usage = _usage()
-    report = {"wall": wall, "caller": caller,
+    report: dict[str, object] = {"wall": wall, "caller": caller,
               "user": end_usage[0] - start_usage[0], "sys": end_usage[1] - start_usage[1],
               "vcsw": end_usage[2] - start_usage[2], "ivcsw": end_usage[3] - start_usage[3],
               "minflt": end_usage[4] - start_usage[4]}

@@ -23,8 +23,10 @@ bounds what it has in the broker, so a drop costs a reconnect and a resend, neve
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -40,8 +42,10 @@ from .exceptions import BrokerUnavailable
 from .options import NetworkLocation
 
 __all__ = ("LocalBroker", "local_broker", "AmqttBroker", "RabbitMQCluster", "RabbitMQNode",
-           "find_rabbitmq", "broker", "environment_broker", "find_mosquitto",
+           "find_rabbitmq", "broker", "environment_broker", "find_mosquitto", "free_port",
            "BROKER_VARIABLE", "INSTALL_HINT", "RABBITMQ_START_TIMEOUT")
+
+_logger = logging.getLogger(__name__)
 
 BROKER_VARIABLE = "NETQ_MQTT_BROKER"  # "host:port" of a running broker (binder/start sets it)
 
@@ -62,11 +66,33 @@ def find_mosquitto(binary: str | os.PathLike | None = None) -> str:
     raise BrokerUnavailable(f"the mosquitto broker was not found; {INSTALL_HINT}")
 
 
-def _free_port(host: str) -> int:
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10000  # brokers' ports are drawn at random from here up to the ephemeral range
+_PORT_DRAWS = 50
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that nothing is bound to now, for a program that binds it later.
+
+    A broker takes seconds to bind the port it is given (RabbitMQ about 12 s), and a port from
+    the kernel's ephemeral range (what ``bind(0)`` gives) can meanwhile become the local end of
+    any outgoing connection on the machine. So, where the kernel says where that range starts
+    (Linux), the port is drawn below it; elsewhere, or when no draw is free, ``bind(0)``."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
+    try:
+        ephemeral_low = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 0
+    candidates = ([random.randrange(_LOWEST_PORT, ephemeral_low) for _ in range(_PORT_DRAWS)]
+                  if ephemeral_low > _LOWEST_PORT + _PORT_DRAWS else [])
+    for port in [*candidates, 0]:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return probe.getsockname()[1]
+    raise BrokerUnavailable(f"no free TCP port on {host}")
 
 
 class _BrokerProcesses:
@@ -203,7 +229,7 @@ class LocalBroker(_BrokerProcesses):
         fixed_port = self.port != 0
         for _attempt in range(5):
             if not fixed_port:
-                self.port = _free_port(self.host)
+                self.port = free_port(self.host)
             self.config_path.write_text(self.config())
             with open(self.log_path, "ab") as log:
                 self.process = subprocess.Popen(
@@ -318,6 +344,9 @@ RABBITMQ_HINT = ("install RabbitMQ: `sudo apt-get install -y rabbitmq-server` (D
                  "the rabbitmq_mqtt plugin ships with it)")
 _RABBITMQ_SEARCH = ("/usr/lib/rabbitmq/bin/rabbitmq-server", "/usr/sbin/rabbitmq-server",
                     "/usr/local/sbin/rabbitmq-server", "/opt/homebrew/sbin/rabbitmq-server")
+# What rabbitmq-server prints once every boot step has run ("... completed with N plugins.").
+_BOOT_COMPLETED = b"Starting broker... completed"
+_PORT_ATTEMPTS = 3  # starts a node gets when another program takes one of its ports
 RABBITMQ_START_TIMEOUT = 90.0  # seconds a node gets to open its MQTT listener (~12 s idle)
 
 
@@ -347,12 +376,18 @@ class RabbitMQNode:
         self.cluster = cluster
         self.index = index
         self.name = f"netq{cluster.tag}n{index}@localhost"
-        host = cluster.host
-        self.mqtt_port = _free_port(host)
-        self.amqp_port = _free_port(host)
-        self.dist_port = _free_port(host)
+        self.choose_ports()
         self.directory = cluster.directory / f"node{index}"
         self.process: subprocess.Popen | None = None
+        self._log_start = 0  # where this start's output begins in stdout.log
+
+    def choose_ports(self) -> None:
+        """Free MQTT, AMQP and distribution ports on the cluster's host (applied at the next
+        :meth:`start_process`)."""
+        host = self.cluster.host
+        self.mqtt_port = free_port(host)
+        self.amqp_port = free_port(host)
+        self.dist_port = free_port(host)
 
     @property
     def netloc(self) -> NetworkLocation:
@@ -414,26 +449,69 @@ class RabbitMQNode:
         (self.directory / "rabbitmq-env.conf").write_text("")
         (self.directory / "enabled_plugins").write_text("[rabbitmq_mqtt].\n")
         with open(self.log_path, "ab") as log:
+            self._log_start = log.tell()
             self.process = subprocess.Popen(
                 [self.cluster.binaries[0]], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                 env=self.environment(), start_new_session=True)
 
     def wait_ready(self, timeout: float = RABBITMQ_START_TIMEOUT) -> None:
-        """Wait until the MQTT listener accepts connections, or raise BrokerUnavailable."""
+        """Wait until the node says it has booted and its MQTT listener accepts connections,
+        or raise BrokerUnavailable.
+
+        Both: the MQTT listener opens before the node's last boot steps (its AMQP listener
+        among them), so a node can accept MQTT connections for a moment and then exit with
+        ``BOOT FAILED``."""
         process = self.process
         assert process is not None  # start_process() has launched it
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 break
-            try:
-                with socket.create_connection((self.cluster.host, self.mqtt_port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.1)
+            if _BOOT_COMPLETED in self._this_start_output():
+                try:
+                    with socket.create_connection((self.cluster.host, self.mqtt_port),
+                                                  timeout=0.5):
+                        return
+                except OSError:
+                    pass
+            time.sleep(0.1)
         raise BrokerUnavailable(
-            f"RabbitMQ node {self.name} did not open MQTT on {self.cluster.host}:"
+            f"RabbitMQ node {self.name} did not boot with MQTT open on {self.cluster.host}:"
             f"{self.mqtt_port} within {timeout:g} s; log {self.log_path}:\n{self._log_tail()}")
+
+    def wait_started(self, timeout: float = RABBITMQ_START_TIMEOUT) -> None:
+        """:meth:`wait_ready` after a first start. A node that exited because one of its ports
+        was taken while it booted (another program bound it first) gets new ports and starts
+        again (three starts in all), with a warning on the ``netq.brokers`` logger."""
+        for attempt in range(1, _PORT_ATTEMPTS + 1):
+            try:
+                self.wait_ready(timeout)
+                return
+            except BrokerUnavailable:
+                if attempt == _PORT_ATTEMPTS or not self._lost_a_port():
+                    raise
+            taken = (self.mqtt_port, self.amqp_port, self.dist_port)
+            self.stop()
+            self.choose_ports()
+            _logger.warning("RabbitMQ node %s exited: one of its ports %s was taken while it "
+                            "started; starting it again on MQTT port %d", self.name, taken,
+                            self.mqtt_port)
+            self.start_process()
+
+    def _lost_a_port(self) -> bool:
+        """Whether this start ended with a listener that could not bind (``eaddrinuse``)."""
+        if self.process is None or self.process.poll() is None:
+            return False
+        return b"eaddrinuse" in self._this_start_output()
+
+    def _this_start_output(self) -> bytes:
+        """What the node has printed since its last :meth:`start_process`."""
+        try:
+            with open(self.log_path, "rb") as log:
+                log.seek(self._log_start)
+                return log.read()
+        except OSError:
+            return b""
 
     def _log_tail(self) -> str:
         texts = []
@@ -497,14 +575,14 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 class RabbitMQCluster(_BrokerProcesses):
-    """Private RabbitMQ nodes with the MQTT plugin, on loopback, started concurrently; the
-    nodes after the first join it (``classic_config`` peer discovery). One node is a cluster
-    of one: ``RabbitMQCluster(1).start().nodes[0].netloc``.
+    """Private RabbitMQ nodes with the MQTT plugin, on loopback; the nodes after the first
+    start together once it has booted, and join it (``classic_config`` peer discovery). One
+    node is a cluster of one: ``RabbitMQCluster(1).start().nodes[0].netloc``.
 
     Everything is private: an ``epmd`` on a free port (started and stopped by its pid), a HOME
     with its own ``.erlang.cookie``, per node a name, AMQP/MQTT/distribution ports on
     ``host`` only, and its data and logs under ``directory`` (removed by :meth:`close`).
-    Starting takes about 12 s per node on an idle machine (nodes start in parallel).
+    Starting takes about 12 s on an idle machine for a cluster of one, twice that for more.
 
     RabbitMQ 3.10 caveat: the first node of a cluster, killed with SIGKILL, does not come back
     (its MQTT plugin fails to restart its Raft member: ``badrpc, nodedown``); the other nodes,
@@ -524,7 +602,7 @@ class RabbitMQCluster(_BrokerProcesses):
         cookie = self.home / ".erlang.cookie"
         cookie.write_text(os.urandom(16).hex().upper())
         cookie.chmod(0o400)
-        self.epmd_port = _free_port(host)
+        self.epmd_port = free_port(host)
         self.epmd: subprocess.Popen | None = None
         self.nodes = [RabbitMQNode(self, index) for index in range(size)]
 
@@ -534,8 +612,9 @@ class RabbitMQCluster(_BrokerProcesses):
         return self.wait_ready()
 
     def launch(self) -> RabbitMQCluster:
-        """Start epmd and every node's process, without waiting for them (see
-        :meth:`wait_ready`): clusters launched one after the other start in parallel."""
+        """Start epmd and the first node's process, without waiting for it (see
+        :meth:`wait_ready`, which starts the others): clusters launched one after the other
+        boot in parallel."""
         try:
             if self.epmd is None:
                 environment = dict(os.environ, ERL_EPMD_ADDRESS=self.host, HOME=str(self.home))
@@ -544,19 +623,27 @@ class RabbitMQCluster(_BrokerProcesses):
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL, start_new_session=True)
                 self._wait_epmd()
-            for node in self.nodes:
-                node.start_process()
+            self.nodes[0].start_process()
         except BaseException:
             self.stop()
             raise
         return self
 
     def wait_ready(self) -> RabbitMQCluster:
-        """Wait until every node's MQTT listener is up (BrokerUnavailable, all stopped, if
-        one does not come up)."""
+        """Wait until the first node has booted, then start the others and wait until each
+        one has booted with its MQTT listener up (BrokerUnavailable, all stopped, if one does
+        not come up).
+
+        The others join the first one only once it has booted: a node that joins a first
+        node still booting can make it fail (``incompatible_feature_flags``) or wait for
+        the joiner's tables until the start timeout."""
         try:
-            for node in self.nodes:
-                node.wait_ready()
+            first, *others = self.nodes
+            first.wait_started()
+            for node in others:
+                node.start_process()
+            for node in others:
+                node.wait_started()
         except BaseException:
             self.stop()
             raise

@@ -3,7 +3,8 @@ conformance suite's ``mqtt-rabbitmq`` case.
 
 * ``rabbitmq`` (session): a RabbitMQ node of its own, and ``rabbitmq_cluster`` (session): a
   2-node cluster (:class:`netq.brokers.RabbitMQCluster`, Debian's ``rabbitmq-server`` with the
-  ``rabbitmq_mqtt`` plugin); all three nodes are launched together on first use (about 15-25 s
+  ``rabbitmq_mqtt`` plugin); the single node and the cluster's first node are launched
+  together on first use, the cluster's second node once its first has booted (about 15-35 s
   on this 2-core machine).
 * ``amqtt_binary`` (session): the ``amqtt`` script of a venv of its own (amqtt's pins must not
   touch netq's environment), made once with ``pip install amqtt==0.12.1`` and cached under

@@ -22,16 +22,17 @@ import socket
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
 pytest.importorskip("paho.mqtt", reason="Protocol.MQTT needs paho-mqtt")
 
 import netq as nq
-from netq.brokers import AmqttBroker, local_broker
+from netq.brokers import AmqttBroker, RabbitMQCluster, free_port, local_broker
 from netq.transports.mqtt import link_statistics
 from netq_testing import wait_for
-from transports.brokers_testing import crash_and_restart
+from transports.brokers_testing import crash_and_restart, rabbitmq_missing
 from transports.mqtt_testing import MQTTSpec, mosquitto_missing
 
 T = 30  # seconds: generous bound for one step on a loaded machine
@@ -238,6 +239,32 @@ def test_rabbitmq_node_killed_and_restarted_loses_nothing(rabbitmq):
         fleet.close()
 
 
+@pytest.mark.timeout(RESTART_BOUND)
+def test_a_rabbitmq_node_whose_port_is_taken_while_it_boots_starts_on_new_ports(caplog):
+    """Another program binds a node's AMQP port between the port's choice and the node's
+    listen (seconds on a busy machine): the node exits on ``eaddrinuse``, and the cluster
+    starts it again on new ports, with a warning, instead of failing."""
+    reason = rabbitmq_missing()
+    if reason is not None:
+        pytest.skip(reason)
+    caplog.set_level(logging.WARNING, logger="netq.brokers")
+    cluster = RabbitMQCluster(1)
+    node = cluster.nodes[0]
+    taken = node.amqp_port
+    try:
+        with socket.socket() as squatter:
+            squatter.bind((cluster.host, taken))
+            squatter.listen()
+            cluster.start()
+        assert node.amqp_port != taken
+        with socket.create_connection((cluster.host, node.mqtt_port), timeout=T):
+            pass
+        assert any(f"{taken}" in r.getMessage() and "taken while it started" in r.getMessage()
+                   for r in caplog.records)
+    finally:
+        cluster.close()
+
+
 # ============================================================================ amqtt
 
 
@@ -341,13 +368,18 @@ def test_stale_retained_server_status_after_a_broker_crash(mosquitto, caplog):
             fleet.close()
 
 
+def test_a_brokers_port_is_drawn_below_the_ephemeral_range(mosquitto):
+    """A broker's port is never one the kernel could hand to an outgoing connection while the
+    broker starts (where the kernel says where that range begins)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except OSError:
+        pytest.skip("the kernel does not say where its ephemeral port range starts")
+    with local_broker(directory=mosquitto) as broker:
+        assert broker.netloc.port < low
+
+
 # ============================================================================ diagnostics
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_clients_say_within_5_s_what_stands_between_them_and_a_server(rabbitmq, caplog):
@@ -357,7 +389,7 @@ def test_clients_say_within_5_s_what_stands_between_them_and_a_server(rabbitmq, 
     BrokerUnavailable only when nothing accepts the TCP connection."""
     caplog.set_level(logging.WARNING, logger="netq")
     node = rabbitmq
-    nowhere = nq.NetworkLocation("127.0.0.1", _free_port())
+    nowhere = nq.NetworkLocation("127.0.0.1", free_port())
     cases = {
         "no MQTT broker at": Fleet(nowhere, nowhere),
         "closed the connection without answering CONNECT (MQTT 5 unsupported?)":

@@ -10,10 +10,11 @@ default port (51966), which may be busy on a test machine, so
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from netq.brokers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"^```python\n(# (server|client)\.py\n.*?)^```", re.MULTILINE | re.DOTALL)
@@ -30,12 +31,6 @@ def on_port(code: str, purpose: str, port: int) -> str:
     assert code.count(call) == 1, f"README's {purpose.lower()}.py no longer calls {call}"
     return code.replace(call, f"nq.new(purpose=nq.Purpose.{purpose}, options=nq."
                               f"CommunicatorOptions(netloc=nq.NetworkLocation(port={port})))")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_readme_server_and_client_run_as_two_processes(tmp_path):

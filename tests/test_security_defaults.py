@@ -28,6 +28,7 @@ import pytest
 import netq as nq
 import netq.aio
 from netq import exposure
+from netq.brokers import free_port
 
 HERE = Path(__file__).resolve().parent
 NOT_HERE = "198.18.0.1"  # benchmarking range: never an address of this host outside a namespace
@@ -75,14 +76,6 @@ def _listening_ports() -> set[int]:
     return ports
 
 
-def _free_loopback_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 # ============================================================ refused before binding
 
 
@@ -93,7 +86,7 @@ def _free_loopback_port() -> int:
 def test_default_server_beyond_loopback_is_refused_before_binding(protocol, tls, host,
                                                                   tls_files):
     _needs_grpc(protocol)
-    port = _free_loopback_port()
+    port = free_port()
     security = {"certificate": tls_files.server_cert, "key": tls_files.server_key} if tls else {}
     with pytest.raises(nq.UnprotectedServer) as refused:
         nq.new(protocol, nq.Purpose.SERVER, _options(host, port, **security))

@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import socket
 import threading
 import time
 
 import pytest
 
 import netq as nq
+from netq.brokers import free_port
 
 T = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_a_link_failure_is_not_called_a_closed_communicator():
@@ -37,7 +31,7 @@ def test_a_grpc_client_with_no_server_does_not_say_it_is_closed(caplog):
     pytest.importorskip("grpc")
     caplog.set_level(logging.WARNING, logger="netq")
     options = nq.CommunicatorOptions(
-        netloc=nq.NetworkLocation("127.0.0.1", _free_port()),
+        netloc=nq.NetworkLocation("127.0.0.1", free_port()),
         connection=nq.ConnectionOptions(stall_warning=0.5))
     client = nq.new(nq.Protocol.GRPC, nq.Purpose.CLIENT, options)
     try:

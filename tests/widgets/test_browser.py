@@ -25,7 +25,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import pytest
 
+from netq.brokers import free_port
 from netq_testing import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -144,12 +144,6 @@ def _requirements():
     return sync_playwright, nbformat
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class Lab:
     """jupyter-lab in its own directories, on 127.0.0.1, stopped by pid."""
 
@@ -157,7 +151,7 @@ class Lab:
         self.token = secrets.token_hex(16)
         self.root = root
         self.home = home
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         kernels = home / "jupyter-path" / "kernels" / "python3"
         kernels.mkdir(parents=True)

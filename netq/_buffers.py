@@ -11,7 +11,8 @@ through ``ctypes`` and receive straight into the object the user will get:
 * ``allocate_readonly(n)`` -> ``(bytes, view)``: a fresh, not yet shared ``bytes`` object and a
   writable view of its storage. Filling a ``bytes`` object before anyone else has a reference
   to it is what C code does with ``PyBytes_FromStringAndSize(NULL, n)``; the hash is computed
-  lazily, so it stays correct. The view must be dropped once the buffer is full.
+  lazily, so it stays correct. The view must be dropped once the buffer is full (it keeps
+  the object alive, as any memoryview does).
 
 Where ``ctypes.pythonapi`` is missing (not CPython) both fall back to zero-filled bytearrays:
 read-only parts then arrive as ``bytearray`` instead of ``bytes``.
@@ -50,8 +51,17 @@ if ZERO_COPY_ALLOCATION:
         obj = _bytes_new(None, size)
         if size == 0:
             return obj, memoryview(bytearray())
-        storage = (ctypes.c_char * size).from_address(id(obj) + _BYTES_DATA_OFFSET)
-        return obj, memoryview(storage).cast("B")
+        return obj, _storage_view(obj)
+
+    def _storage_view(obj: bytes) -> memoryview:
+        """A writable view of a bytes object's storage that keeps the object alive.
+
+        A ctypes array made with ``from_address`` owns nothing; the reference stored on it
+        gives the view what a memoryview of any object has: the memory it writes to cannot be
+        freed (and reused by other objects) while the view, or a slice of it, exists."""
+        storage = (ctypes.c_char * len(obj)).from_address(id(obj) + _BYTES_DATA_OFFSET)
+        storage.owner = obj  # type: ignore[attr-defined]
+        return memoryview(storage).cast("B")
 
 else:  # pragma: no cover - non-CPython
 
@@ -158,8 +168,7 @@ class ReceivePool:
             return memoryview(obj)
         # Nobody else can see this bytes object: writing it is what filling a fresh one is.
         ctypes.c_ssize_t.from_address(id(obj) + _BYTES_DATA_OFFSET - 8).value = -1
-        storage = (ctypes.c_char * len(obj)).from_address(id(obj) + _BYTES_DATA_OFFSET)
-        return memoryview(storage).cast("B")
+        return _storage_view(obj)  # type: ignore[arg-type]
 
     @property
     def capacity(self) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 
 import pytest
 
@@ -30,6 +31,28 @@ def test_a_buffer_nobody_holds_is_received_into_again(readonly):
         pytest.skip("bytes are not reused on this interpreter")
     assert id(second) == address and second[:5] == b"again"
     assert type(second) is (bytes if readonly and _buffers.ZERO_COPY_ALLOCATION else bytearray)
+
+
+@pytest.mark.parametrize("reused", [False, True], ids=["fresh", "reused"])
+def test_a_view_keeps_its_bytes_alive_until_it_and_its_slices_are_gone(reused):
+    """What is written through a view (or a slice of it, as ``recv_into`` gets) always lands
+    in a live object, even one every other holder has dropped meanwhile."""
+    if not _buffers.ZERO_COPY_ALLOCATION or (reused and not _buffers._BYTES_REUSABLE):
+        pytest.skip("bytes are not filled through views on this interpreter")
+    pool = ReceivePool()
+    if reused:
+        fill(pool, SIZE, True, b"first")  # dropped at once: pooled and free
+        obj, view = pool.allocate(SIZE, True)
+    else:
+        obj, view = _buffers.allocate_readonly(SIZE)
+    part = view[100:200]
+    held = sys.getrefcount(obj)
+    view.release()
+    assert sys.getrefcount(obj) == held, "a slice still writes into it"
+    part[:] = b"s" * 100
+    del part
+    assert sys.getrefcount(obj) == held - 1
+    assert obj[100:200] == b"s" * 100
 
 
 def test_a_reused_bytes_object_hashes_its_new_content():

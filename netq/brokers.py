@@ -69,6 +69,7 @@ def find_mosquitto(binary: str | os.PathLike | None = None) -> str:
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _LOWEST_PORT = 10000  # brokers' ports are drawn at random from here up to the ephemeral range
 _PORT_DRAWS = 50
+_port_draw = random.Random().randrange  # its own generator: the program's random.seed() stays
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -83,7 +84,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         ephemeral_low = int(_EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         ephemeral_low = 0
-    candidates = ([random.randrange(_LOWEST_PORT, ephemeral_low) for _ in range(_PORT_DRAWS)]
+    candidates = ([_port_draw(_LOWEST_PORT, ephemeral_low) for _ in range(_PORT_DRAWS)]
                   if ephemeral_low > _LOWEST_PORT + _PORT_DRAWS else [])
     for port in [*candidates, 0]:
         with socket.socket(family, socket.SOCK_STREAM) as probe:

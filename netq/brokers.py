@@ -347,6 +347,7 @@ _RABBITMQ_SEARCH = ("/usr/lib/rabbitmq/bin/rabbitmq-server", "/usr/sbin/rabbitmq
                     "/usr/local/sbin/rabbitmq-server", "/opt/homebrew/sbin/rabbitmq-server")
 # What rabbitmq-server prints once every boot step has run ("... completed with N plugins.").
 _BOOT_COMPLETED = b"Starting broker... completed"
+_BOOT_NOTICE = 15.0  # seconds of waiting for a node after which the wait is logged (INFO)
 _PORT_ATTEMPTS = 3  # starts a node gets when another program takes one of its ports
 RABBITMQ_START_TIMEOUT = 90.0  # seconds a node gets to open its MQTT listener (~12 s idle)
 
@@ -464,10 +465,16 @@ class RabbitMQNode:
         ``BOOT FAILED``."""
         process = self.process
         assert process is not None  # start_process() has launched it
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
+        said = False
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 break
+            if not said and time.monotonic() - started >= _BOOT_NOTICE:
+                said = True
+                _logger.info("waiting for RabbitMQ node %s to boot (up to %g s; its log: %s)",
+                             self.name, timeout, self.log_path)
             if _BOOT_COMPLETED in self._this_start_output():
                 try:
                     with socket.create_connection((self.cluster.host, self.mqtt_port),

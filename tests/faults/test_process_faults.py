@@ -293,9 +293,12 @@ def test_server_restarted_on_same_address_client_reconnects(transport):
     wait_for(lambda: client.statistics().peers[0].state != "connected", T,
              message="the client to notice the crash")
     during = [client.put(("during", index)) for index in range(10)]
-    # Waiting for a server with work pending, the client (this process) stays near idle.
+    # Waiting for a server with work pending, the client (this process) stays near idle: a
+    # spinning thread shows about a whole core. Its reconnect attempts (every 0.2 s here; a
+    # new gRPC channel each) cost a few percent of a core on a quiet machine and several times
+    # that on a loaded one, so the bound leaves room for load.
     cpu = cpu_fraction(1.5)
-    assert cpu < 0.10, f"{cpu:.0%} of a core while waiting for a server"
+    assert cpu < 0.25, f"{cpu:.0%} of a core while waiting for a server"
 
     new = transport.make_server(netloc=location)
     expected = [("in flight", i) for i in range(20)] + [("during", i) for i in range(10)]

@@ -363,8 +363,10 @@ class Communicator:
         after ``session_timeout``). A wait longer than ``stall_warning`` logs a WARNING that
         says what it waits for. With ``timeout`` (seconds), whatever is still pending then
         fails with :class:`ResourceClosed` and the links are closed. A client whose link
-        breaks before its goodbye is done reconnects to finish it (within ``timeout``, at
-        least 1 s, or a heartbeat without one), so the server learns what it received.
+        breaks before its goodbye is done reconnects to finish it, so the server learns what
+        it received: within ``timeout`` (at least 1 s), or without one for as long as the
+        server may still hold its session (``session_timeout`` from the break, plus 3
+        heartbeats), warning while it tries.
 
         In a forked child it returns at once and does nothing: the connections are the
         parent's, which must not see a goodbye from the child.
@@ -381,27 +383,19 @@ class Communicator:
         stall = StallWarning(self._stall_warning, start)
         # One close path: wait on the engine (it says when something changed), warning while
         # it lasts; then the engine stops and the transport says goodbye (engine.goodbyes).
-        while True:
-            now = time.monotonic()
-            if stall.due(now):
-                LOGGER.warning("netq %s: close() has waited %.0f s: %s", self.purpose.value,
-                               now - start, engine.diagnostics.explain_close_wait())
-            wait = stall.next_due(now)
-            if deadline is not None:
-                wait = min(wait, deadline - now)
-            if engine.wait_flushed(max(wait, 0.0)) or (deadline is not None
-                                                        and time.monotonic() >= deadline):
-                break
+        self._wait_saying_why(stall, start, deadline, engine.wait_flushed)
         # Even when the timeout has run out, give the I/O thread a moment to tell peers that
         # we are leaving (ERROR SHUTDOWN / BYE) before the links are cut; a client whose
-        # goodbye a broken link interrupts reconnects to finish it within the same time.
+        # goodbye a broken link interrupted reconnects to finish it within the same time
+        # (without a timeout: for as long as the server may hold its session).
         grace = 1.0
         now = time.monotonic()
         remaining = None if deadline is None else max(grace, deadline - now)
         # The goodbye ends a moment before close() stops waiting: the loop then ends by itself
         # and says what it could not finish, instead of being cut short.
         engine.stop(None if remaining is None else now + remaining - _GOODBYE_MARGIN)
-        if not engine.closed.wait(remaining):
+        if not self._wait_saying_why(stall, start, None if remaining is None else now + remaining,
+                                     engine.closed.wait):
             self._transport.abort()
             engine.closed.wait()
         self._transport.join()
@@ -410,6 +404,24 @@ class Communicator:
             with session.send_lock:
                 session.fail_outbound(error)
         self._inboxes.wake_all()
+
+    def _wait_saying_why(self, stall: StallWarning, start: float, deadline: float | None,
+                         wait: Callable[[float], bool]) -> bool:
+        """close(): ``wait(seconds)`` until it returns True (then True) or ``deadline`` passes
+        (then False), with a WARNING whenever ``stall`` says one is due."""
+        engine = self._engine
+        while True:
+            now = time.monotonic()
+            if stall.due(now):
+                LOGGER.warning("netq %s: close() has waited %.0f s: %s", self.purpose.value,
+                               now - start, engine.explain_close_wait())
+            seconds = stall.next_due(now)
+            if deadline is not None:
+                seconds = min(seconds, deadline - now)
+            if wait(max(seconds, 0.0)):
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
 
     # ------------------------------------------------------------------ statistics
 

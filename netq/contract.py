@@ -206,6 +206,10 @@ class EngineAPI(Protocol):
     def goodbyes(self) -> bool:
         """Closing: say goodbye on every link; True when nothing is left to wait for."""
 
+    def goodbye_wait(self, now: float, linked: bool) -> float:
+        """Stopping: seconds the loop may sleep before calling goodbyes() again (``linked``:
+        links are open)."""
+
     def failed(self, error: BaseException) -> None:
         """The I/O thread is dying of ``error``."""
 

@@ -364,8 +364,11 @@ class Diagnostics:
                 f"({progress}); netq keeps retrying every "
                 f"{self._options.connection.reconnect_max:g} s at most")
 
-    def explain_close_wait(self) -> str:
-        """What close() is still waiting for."""
+    def explain_close_wait(self, now: float, goodbye_deadline: float | None = None) -> str:
+        """What close() is still waiting for. ``goodbye_deadline``: a client's goodbye is
+        unfinished, and it tries to finish it until then (monotonic seconds)."""
+        if goodbye_deadline is not None:
+            return self._explain_goodbye(now, goodbye_deadline)
         sessions = self._peers.all()
         waiting = [s for s in sessions
                    if s.state is not PeerState.CLOSED and (s.outbox or s.inflight)]
@@ -385,6 +388,19 @@ class Diagnostics:
                         f"{self._options.connection.session_timeout:g} s); close(timeout=) "
                         f"ends them sooner")
         return "saying goodbye"
+
+    def _explain_goodbye(self, now: float, deadline: float) -> str:
+        session = self._peers.server_session
+        if session is None or session.state is PeerState.CONNECTED \
+                or session.disconnected_at is None:
+            return "saying goodbye: waiting for the server's BYE"
+        left = (f"; it stops trying in {max(deadline - now, 0.0):.0f} s"
+                if deadline != float("inf") else "")
+        return (f"finishing its goodbye: the link broke before the server's BYE came back, so "
+                f"the server may not know what this client received (it would keep the "
+                f"session for session_timeout and send that again to the next client with "
+                f"this id); {self.explain_unreachable(now)}{left}. close(timeout=) gives up "
+                f"after that many seconds")
 
     def explain_budget(self, full_for: float) -> str:
         """The receive budget has been full for ``full_for`` seconds: whose messages fill it."""

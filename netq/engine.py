@@ -56,6 +56,8 @@ __all__ = ("EngineAPI", "Inbox", "SessionEngine")
 LOGGER = logging.getLogger("netq")
 
 _GOODBYE_GRACE = 1.0  # seconds close(timeout) still allows for goodbyes after the timeout
+_STOPPING_POLL = 0.01  # seconds between looks at the goodbyes while links are open
+_GOODBYE_RETRY_POLL = 0.25  # at most this between looks while waiting to reconnect
 _CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an ACK is due
 # Seconds between looks at the timers (heartbeats, session timeouts, stall warnings) while the
 # loop turns for I/O; a busy link turns it once per message, the timers need no such precision.
@@ -471,6 +473,24 @@ class SessionEngine:
     def _closing_progress(self) -> None:
         with self._close_progress:
             self._close_progress.notify_all()
+
+    def goodbye_wait(self, now: float, linked: bool) -> float:
+        """Stopping: seconds the loop may sleep before it looks at the goodbyes again. While
+        links are open, or in the first moment, every 10 ms: a goodbye under way ends soon.
+        A client with no link that waits to reconnect to finish its goodbye sleeps until its
+        deadline, at most a quarter second (its reconnect timer and its sockets wake it)."""
+        if linked or now - self._stopping_since < _GOODBYE_GRACE:
+            return _STOPPING_POLL
+        deadline = self.handshake.goodbye_deadline()
+        if deadline is None:
+            return _STOPPING_POLL
+        return min(max(deadline - now, _STOPPING_POLL), _GOODBYE_RETRY_POLL)
+
+    def explain_close_wait(self) -> str:
+        """What close() waits for, in words (its stall WARNINGs)."""
+        now = time.monotonic()
+        deadline = self.handshake.goodbye_deadline() if self.stopping else None
+        return self.diagnostics.explain_close_wait(now, goodbye_deadline=deadline)
 
     def goodbyes(self) -> bool:
         now = time.monotonic()

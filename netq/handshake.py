@@ -12,6 +12,7 @@ Threads: the I/O thread only, with the link's lock held.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -71,7 +72,7 @@ class Handshake:
         self._recv_messages = recv_messages
         self._session_timeout = options.connection.session_timeout  # seconds
         self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
-        self._goodbye_by = 0.0  # see stopping()
+        self._goodbye_by: float | None = None  # see stopping()
         self._goodbye_warned = False
 
     def authenticated(self, link: Link, hello: proto.frames.Hello) -> bool:
@@ -297,26 +298,58 @@ class Handshake:
 
     def stopping(self, now: float, goodbye_by: float | None) -> None:
         """The communicator stops. ``goodbye_by``: the monotonic time until which a client
-        whose goodbye a broken link interrupted reconnects to finish it (default: a heartbeat,
-        at least a second, from now)."""
-        self._goodbye_by = goodbye_by if goodbye_by is not None \
-            else now + max(1.0, self._options.connection.heartbeat)
+        whose goodbye a broken link interrupted reconnects to finish it; None (close()
+        without a timeout): until the server must have ended the session anyway (see
+        :meth:`goodbye_deadline`)."""
+        self._goodbye_by = goodbye_by
+
+    def goodbye_deadline(self) -> float | None:
+        """Stopping client whose goodbye is unfinished: the monotonic time until which it
+        tries to finish it; None when there is no unfinished goodbye.
+
+        Without a deadline from close(), it tries for as long as the server may still hold
+        the session: ``session_timeout`` from when the link broke, plus the 3 heartbeats a
+        server may take to notice a silent link (the server's clock starts then; this client
+        assumes the server runs with its own ``session_timeout``). Past that, the server has
+        ended the session and sends nothing of it again, so the goodbye no longer matters.
+        While the link is up, the goodbye under way has no deadline of its own: a silent link
+        ends after 3 heartbeats."""
+        if not self.goodbye_unfinished():
+            return None
+        if self._goodbye_by is not None:
+            return self._goodbye_by
+        session = self._peers.server_session
+        assert session is not None
+        broke = session.disconnected_at
+        if broke is None:
+            return math.inf
+        return broke + self._session_timeout + 3 * self._options.connection.heartbeat
 
     def goodbye_retry(self, now: float) -> bool:
         """Stopping client: reconnect to finish an interrupted goodbye (see
         :meth:`goodbye_unfinished`)? Once the time for it is over, a WARNING says so, once."""
-        if not self.goodbye_unfinished():
+        deadline = self.goodbye_deadline()
+        if deadline is None:
             return False
-        if now < self._goodbye_by:
+        if now < deadline:
             return True
         if not self._goodbye_warned:
             self._goodbye_warned = True
-            LOGGER.warning(
-                "netq client: close() could not finish its goodbye: the link to %s broke and "
-                "no reconnect completed in time. The server keeps this client's session for "
-                "up to session_timeout (%.0f s); a new client with id %s that connects "
-                "before then receives again what the server holds as unacknowledged.",
-                self._transport.connect_target(), self._session_timeout, self._options.id)
+            target = self._transport.connect_target()
+            if self._goodbye_by is None:
+                # close() without a timeout tried until the server's session ran out.
+                LOGGER.warning(
+                    "netq client: close() ends without its goodbye: no reconnect to %s got "
+                    "through in the session_timeout (%.0f s) since the link broke; the server "
+                    "has ended this client's session by then and sends none of it again.",
+                    target, self._session_timeout)
+            else:
+                LOGGER.warning(
+                    "netq client: close() could not finish its goodbye: the link to %s broke "
+                    "and no reconnect completed in time. The server keeps this client's "
+                    "session for up to session_timeout (%.0f s); a new client with id %s that "
+                    "connects before then receives again what the server holds as "
+                    "unacknowledged.", target, self._session_timeout, self._options.id)
         return False
 
     def goodbye_unfinished(self) -> bool:

@@ -160,8 +160,10 @@ class PeerSession:
         return self.state is PeerState.CONNECTED
 
     def mark_disconnected(self, now: float) -> None:
+        """The link broke: the session waits for a reconnect (also one whose goodbye was
+        under way: a closing client says it again on the next link)."""
         self.link = None
-        if self.state in (PeerState.CONNECTED, PeerState.CONNECTING):
+        if self.state in (PeerState.CONNECTED, PeerState.CONNECTING, PeerState.CLOSING):
             self.state = PeerState.DISCONNECTED
             self.disconnected_at = now
 

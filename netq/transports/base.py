@@ -198,7 +198,7 @@ class Transport:
         if engine.stopping:
             if self._stop_step():
                 return True
-            timeout = min(timeout, 0.01)
+            timeout = min(timeout, engine.goodbye_wait(now, bool(self._links)))
         if self._reconnect_at is not None:
             timeout = min(timeout, max(0.0, self._reconnect_at - now))
         if self._closing_links:

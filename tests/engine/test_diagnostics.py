@@ -130,13 +130,32 @@ def test_an_attempt_under_way_says_how_far_it_got():
     assert "the netq handshake is not finished" in diag.explain_unreachable(time.monotonic())
 
 
+def test_a_client_finishing_its_goodbye_says_what_for_and_until_when():
+    diag, peers, reach = diagnostics(server=False)
+    now = time.monotonic()
+    session = peers.server_session
+    session.state = PeerState.CONNECTED
+    assert diag.explain_close_wait(now, goodbye_deadline=float("inf")) == \
+        "saying goodbye: waiting for the server's BYE"
+    session.state = PeerState.DISCONNECTED
+    session.disconnected_at = now - 2
+    reach.failed(now, "connection refused")
+    text = diag.explain_close_wait(now, goodbye_deadline=now + 12.2)
+    assert text.startswith("finishing its goodbye: the link broke before the server's BYE")
+    assert "send that again to the next client with this id" in text
+    assert "not connected to the server at tcp://127.0.0.1:9" in text
+    assert "last failed with: connection refused" in text
+    assert "it stops trying in 12 s" in text and text.endswith("that many seconds")
+    assert "stops trying" not in diag.explain_close_wait(now, goodbye_deadline=float("inf"))
+
+
 def test_a_server_close_waits_for_its_clients_and_says_so():
     diag, peers, _ = diagnostics(server=True)
-    assert diag.explain_close_wait() == "saying goodbye"
+    assert diag.explain_close_wait(time.monotonic()) == "saying goodbye"
     session, _ = peers.open(uuid.uuid4())
     session.state = PeerState.DISCONNECTED
     session.disconnected_at = time.monotonic() - 3
-    assert diag.explain_close_wait().startswith("waiting for 1 client(s) to close")
+    assert diag.explain_close_wait(time.monotonic()).startswith("waiting for 1 client(s) to close")
     assert "whose link broke 3 s ago" in diag.explain_send_wait(session)
     assert diag.peer_blocked(session, time.monotonic()) == ("", 0.0)
     session.state = PeerState.CLOSED

@@ -228,3 +228,111 @@ def test_a_goodbye_that_cannot_be_finished_is_reported_and_bounded(caplog):
         client.close(timeout=2)
         server.close(timeout=2)
         relay.close()
+
+
+def _client_that_received_what_the_server_cannot_know(connection: nq.ConnectionOptions):
+    """A server, a relay, a client that got a message whose ACK the relay dropped; then the
+    relay resets the link and refuses new connections. Returns (server, relay, client,
+    client options, the server's future for that message)."""
+    from netq.relay import UP, Relay
+
+    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation("127.0.0.1", 0), connection=connection))
+    relay = Relay(server.address, name="netq-relay-test")
+    options = nq.CommunicatorOptions(netloc=relay.netloc, connection=connection)
+    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, options)
+    client.put("hello").result(T)
+    assert server.get(timeout=T).data == "hello"
+    relay.drop(UP)  # the client's ACK never reaches the server
+    sent = server.put("to the first process", client.id)
+    assert client.get(timeout=T).data == "to the first process"
+    deadline = time.monotonic() + T
+    while relay.stats().dropped == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)  # bounded poll: the client's ACK was sent, and dropped
+    assert relay.stats().dropped > 0
+    relay.refuse()
+    relay.reset()
+    return server, relay, client, options, sent
+
+
+def test_close_without_a_timeout_finishes_a_goodbye_once_the_network_lets_it(caplog):
+    """Seed 3078923807, tcp: a client's ``close()`` without a timeout began as its link was
+    reset and new connections were refused for about 2 s. It tried to finish its goodbye for
+    one heartbeat (1 s at least), gave up with a WARNING and returned; the server kept the
+    session and sent a message the client had received again to the next process with its
+    id. Without a timeout, close() now tries for as long as the server may hold the session,
+    and says what it waits for while it does."""
+    caplog.set_level(logging.WARNING, logger="netq")
+    connection = nq.ConnectionOptions(heartbeat=0.3, stall_warning=1.5)
+    server, relay, client, options, sent = \
+        _client_that_received_what_the_server_cannot_know(connection)
+    again = None
+    try:
+        closer = threading.Thread(target=client.close, name="test-closer")
+        closer.start()
+        # Bounded poll: the stall WARNING (after 1.5 s, past the old one-second bound).
+        deadline = time.monotonic() + T
+        while closer.is_alive() and time.monotonic() < deadline and not any(
+                "finishing its goodbye" in r.getMessage() for r in caplog.records):
+            time.sleep(0.02)
+        said = [r.getMessage() for r in caplog.records if "goodbye" in r.getMessage()]
+        assert closer.is_alive(), f"close() returned while the network refused: {said}"
+        assert len(said) == 1 and "close() has waited" in said[0] \
+            and ": finishing its goodbye" in said[0], said
+        assert "last failed with" in said[0] and "stops trying in" in said[0], said
+        relay.restore()
+        closer.join(T)
+        assert not closer.is_alive()
+        assert sent.result(T) is None, "the server never learned the client had it"
+        deadline = time.monotonic() + T
+        while server.peers and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not server.peers, "the server kept the session of a client that left"
+        again = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, dataclasses.replace(
+            options, id=client.id, netloc=nq.NetworkLocation("127.0.0.1", server.address[1])))
+        again.put("second process").result(T)
+        assert server.get(timeout=T).data == "second process"
+        server.put("to the second process", again.id).result(T)
+        assert again.get(timeout=T).data == "to the second process"
+        assert not [r for r in caplog.records if "without its goodbye" in r.getMessage()
+                    or "could not finish" in r.getMessage()]
+    finally:
+        client.close(timeout=2)
+        if again is not None:
+            again.close(timeout=2)
+        server.close(timeout=2)
+        relay.close()
+
+
+def test_close_without_a_timeout_tries_no_longer_than_the_server_holds_the_session(caplog):
+    """The bound of the test above: when no reconnect gets through, close() without a timeout
+    stops trying once the server has ended the session (``session_timeout`` after the break,
+    plus 3 heartbeats for a server to notice a silent link), and says so. The server then
+    sends nothing of that session to the next process with the id."""
+    caplog.set_level(logging.WARNING, logger="netq")
+    connection = nq.ConnectionOptions(heartbeat=0.2, session_timeout=1.0)
+    server, relay, client, options, sent = \
+        _client_that_received_what_the_server_cannot_know(connection)
+    again = None
+    try:
+        started = time.monotonic()
+        client.close()
+        took = time.monotonic() - started
+        assert connection.session_timeout <= took < T, took
+        said = [r.getMessage() for r in caplog.records if "goodbye" in r.getMessage()]
+        assert len(said) == 1 and "close() ends without its goodbye" in said[0], said
+        assert isinstance(sent.exception(T), nq.ConnectionLost)  # the session expired
+        assert not server.peers
+        relay.restore()
+        again = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, dataclasses.replace(
+            options, id=client.id, netloc=nq.NetworkLocation("127.0.0.1", server.address[1])))
+        again.put("second process").result(T)
+        assert server.get(timeout=T).data == "second process"
+        server.put("to the second process", again.id).result(T)
+        assert again.get(timeout=T).data == "to the second process"
+    finally:
+        client.close(timeout=2)
+        if again is not None:
+            again.close(timeout=2)
+        server.close(timeout=2)
+        relay.close()

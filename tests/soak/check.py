@@ -69,6 +69,7 @@ class Checker:
         self.rss: dict[tuple, list[int]] = {}
         self.blocks: dict[tuple, list[tuple]] = collections.defaultdict(list)
         self.warns: dict[tuple, list[float]] = collections.defaultdict(list)
+        self.warn_texts: list[tuple[float, tuple, str]] = []  # (when, process, text)
         self.closed: dict[tuple, tuple] = {}
         self.ended: dict[tuple, tuple[str, float]] = {}  # process -> (how, when)
         self.violations: list[Violation] = []
@@ -129,6 +130,7 @@ class Checker:
                 self.blocks[process].append((line[2], line[3]))
             elif kind == "warn":
                 self.warns[process].append(t)
+                self.warn_texts.append((t, process, line[2]))
             elif kind == "closed":
                 self.closed[process] = (line[2], line[3])
             elif kind == "recv_error":

@@ -87,13 +87,22 @@ class Journal:
             os.write(self._fd, line)
 
 
+# What a closing client logs when its goodbye could not get through before close(timeout=)
+# ran out: the server keeps the session, as for a vanished process (a documented duplicate).
+GOODBYE_UNFINISHED = "close() could not finish its goodbye"
+
+
 class _WarningsToJournal(logging.Handler):
     def __init__(self, journal: Journal) -> None:
         super().__init__(logging.WARNING)
         self.journal = journal
+        self.goodbye_unfinished = threading.Event()
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.journal.write("warn", record.getMessage()[:300])
+        text = record.getMessage()
+        if GOODBYE_UNFINISHED in text:
+            self.goodbye_unfinished.set()
+        self.journal.write("warn", text[:300])
 
 
 class Peer:
@@ -108,7 +117,8 @@ class Peer:
         self.peers = {name: uuid.UUID(peer) for name, peer in soak["peers"].items()}
         self.rng = random.Random(f"{soak['seed']}/{self.name}/{self.incarnation}")
         self.journal = Journal(soak["journal"])
-        logging.getLogger("netq").addHandler(_WarningsToJournal(self.journal))
+        self.warnings = _WarningsToJournal(self.journal)
+        logging.getLogger("netq").addHandler(self.warnings)
         self.fds_before = _fd_count()
         protocol, purpose, options = decode_options(spec)
         self.is_server = purpose is nq.Purpose.SERVER
@@ -243,8 +253,10 @@ class Peer:
             started = time.monotonic()
             self.comm.close(timeout=timeout)
             # close(timeout=) that ran out ends the link without the goodbye getting through
-            # (the peer holds the session as for a vanished process)
-            gave_up = timeout is not None and time.monotonic() - started >= timeout
+            # (the peer holds the session as for a vanished process), and so does a goodbye a
+            # broken link interrupted and no reconnect finished within the timeout
+            gave_up = (timeout is not None and time.monotonic() - started >= timeout) \
+                or self.warnings.goodbye_unfinished.is_set()
             self.stopped.set()
             for thread in self.threads:
                 thread.join(10)

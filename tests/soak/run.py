@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -149,6 +150,9 @@ class Result:
     violations: list[Violation]
     schedule: list[Event]
     fired: list[str]  # what the runner did, with wall-clock offsets
+    # what the peers logged at WARNING: (offset from the start of the run, "name.incarnation",
+    # text), for the failure report
+    warnings: list[tuple[float, str, str]] = dataclasses.field(default_factory=list)
 
 
 class Cell:
@@ -390,10 +394,14 @@ class Cell:
             self._teardown()
         self.checker.final(self.ended)
         violations = sorted(self.violations + self.checker.violations, key=lambda v: v.t)
+        # journal times are wall-clock; the runner's offsets count from self.started
+        start_wall = time.time() - (time.monotonic() - self.started)
+        warnings = [(t - start_wall, f"{name}.{incarnation}", text)
+                    for t, (name, incarnation), text in self.checker.warn_texts]
         return Result(self.seed, self.transport, time.monotonic() - self.started,
                       {kind: count for kind, count in self.faults.items() if count},
                       self.checker.counts() | {"violations": len(violations)},
-                      violations, self.schedule, self.fired)
+                      violations, self.schedule, self.fired, warnings)
 
     def _setup(self) -> None:
         if self.protocol is nq.Protocol.MQTT:
@@ -532,6 +540,18 @@ def report(results: list[Result]) -> str:
         lines.append(f"transport {result.transport}, seed {result.seed}: "
                      f"{len(result.violations)} violations")
         lines += [f"  {violation}" for violation in result.violations[:30]]
+        # The peers a violation names: their WARNINGs and every fault aimed at them, so that
+        # a CI log (which keeps no journals) tells what happened to them.
+        peers = {"server"} | {f"c{event.target}" for event in result.schedule
+                              if event.target is not None}
+        named = {name for name in peers if any(re.search(rf"\b{name}\b", violation.text)
+                                               for violation in result.violations)}
+        warned = [entry for entry in result.warnings if entry[1].split(".")[0] in named]
+        if warned:
+            lines.append(f"  what {', '.join(sorted(named))} logged at WARNING:")
+            lines += [f"    {t:8.2f}s {process}: {text}" for t, process, text in warned[:40]]
         lines.append("  what the runner did (offsets from the start of the run):")
-        lines += [f"    {line}" for line in result.fired[-80:]]
+        about = [line for line in result.fired[:-30]
+                 if any(re.search(rf"\b{name}\b", line) for name in named)]
+        lines += [f"    {line}" for line in about[-50:] + result.fired[-30:]]
     return "\n".join(lines)

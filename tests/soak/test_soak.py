@@ -8,6 +8,7 @@ schedule and the checker's judgement are tested in every run.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 
@@ -94,3 +95,24 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path) -> None:
     kinds = {violation.kind for violation in checker.violations}
     assert kinds == {"order", "duplicate", "corrupt", "lost", "future", "stall", "leak",
                      "unsent"}, checker.violations
+
+
+def test_a_failure_report_shows_what_happened_to_the_peers_a_violation_names() -> None:
+    """A CI log keeps no journals: the report carries the WARNINGs of the peers a violation
+    names and every fault aimed at them, also those older than the last lines of the run."""
+    from .check import Violation
+    from .run import Result
+
+    schedule = make_schedule(5, "tcp", 60, 3, 0.6)
+    fired = [f"{event.at:8.2f}s {event}" for event in schedule]
+    early_c1 = next(line for line in fired[:-30] if " c1 " in line)
+    early_c2 = next(line for line in fired[:-30] if " c2 " in line)
+    result = Result(5, "tcp", 60.0, {}, {}, [Violation(1.0, "duplicate", "c1 got ('server', 0) "
+                                                       "#3.0 in incarnation 0 and again in 1")],
+                    schedule, fired, [(3.2, "c1.0", "close() could not finish its goodbye"),
+                                      (4.0, "c2.0", "not connected")])
+    text = report([result])
+    assert "c1.0: close() could not finish its goodbye" in text
+    assert "c2.0" not in text and early_c2 not in text
+    assert early_c1 in text and fired[-1] in text
+    assert report([dataclasses.replace(result, violations=[])]) == ""

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
 import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -13,6 +17,29 @@ import netq as nq
 from netq.brokers import free_port
 
 T = 30.0
+
+
+def _wait_until_the_server_lets_go(server: nq.Communicator) -> None:
+    """Bounded poll: the server ends the session of a client that said goodbye."""
+    deadline = time.monotonic() + T
+    while server.peers and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not server.peers, "the server kept the session of a client that left"
+
+
+def _the_next_process_with_the_id_receives_nothing_twice(
+        server: nq.Communicator, options: nq.CommunicatorOptions, id: uuid.UUID) -> None:
+    """A new client with ``id``, straight to the server: what it puts arrives, and the first
+    message it receives is the one the server puts to it now (nothing of the last process's)."""
+    again = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, dataclasses.replace(
+        options, id=id, netloc=nq.NetworkLocation("127.0.0.1", server.address[1])))
+    try:
+        again.put("second process").result(T)
+        assert server.get(timeout=T).data == "second process"
+        server.put("to the second process", again.id).result(T)
+        assert again.get(timeout=T).data == "to the second process"
+    finally:
+        again.close(timeout=2)
 
 
 def test_a_link_failure_is_not_called_a_closed_communicator():
@@ -131,6 +158,58 @@ def test_a_resume_after_the_servers_session_expired_duplicates_nothing():
         relay.close()
 
 
+@dataclasses.dataclass
+class _Goodbye:
+    """A server, a relay in front of it, and a client (``options``) that took a message
+    (``sent``: the server's future for it) whose ACK the relay dropped on its way up."""
+
+    server: nq.Communicator
+    relay: Any
+    client: nq.Communicator
+    options: nq.CommunicatorOptions
+    sent: nq.DeliveryFuture
+
+
+@contextlib.contextmanager
+def _a_client_that_took_a_message_the_server_does_not_know_it_took(
+        connection: nq.ConnectionOptions) -> Iterator[_Goodbye]:
+    from netq.relay import UP, Relay
+
+    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation("127.0.0.1", 0), connection=connection))
+    relay = Relay(server.address, name="netq-relay-test")
+    options = nq.CommunicatorOptions(netloc=relay.netloc, connection=connection)
+    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, options)
+    try:
+        client.put("hello").result(T)
+        assert server.get(timeout=T).data == "hello"
+        relay.drop(UP)  # the client's ACK (and BYE) never reach the server
+        sent = server.put("to the first process", client.id)
+        assert client.get(timeout=T).data == "to the first process"
+        deadline = time.monotonic() + T
+        while relay.stats().dropped == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # bounded poll: the client's ACK was sent, and dropped
+        assert relay.stats().dropped > 0
+        yield _Goodbye(server, relay, client, options, sent)
+    finally:
+        client.close(timeout=2)
+        server.close(timeout=2)
+        relay.close()
+
+
+def _the_goodbye_got_through(setup: _Goodbye) -> None:
+    """The server learned that the client took the message (its put resolves as delivered),
+    ended the session, and the next process with the id receives nothing twice."""
+    assert setup.sent.result(T) is None, "the server never learned the client had it"
+    _wait_until_the_server_lets_go(setup.server)
+    _the_next_process_with_the_id_receives_nothing_twice(setup.server, setup.options,
+                                                         setup.client.id)
+
+
+def _goodbye_warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "goodbye" in r.getMessage()]
+
+
 @pytest.mark.parametrize("reset_before_close", [False, True], ids=["during", "before"])
 def test_a_goodbye_cut_by_a_reset_is_finished_on_a_new_link(reset_before_close, caplog):
     """Seeds 11 and 7040, tcp: a client's ``close()`` said goodbye, a reset cut the link before
@@ -141,33 +220,17 @@ def test_a_goodbye_cut_by_a_reset_is_finished_on_a_new_link(reset_before_close, 
     server's put resolves as delivered, and a new client with the same id receives nothing
     twice. Also when the link broke before close() began (nothing left to send: no reconnect
     until the goodbye)."""
-    from netq.relay import UP, Relay
-
     caplog.set_level(logging.WARNING, logger="netq")
-    connection = nq.ConnectionOptions(heartbeat=0.3)
-    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, nq.CommunicatorOptions(
-        netloc=nq.NetworkLocation("127.0.0.1", 0), connection=connection))
-    relay = Relay(server.address, name="netq-relay-test")
-    options = nq.CommunicatorOptions(netloc=relay.netloc, connection=connection)
-    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, options)
-    again = None
-    try:
-        client.put("hello").result(T)
-        assert server.get(timeout=T).data == "hello"
-        relay.drop(UP)  # the client's ACK (and BYE) never reach the server
-        sent = server.put("to the first process", client.id)
-        assert client.get(timeout=T).data == "to the first process"
-        deadline = time.monotonic() + T
-        while relay.stats().dropped == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)  # bounded poll: the client's ACK was sent, and dropped
-        dropped = relay.stats().dropped
-        assert dropped > 0
+    with _a_client_that_took_a_message_the_server_does_not_know_it_took(
+            nq.ConnectionOptions(heartbeat=0.3)) as setup:
+        relay = setup.relay
         if reset_before_close:
             relay.reset()
             relay.restore()
-            client.close(timeout=T)
+            setup.client.close(timeout=T)
         else:
-            closer = threading.Thread(target=client.close, kwargs={"timeout": T},
+            dropped = relay.stats().dropped
+            closer = threading.Thread(target=setup.client.close, kwargs={"timeout": T},
                                       name="test-closer")
             closer.start()
             # Bounded poll: the BYE is sent (and dropped) before the cut.
@@ -178,81 +241,27 @@ def test_a_goodbye_cut_by_a_reset_is_finished_on_a_new_link(reset_before_close, 
             relay.restore()
             closer.join(T)
             assert not closer.is_alive()
-        assert sent.result(T) is None, "the server never learned the client had it"
-        deadline = time.monotonic() + T
-        while server.peers and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not server.peers, "the server kept the session of a client that left"
-        again = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, dataclasses.replace(
-            options, id=client.id, netloc=nq.NetworkLocation("127.0.0.1", server.address[1])))
-        again.put("second process").result(T)
-        assert server.get(timeout=T).data == "second process"
-        server.put("to the second process", again.id).result(T)
-        assert again.get(timeout=T).data == "to the second process"
-        assert not [r for r in caplog.records if "goodbye" in r.getMessage()]
-    finally:
-        client.close(timeout=2)
-        if again is not None:
-            again.close(timeout=2)
-        server.close(timeout=2)
-        relay.close()
+        _the_goodbye_got_through(setup)
+        assert not _goodbye_warnings(caplog)
 
 
 def test_a_goodbye_that_cannot_be_finished_is_reported_and_bounded(caplog):
-    """The other side of the test above: when no reconnect gets through (the network refuses
-    every new connection), close() returns within its timeout and a WARNING says that the
-    server may keep the session and resend what it holds as unacknowledged."""
-    from netq.relay import UP, Relay
-
+    """The other side of the test above: when no reconnect gets through within close()'s
+    timeout (the network refuses every new connection), close() returns within its timeout
+    and a WARNING says that the server may keep the session and resend what it holds as
+    unacknowledged."""
     caplog.set_level(logging.WARNING, logger="netq")
-    connection = nq.ConnectionOptions(heartbeat=0.3)
-    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, nq.CommunicatorOptions(
-        netloc=nq.NetworkLocation("127.0.0.1", 0), connection=connection))
-    relay = Relay(server.address, name="netq-relay-test")
-    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, nq.CommunicatorOptions(
-        netloc=relay.netloc, connection=connection))
-    try:
-        client.put("hello").result(T)
-        assert server.get(timeout=T).data == "hello"
-        relay.drop(UP)
-        relay.refuse()
-        relay.reset()
+    with _a_client_that_took_a_message_the_server_does_not_know_it_took(
+            nq.ConnectionOptions(heartbeat=0.3)) as setup:
+        setup.relay.refuse()
+        setup.relay.reset()
         started = time.monotonic()
-        client.close(timeout=1.5)
+        setup.client.close(timeout=1.5)
         took = time.monotonic() - started
         assert took < T, took
-        said = [r.getMessage() for r in caplog.records if "goodbye" in r.getMessage()]
+        said = _goodbye_warnings(caplog)
         assert len(said) == 1 and "could not finish its goodbye" in said[0], said
-        assert str(client.id) in said[0] and "session_timeout" in said[0]
-    finally:
-        client.close(timeout=2)
-        server.close(timeout=2)
-        relay.close()
-
-
-def _client_that_received_what_the_server_cannot_know(connection: nq.ConnectionOptions):
-    """A server, a relay, a client that got a message whose ACK the relay dropped; then the
-    relay resets the link and refuses new connections. Returns (server, relay, client,
-    client options, the server's future for that message)."""
-    from netq.relay import UP, Relay
-
-    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, nq.CommunicatorOptions(
-        netloc=nq.NetworkLocation("127.0.0.1", 0), connection=connection))
-    relay = Relay(server.address, name="netq-relay-test")
-    options = nq.CommunicatorOptions(netloc=relay.netloc, connection=connection)
-    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, options)
-    client.put("hello").result(T)
-    assert server.get(timeout=T).data == "hello"
-    relay.drop(UP)  # the client's ACK never reaches the server
-    sent = server.put("to the first process", client.id)
-    assert client.get(timeout=T).data == "to the first process"
-    deadline = time.monotonic() + T
-    while relay.stats().dropped == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)  # bounded poll: the client's ACK was sent, and dropped
-    assert relay.stats().dropped > 0
-    relay.refuse()
-    relay.reset()
-    return server, relay, client, options, sent
+        assert str(setup.client.id) in said[0] and "session_timeout" in said[0]
 
 
 def test_close_without_a_timeout_finishes_a_goodbye_once_the_network_lets_it(caplog):
@@ -263,45 +272,27 @@ def test_close_without_a_timeout_finishes_a_goodbye_once_the_network_lets_it(cap
     id. Without a timeout, close() now tries for as long as the server may hold the session,
     and says what it waits for while it does."""
     caplog.set_level(logging.WARNING, logger="netq")
-    connection = nq.ConnectionOptions(heartbeat=0.3, stall_warning=1.5)
-    server, relay, client, options, sent = \
-        _client_that_received_what_the_server_cannot_know(connection)
-    again = None
-    try:
-        closer = threading.Thread(target=client.close, name="test-closer")
+    with _a_client_that_took_a_message_the_server_does_not_know_it_took(
+            nq.ConnectionOptions(heartbeat=0.3, stall_warning=1.5)) as setup:
+        setup.relay.refuse()
+        setup.relay.reset()
+        closer = threading.Thread(target=setup.client.close, name="test-closer")
         closer.start()
         # Bounded poll: the stall WARNING (after 1.5 s, past the old one-second bound).
         deadline = time.monotonic() + T
         while closer.is_alive() and time.monotonic() < deadline and not any(
-                "finishing its goodbye" in r.getMessage() for r in caplog.records):
+                "finishing its goodbye" in text for text in _goodbye_warnings(caplog)):
             time.sleep(0.02)
-        said = [r.getMessage() for r in caplog.records if "goodbye" in r.getMessage()]
+        said = _goodbye_warnings(caplog)
         assert closer.is_alive(), f"close() returned while the network refused: {said}"
         assert len(said) == 1 and "close() has waited" in said[0] \
             and ": finishing its goodbye" in said[0], said
         assert "last failed with" in said[0] and "stops trying in" in said[0], said
-        relay.restore()
+        setup.relay.restore()
         closer.join(T)
         assert not closer.is_alive()
-        assert sent.result(T) is None, "the server never learned the client had it"
-        deadline = time.monotonic() + T
-        while server.peers and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert not server.peers, "the server kept the session of a client that left"
-        again = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, dataclasses.replace(
-            options, id=client.id, netloc=nq.NetworkLocation("127.0.0.1", server.address[1])))
-        again.put("second process").result(T)
-        assert server.get(timeout=T).data == "second process"
-        server.put("to the second process", again.id).result(T)
-        assert again.get(timeout=T).data == "to the second process"
-        assert not [r for r in caplog.records if "without its goodbye" in r.getMessage()
-                    or "could not finish" in r.getMessage()]
-    finally:
-        client.close(timeout=2)
-        if again is not None:
-            again.close(timeout=2)
-        server.close(timeout=2)
-        relay.close()
+        _the_goodbye_got_through(setup)
+        assert _goodbye_warnings(caplog) == said  # nothing about giving up
 
 
 def test_close_without_a_timeout_tries_no_longer_than_the_server_holds_the_session(caplog):
@@ -311,28 +302,17 @@ def test_close_without_a_timeout_tries_no_longer_than_the_server_holds_the_sessi
     sends nothing of that session to the next process with the id."""
     caplog.set_level(logging.WARNING, logger="netq")
     connection = nq.ConnectionOptions(heartbeat=0.2, session_timeout=1.0)
-    server, relay, client, options, sent = \
-        _client_that_received_what_the_server_cannot_know(connection)
-    again = None
-    try:
+    with _a_client_that_took_a_message_the_server_does_not_know_it_took(connection) as setup:
+        setup.relay.refuse()
+        setup.relay.reset()
         started = time.monotonic()
-        client.close()
+        setup.client.close()
         took = time.monotonic() - started
         assert connection.session_timeout <= took < T, took
-        said = [r.getMessage() for r in caplog.records if "goodbye" in r.getMessage()]
+        said = _goodbye_warnings(caplog)
         assert len(said) == 1 and "close() ends without its goodbye" in said[0], said
-        assert isinstance(sent.exception(T), nq.ConnectionLost)  # the session expired
-        assert not server.peers
-        relay.restore()
-        again = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, dataclasses.replace(
-            options, id=client.id, netloc=nq.NetworkLocation("127.0.0.1", server.address[1])))
-        again.put("second process").result(T)
-        assert server.get(timeout=T).data == "second process"
-        server.put("to the second process", again.id).result(T)
-        assert again.get(timeout=T).data == "to the second process"
-    finally:
-        client.close(timeout=2)
-        if again is not None:
-            again.close(timeout=2)
-        server.close(timeout=2)
-        relay.close()
+        assert isinstance(setup.sent.exception(T), nq.ConnectionLost)  # the session expired
+        assert not setup.server.peers
+        setup.relay.restore()
+        _the_next_process_with_the_id_receives_nothing_twice(setup.server, setup.options,
+                                                             setup.client.id)

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from .diagnostics import format_bytes
 from .statistics import CommunicatorStatistics, PeerStatistics
 
-__all__ = ("Column", "COLUMNS", "PALETTE", "peer_name", "peer_values", "peer_fields",
+__all__ = ("Column", "COLUMNS", "PALETTE", "peer_name", "with_names", "peer_values", "peer_fields",
            "format_count", "format_rate", "format_bytes", "format_byte_rate", "format_address",
            "format_duration", "text_table", "html_table", "header_line", "title_html",
            "svg_chart", "svg_charts", "Series", "STYLE", "STATE_COLOURS", "title_state",
@@ -140,6 +140,17 @@ def peer_name(peer: uuid.UUID, names: Mapping[uuid.UUID, str] | None = None) -> 
     return str(peer)[:8]
 
 
+def with_names(text: str, names: Mapping[uuid.UUID, str] | None = None) -> str:
+    """``text`` (a stall or wait sentence from ``statistics()``) with every peer id that has a
+    display name in ``names`` written as that name: what people see says ``client-3``, not a
+    UUID. Ids without a name are left whole (the sentence stays exact)."""
+    if not names or not text:
+        return text
+    for peer, name in names.items():
+        text = text.replace(str(peer), name)
+    return text
+
+
 def peer_values(row: PeerStatistics) -> dict[str, float | str]:
     """The numbers behind one table row, keyed like :data:`COLUMNS` (rates in msg/s and MiB/s,
     queue depths in messages, memory and credit in bytes)."""
@@ -175,7 +186,8 @@ def header_line(stats: CommunicatorStatistics) -> str:
 def waiting_lines(stats: CommunicatorStatistics,
                   names: Mapping[uuid.UUID, str] | None = None) -> list[str]:
     """One line per peer whose traffic waits: its name, for how long, and why."""
-    return [f"{peer_name(row.peer, names)} waits {row.blocked_for:.0f} s: {row.blocked}"
+    return [f"{peer_name(row.peer, names)} waits {row.blocked_for:.0f} s: "
+            f"{with_names(row.blocked, names)}"
             for row in _ordered(stats, names) if row.blocked]
 
 

@@ -307,7 +307,7 @@ class Diagnostics:
                   f"{format_bytes(session.unsent_charge)})")
         connection = self._options.connection
         inflight = len(session.inflight)
-        budget = (f"send_budget {format_bytes(connection.send_budget)}; "
+        budget = (f"send_budget={format_bytes(connection.send_budget)}; "
                   f"{count + inflight} of send_messages={connection.send_messages} held, "
                   f"{inflight} of them sent and not yet acknowledged")
         link = session.link
@@ -315,10 +315,10 @@ class Diagnostics:
             return f"peer {session.id} is gone"
         if link is None or session.state is not PeerState.CONNECTED:
             if not self._server:
-                return (f"{unsent} unsent (send_budget {budget}): "
+                return (f"{unsent} unsent ({budget}): "
                         f"{self.explain_unreachable(now)}")
             since = session.disconnected_at or now
-            return (f"{unsent} unsent to peer {session.id} (send_budget {budget}), whose link "
+            return (f"{unsent} unsent to peer {session.id} ({budget}), whose link "
                     f"broke {now - since:.0f} s ago; its session waits session_timeout="
                     f"{self._options.connection.session_timeout:g} s for it to reconnect")
         conn = link.conn
@@ -327,9 +327,9 @@ class Diagnostics:
             return (f"peer {session.id} has granted no credit for {now - since:.0f} s: it "
                     f"holds what we sent unread, because its code is not calling get() (or "
                     f"its recv_budget is full of other peers' messages); {unsent} wait here "
-                    f"(send_budget {budget}). It changes when the peer calls get(); "
+                    f"({budget}). It changes when the peer calls get(); "
                     f"put(timeout=) or put(block=False) raise Full instead of waiting")
-        return (f"{unsent} unsent to peer {session.id} (send_budget {budget}): the link "
+        return (f"{unsent} unsent to peer {session.id} ({budget}): the link "
                 f"takes them slower than put() queues them")
 
     def explain_unreachable(self, now: float) -> str:

@@ -117,7 +117,9 @@ def test_a_client_without_its_server_says_where_and_what_failed():
     assert text.startswith("not connected to the server at tcp://127.0.0.1:9 for 12 s")
     assert "1 attempt; last failed with: connection refused" in text
     session = peers.server_session
-    assert "unsent (send_budget" in diag.explain_send_wait(session)
+    said = diag.explain_send_wait(session)
+    assert "unsent (send_budget=32.0 MiB; " in said
+    assert said.count("send_budget") == 1, said  # each budget named once
     why, waited = diag.peer_blocked(session, time.monotonic())
     assert why.startswith("not connected") and waited >= 12
 

@@ -448,7 +448,7 @@ class Communicator:
             peers=rows,
             closed_totals=tuple(engine.handshake.totals_closed),
             recv_budget=connection.recv_budget,
-            recv_held=self._budget.held_bytes,
+            recv_held=budget.held_bytes - budget.taken_bytes(),
             recv_outstanding=self._budget.outstanding_bytes,
             send_budget=connection.send_budget,
             connect_error=engine.reach.connect_error if engine.reach else "",

@@ -297,6 +297,11 @@ class ReceiveBudget:
         """Bytes of ``session``'s that the caller of the last get() still holds."""
         return sum(size for owner, size in list(self.lent) if owner is session)
 
+    def taken_bytes(self) -> int:
+        """Bytes the caller of the last get() holds: taken out of the queues, still counted
+        in :attr:`held_bytes` (their credit returns on the next get())."""
+        return sum(size for _owner, size in list(self.lent))
+
     def settle_lent(self) -> bool:
         """The next get(): what was handed out before is consumed now. True when it scheduled
         sessions for the I/O thread (the caller wakes it).

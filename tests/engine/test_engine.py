@@ -95,6 +95,19 @@ def test_one_thread_puts_64_mib_of_mixed_sizes_then_gets_them_all():
     assert client.statistics().peers[0].queue_out == 0
 
 
+def test_a_message_get_returned_is_no_longer_counted_as_received_and_not_taken():
+    """recv_held, the per-peer queue and memory agree right after get(), not one get() later
+    (the taken message's credit returns on the next get(); statistics() does not wait)."""
+    network, server, client = pair()
+    client.put(b"x" * 27)
+    network.run()
+    assert server.statistics().recv_held > 0
+    assert server.get_nowait().data == b"x" * 27
+    stats = server.statistics()
+    (row,) = stats.peers
+    assert (stats.recv_held, row.queue_in, row.queue_in_bytes, row.memory) == (0, 0, 0, 0)
+
+
 def test_a_stalled_receiver_bounds_both_ends_and_says_why():
     network, server, client = pair(recv_budget=4 * MiB, send_budget=2 * MiB)
     accepted = put_until_full(network, client, bytes(256 * KiB))

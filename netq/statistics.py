@@ -18,10 +18,10 @@ Waiting: ``blocked`` is empty while traffic with the peer flows; otherwise it sa
 sentence, what it waits for and what would change it (the same text as the WARNING netq logs),
 and ``blocked_for`` for how many seconds. On the communicator, ``recv_held`` is what all peers'
 messages occupy of ``recv_budget`` (received, not yet taken by ``get()``; a message the last
-``get()`` returned is not counted here, though its credit returns only on the next
-``get()``), ``recv_outstanding`` the credit granted and not yet used, ``connect_error``
-(clients) what the last failed connection attempt ran into ("" once connected), and ``get_waiting`` what a ``get()`` that has
-waited ``stall_warning`` seconds or more waits for ("" otherwise).
+``get()`` returned is not counted here, though its credit returns only on the next ``get()``),
+``recv_outstanding`` the credit granted and not yet used, ``connect_error`` (clients) what the
+last failed connection attempt ran into ("" once connected), and ``get_waiting`` what a
+``get()`` that has waited ``stall_warning`` seconds or more waits for ("" otherwise).
 """
 
 from __future__ import annotations

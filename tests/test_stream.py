@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from netq.stream import (
+    ARRAY_MAGIC,
     DEFAULT_SERIALIZER,
     BytesSerializer,
     PickleSerializer,
@@ -915,3 +916,118 @@ def test_empty_is_a_method_as_in_the_seed():
     assert callable(s.empty) and s.empty() is True
     s.writechunk(b"x")
     assert s.empty() is False
+
+
+# ================================================================== numpy arrays without pickle
+
+PLAIN_ARRAYS = [
+    np.arange(10, dtype=np.int16),
+    np.arange(THRESHOLD, dtype=np.float64).reshape(256, -1),
+    np.asfortranarray(np.arange(THRESHOLD, dtype=np.int32).reshape(128, -1)),
+    np.asfortranarray(np.arange(12, dtype=np.uint8).reshape(3, 4)),
+    np.array(3.5),
+    np.zeros((0, 7), dtype=np.float32),
+    np.array([1 + 2j, 3j], dtype=">c16"),
+    np.array([True, False]),
+    np.array(["netq", "ß"], dtype="<U4"),
+    np.array([b"ab", b"c"], dtype="S2"),
+    np.array(["2026-11-28T21:00"], dtype="datetime64[ns]"),
+    np.arange(6, dtype=np.float16).reshape(1, 2, 1, 3),
+]
+
+
+@pytest.mark.parametrize("array_", PLAIN_ARRAYS,
+                         ids=["small", "large", "fortran-large", "fortran-small", "0-d", "empty",
+                              "big-endian", "bool", "unicode", "bytes", "datetime", "4-d"])
+@pytest.mark.parametrize("writable", [True, False], ids=["writable", "read-only"])
+def test_plain_numpy_arrays_travel_as_a_header_and_their_bytes(array_: np.ndarray,
+                                                                writable: bool) -> None:
+    """No pickle: part 0 is the array header (the array's bytes follow it when small), a large
+    array's memory is the second part; dtype, shape, order and values come back, and the array
+    is writable when the sender's was (always, when small: it is a copy of the first part)."""
+    array_ = array_.copy(order="K")
+    array_.flags.writeable = writable
+    ser = PickleSerializer()
+    parts = ser.dump_parts(array_)
+    assert bytes(parts[0][:4]) == ARRAY_MAGIC
+    assert len(parts) == (2 if array_.nbytes >= THRESHOLD else 1)
+    assert ser.dump(array_).nchunks == len(parts)
+    for received in (ser.load(transmit(ser.dump(array_))),
+                     ser.load_parts([p if not isinstance(p, memoryview)
+                                     else bytes(p) if p.readonly else bytearray(p)
+                                     for p in parts])):
+        assert type(received) is np.ndarray
+        assert received.dtype == array_.dtype and received.shape == array_.shape
+        assert received.flags.f_contiguous == array_.flags.f_contiguous
+        np.testing.assert_array_equal(received, array_)
+        assert received.flags.writeable == (writable or len(parts) == 1)
+
+
+@pytest.mark.parametrize(
+    "array_",
+    [np.zeros(THRESHOLD, dtype=[("a", "<i4"), ("b", ">f8")]),
+     np.array([1, "x", None], dtype=object),
+     np.arange(20)[::2],
+     np.ma.masked_array([1, 2, 3], mask=[0, 1, 0])],
+    ids=["structured", "object", "strided", "subclass"],
+)
+def test_other_arrays_still_go_through_pickle(array_: np.ndarray) -> None:
+    ser = PickleSerializer()
+    parts = ser.dump_parts(array_)
+    assert bytes(parts[0][:1]) == b"\x80"  # pickle's PROTO opcode
+    received = ser.load(transmit(ser.dump(array_)))
+    assert type(received) is type(array_) and received.dtype == array_.dtype
+    np.testing.assert_array_equal(received, array_)
+
+
+def test_restrict_decides_for_arrays_as_it_does_for_their_pickles() -> None:
+    parts = PickleSerializer().dump_parts(np.arange(4))
+    for allowed in (["numpy"], sorted(PickleSerializer.NUMPY_GLOBALS)):
+        np.testing.assert_array_equal(PickleSerializer(restrict=allowed).load_parts(parts),
+                                      np.arange(4))
+    with pytest.raises(pickle.UnpicklingError, match="numpy.ndarray"):
+        PickleSerializer(restrict=["builtins"]).load_parts(parts)
+
+
+def _header(order: int = 0, ndim: int = 1, code: bytes = b"<i8", shape=(4,)) -> bytes:
+    return (ARRAY_MAGIC + bytes([order, ndim, len(code)]) + code
+            + b"".join(int(n).to_bytes(8, "little") for n in shape))
+
+
+@pytest.mark.parametrize(
+    ("parts", "match"),
+    [
+        ([ARRAY_MAGIC + b"\x00"], "truncated: 5 bytes"),
+        ([_header()[:-3]], "truncated"),
+        ([b"\x00nqX" + _header()[4:] + bytes(32)], "not a netq numpy array header"),
+        ([_header(order=2) + bytes(32)], "order 2"),
+        ([_header(ndim=65, shape=[1] * 65)], "65 dimensions"),
+        ([_header(code=b"")], "dtype of 0 bytes"),
+        ([_header(code=b"<\xff8") + bytes(32)], "not ASCII"),
+        ([_header(code=b"<q9") + bytes(32)], "not a dtype"),
+        ([_header(code=b"|O") + bytes(8 * 4)], "not a plain dtype"),
+        ([_header() + bytes(31)], "says 32 bytes"),
+        ([_header(shape=(2**62,)) + bytes(32)], "says 36893488147419103232 bytes"),
+        ([_header(), bytes(33)], "says 32 bytes"),
+        ([_header() + b"x", bytes(32)], "trailing bytes"),
+        ([_header(), bytes(16), bytes(16)], "3 parts"),
+    ],
+    ids=["short", "truncated-shape", "magic", "order", "ndim", "no-dtype", "non-ascii",
+         "bad-dtype", "object-dtype", "short-data", "huge-shape", "long-data",
+         "trailing", "three-parts"],
+)
+def test_a_hostile_array_header_is_refused_with_what_is_wrong(parts: list, match: str) -> None:
+    """Each field checked before it is used: nothing is allocated from what the header claims
+    (a shape of 2**62 elements is compared, not allocated)."""
+    with pytest.raises(ValueError, match=match):
+        PickleSerializer().load_parts(parts)
+
+
+@settings(max_examples=400)
+@given(st.binary(max_size=200), st.lists(st.binary(max_size=64), max_size=2))
+def test_arbitrary_bytes_behind_the_array_magic_raise_only_typed_errors(body: bytes,
+                                                                         rest: list) -> None:
+    try:
+        PickleSerializer().load_parts([ARRAY_MAGIC + body, *rest])
+    except (ValueError, pickle.UnpicklingError):
+        pass

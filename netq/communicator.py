@@ -480,3 +480,10 @@ class Communicator:
         from .display import communicator_display
 
         communicator_display(self)
+
+    def _display_(self) -> Any:
+        """marimo display (asked before any ``_repr_*``): a live monitor, or a static summary
+        without ``netq[widgets]``."""
+        from .display import communicator_marimo
+
+        return communicator_marimo(self)

@@ -76,7 +76,7 @@ def stop_broker(directory: Path) -> None:
 def test_requirements_are_fully_pinned_and_agree_with_pyproject():
     pins = binder_pins()
     for needed in ("ipykernel", "jupyterlab-widgets", "jupyterlab", "ipywidgets", "bokeh",
-                   "jupyter-bokeh", "paho-mqtt", "grpcio", "nbval"):
+                   "anywidget", "paho-mqtt", "grpcio", "nbval"):
         assert needed in pins, f"binder/requirements.txt lacks {needed}"
     ours = pyproject_pins()
     disagree = {name: (version, ours[name]) for name, version in pins.items()

@@ -81,28 +81,33 @@ def test_not_in_a_kernel_here():
 
 
 def test_core_netq_works_without_the_widget_dependencies(tmp_path):
-    """ipywidgets, bokeh and jupyter_bokeh made unimportable: netq imports, serves, and
-    its displays fall back to static text/HTML."""
+    """ipywidgets, anywidget and bokeh made unimportable: netq imports, serves, and its
+    displays fall back to static text/HTML (the monitor's static form, a snapshot)."""
     script = textwrap.dedent("""
         import sys, warnings
         class Block:
             def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in ("ipywidgets", "bokeh", "jupyter_bokeh", "comm"):
+                if name.split(".")[0] in ("ipywidgets", "anywidget", "bokeh", "comm"):
                     raise ImportError(f"blocked {name}")
         sys.meta_path.insert(0, Block())
         import netq as nq
         from netq import demo, display
-        assert not [m for m in sys.modules if m.startswith(("ipywidgets", "bokeh", "netq.widgets"))]
+        assert not [m for m in sys.modules
+                    if m.startswith(("ipywidgets", "anywidget", "bokeh", "netq.widgets"))]
         server = nq.new(purpose=nq.Purpose.SERVER, options=nq.CommunicatorOptions(
             netloc=nq.NetworkLocation(host="127.0.0.1", port=0)))
         bundle = server._repr_mimebundle_()
         assert set(bundle) == {"text/plain", "text/html"}, bundle
+        assert 'data-live="0"' in bundle["text/html"] and "snapshot taken" in bundle["text/html"]
+        assert ".netq-monitor" in bundle["text/html"]  # the shipped stylesheet, inlined
+        widget = server._display_()  # marimo's hook: the static summary
+        assert isinstance(widget, display.StaticSummary), widget
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             view = server.monitor()
         assert isinstance(view, display.StaticSummary), view
         assert "netq[widgets]" in str(caught[0].message)
-        assert repr(view).startswith("netq server tcp") and "netq-table" in view._repr_html_()
+        assert repr(view).startswith("netq server tcp") and "netq-peers" in view._repr_html_()
         server.close()
         print("ok")
     """)
@@ -113,11 +118,11 @@ def test_core_netq_works_without_the_widget_dependencies(tmp_path):
 
 
 def test_netq_widgets_importable_when_its_dependencies_are():
-    """With ipywidgets, bokeh and jupyter_bokeh installed, netq.widgets must import (it is
-    mapped from the top-level widgets/ folder; tests/widgets is not collected otherwise)."""
+    """With ipywidgets and anywidget installed, netq.widgets must import (it is mapped from
+    the top-level widgets/ folder; tests/widgets is not collected otherwise)."""
     import importlib.util
 
-    if not all(importlib.util.find_spec(m) for m in ("ipywidgets", "bokeh", "jupyter_bokeh")):
+    if not all(importlib.util.find_spec(m) for m in ("ipywidgets", "anywidget")):
         import pytest
 
         pytest.skip("the [widgets] dependencies are not installed")
@@ -178,6 +183,8 @@ def test_the_title_row_names_role_transport_address_and_a_coloured_state():
     assert "netq-state-closed" in display.title_html(closed, view_state="stopped")
     waiting = stats(row(blocked="no credit", blocked_for=6.0))
     assert "netq-state-waiting" in display.title_html(waiting)
+    get_waits = dataclasses.replace(stats(row()), get_waiting="get() has waited 7 s")
+    assert display.title_state(get_waits) == "waiting"  # the badge never says open then
     client = dataclasses.replace(stats(row(state="connecting")), purpose="client")
     assert "netq-state-connecting" in display.title_html(client)
     refused = dataclasses.replace(client, connect_error="connection refused")

@@ -3,8 +3,9 @@
 This package lives in the repository's top-level ``widgets/`` folder and is installed as
 ``netq.widgets`` (a setuptools ``package-dir`` mapping in ``pyproject.toml``). Core netq never
 imports it at import time: ``Communicator.monitor()`` and a communicator displayed in a
-notebook import it lazily and fall back to a static text/HTML summary when ipywidgets, bokeh or
-jupyter_bokeh are missing.
+notebook (or marimo) import it lazily and fall back to a static text/HTML summary when
+anywidget or ipywidgets are missing. The views are anywidget widgets whose ES modules and CSS
+ship in ``widgets/frontend/``: no lab extension, no CDN.
 
     import netq as nq
     server = nq.new(purpose=nq.Purpose.SERVER)
@@ -18,9 +19,8 @@ See ``docs/widgets.md``.
 from __future__ import annotations
 
 from .dashboard import Dashboard, dashboard
-from .monitor import Monitor, PeerTable
-from .plots import METRICS, DisplayOnlyBokehModel, PeerPlots, load_bokeh
+from .monitor import Monitor, MonitorWidget, PeerTable, PlotHistory
 from .sampler import Sampler
 
-__all__ = ("Monitor", "PeerTable", "PeerPlots", "DisplayOnlyBokehModel", "Sampler",
-           "load_bokeh", "METRICS", "Dashboard", "dashboard")
+__all__ = ("Monitor", "MonitorWidget", "PeerTable", "PlotHistory", "Sampler", "Dashboard",
+           "dashboard")

@@ -1,88 +1,262 @@
-"""The live view of a communicator: a per-peer table and bokeh time series, in one widget.
+"""The live view of a communicator: title row, charts, legend and per-peer table, one widget.
 
 ``Monitor(communicator)`` (or ``communicator.monitor()``, or a communicator displayed as a
-cell's last expression) builds an ``ipywidgets.VBox`` of
+cell's last expression) builds a :class:`MonitorWidget`, an ``anywidget.AnyWidget`` whose ES
+module and CSS (``widgets/frontend/monitor.js`` and ``monitor.css``) ship in the package: no
+lab extension, no CDN. Python computes everything people read (``netq.display``: units,
+ticks, names, order, the badge) and the browser draws it. The synced traits:
 
-* :class:`PeerTable`: an ``ipywidgets.HTML`` with the header line and one row per peer
-  (``netq.display``: the same fields as ``python -m netq demo``), and
-* a :class:`DisplayOnlyBokehModel` showing :class:`PeerPlots` (throughput, queue depth and
-  memory per peer),
+* ``view``: :func:`netq.display.monitor_view`, the title row, the table's busiest
+  ``max_rows`` rows, one ``others`` row for the rest, the total, waits and footnotes;
+* ``frame``: :func:`netq.display.chart_frame`, the axes (ticks already labelled) and the
+  plotted peers (at most ``max_peers``, the busiest) with their colours;
+* ``point``: the newest sample of every plotted peer. The browser appends each one to the
+  history it keeps (``history`` points); a view that starts later asks for the whole history
+  once (a custom message ``{"type": "history"}``, answered with the :class:`PlotHistory`).
 
-and attaches it to the communicator's :class:`Sampler` when it is displayed in a kernel (or on
-:meth:`Monitor.start`). The sampler thread updates it at ``1 / interval`` Hz while other cells
-run, and stops when the communicator closes or the last monitor stops. Without a kernel the
-same object shows a static text/HTML summary and starts no thread.
+It attaches to the communicator's :class:`Sampler` when displayed (Jupyter or marimo) or on
+:meth:`Monitor.start`; the sampler thread updates it at ``1 / interval`` Hz while other cells
+run and stops when the communicator closes or the last monitor stops. Without a kernel the
+same object shows a static text/HTML snapshot and starts no thread.
 """
 
 from __future__ import annotations
 
+import collections
+import math
 import threading
+import time
 import uuid
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import ipywidgets
+import anywidget
+import traitlets
 
 from ..display import (
-    MiB,
-    Series,
-    format_byte_rate,
-    format_bytes,
-    format_count,
-    html_table,
-    peer_fields,
+    CHARTS,
+    PEER_COLOURS,
+    SAMPLE,
+    busiest_first,
+    chart_frame,
+    monitor_html,
+    monitor_view,
     peer_name,
-    svg_chart,
-    svg_charts,
+    peer_sample,
     text_table,
 )
-from .plots import DisplayOnlyBokehModel, PeerPlots, load_bokeh
 from .replaceable import ReplaceableView
 from .sampler import DEFAULT_INTERVAL, Sampler
 
 if TYPE_CHECKING:
-    from ..statistics import CommunicatorStatistics
+    from ..statistics import CommunicatorStatistics, PeerStatistics
 
-__all__ = ("Monitor", "PeerTable")
+__all__ = ("Monitor", "MonitorWidget", "PeerTable", "PlotHistory", "FRONTEND")
+
+FRONTEND = Path(__file__).resolve().with_name("frontend")
+# A plotted peer keeps its place (its colour and its past) until it has ranked outside the
+# busiest ``max_peers`` for this many samples in a row: a busier peer then takes it. Without
+# it, peers of similar traffic would swap lines at every sample.
+HYSTERESIS = 4
+
+
+def _rounded(sample: list[float] | None) -> list[float] | None:
+    """Four significant digits: what a chart of a few hundred pixels can show, in less JSON."""
+    if sample is None:
+        return None
+    return [float(f"{value:.4g}") for value in sample]
+
+
+class MonitorWidget(anywidget.AnyWidget):
+    """The browser side of a :class:`Monitor`; see the module docstring for its traits."""
+
+    _esm = FRONTEND / "monitor.js"
+    _css = FRONTEND / "monitor.css"
+    view = traitlets.Dict().tag(sync=True)
+    frame = traitlets.Dict().tag(sync=True)
+    point = traitlets.Dict().tag(sync=True)
+
+
+class PlotHistory:
+    """The charts' data: the last ``history`` samples of at most ``max_peers`` plotted peers.
+
+    The plotted peers are the busiest (:func:`netq.display.busiest_first`); a peer keeps its
+    place, colour and past until it has ranked outside the busiest ``max_peers`` for
+    :data:`HYSTERESIS` samples and a busier one needs the place, or until it left (its lines
+    end; it is dropped once its data has rolled out of the window or its place is needed).
+    Only plotted peers have a history: memory and CPU are bounded by ``max_peers x history``.
+    """
+
+    def __init__(self, names: Mapping[uuid.UUID, str] | None = None, *, history: int = 600,
+                 max_peers: int = 16) -> None:
+        if history < 2:
+            raise ValueError("history must be at least 2 points")
+        self.names = names
+        self.history = history
+        self.max_peers = max_peers
+        self.times: collections.deque[float] = collections.deque(maxlen=history)
+        # plotted peer -> its samples, aligned with `times` (None: the peer was not there)
+        self.samples: dict[uuid.UUID, collections.deque[list[float] | None]] = {}
+        self._colour: dict[uuid.UUID, int] = {}  # plotted peer -> index into PEER_COLOURS
+        self.departed: dict[uuid.UUID, int] = {}  # plotted peer that left -> samples since
+        self._outside: dict[uuid.UUID, int] = {}  # plotted peer -> samples outside the top
+        # per chart: the highest value of any plotted line at each sample (the y axis' range)
+        self._highest: dict[str, collections.deque[float]] = {
+            chart.metric: collections.deque(maxlen=history) for chart in CHARTS}
+        self.changes = 0  # how often the plotted set changed
+
+    @property
+    def peers(self) -> list[uuid.UUID]:
+        """The plotted peers, in legend order."""
+        return list(self.samples)
+
+    def update(self, stats: CommunicatorStatistics,
+               ordered: list[PeerStatistics] | None = None) -> None:
+        """Add one sample (``ordered``: ``stats.peers`` busiest first, if already sorted)."""
+        if ordered is None:
+            ordered = busiest_first(stats.peers, self.names)
+        present = {row.peer: row for row in ordered}
+        rank = {row.peer: index for index, row in enumerate(ordered)}
+        for peer in list(self.samples):
+            if peer in present:
+                self.departed.pop(peer, None)
+            else:
+                self.departed[peer] = self.departed.get(peer, -1) + 1
+                if self.departed[peer] >= self.history:
+                    self._drop(peer)
+        for peer in self.samples:
+            outside = rank.get(peer, math.inf) >= self.max_peers
+            self._outside[peer] = self._outside.get(peer, 0) + 1 if outside else 0
+        for row in ordered[:self.max_peers]:
+            if row.peer in self.samples:
+                continue
+            if len(self.samples) >= self.max_peers:
+                victim = self._evictable(rank)
+                if victim is None:
+                    break
+                self._drop(victim)
+            self._add(row.peer)
+        self.times.append(stats.uptime)
+        for peer, samples in self.samples.items():
+            now = present.get(peer)
+            samples.append(peer_sample(now) if now is not None else None)
+        for chart in CHARTS:
+            self._highest[chart.metric].append(self._highest_now(chart.lines, -1))
+
+    def _evictable(self, rank: Mapping[uuid.UUID, int]) -> uuid.UUID | None:
+        if self.departed:
+            return max(self.departed, key=lambda peer: self.departed[peer])
+        waiting = [peer for peer in self.samples if self._outside.get(peer, 0) >= HYSTERESIS]
+        return max(waiting, key=lambda peer: rank.get(peer, math.inf)) if waiting else None
+
+    def _add(self, peer: uuid.UUID) -> None:
+        used = set(self._colour.values())
+        self._colour[peer] = next((i for i in range(len(PEER_COLOURS)) if i not in used),
+                                  len(self._colour) % len(PEER_COLOURS))
+        self.samples[peer] = collections.deque([None] * len(self.times), maxlen=self.history)
+        self._outside[peer] = 0
+        self.changes += 1
+
+    def _drop(self, peer: uuid.UUID) -> None:
+        del self.samples[peer]
+        self._colour.pop(peer, None)
+        self.departed.pop(peer, None)
+        self._outside.pop(peer, None)
+        self.changes += 1
+        for chart in CHARTS:  # the range without that peer's lines
+            self._highest[chart.metric] = collections.deque(
+                (self._highest_now(chart.lines, at) for at in range(len(self.times))),
+                maxlen=self.history)
+
+    def _highest_now(self, lines: tuple[tuple[int, str], ...], at: int) -> float:
+        highest = 0.0
+        for samples in self.samples.values():
+            sample = samples[at] if samples else None
+            if sample is not None:
+                for index, _ in lines:
+                    highest = max(highest, sample[index])
+        return highest
+
+    # -- what the browser gets -------------------------------------------------------------
+
+    def colours(self) -> dict[uuid.UUID, str]:
+        """Each plotted peer's colour (lines, legend swatch, table swatch)."""
+        return {peer: PEER_COLOURS[index] for peer, index in self._colour.items()}
+
+    def legend(self) -> list[dict[str, Any]]:
+        """The plotted peers in legend order: ``key`` (the id), ``peer`` (the display name),
+        ``label`` (``"(left)"`` once it left), ``colour`` and line ``width`` (earlier peers
+        wider and drawn below, so identical lines each stay visible as a coloured edge)."""
+        count = len(self.samples)
+        entries = []
+        for number, peer in enumerate(self.samples):
+            name = peer_name(peer, self.names)
+            width = 1.4 + 1.6 * (count - 1 - number) / max(count - 1, 1)
+            entries.append({"key": str(peer), "peer": name,
+                            "label": f"{name} (left)" if peer in self.departed else name,
+                            "colour": PEER_COLOURS[self._colour[peer]],
+                            "width": round(width, 2)})
+        return entries
+
+    def frame(self) -> dict[str, Any]:
+        """:func:`netq.display.chart_frame` of the current window."""
+        highest = {metric: max(values, default=0.0) for metric, values in self._highest.items()}
+        return chart_frame(list(self.times), self.legend(), highest, self.history)
+
+    def point(self) -> dict[str, Any]:
+        """The newest sample: ``{"t": uptime, "values": {peer id: [5 values] or None}}``."""
+        if not self.times:
+            return {}
+        return {"t": self.times[-1],
+                "values": {str(peer): _rounded(samples[-1])
+                           for peer, samples in self.samples.items()}}
+
+    def series_json(self) -> dict[str, list]:
+        """Every plotted peer's samples (rounded), keyed by its id, aligned with ``times``."""
+        return {str(peer): [_rounded(sample) for sample in samples]
+                for peer, samples in self.samples.items()}
+
+    def history_message(self) -> dict[str, Any]:
+        """The answer to a view's ``{"type": "history"}``: the whole window."""
+        return {"type": "history", "t": list(self.times), "series": self.series_json()}
+
+    def series(self, peer: uuid.UUID, metric: str) -> list[float]:
+        """One plotted peer's values of ``metric`` (a name in :data:`netq.display.SAMPLE`),
+        NaN where it was absent."""
+        index = SAMPLE.index(metric)
+        return [math.nan if sample is None else sample[index] for sample in self.samples[peer]]
 
 
 class PeerTable:
-    """The header line and per-peer table as an ``ipywidgets.HTML`` (``root``)."""
+    """What the table shows: the last ``view`` (:func:`netq.display.monitor_view`)."""
 
     def __init__(self, names: Mapping[uuid.UUID, str] | None = None, *,
                  max_rows: int | None = 50) -> None:
         self.names = names
         self.max_rows = max_rows
-        self.root = ipywidgets.HTML(value="", layout=ipywidgets.Layout(overflow="auto"))
-        self.root.add_class("netq-monitor-table")
-        self.stats: CommunicatorStatistics | None = None  # the snapshot shown
+        self.view: dict[str, Any] = {}
 
     @property
     def rows(self) -> list[dict[str, str]]:
-        """What the table shows, as strings, one dict per peer (sorted by peer id)."""
-        if self.stats is None:
+        """The peer rows shown, busiest first, as ``{column key: text}`` (``peer``: the display
+        name); the ``others`` and total rows are not in it."""
+        if not self.view:
             return []
-        return [peer_fields(row, self.names)
-                for row in sorted(self.stats.peers, key=lambda r: str(r.peer))]
-
-    def update(self, stats: CommunicatorStatistics,
-               colours: Mapping[uuid.UUID, str] | None = None,
-               view_state: str | None = None) -> None:
-        """Show ``stats``; ``colours``: the plotted peers' swatches; ``view_state``: the title's
-        badge instead of ``open`` (``"stopped"``)."""
-        self.stats = stats
-        self.root.value = html_table(stats, self.names, self.max_rows, colours=colours,
-                                     view_state=view_state)
+        keys = [key for key, _, _ in self.view["columns"]]
+        return [dict(zip(keys, row["cells"], strict=True)) for row in self.view["rows"]]
 
 
 class Monitor(ReplaceableView):
-    """A live Jupyter view of one communicator's :meth:`~netq.Communicator.statistics`.
+    """A live Jupyter or marimo view of one communicator's
+    :meth:`~netq.Communicator.statistics`.
 
     ``interval``: seconds between samples (default 0.5: 2 Hz). ``names``: display names for
-    peer ids (default: the first 8 hex digits). ``history``: points kept per line.
-    ``max_rows`` / ``max_peers``: peers shown in the table / plotted. ``start``: attach to
-    the sampler now (``True``), never by itself (``False``), or when displayed in a kernel
-    (``None``, the default).
+    peer ids (default: the first 8 hex digits; read at every sample, so it may be filled in
+    later). ``history``: points kept per line. ``max_rows``: peer rows in the table (the
+    busiest; the rest are one ``others`` row). ``max_peers``: peers plotted (the busiest).
+    ``start``: attach to the sampler now (``True``), never by itself (``False``), or when
+    displayed (``None``, the default).
     """
 
     stats: CommunicatorStatistics  # the last snapshot shown (update() sets it in __init__)
@@ -97,12 +271,11 @@ class Monitor(ReplaceableView):
         self.interval = interval
         self.names = names
         self.table = PeerTable(names, max_rows=max_rows)
-        self.plots = PeerPlots(names, history=history, max_peers=max_peers)
-        self.bokeh = DisplayOnlyBokehModel(self.plots.root, combine_events=True)
-        self.plots.resync = self.bokeh.resync
-        self.plots.streamer = self.bokeh.stream
-        self.widget = ipywidgets.VBox([self.table.root, self.bokeh])
-        self.widget.add_class("netq-monitor")
+        self.plots = PlotHistory(names, history=history, max_peers=max_peers)
+        self.widget = MonitorWidget()
+        self.widget.on_msg(self._on_message)
+        self.taken_at = time.time()  # wall-clock time of the snapshot shown
+        self.history_requests = 0  # views that asked for the whole history
         self._lock = threading.Lock()  # one update at a time (sampler vs. user thread)
         self._sampler: Sampler | None = None
         self._stopped = False  # stop() was called: displaying again does not restart
@@ -113,13 +286,31 @@ class Monitor(ReplaceableView):
     # -- control --------------------------------------------------------------------------
 
     def update(self, stats: CommunicatorStatistics | None = None) -> None:
-        """Show one snapshot (default: a fresh ``statistics()``) in the table and plots."""
+        """Show one snapshot (default: a fresh ``statistics()``): one more point in the charts,
+        the table and title as of now, sent to the browser in one message."""
         if stats is None:
             stats = self.communicator.statistics()
         with self._lock:
             self.stats = stats
-            self.plots.update(stats)
-            self.table.update(stats, self.plots.colours(), self.view_state)
+            self.taken_at = time.time()
+            ordered = busiest_first(stats.peers, self.names)
+            self.plots.update(stats, ordered)
+            view = monitor_view(stats, self.names, max_rows=self.table.max_rows,
+                                live=self.running, view_state=self.view_state,
+                                colours=self.plots.colours(), taken_at=self.taken_at,
+                                ordered=ordered)
+            self.table.view = view
+            with self.widget.hold_sync():
+                self.widget.view = view
+                self.widget.frame = self.plots.frame()
+                self.widget.point = self.plots.point()
+
+    def _on_message(self, widget, content, buffers) -> None:
+        """A view asks for the whole history (it started after the first samples)."""
+        if isinstance(content, dict) and content.get("type") == "history":
+            with self._lock:  # sent before any later point: the browser's order is the kernel's
+                self.history_requests += 1
+                self.widget.send(self.plots.history_message())
 
     def start(self) -> Monitor:
         """Attach to the communicator's sampler thread (idempotent)."""
@@ -130,15 +321,16 @@ class Monitor(ReplaceableView):
             self.update()
             return self
         self._sampler = Sampler.attach(self.communicator, self, self.interval)
-        self.update()  # the badge leaves "stopped" now, not at the next tick
+        self.update()  # the badge says it is live now, not at the next tick
         self._show_live()
         return self
 
     def stop(self) -> None:
         """Stop updating; the sampler thread ends when no monitor of its communicator is left.
 
-        The view says so: its badge reads ``stopped`` and, where it was displayed, the live
-        widget is replaced by its static form (title, table and charts as of now).
+        The view says so: its badge reads ``stopped``, it states when its snapshot was taken
+        (``data-live="0"``) and, where it was displayed in Jupyter, the live widget is
+        replaced by its static form (title, charts and table as of now).
         """
         self._stopped = True
         sampler, self._sampler = self._sampler, None
@@ -149,15 +341,12 @@ class Monitor(ReplaceableView):
 
     @property
     def view_state(self) -> str | None:
-        """What the title's badge says instead of the communicator's ``open``: ``stopped``
-        once :meth:`stop` was called (None while live)."""
+        """``stopped`` once :meth:`stop` was called (None otherwise)."""
         return "stopped" if self._stopped else None
 
     def close(self) -> None:
-        """Stop and close the widgets (their views disappear from the notebook)."""
+        """Stop and close the widget (its views disappear)."""
         self.stop()
-        self.bokeh.close()
-        self.table.root.close()
         self.widget.close()
 
     @property
@@ -176,53 +365,24 @@ class Monitor(ReplaceableView):
 
     def _sampler_stopped(self, stats) -> None:
         self._sampler = None
-        if stats is not None:
-            self.update(stats)
+        self.update(stats)
         self._show_static()
 
     # -- static form ------------------------------------------------------------------------
 
-    def charts_html(self) -> str:
-        """The plotted history as inline SVG charts (what a static page shows)."""
-        with self._lock:
-            data = {key: list(values) for key, values in self.plots.source.data.items()}
-            peers = dict(self.plots.peers)
-            departed = set(self.plots.departed)
-        times = data.get("t", [])
-        if len(times) < 2 or not peers:
-            return ""
-
-        def lines(suffixes: tuple[str, ...]) -> list[Series]:
-            found = []
-            for peer, index in peers.items():
-                name = peer_name(peer, self.names) + (" (left)" if peer in departed else "")
-                colour = self.plots.colour(peer) or "#444"
-                for suffix in suffixes:
-                    dash = "4 3" if suffix.endswith("_out") else ""
-                    found.append(Series(f"{name} {suffix}", colour, dash,
-                                        data.get(f"p{index}_{suffix}", []),
-                                        self.plots.line_width(index)))
-            return found
-
-        return svg_charts([
-            svg_chart("throughput, dashed: out", times,
-                      lines(("mb_in", "mb_out")), lambda v: format_byte_rate(v * MiB)),
-            svg_chart("queued messages, dashed: out", times,
-                      lines(("queue_in", "queue_out")),
-                      lambda v: format_count(v) if v >= 10 else f"{v:g}"),
-            svg_chart("memory held", times, lines(("memory",)),
-                      lambda v: format_bytes(v * MiB)),
-        ])
-
     def static_html(self) -> str:
-        """Title row, table (with the plots' colours) and SVG charts: no script, no widget."""
-        stats = self.stats
-        return html_table(stats, self.names, self.table.max_rows, colours=self.plots.colours(),
-                          view_state=self.view_state, footer=self.charts_html())
+        """The static form: title, charts of the plotted history, legend and table as of the
+        last snapshot, with a sentence saying when it was taken; no script, never live."""
+        with self._lock:
+            view = monitor_view(self.stats, self.names, max_rows=self.table.max_rows,
+                                live=False, view_state=self.view_state,
+                                colours=self.plots.colours(), taken_at=self.taken_at)
+            return monitor_html(view, self.plots.frame(), list(self.plots.times),
+                                self.plots.series_json())
 
     def static_bundle(self) -> dict[str, str]:
-        """``text/plain`` + ``text/html`` (:meth:`static_html`): nbconvert, a docs site and
-        GitHub show this where no widget manager runs."""
+        """``text/plain`` + ``text/html`` (:meth:`static_html`): nbconvert, a docs site, GitHub
+        and any frontend without a widget manager show this."""
         return {"text/plain": text_table(self.stats, self.names, self.table.max_rows),
                 "text/html": self.static_html()}
 
@@ -238,9 +398,16 @@ class Monitor(ReplaceableView):
         return self.static_html()
 
     def _live_bundle(self) -> dict:
-        load_bokeh()
-        with self._lock:  # the new view renders from the current document
-            self.bokeh.refresh()
-        bundle = self.widget._repr_mimebundle_() or {}
-        bundle.update(self.static_bundle())  # our text, not the VBox's repr
+        shown = self.widget._repr_mimebundle_()  # (data, metadata)
+        bundle = dict(shown[0]) if shown else {}
+        bundle.update(self.static_bundle())  # our text and the static form beside the widget
         return bundle
+
+    def _display_(self) -> MonitorWidget:
+        """marimo's display hook (asked before ``_repr_*``): start sampling unless stopped, and
+        show the anywidget, which marimo renders live (``mo.ui.anywidget``)."""
+        if not self._stopped:
+            self.start()
+        elif not self.running:
+            self.update()
+        return self.widget

@@ -6,12 +6,18 @@ communicator cost one snapshot per tick and show the same numbers. It stops when
 communicator has closed (after one last sample showing ``closed``) or when its last view
 detaches. It never prints: a view that raises is detached and the error kept in
 :attr:`Sampler.errors` (and logged at DEBUG level on the ``netq.widgets`` logger).
+
+Under marimo the thread is a ``marimo.Thread`` (started from the cell that displayed the view):
+marimo then tells it when that cell is re-run or deleted (``should_exit``), and the sampler
+ends instead of feeding a widget marimo has closed. Everywhere else it is a plain
+``threading.Thread``.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import sys
 import threading
 import time
 from typing import Protocol as _Protocol
@@ -20,6 +26,18 @@ __all__ = ("Sampler", "View")
 
 LOGGER = logging.getLogger("netq.widgets")
 DEFAULT_INTERVAL = 0.5  # seconds: 2 Hz
+
+
+def _thread_class() -> type[threading.Thread]:
+    """``marimo.Thread`` inside a running marimo notebook or app, else ``threading.Thread``."""
+    marimo = sys.modules.get("marimo")  # never imported here: only if the user runs marimo
+    if marimo is not None:
+        try:
+            if marimo.running_in_notebook():
+                return marimo.Thread
+        except Exception:  # noqa: BLE001 - any doubt about marimo: a plain thread
+            pass
+    return threading.Thread
 
 
 class View(_Protocol):
@@ -45,7 +63,7 @@ class Sampler:
         self.started_at = time.monotonic()
         self.stopped_at: float | None = None
         name = f"netq-monitor-{str(communicator.id)[:8]}"
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.thread = _thread_class()(target=self._run, name=name, daemon=True)
 
     # -- registry -------------------------------------------------------------------------
 
@@ -56,7 +74,7 @@ class Sampler:
             sampler = cls._registry.get(id(communicator))
             if sampler is not None and sampler.communicator is communicator:
                 with sampler._lock:  # the thread sets _stop under this lock when it ends
-                    if not sampler._stop.is_set():
+                    if not sampler._stop.is_set() and not sampler._cell_gone():
                         if view not in sampler._views:
                             sampler._views.append(view)
                         sampler.interval = min(sampler.interval, interval)
@@ -93,7 +111,11 @@ class Sampler:
 
     @property
     def alive(self) -> bool:
-        return self.thread.is_alive() and not self._stop.is_set()
+        return self.thread.is_alive() and not self._stop.is_set() and not self._cell_gone()
+
+    def _cell_gone(self) -> bool:
+        """marimo re-ran or deleted the cell that started this thread (False elsewhere)."""
+        return bool(getattr(self.thread, "should_exit", False))
 
     @property
     def views(self) -> tuple:
@@ -118,7 +140,7 @@ class Sampler:
         cpu_start = time.thread_time()
         stats = None
         try:
-            while not self._stop.wait(self.interval):
+            while not self._stop.wait(self.interval) and not self._cell_gone():
                 try:
                     stats = self.communicator.statistics()
                 except Exception as error:  # noqa: BLE001 - never print from a thread

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-for _module in ("ipywidgets", "bokeh", "jupyter_bokeh"):
+for _module in ("ipywidgets", "anywidget"):
     pytest.importorskip(_module, reason=f"{_module} missing: install netq[widgets]")
 
 try:

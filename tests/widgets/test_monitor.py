@@ -1,46 +1,35 @@
 """widgets/monitor.py + sampler.py against a real server and clients on 127.0.0.1.
 
-The recorded ``frontend`` holds what a browser would: the table widget's HTML and the plots'
-ColumnDataSource rebuilt from the PATCH-DOC messages. Every check compares it with the
-kernel-side snapshot the monitor showed.
+The recorded ``frontend`` holds what a browser would: the anywidget's synced state (``view``,
+``frame``, ``point``) and the point history its ES module keeps (each point appended, the
+whole window once on request). Every check compares it with what the kernel side showed.
 """
 
 from __future__ import annotations
 
-import html
-import math
+import json
 import re
 import threading
 
-from netq.widgets import Monitor, Sampler
+from netq.widgets import Monitor, MonitorWidget, Sampler
 
 import netq
-from netq.display import html_table, peer_fields
+from netq.display import LIVE_STATES, STATIC_STATES, peer_fields
 from netq_testing import wait_for
-from widget_testing import Traffic, same_columns
+from widget_testing import Traffic
 
-ROW = re.compile(r'<tr class="peer" data-peer="([0-9a-f-]+)">(.*?)</tr>')
-CELL = re.compile(r'<td class="([a-z_]+)">(.*?)</td>')
-SWATCH = re.compile(r'<span class="netq-swatch"[^>]*></span>')  # the plots' legend
-
-
-def table_rows(markup: str) -> dict[str, dict[str, str]]:
-    """The per-peer rows of a rendered table: peer id -> {column key: text}."""
-    return {peer: {key: html.unescape(SWATCH.sub("", text)) for key, text in CELL.findall(cells)}
-            for peer, cells in ROW.findall(markup)}
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def monitor_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("netq-monitor-")]
 
 
-def frontend_view(frontend, monitor):
-    """(table HTML, source data) as the browser has them, with the snapshot shown, atomically."""
+def browser_view(frontend, monitor) -> tuple[dict, dict, object]:
+    """(the browser's view and frame, the kernel's last snapshot), taken atomically."""
     with monitor._lock:
-        return (frontend.state(monitor.table.root)["value"],
-                frontend.source(monitor.plots.source),
-                monitor.stats,
-                {k: list(v) for k, v in monitor.plots.source.data.items()})
+        state = frontend.state(monitor.widget)
+        return state["view"], state["frame"], monitor.stats
 
 
 def test_live_view_follows_real_traffic(frontend):
@@ -54,52 +43,67 @@ def test_live_view_follows_real_traffic(frontend):
             stats = monitor.stats
             return len(stats.peers) == 3 and all(r.messages_in_per_s > 0 for r in stats.peers)
         wait_for(flowing, message="3 peers sending")
-        markup, source, stats, kernel_source = frontend_view(frontend, monitor)
-        # the browser's table is the snapshot's table, row by row
-        assert markup == html_table(stats, names, 50, colours=monitor.plots.colours())
-        # the plots' colours are the table's legend: one distinct swatch per plotted peer
-        swatches = re.findall(r'class="netq-swatch" style="background:(#[0-9a-f]{6})"', markup)
-        assert len(swatches) == len(set(swatches)) == 3
-        rows = table_rows(markup)
-        assert set(rows) == {str(c.id) for c in traffic.clients}
+        view, frame, stats = browser_view(frontend, monitor)
+        # the browser's view is the kernel's, as JSON (what the wire carries)
+        assert view == json.loads(json.dumps(monitor.table.view))
+        assert view["live"] is True and view["snapshot"] == ""
+        assert view["title"]["state"] == "open" and view["title"]["role"] == "netq TCP server"
+        rows = {row["peer"]: row for row in view["rows"]}
+        assert set(rows) == {"client-0", "client-1", "client-2"}  # names, not ids
         for row in stats.peers:
-            assert rows[str(row.peer)] == peer_fields(row, names)
-            assert rows[str(row.peer)]["state"] == "connected"
-            assert rows[str(row.peer)]["msg_in"] not in ("0", "-")
-        # the browser's plot data is the kernel's, and rolls over at `history` points
-        assert same_columns(source, kernel_source)
-        wait_for(lambda: len(monitor.plots.source.data["t"]) == 15, message="rollover")
-        _, source, stats, kernel_source = frontend_view(frontend, monitor)
-        assert len(source["t"]) == 15 and same_columns(source, kernel_source)
-        assert source["t"] == sorted(source["t"]) and len(set(source["t"])) == 15
-        first = traffic.clients[0]
-        assert max(monitor.plots.series(first.id, "mb_in")) > 0
+            shown = rows[names[row.peer]]
+            assert dict(zip([c[0] for c in view["columns"]], shown["cells"], strict=True)) == \
+                peer_fields(row, names)
+            assert shown["cells"][1] == "connected"
+        # busiest first: bytes/s in + out never grows down the table
+        rates = [row["sort"][5] + row["sort"][7] for row in view["rows"]]
+        assert rates == sorted(rates, reverse=True)
+        # every plotted peer's colour is its swatch in the table and its legend entry
+        colours = {entry["peer"]: entry["colour"] for entry in frame["plotted"]}
+        assert len(set(colours.values())) == 3
+        assert all(rows[name]["colour"] == colour for name, colour in colours.items())
+        assert monitor.table.rows == [dict(zip([c[0] for c in view["columns"]], row["cells"],
+                                               strict=True)) for row in view["rows"]]
+
+        # the browser's history: every point once, bounded to `history`, the kernel's values
+        wait_for(lambda: len(frontend.history(monitor.widget).t) == 15, message="rollover")
+        with monitor._lock:
+            held = frontend.history(monitor.widget)
+            kernel = json.loads(json.dumps(monitor.plots.series_json()))
+            times = list(monitor.plots.times)
+        assert held.t == times and held.series == kernel
+        assert held.t == sorted(held.t) and len(set(held.t)) == 15
+        # a browser that loads the page later asks for the whole window once
+        frontend.ask_history(monitor.widget)
+        assert monitor.history_requests == 1
+        answer = frontend.custom[-1]
+        assert answer["type"] == "history" and len(answer["t"]) == 15
 
         # a peer joining at runtime gets a row and lines
         late = traffic.add_client()
-        wait_for(lambda: str(late.id) in table_rows(frontend.state(monitor.table.root)["value"]),
-                   message="the new peer's row")
-        wait_for(lambda: late.id in monitor.plots.peers, message="the new peer's lines")
-        markup, source, stats, kernel_source = frontend_view(frontend, monitor)
-        assert "client-3" in markup and same_columns(source, kernel_source)
-        index = monitor.plots.peers[late.id]
-        assert f"p{index}_mb_in" in source
+        wait_for(lambda: "client-3" in {r["peer"] for r in frontend.state(monitor.widget)[
+            "view"]["rows"]}, message="the new peer's row")
+        wait_for(lambda: str(late.id) in frontend.history(monitor.widget).series,
+                 message="the new peer's lines")
 
-        # a peer leaving loses its row; its lines end (NaN) and its legend says so
+        # a peer leaving loses its row; its lines end and its legend entry says so
+        first = traffic.clients[0]
         traffic.remove_client(first)
-        wait_for(lambda: str(first.id) not in table_rows(
-            frontend.state(monitor.table.root)["value"]), message="the departed peer's row gone")
-        wait_for(lambda: math.isnan(monitor.plots.series(first.id, "mb_in")[-1]),
-                   message="the departed peer's lines ending")
-        labels = monitor.plots.legend_labels()
-        assert "client-0 (left)" in labels
+        wait_for(lambda: "client-0" not in {r["peer"] for r in frontend.state(monitor.widget)[
+            "view"]["rows"]}, message="the departed peer's row gone")
+        wait_for(lambda: frontend.history(monitor.widget).series[str(first.id)][-1] is None,
+                 message="the departed peer's lines ending")
+        labels = [e["label"] for e in frontend.state(monitor.widget)["frame"]["plotted"]]
+        assert "client-0 (left)" in labels and first.id in monitor.plots.departed
         assert sampler.errors == type(sampler.errors)()  # nothing went wrong on the thread
 
     # the server closed: the sampler shows it once more and its thread ends
     sampler.thread.join(5)
     assert not sampler.thread.is_alive() and not monitor.running
+    view = frontend.state(monitor.widget)["view"]
     assert monitor.stats.state == "closed"
-    assert "closed" in frontend.state(monitor.table.root)["value"]
+    assert view["title"]["state"] == "closed" and view["live"] is False
+    assert view["snapshot"].startswith("snapshot taken ")
     assert not monitor_threads()
     assert sampler.cpu_seconds > 0 and sampler.ticks > 10
 
@@ -111,22 +115,22 @@ def test_two_views_share_one_sampler_and_both_update(frontend):
         assert isinstance(second, Monitor) and first.sampler is second.sampler
         assert len(monitor_threads()) == 1
         for monitor in (first, second):
-            wait_for(lambda m=monitor: len(frontend.source(m.plots.source)["t"]) >= 5,
-                       message="both views updating")
-        # same snapshots: the same points in both
-        with first._lock, second._lock:
-            assert first.plots.source.data["t"][-1] == second.plots.source.data["t"][-1]
+            wait_for(lambda m=monitor: len(frontend.history(m.widget).t) >= 5,
+                     message="both views updating")
+        with first._lock, second._lock:  # same snapshots: the same points in both
+            assert first.plots.times[-1] == second.plots.times[-1]
         first.stop()
         assert not first.running and second.running
-        count = len(second.plots.source.data["t"])
-        wait_for(lambda: len(second.plots.source.data["t"]) > count + 2,
-                   message="the other view still updating")
-        frozen = len(first.plots.source.data["t"])
+        assert frontend.state(first.widget)["view"]["title"]["state"] == "stopped"
+        count = len(second.plots.times)
+        wait_for(lambda: len(second.plots.times) > count + 2,
+                 message="the other view still updating")
+        frozen = list(first.plots.times)
         sampler = second.sampler
         second.stop()
         sampler.thread.join(5)
         assert not sampler.thread.is_alive()
-        assert len(first.plots.source.data["t"]) == frozen
+        assert list(first.plots.times) == frozen
         assert not traffic.server.closed  # stopping a monitor leaves the communicator alone
 
 
@@ -137,37 +141,58 @@ def test_restart_after_stop_and_after_close(frontend):
         wait_for(lambda: not monitor_threads(), message="the thread to end")
         monitor.start()
         assert monitor.running and len(monitor_threads()) == 1
+        assert frontend.state(monitor.widget)["view"]["live"] is True
     wait_for(lambda: not monitor_threads(), message="the thread to end with the server")
     monitor.start()  # closed communicator: shows the final state, starts nothing
     assert not monitor.running and monitor.stats.state == "closed" and not monitor_threads()
 
 
-def test_displayed_in_a_kernel_it_is_live(frontend, monkeypatch):
-    import netq.widgets.monitor as monitor_module
+def test_displayed_in_a_kernel_it_is_live_beside_a_static_snapshot(frontend, monkeypatch):
     import netq.widgets.replaceable as replaceable_module
 
     import netq.display
 
-    loads = []
     monkeypatch.setattr(netq.display, "in_kernel", lambda: True)
     monkeypatch.setattr(replaceable_module, "in_kernel", lambda: True)
-    monkeypatch.setattr(monitor_module, "load_bokeh", lambda: loads.append(1))
     with Traffic(clients=2) as traffic:
         bundle = traffic.server._repr_mimebundle_()  # a communicator as a cell's last line
-        view = bundle["application/vnd.jupyter.widget-view+json"]
-        assert view["model_id"] in frontend.states  # the VBox the browser renders
-        assert "peer" in bundle["text/plain"] and "netq-table" in bundle["text/html"]
+        view = bundle[WIDGET_VIEW]
+        state = frontend.states[view["model_id"]]  # the anywidget the browser renders
+        assert state["_model_name"] == "AnyModel" and "export default" in state["_esm"]
+        assert ".netq-monitor" in state["_css"]
+        assert state["view"]["live"] is True
         sampler = Sampler.running(traffic.server)
-        assert sampler is not None and loads
+        assert sampler is not None
         (monitor,) = sampler.views
-        wait_for(lambda: len(frontend.source(monitor.plots.source)["t"]) >= 3,
-                   message="updates after display")
-        assert set(frontend.states[view["model_id"]]["children"]) == {
-            f"IPY_MODEL_{monitor.table.root.model_id}", f"IPY_MODEL_{monitor.bokeh.model_id}"}
+        wait_for(lambda: len(frontend.history(monitor.widget).t) >= 3,
+                 message="updates after display")
+        # beside the widget, for frontends without a widget manager: a snapshot, never live
+        static = bundle["text/html"]
+        assert 'data-live="0"' in static and 'class="netq-snapshot"' in static
+        assert 'data-state="snapshot"' in static and "<script" not in static
+        assert bundle["text/plain"].startswith("netq server tcp")
         again = traffic.server.monitor(interval=0.1)  # not displayed yet: not running
         assert not again.running
         again._repr_mimebundle_()
         assert again.running and again.sampler is sampler
+    sampler.thread.join(5)
+    assert not sampler.thread.is_alive()
+
+
+def test_displayed_by_marimo_it_starts_and_hands_over_the_anywidget(frontend):
+    """marimo asks ``_display_`` before any ``_repr_*``: a monitor (and a communicator as a
+    cell's last expression) starts sampling and gives marimo the anywidget to render."""
+    with Traffic(clients=1) as traffic:
+        widget = traffic.server._display_()
+        assert isinstance(widget, MonitorWidget)
+        sampler = Sampler.running(traffic.server)
+        assert sampler is not None
+        (monitor,) = sampler.views
+        assert monitor.widget is widget and monitor.running
+        wait_for(lambda: len(frontend.history(widget).t) >= 3, message="marimo view updating")
+        monitor.stop()
+        assert monitor._display_() is widget and not monitor.running  # stopped stays stopped
+        assert frontend.state(widget)["view"]["title"]["state"] == "stopped"
     sampler.thread.join(5)
     assert not sampler.thread.is_alive()
 
@@ -177,12 +202,13 @@ def test_without_a_kernel_the_display_is_static(frontend):
         wait_for(lambda: len(traffic.server.peers) == 2, message="2 peers")
         bundle = traffic.server._repr_mimebundle_()
         assert set(bundle) == {"text/plain", "text/html"}
-        assert len(table_rows(bundle["text/html"])) == 2
+        assert bundle["text/html"].count('<tr class="netq-peer"') == 2
+        assert 'data-live="0"' in bundle["text/html"]
         assert bundle["text/plain"].splitlines()[0].startswith("netq server tcp")
         monitor = traffic.server.monitor()
         assert set(monitor._repr_mimebundle_()) == {"text/plain", "text/html"}
         assert repr(monitor).splitlines()[0].startswith("netq server tcp")
-        assert len(table_rows(monitor._repr_html_())) == 2
+        assert monitor._repr_html_().count('<tr class="netq-peer"') == 2
         assert not monitor.running and not monitor_threads()
 
 
@@ -204,19 +230,22 @@ def test_a_failing_view_is_detached_without_printing(frontend, capfd):
     assert "boom" not in out and "boom" not in err
 
 
-def test_names_are_escaped(frontend):
+def test_names_are_escaped_in_the_static_form_and_text_in_the_widget(frontend):
     with Traffic(clients=1) as traffic:
         client = traffic.clients[0]
         names = {client.id: "<script>alert(1)</script>"}
+        wait_for(lambda: len(traffic.server.peers) == 1, message="1 peer")
         monitor = Monitor(traffic.server, names=names)
-        markup = frontend.state(monitor.table.root)["value"]
+        markup = monitor.static_html()
         assert "<script>alert" not in markup and "&lt;script&gt;" in markup
-        assert netq.display.peer_name(client.id, names) == names[client.id]
+        # the widget carries the name as text (the module sets textContent, never HTML)
+        rows = frontend.state(monitor.widget)["view"]["rows"]
+        assert rows[0]["peer"] == names[client.id]
 
 
 def test_a_client_that_cannot_connect_is_visibly_different(frontend):
-    """The widget's table shows what statistics() says about a wait: the header names the
-    failed connection, the row is marked blocked and its reason is spelled out below."""
+    """The widget shows what statistics() says about a wait: the title names the failed
+    connection, the badge is red, the row is marked blocked and its reason is spelled out."""
     import socket
 
     with socket.socket() as probe:  # a port nobody listens on (bound, then released)
@@ -229,27 +258,29 @@ def test_a_client_that_cannot_connect_is_visibly_different(frontend):
     monitor = Monitor(client, interval=0.1, start=True)
     try:
         client.put("anyone?")
-        wait_for(lambda: "CANNOT CONNECT" in monitor.table.root.value
-                 and 'class="peer blocked"' in monitor.table.root.value, 20,
-                 message="the widget to show the failed connection")
-        assert "refused" in monitor.table.root.value
-        assert 'class="netq-waits"' in monitor.table.root.value
+
+        def shown():
+            view = frontend.state(monitor.widget)["view"]
+            return view["title"]["alerts"] and any(r["blocked"] for r in view["rows"]) and view
+        view = wait_for(shown, 20, message="the widget to show the failed connection")
+        assert view["title"]["state"] in ("cannot-connect", "waiting")
+        assert "refused" in view["title"]["alerts"][0]
+        assert view["waiting"]
+        assert re.search(r'class="netq-peer netq-blocked"', monitor.static_html())
     finally:
         monitor.close()
         client.close(timeout=1)
 
 
 def test_a_stopped_or_closed_view_says_so_and_leaves_its_static_form(frontend, monkeypatch):
-    """stop() turns the badge to "stopped" and puts the static form (title, table, SVG charts)
-    in the displayed widget's place; start() brings the live widget back; the communicator
-    closing leaves the static form with a "closed" badge."""
+    """stop() turns the badge to "stopped" and puts the static form (title, SVG charts, table,
+    the snapshot sentence) in the displayed widget's place; start() brings the live widget
+    back; the communicator closing leaves the static form with a "closed" badge."""
     import IPython.display
-    import netq.widgets.monitor as monitor_module
     import netq.widgets.replaceable as replaceable_module
 
     shown: list[tuple[str, dict]] = []
     monkeypatch.setattr(replaceable_module, "in_kernel", lambda: True)  # shown, and swapped
-    monkeypatch.setattr(monitor_module, "load_bokeh", lambda: None)
     monkeypatch.setattr(IPython.display, "display",
                         lambda bundle, raw, display_id=None: shown.append(("display", bundle)))
     monkeypatch.setattr(IPython.display, "update_display",
@@ -258,23 +289,30 @@ def test_a_stopped_or_closed_view_says_so_and_leaves_its_static_form(frontend, m
         monitor = Monitor(traffic.server, interval=0.1)
         monitor._ipython_display_()
         assert monitor.running and monitor.display_id
-        assert "application/vnd.jupyter.widget-view+json" in shown[0][1]
-        assert "netq-state-open" in monitor.table.root.value
-        wait_for(lambda: len(monitor.plots.source.data["t"]) >= 3 and
-                 len(monitor.plots.peers) == 2, message="a few points for 2 peers")
+        assert WIDGET_VIEW in shown[0][1]
+        assert frontend.state(monitor.widget)["view"]["title"]["state"] == "open"
+        wait_for(lambda: len(monitor.plots.times) >= 3 and len(monitor.plots.peers) == 2,
+                 message="a few points for 2 peers")
         monitor.stop()
-        assert "netq-state-stopped" in monitor.table.root.value  # the live widget too
+        view = frontend.state(monitor.widget)["view"]  # the live widget says so too
+        assert view["title"]["state"] == "stopped" and view["live"] is False
         display_id, static = shown[-1]
         assert display_id == monitor.display_id
         assert set(static) == {"text/plain", "text/html"}
-        assert "netq-state-stopped" in static["text/html"]
-        assert static["text/html"].count("<svg") == 3 and "<script" not in static["text/html"]
-        assert static["text/html"].count("<polyline") >= 2 * 3  # a line per peer and chart
+        markup = static["text/html"]
+        assert 'data-state="stopped"' in markup and 'data-live="0"' in markup
+        assert "snapshot taken " in markup and "<script" not in markup
+        assert markup.count('<svg class="netq-chart"') == 3
+        assert markup.count('class="netq-legend-entry"') == 2
+        assert markup.count('<path class="netq-series"') >= 2 * 5  # 5 lines per peer
         monitor.start()
-        assert "application/vnd.jupyter.widget-view+json" in shown[-1][1]
-        assert "netq-state-open" in monitor.table.root.value
+        assert WIDGET_VIEW in shown[-1][1]
+        assert frontend.state(monitor.widget)["view"]["title"]["state"] == "open"
         sampler = monitor.sampler
     sampler.thread.join(5)
     display_id, final = shown[-1]
-    assert display_id == monitor.display_id and "netq-state-closed" in final["text/html"]
-    assert "application/vnd.jupyter.widget-view+json" not in final
+    assert display_id == monitor.display_id and 'data-state="closed"' in final["text/html"]
+    assert WIDGET_VIEW not in final
+    body = final["text/html"].split("</style>", 1)[1]  # the markup, not the stylesheet
+    (state,) = re.findall(r'data-state="([a-z-]+)"', body)
+    assert state in STATIC_STATES and state not in LIVE_STATES

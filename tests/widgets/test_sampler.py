@@ -1,7 +1,8 @@
 """widgets/sampler.py: what one sampler costs, for 8 peers at 2 Hz (the target: well under
 1 % of a core). Measured with time.thread_time() on the sampler thread, which includes
-statistics(), both widgets' updates and the JSON encoding of every comm message (the
-recorded frontend encodes them as a kernel session would)."""
+statistics(), the monitor's view and chart frame (netq.display), the anywidget's trait update
+and the JSON encoding of every comm message (the recorded frontend encodes them as a kernel
+session would). The JSON bytes sent per tick are recorded beside it."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ PEERS = 8
 SECONDS = 6.0  # wall-clock seconds per measured window
 WINDOWS = 3  # a window over the bound is measured again, up to this many
 BOUND_8 = 0.01  # fraction of a core: 8 peers at 2 Hz (the target: well under 1 %)
-BOUND_500 = 0.10  # 500 peers at 2 Hz: loose, the README states the measured figure
+BOUND_500 = 0.10  # 500 peers at 2 Hz: loose, docs/widgets.md states the measured figure
 
 
 def measure(sampler, bound: float) -> tuple[int, float, float]:
@@ -64,7 +65,9 @@ def test_sampler_costs_well_under_one_percent_of_a_core_for_8_peers(frontend):
         wait_for(lambda: len(traffic.server.peers) == PEERS, message="8 peers")
         monitor = Monitor(traffic.server, interval=0.5, start=True)  # 2 Hz
         sampler = monitor.sampler
+        sent, ticked = frontend.bytes_sent, sampler.ticks
         ticks, cpu, fraction = measure(sampler, BOUND_8)
+        per_tick_bytes = (frontend.bytes_sent - sent) / max(sampler.ticks - ticked, 1)
         shown = len(monitor.stats.peers)
         monitor.stop()
         sampler.thread.join(5)
@@ -74,9 +77,10 @@ def test_sampler_costs_well_under_one_percent_of_a_core_for_8_peers(frontend):
     (ARTIFACTS / "sampler-cpu.json").write_text(json.dumps({
         "peers": shown, "hz": 2, "ticks": ticks, "cpu_seconds": cpu,
         "cpu_per_tick_ms": per_tick_ms, "core_fraction": fraction,
-        "comm_messages": messages}, indent=2) + "\n")
+        "comm_messages": messages, "json_bytes_per_tick": per_tick_bytes,
+        "load_average_1min": os.getloadavg()[0]}, indent=2) + "\n")
     print(f"\nsampler: {shown} peers, {ticks} ticks at 2 Hz, {per_tick_ms:.2f} ms CPU per tick, "
-          f"{100 * fraction:.3f} % of a core")
+          f"{100 * fraction:.3f} % of a core, {per_tick_bytes:.0f} JSON bytes per tick")
     assert shown == PEERS and ticks >= 10
     assert fraction < BOUND_8, f"sampler used {100 * fraction:.2f} % of a core"
 
@@ -86,7 +90,7 @@ def test_sampler_cost_at_500_peers_is_measured(frontend, tmp_path):
     (``tests/load_child.py``) connected to a server in this process, idle. The table shows 50
     rows and the plots 16 peers, so the cost grows with statistics() and the table, not with
     the plots. Recorded in ``sampler-cpu-500.json`` with the load average; the bound here is
-    loose (a loaded machine slows every tick), the README states the measured figure."""
+    loose (a loaded machine slows every tick), docs/widgets.md states the measured figure."""
     import netq as nq
     from test_load import LoadChild
 
@@ -103,8 +107,11 @@ def test_sampler_cost_at_500_peers_is_measured(frontend, tmp_path):
         load = os.getloadavg()[0]
         monitor = Monitor(server, interval=0.5, start=True)  # 2 Hz
         sampler = monitor.sampler
+        sent, ticked = frontend.bytes_sent, sampler.ticks
         ticks, cpu, fraction = measure(sampler, BOUND_500)
+        per_tick_bytes = (frontend.bytes_sent - sent) / max(sampler.ticks - ticked, 1)
         shown = len(monitor.stats.peers)
+        rows = len(monitor.table.rows)
         monitor.stop()
         sampler.thread.join(5)
     finally:
@@ -121,8 +128,10 @@ def test_sampler_cost_at_500_peers_is_measured(frontend, tmp_path):
     (ARTIFACTS / "sampler-cpu-500.json").write_text(json.dumps({
         "peers": shown, "hz": 2, "ticks": ticks, "cpu_seconds": cpu,
         "cpu_per_tick_ms": per_tick_ms, "core_fraction": fraction,
-        "load_average_1min": load, "cores": os.cpu_count()}, indent=2) + "\n")
+        "load_average_1min": load, "cores": os.cpu_count(), "rows_sent": rows,
+        "json_bytes_per_tick": per_tick_bytes}, indent=2) + "\n")
     print(f"\nsampler: {shown} peers, {ticks} ticks at 2 Hz, {per_tick_ms:.2f} ms CPU per tick, "
-          f"{100 * fraction:.3f} % of a core (load average {load:.1f})")
-    assert shown == 500 and ticks >= 5
+          f"{100 * fraction:.3f} % of a core, {per_tick_bytes:.0f} JSON bytes per tick "
+          f"(load average {load:.1f})")
+    assert shown == 500 and ticks >= 5 and rows == 50
     assert fraction < BOUND_500, f"sampler used {100 * fraction:.2f} % of a core at 500 peers"

@@ -2,17 +2,17 @@
 
 The ``frontend`` fixture (conftest.py) replaces ``comm.create_comm`` (what ipywidgets 8 uses
 to open widget comms) with :class:`RecordingComm`: every message a browser would receive is
-JSON-encoded (as the kernel's session would) and recorded, and :class:`Frontend` replays them
-into a replica of what the browser holds: each widget's state, and the data of every bokeh
-ColumnDataSource after the kernel's PATCH-DOC messages. ``Frontend.echo`` sends back what
-jupyter_bokeh 4.1's browser side sends after applying a patch (the same events, marked
-``"event": "jsevent"``).
+JSON-encoded (as the kernel's session would: ``allow_nan=False``, a NaN fails the test) and
+recorded, and :class:`Frontend` replays them into a replica of what the browser holds: each
+widget's state (the ``comm_open`` state, then every ``update``), and for a monitor the point
+history its ES module keeps (``widgets/frontend/monitor.js``: each synced ``point`` appended
+once, bounded to ``frame.history``, replaced by the kernel's answer to ``{"type": "history"}``).
+:meth:`Frontend.ask_history` sends that question as the browser's module does when it loads.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import threading
 import uuid
 
@@ -49,26 +49,33 @@ class RecordingComm:
                         "buffers": list(buffers)})
 
 
-def _decode(value):
-    """Bokeh's JSON serialization -> plain Python (maps, NaN numbers, lists)."""
-    if isinstance(value, dict):
-        kind = value.get("type")
-        if kind == "map":
-            return {key: _decode(item) for key, item in value.get("entries", [])}
-        if kind == "number":
-            return float(value["value"])
-        if "id" in value and len(value) == 1:
-            return value  # a reference
-        return {key: _decode(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_decode(item) for item in value]
-    return value
+class PointHistory:
+    """The monitor module's point history, replayed (the rules of monitor.js appendPoint)."""
 
+    def __init__(self) -> None:
+        self.t: list[float] = []
+        self.series: dict[str, list] = {}
 
-def _same(a, b) -> bool:
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+    def append(self, point: dict, history: int) -> bool:
+        if not point or not isinstance(point.get("t"), (int, float)):
+            return False
+        if self.t and point["t"] <= self.t[-1]:
+            return False
+        length = len(self.t)
+        self.t.append(point["t"])
+        self.series = {key: self.series.get(key, [None] * length) + [sample]
+                       for key, sample in point.get("values", {}).items()}
+        excess = len(self.t) - history
+        if excess > 0:
+            del self.t[:excess]
+            for samples in self.series.values():
+                del samples[:excess]
         return True
-    return a == b
+
+    def replace(self, message: dict, point: dict, history: int) -> None:
+        self.t = list(message.get("t", []))
+        self.series = {key: list(samples) for key, samples in message.get("series", {}).items()}
+        self.append(point, history)
 
 
 class Frontend:
@@ -79,9 +86,9 @@ class Frontend:
         self.messages: list[dict] = []  # every message, JSON-decoded again
         self.comms: dict[str, RecordingComm] = {}
         self.states: dict[str, dict] = {}  # comm_id -> widget state
-        self.sources: dict[str, dict] = {}  # bokeh model id -> ColumnDataSource data
-        self.patches: list[dict] = []  # decoded PATCH-DOC contents, in order
-        self._pending: dict[str, list] = {}  # comm_id -> payloads of a PATCH-DOC in progress
+        self.histories: dict[str, PointHistory] = {}  # comm_id -> a monitor's point history
+        self.custom: list[dict] = []  # custom messages from the kernel, in order
+        self.bytes_sent = 0  # JSON bytes of every message (what the wire would carry)
 
     def create_comm(self, **kwargs) -> RecordingComm:
         comm = RecordingComm(self, **kwargs)
@@ -89,10 +96,12 @@ class Frontend:
         return comm
 
     def _record(self, comm: RecordingComm, kind: str, data, buffers) -> None:
-        wire = json.loads(json.dumps(data))  # what a session would put on the wire
+        text = json.dumps(data, allow_nan=False)  # browsers' JSON has no NaN
+        wire = json.loads(text)
         message = {"kind": kind, "comm_id": comm.comm_id, "data": wire,
                    "buffers": [bytes(b) for b in buffers or ()]}
         with self.lock:
+            self.bytes_sent += len(text)
             self.messages.append(message)
             self._apply(message)
 
@@ -101,74 +110,28 @@ class Frontend:
         comm_id = message["comm_id"]
         if message["kind"] == "comm_open":
             self.states[comm_id] = dict(data.get("state", {}))
-            self._load_bundle(self.states[comm_id])
+            self._point(comm_id)
         elif message["kind"] == "comm_msg" and data.get("method") == "update":
-            self.states.setdefault(comm_id, {}).update(data.get("state", {}))
-            self._load_bundle(data.get("state", {}))
+            state = self.states.setdefault(comm_id, {})
+            state.update(data.get("state", {}))
+            if "point" in data.get("state", {}):
+                self._point(comm_id)
         elif message["kind"] == "comm_msg" and data.get("method") == "custom":
             content = data.get("content", {})
-            if content.get("msg") == "patch":
-                self._patch_payload(comm_id, content, message["buffers"])
+            self.custom.append(content)
+            if content.get("type") == "history":
+                state = self.states.get(comm_id, {})
+                self.histories.setdefault(comm_id, PointHistory()).replace(
+                    content, state.get("point", {}), self._history_length(comm_id))
 
-    def _load_bundle(self, state: dict) -> None:
-        """A new render_bundle: the view re-renders from it (its sources replace ours)."""
-        bundle = state.get("render_bundle")
-        if not bundle:
-            return
-        if isinstance(bundle, str):
-            bundle = json.loads(bundle)
-        for doc in bundle["docs_json"].values():
-            for root in doc["roots"]:
-                self._collect_sources(root, replace=True)
+    def _history_length(self, comm_id: str) -> int:
+        return self.states.get(comm_id, {}).get("frame", {}).get("history", 600)
 
-    def _collect_sources(self, node, replace: bool = False) -> None:
-        if isinstance(node, dict):
-            if node.get("type") == "object" and node.get("name") == "ColumnDataSource" \
-                    and (replace or node["id"] not in self.sources):
-                # (BokehJS keeps a model it knows when a patch mentions it by value)
-                attributes = node.get("attributes", {})
-                self.sources[node["id"]] = _decode(attributes.get("data", {"type": "map"}))
-            for value in node.values():
-                self._collect_sources(value, replace)
-        elif isinstance(node, list):
-            for value in node:
-                self._collect_sources(value, replace)
-
-    def _patch_payload(self, comm_id: str, content: dict, buffers: list) -> None:
-        pending = self._pending.setdefault(comm_id, [])
-        pending.append(content.get("payload"))
-        if len(pending) < 3:
-            return
-        header = json.loads(pending[0])
-        if header.get("num_buffers"):
-            raise AssertionError("the widget sent bokeh buffers; the replica expects JSON only")
-        body = json.loads(pending[2])
-        self._pending[comm_id] = []
-        self.patches.append(body)
-        for event in body.get("events", []):
-            self._collect_sources(event)  # new models (renderers, sources) by value
-            kind = event.get("kind")
-            if kind == "ColumnsStreamed":
-                source = self.sources[event["model"]["id"]]
-                new = _decode(event["data"])
-                rollover = event.get("rollover")
-                for key, values in new.items():
-                    column = source.setdefault(key, []) + list(values)
-                    if rollover is not None and len(column) > rollover:
-                        column = column[-rollover:]
-                    source[key] = column
-            elif kind == "ColumnDataChanged":  # source.data = {...}
-                new = _decode(event["data"])
-                columns = event.get("cols")
-                if columns is None:
-                    self.sources[event["model"]["id"]] = new
-                else:
-                    source = self.sources[event["model"]["id"]]
-                    for key in columns:
-                        source[key] = new[key]
-            elif kind == "ModelChanged" and event.get("attr") == "data":
-                if event["model"]["id"] in self.sources:
-                    self.sources[event["model"]["id"]] = _decode(event["new"])
+    def _point(self, comm_id: str) -> None:
+        state = self.states[comm_id]
+        if "point" in state:
+            self.histories.setdefault(comm_id, PointHistory()).append(
+                state["point"], self._history_length(comm_id))
 
     # -- what tests ask -----------------------------------------------------------------
 
@@ -176,31 +139,21 @@ class Frontend:
         with self.lock:
             return dict(self.states[widget.model_id])
 
-    def source(self, source) -> dict:
+    def history(self, widget) -> PointHistory:
+        """A copy of the point history the browser's module holds for ``widget``."""
         with self.lock:
-            return {key: list(values) for key, values in self.sources[source.id].items()}
+            held = self.histories.get(widget.model_id, PointHistory())
+            copy = PointHistory()
+            copy.t = list(held.t)
+            copy.series = {key: list(samples) for key, samples in held.series.items()}
+            return copy
 
-    def echo(self, bokeh_widget) -> int:
-        """Send back every patch event, as jupyter_bokeh's browser side does; returns count."""
-        comm = self.comms[bokeh_widget.model_id]
-        with self.lock:
-            patches = list(self.patches)
-        count = 0
-        for body in patches:
-            for event in body.get("events", []):
-                if event.get("kind") in ("ColumnsStreamed", "ColumnsPatched", "ModelChanged"):
-                    content = dict(event, event="jsevent")
-                    comm.deliver({"method": "custom", "content": content})
-                    count += 1
-        return count
+    def ask_history(self, widget) -> None:
+        """What monitor.js sends when it loads: the kernel answers with the whole window."""
+        self.comms[widget.model_id].deliver({"method": "custom",
+                                             "content": {"type": "history"}})
 
 
-def same_columns(a: dict, b: dict) -> bool:
-    """Two ColumnDataSource data dicts are equal (NaN == NaN)."""
-    if set(a) != set(b):
-        return False
-    return all(len(a[k]) == len(b[k]) and all(_same(x, y) for x, y in zip(a[k], b[k], strict=True))
-               for k in a)
 
 
 def make_row(peer, **fields) -> PeerStatistics:

@@ -7,7 +7,8 @@ Standard library only: the core package and the demo need none of the widget dep
 * :data:`COLUMNS` lists the per-peer columns in display order (key, header, unit).
 * :func:`peer_values` gives the numbers behind them (what the widget plots),
   :func:`peer_fields` the same row as formatted strings (what the tables show).
-* :func:`text_table` / :func:`html_table` render a whole :class:`CommunicatorStatistics`.
+* :func:`text_table` renders a whole :class:`CommunicatorStatistics` as text,
+  :func:`monitor_view` / :func:`monitor_html` as the monitor's view model and static HTML.
 """
 
 from __future__ import annotations
@@ -27,8 +28,7 @@ from .statistics import CommunicatorStatistics, PeerStatistics
 
 __all__ = ("Column", "COLUMNS", "PALETTE", "peer_name", "with_names", "peer_values", "peer_fields",
            "format_count", "format_rate", "format_bytes", "format_byte_rate", "format_address",
-           "format_duration", "format_uptime", "text_table", "html_table", "header_line",
-           "title_html", "svg_chart", "svg_charts", "Series", "STYLE", "STATE_COLOURS",
+           "format_duration", "format_uptime", "text_table", "header_line",
            "title_state", "static_bundle", "in_kernel", "StaticSummary", "monitor",
            "communicator_bundle", "communicator_display", "communicator_marimo", "environment",
            "environment_line",
@@ -246,35 +246,6 @@ def text_table(stats: CommunicatorStatistics,
 
 _KEYS = ("peer", *(c.key for c in COLUMNS))
 _TEXT = frozenset({"peer", "state"})  # the cells that need escaping
-# The state badge's colour: green flows, amber is on its way, red needs someone, grey is over,
-# blue is a view that stopped updating (the communicator may still run).
-STATE_COLOURS = {"open": "#2e7d32", "connected": "#2e7d32", "connecting": "#b26a00",
-                 "closing": "#b26a00", "waiting": "#c62828", "cannot connect": "#c62828",
-                 "closed": "#616161", "stopped": "#1565c0"}
-STYLE = ("<style>"
-          ".netq-summary{font-family:var(--jp-ui-font-family,system-ui,sans-serif);"
-          "font-size:12px;color:var(--jp-ui-font-color1,#222);max-width:820px}"
-          ".netq-title{display:flex;flex-wrap:wrap;align-items:baseline;gap:4px 10px;"
-          "padding:4px 2px 6px;border-bottom:1px solid #ccc;margin-bottom:4px}"
-          ".netq-title .netq-role{font-weight:600;font-size:14px}"
-          ".netq-title .netq-address{font-family:monospace;font-size:13px}"
-          ".netq-badge{color:#fff;border-radius:9px;padding:1px 8px;font-weight:600;"
-          "font-size:11px;text-transform:uppercase;letter-spacing:.03em}"
-          ".netq-title .netq-fact{color:var(--jp-ui-font-color2,#555)}"
-          ".netq-table{border-collapse:collapse;font-variant-numeric:tabular-nums;"
-          "font-size:12px}"
-          ".netq-table th,.netq-table td{padding:1px 8px;text-align:right;"
-          "border-bottom:1px solid #e4e4e4;white-space:nowrap}"
-          ".netq-table th{font-weight:600;color:var(--jp-ui-font-color2,#555)}"
-          ".netq-table th:first-child,.netq-table td:first-child,"
-          ".netq-table td.state,.netq-table th.state{text-align:left}"
-          ".netq-table tr.total td{font-weight:bold;border-top:1px solid #888}"
-          ".netq-table tr.blocked td{background:#fde2e1}"
-          ".netq-swatch{display:inline-block;width:14px;height:3px;margin:0 5px 3px 0;"
-          "vertical-align:middle}"
-          ".netq-waits{color:#a00;margin:2px 0}"
-          ".netq-charts{display:flex;flex-wrap:wrap;gap:6px;margin-top:6px}"
-          ".netq-note{color:var(--jp-ui-font-color2,#666);margin:2px 0}</style>")
 
 
 def title_state(stats: CommunicatorStatistics, view_state: str | None = None) -> str:
@@ -293,179 +264,6 @@ def title_state(stats: CommunicatorStatistics, view_state: str | None = None) ->
     if stats.purpose == "client" and not any(r.state == "connected" for r in stats.peers):
         return "connecting"
     return "open"
-
-
-def title_html(stats: CommunicatorStatistics, view_state: str | None = None) -> str:
-    """The title row: role and transport, address, a coloured state badge, uptime, totals."""
-    escape = html.escape
-    state = title_state(stats, view_state)
-    colour = STATE_COLOURS.get(state, "#616161")
-    budget = (f" of {format_bytes(stats.recv_budget + stats.send_budget)} budget"
-              if stats.recv_budget or stats.send_budget else "")
-    facts = [f"up {format_duration(stats.uptime)}",
-             f"{len(stats.peers)} peer{'' if len(stats.peers) == 1 else 's'}",
-             f"in {format_count(stats.messages_in_per_s)} msg/s, "
-             f"{format_byte_rate(stats.bytes_in_per_s)}",
-             f"out {format_count(stats.messages_out_per_s)} msg/s, "
-             f"{format_byte_rate(stats.bytes_out_per_s)}",
-             f"memory {format_bytes(stats.memory)}{budget}"]
-    parts = ['<div class="netq-title">',
-             f'<span class="netq-role">netq {escape(stats.protocol.upper())} '
-             f'{escape(stats.purpose)}</span>',
-             f'<span class="netq-address">{escape(format_address(stats.address))}</span>',
-             f'<span class="netq-badge netq-state-{escape(state.replace(" ", "-"))}" '
-             f'style="background:{colour}">{escape(state)}</span>']
-    parts.extend(f'<span class="netq-fact">{escape(fact)}</span>' for fact in facts)
-    if stats.connect_error:
-        parts.append(f'<span class="netq-fact" style="color:#c62828">CANNOT CONNECT: '
-                     f'{escape(stats.connect_error)}</span>')
-    if stats.get_waiting:
-        parts.append(f'<span class="netq-fact">{escape(stats.get_waiting)}</span>')
-    parts.append("</div>")
-    return "".join(parts)
-
-
-def html_table(stats: CommunicatorStatistics,
-               names: Mapping[uuid.UUID, str] | None = None, max_rows: int | None = None,
-               *, header: bool = True, colours: Mapping[uuid.UUID, str] | None = None,
-               view_state: str | None = None, footer: str = "") -> str:
-    """The title row and the per-peer table as HTML (escaped): one ``<tr data-peer=...>`` per
-    peer, a total row, then one line per waiting peer saying why.
-
-    ``colours``: a peer's line colour in the plots, shown as a swatch before its name (the
-    plots' shared legend). ``view_state``: what the title's badge says instead of ``open``
-    (``"stopped"`` for a monitor that no longer updates). ``footer``: trusted HTML appended
-    inside the summary (the static charts).
-    """
-    escape = html.escape
-    parts = [STYLE, '<div class="netq-summary">']
-    if header:
-        parts.append(title_html(stats, view_state))
-    parts.append('<table class="netq-table"><thead><tr><th>peer</th>')
-    parts.extend(f'<th class="{c.key}">{escape(c.header)}</th>' for c in COLUMNS)
-    parts.append("</tr></thead><tbody>")
-    rows = _ordered(stats, names)
-    shown = rows if max_rows is None else rows[:max_rows]
-
-    def cells(fields: dict[str, str], swatch: str = "") -> str:
-        # numbers are formatted by us; only names and states come from elsewhere
-        return "".join(
-            f'<td class="{key}">{swatch if key == "peer" else ""}'
-            f'{escape(fields[key]) if key in _TEXT else fields[key]}</td>'
-            for key in _KEYS)
-
-    for row in shown:
-        # A peer whose traffic waits stands out, and says why on hover (and below the table).
-        kind, why = ("peer blocked", f' title="{escape(row.blocked)}"') if row.blocked \
-            else ("peer", "")
-        colour = colours.get(row.peer) if colours is not None else None
-        swatch = (f'<span class="netq-swatch" style="background:{colour}"></span>'
-                  if colour else "")
-        parts.append(f'<tr class="{kind}" data-peer="{row.peer}"{why}>'
-                     f'{cells(peer_fields(row, names), swatch)}</tr>')
-    if len(shown) < len(rows):
-        parts.append(f'<tr class="more"><td colspan="{len(COLUMNS) + 1}">... and '
-                     f'{len(rows) - len(shown)} more peers</td></tr>')
-    parts.append(f'<tr class="total">{cells(_total_fields(stats))}</tr>')
-    parts.append("</tbody></table>")
-    parts.extend(f'<div class="netq-waits">{escape(text)}</div>'
-                 for text in waiting_lines(stats, names))
-    parts.append(footer)
-    parts.append("</div>")
-    return "".join(parts)
-
-
-class Series(NamedTuple):
-    """One line of a static chart: its label, colour, dash (SVG ``stroke-dasharray`` or ""),
-    values (NaN: no point) and stroke width (px)."""
-    label: str
-    colour: str
-    dash: str
-    values: list[float]
-    width: float = 1.6
-
-
-def _nice_ceiling(value: float) -> float:
-    """The smallest of 1, 2, 2.5, 5 x 10^n (or 1024-based for bytes) at or above ``value``."""
-    if value <= 0 or value != value:
-        return 1.0
-    exponent = math.floor(math.log10(value))
-    for step in (1, 2, 2.5, 5, 10):
-        ceiling = step * 10 ** exponent
-        if ceiling >= value:
-            return ceiling
-    return 10 ** (exponent + 1)
-
-
-def svg_chart(title: str, times: list[float], series: list[Series],
-              format_tick: Callable[[float], str], *, width: int = 258,
-              height: int = 130, bound: tuple[str, float] | None = None) -> str:
-    """A small line chart as inline SVG (no script, no browser): what a static page shows.
-
-    The y-axis starts at 0 and ends at a round number above the largest value (and above
-    ``bound``, a labelled horizontal line, so that the line is always inside the range);
-    ticks are formatted by ``format_tick`` (so bytes read ``64.0 KiB``, not ``6.1e-2``).
-    """
-    escape = html.escape
-    left, right, top, bottom = 58, 6, 18, 20
-    inner_w, inner_h = width - left - right, height - top - bottom
-    values = [v for line in series for v in line.values if v == v]
-    highest = max(values, default=0.0)
-    if bound is not None:
-        highest = max(highest, bound[1])
-    y_top = _nice_ceiling(highest * 1.05) if highest > 0 else 1.0
-    t0, t1 = (times[0], times[-1]) if times else (0.0, 1.0)
-    span = (t1 - t0) or 1.0
-
-    def x(t: float) -> float:
-        return left + (t - t0) / span * inner_w
-
-    def y(v: float) -> float:
-        return top + inner_h - v / y_top * inner_h
-
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="10">',
-           f'<text x="4" y="12" font-size="11" font-weight="600">{escape(title)}</text>',
-           f'<rect x="{left}" y="{top}" width="{inner_w}" height="{inner_h}" fill="none" '
-           f'stroke="#bbb"/>']
-    for fraction in (0.0, 0.5, 1.0):
-        tick_y = y(y_top * fraction)
-        out.append(f'<line x1="{left - 3}" x2="{left + inner_w}" y1="{tick_y:.1f}" '
-                   f'y2="{tick_y:.1f}" stroke="#e6e6e6"/>')
-        out.append(f'<text x="{left - 5}" y="{tick_y + 3:.1f}" text-anchor="end">'
-                   f'{escape(format_tick(y_top * fraction))}</text>')
-    out.append(f'<text x="{left}" y="{height - 5}">{t0:.0f} s</text>'
-               f'<text x="{left + inner_w}" y="{height - 5}" text-anchor="end">'
-               f'{t1:.0f} s uptime</text>')
-    if bound is not None:
-        out.append(f'<line x1="{left}" x2="{left + inner_w}" y1="{y(bound[1]):.1f}" '
-                   f'y2="{y(bound[1]):.1f}" stroke="#c62828" stroke-dasharray="4 3"/>'
-                   f'<text x="{left + inner_w - 2}" y="{y(bound[1]) - 3:.1f}" '
-                   f'text-anchor="end" fill="#c62828">{escape(bound[0])}</text>')
-    for line in series:
-        segments: list[list[str]] = [[]]
-        for t, v in zip(times, line.values, strict=False):
-            if v != v:
-                if segments[-1]:
-                    segments.append([])
-                continue
-            segments[-1].append(f"{x(t):.1f},{y(v):.1f}")
-        dash = f' stroke-dasharray="{line.dash}"' if line.dash else ""
-        for points in segments:
-            if len(points) == 1:
-                points = points * 2
-            if points:
-                out.append(f'<polyline fill="none" stroke="{line.colour}" '
-                           f'stroke-width="{line.width:.1f}"'
-                           f'{dash} points="{" ".join(points)}"><title>{escape(line.label)}'
-                           f'</title></polyline>')
-    out.append("</svg>")
-    return "".join(out)
-
-
-def svg_charts(charts: list[str]) -> str:
-    """Charts from :func:`svg_chart` side by side (wrapping), for a static summary."""
-    return f'<div class="netq-charts">{"".join(charts)}</div>' if charts else ""
 
 
 # ------------------------------------------------------------------ the monitor's view model

@@ -67,8 +67,8 @@ def test_text_and_html_tables():
     assert lines[2].startswith("alpha") and "12.3k" in lines[2] and "2.50" in lines[2]
     assert lines[3].startswith("bravo") and "disconnected" in lines[3]
     assert lines[4].startswith("total")
-    markup = display.html_table(snapshot, {PEER: "<b>alpha</b>"})
-    assert markup.count('<tr class="peer"') == 2 and "&lt;b&gt;alpha" in markup
+    markup = display.static_bundle(snapshot, {PEER: "<b>alpha</b>"})["text/html"]
+    assert markup.count('<tr class="netq-peer"') == 2 and "&lt;b&gt;alpha" in markup
     assert "<b>alpha" not in markup
     short = display.text_table(snapshot, max_rows=1)
     assert "... and 1 more peers" in short
@@ -148,11 +148,12 @@ def test_a_waiting_peer_and_a_failed_connect_stand_out():
     text = display.text_table(snapshot)
     assert f"! 12345678 waits 6 s: {why}" in text
     assert "CANNOT CONNECT: connection refused" in text.splitlines()[0]
-    html = display.html_table(snapshot)
-    assert 'class="peer blocked"' in html and "not calling get()" in html
-    assert 'class="netq-waits"' in html
-    healthy = display.html_table(stats(row()))
-    assert "peer blocked" not in healthy and "class=\"netq-waits\"" not in healthy
+    html = display.static_bundle(snapshot)["text/html"]
+    assert 'class="netq-peer netq-blocked"' in html and "not calling get()" in html
+    assert '<ul class="netq-waiting">' in html and "cannot connect: connection refused" in html
+    healthy = display.static_bundle(stats(row()))["text/html"]
+    assert 'class="netq-peer netq-blocked"' not in healthy
+    assert '<ul class="netq-waiting">' not in healthy
 
 
 def test_addresses_durations_and_rates_read_as_people_write_them():
@@ -169,46 +170,57 @@ def test_addresses_durations_and_rates_read_as_people_write_them():
     assert all("MB" not in column.header for column in display.COLUMNS)
 
 
-def test_the_title_row_names_role_transport_address_and_a_coloured_state():
+def badge(snapshot: CommunicatorStatistics, **view) -> str:
+    """The badge's data-state in the static or live form of ``snapshot``."""
+    markup = display.monitor_html(display.monitor_view(snapshot, **view))
+    found = re.search(r'class="netq-badge" data-state="([^"]+)"', markup)
+    assert found is not None, markup
+    return found.group(1)
+
+
+def test_the_title_row_names_role_transport_address_and_a_state_never_live_when_static():
     snapshot = stats(row())
-    title = display.title_html(snapshot)
-    assert "netq TCP server" in title and "127.0.0.1:1" in title
-    assert "netq-state-open" in title and display.STATE_COLOURS["open"] in title
-    assert "up 2.0 s" in title and "1 peer<" in title
-    assert "(" not in display.title_html(dataclasses.replace(
-        snapshot, address="('127.0.0.1', 44503)")).split("netq-address")[1].split("</span>")[0]
-    stopped = display.title_html(snapshot, view_state="stopped")
-    assert "netq-state-stopped" in stopped and display.STATE_COLOURS["stopped"] in stopped
-    closed = dataclasses.replace(snapshot, state="closed")
-    assert "netq-state-closed" in display.title_html(closed, view_state="stopped")
+    title = display.monitor_html(display.monitor_view(snapshot, live=True))
+    assert "netq TCP server" in title and ">127.0.0.1:1<" in title
+    assert "up 2.0 s" in title and ">1 peer<" in title
+    assert display.monitor_view(dataclasses.replace(
+        snapshot, address="('127.0.0.1', 44503)"))["title"]["address"] == "127.0.0.1:44503"
+    assert badge(snapshot, live=True) == "open"
+    # a static form is a snapshot, stopped or closed: never a live state's badge
+    assert badge(snapshot) == "snapshot"
+    assert "snapshot taken " in display.monitor_html(display.monitor_view(snapshot))
+    assert badge(snapshot, view_state="stopped") == "stopped"
+    assert badge(dataclasses.replace(snapshot, state="closed"), view_state="stopped") == "closed"
     waiting = stats(row(blocked="no credit", blocked_for=6.0))
-    assert "netq-state-waiting" in display.title_html(waiting)
+    assert badge(waiting, live=True) == "waiting"
     get_waits = dataclasses.replace(stats(row()), get_waiting="get() has waited 7 s")
     assert display.title_state(get_waits) == "waiting"  # the badge never says open then
     client = dataclasses.replace(stats(row(state="connecting")), purpose="client")
-    assert "netq-state-connecting" in display.title_html(client)
+    assert badge(client, live=True) == "connecting"
     refused = dataclasses.replace(client, connect_error="connection refused")
-    assert "netq-state-cannot-connect" in display.title_html(refused)
+    assert badge(refused, live=True) == "cannot-connect"
     idle = dataclasses.replace(stats(row()), get_waiting="get() has waited 7 s for a <message>")
-    assert "get() has waited 7 s for a &lt;message&gt;" in display.title_html(idle)
+    assert "get() has waited 7 s for a &lt;message&gt;" in display.monitor_html(
+        display.monitor_view(idle, live=True))
     assert display.header_line(idle).endswith("  get() has waited 7 s for a <message>")
-    assert "get() has waited" not in display.title_html(stats(row()))
-    # the plots' colours are the table's legend
-    markup = display.html_table(snapshot, colours={PEER: "#123456"})
+    assert "get() has waited" not in display.monitor_html(display.monitor_view(stats(row())))
+    # the charts' colours are the table's legend
+    markup = display.monitor_html(display.monitor_view(snapshot, colours={PEER: "#123456"}))
     assert 'class="netq-swatch" style="background:#123456"' in markup
 
 
-def test_static_charts_keep_their_bound_and_lines_inside_the_range():
+def test_static_charts_keep_their_lines_inside_the_range():
     times = [0.0, 1.0, 2.0, 3.0]
-    lines = [display.Series("a", "#1f77b4", "", [0.0, 10.0, float("nan"), 30.0])]
-    svg = display.svg_chart("memory", times, lines, display.format_bytes,
-                            bound=("budget", 100.0), height=130)
+    plotted = [{"key": "p0", "peer": "a", "label": "a", "colour": "#1f77b4", "width": 2}]
+    memory = [0.0, 10.0, None, 30.0]
+    frame = display.chart_frame(times, plotted, {"memory": 30.0}, history=600)
+    chart = next(c for c in frame["charts"] if c["metric"] == "memory")
+    series = {"p0": [[0.0, 0.0, 0.0, 0.0, m] if m is not None else None for m in memory]}
+    svg = display.chart_svg(chart, frame, times, series)
     assert svg.startswith("<svg") and svg.endswith("</svg>") and "<script" not in svg
-    assert svg.count("<polyline") == 2  # the NaN splits the line
-    ys = [float(y) for y in re.findall(r",([0-9.]+)", " ".join(
-        re.findall(r'points="([^"]+)"', svg)))]
-    bound_y = float(re.search(r'stroke="#c62828" stroke-dasharray="4 3"', svg) and
-                    re.findall(r'y1="([0-9.]+)"', svg)[-1])
-    top, bottom = 18, 130 - 20
-    assert all(top <= y <= bottom for y in [*ys, bound_y])
-    assert ">100 B<" in svg  # ticks in the formatter's units, the top one round
+    assert chart["top"] >= 30.0  # the top tick is at or above every value: nothing clipped
+    ys = [float(y) for y in re.findall(r"[ML][0-9.]+[ ,]([0-9.]+)", svg)]
+    assert ys and all(display.CHART_TOP <= y <= display.CHART_HEIGHT - display.CHART_BOTTOM
+                      for y in ys)
+
+

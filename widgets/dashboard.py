@@ -35,7 +35,6 @@ import logging
 import math
 import pathlib
 import re
-import sys
 import threading
 import time
 import uuid
@@ -58,6 +57,7 @@ from ..display import (
 )
 from ..statistics import CommunicatorStatistics, PeerStatistics
 from .replaceable import ReplaceableView
+from .sampler import view_thread_class
 
 __all__ = ("Dashboard", "DashboardWidget", "dashboard", "Link", "Stall", "DashboardSnapshot",
            "HISTORY", "MAX_LINKS", "MAX_COMMUNICATORS", "MAP_NODES", "MAX_STALLS")
@@ -364,7 +364,7 @@ class Dashboard(ReplaceableView):
         if self.running:
             return self
         self._stop.clear()
-        self._thread = _thread_class()(target=self._run, name="netq-dashboard", daemon=True)
+        self._thread = view_thread_class()(target=self._run, name="netq-dashboard", daemon=True)
         self._thread.start()
         self.update()  # the view says live from now on
         self._show_live()
@@ -782,19 +782,6 @@ class Dashboard(ReplaceableView):
         if not self._stopped:
             self.start()
         return self.widget
-
-
-def _thread_class() -> type[threading.Thread]:
-    """``marimo.Thread`` inside a running marimo notebook or app (it learns when the cell that
-    started it is re-run or deleted: ``should_exit``), else ``threading.Thread``."""
-    marimo = sys.modules.get("marimo")  # never imported here: only when marimo runs us
-    if marimo is not None:
-        try:
-            if marimo.running_in_notebook():
-                return marimo.Thread
-        except Exception:  # noqa: BLE001 - any doubt about marimo: a plain thread
-            pass
-    return threading.Thread
 
 
 def _forget_older(table: dict[Any, _History], oldest_tick: int) -> None:

@@ -22,14 +22,16 @@ import threading
 import time
 from typing import Protocol as _Protocol
 
-__all__ = ("Sampler", "View")
+__all__ = ("Sampler", "View", "view_thread_class")
 
 LOGGER = logging.getLogger("netq.widgets")
 DEFAULT_INTERVAL = 0.5  # seconds: 2 Hz
 
 
-def _thread_class() -> type[threading.Thread]:
-    """``marimo.Thread`` inside a running marimo notebook or app, else ``threading.Thread``."""
+def view_thread_class() -> type[threading.Thread]:
+    """The thread class a view's sampling thread is made of: ``marimo.Thread`` inside a
+    running marimo notebook or app (it learns when the cell that started it is re-run or
+    deleted: ``should_exit``), else ``threading.Thread``."""
     marimo = sys.modules.get("marimo")  # never imported here: only if the user runs marimo
     if marimo is not None:
         try:
@@ -63,7 +65,7 @@ class Sampler:
         self.started_at = time.monotonic()
         self.stopped_at: float | None = None
         name = f"netq-monitor-{str(communicator.id)[:8]}"
-        self.thread = _thread_class()(target=self._run, name=name, daemon=True)
+        self.thread = view_thread_class()(target=self._run, name=name, daemon=True)
 
     # -- registry -------------------------------------------------------------------------
 

@@ -90,6 +90,8 @@ THROUGHPUT = [
     Row("zmq-push", "zmq_peer.py", "zmq-push", "zmq"),
     Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq"),
     Row("netq-tcp-batch", "netq_peer.py", "netq-tcp-batch", "netq", (64, 4 * KiB)),
+    # One numpy array (uint8, the same bytes) per put(): what researchers send.
+    Row("netq-tcp-numpy", "netq_peer.py", "netq-tcp-numpy", "netq"),
     Row("netq-unix", "netq_peer.py", "netq-unix", "netq"),
     Row("netq-tls", "netq_peer.py", "netq-tls", "tls"),
     Row("raw-ssl", "raw.py", "raw-ssl", "ssl"),
@@ -1065,6 +1067,7 @@ README_THROUGHPUT = [  # (row, label, baseline row or None)
      " [bench/workers/pyqueue.py](bench/workers/pyqueue.py))", "raw-tcp"),
     ("netq-tcp", "**netq TCP**", "raw-tcp"),
     ("netq-tcp", "**netq TCP ÷ plain-Python queue**", "py-queue"),
+    ("netq-tcp-numpy", "**netq TCP, numpy arrays** (one `ndarray` per `put()`)", "raw-tcp"),
     ("netq-unix", "netq Unix", "raw-tcp"),
     ("raw-ssl", "raw `ssl` socket, `sendall` per message", None),
     ("netq-tls", "**netq TLS**", "raw-ssl"),
@@ -1081,6 +1084,7 @@ README_THROUGHPUT = [  # (row, label, baseline row or None)
 # The README's CPU table: sender / receiver µs per message, each row next to its peers.
 README_CPU = [("raw-tcp", "raw TCP"), ("zmq-push", "pyzmq"),
               ("py-queue", "plain-Python queue"), ("netq-tcp", "**netq TCP**"),
+              ("netq-tcp-numpy", "**netq TCP, numpy arrays**"),
               ("raw-ssl", "raw `ssl`"), ("netq-tls", "**netq TLS**"),
               ("net-queue", "net-queue TCP"), ("raw-grpc", "raw grpcio"),
               ("netq-grpc", "**netq gRPC**"), ("mqtt-paho", "raw paho"),

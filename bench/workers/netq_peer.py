@@ -125,9 +125,21 @@ def recv(spec: dict) -> None:
     server.close()
 
 
+def _payload(spec: dict):
+    """The message put(): bytes, or for the ``-numpy`` rows the same bytes as a uint8 numpy
+    array (what researchers send: one ndarray per put(); len() and the CRC check still see
+    its bytes)."""
+    payload = common.payload_of(spec["size"])
+    if spec["transport"].endswith("-numpy"):
+        import numpy
+
+        return numpy.frombuffer(payload, numpy.uint8).copy()
+    return payload
+
+
 def send(spec: dict) -> None:
     size, count = spec["size"], spec["count"]
-    payload = common.payload_of(size)
+    payload = _payload(spec)
     client = _connect(spec)
     clock = common.SendClock()
     clock.start()

@@ -74,6 +74,44 @@ def test_nbval_run_writes_passed_notebooks_with_outputs(tmp_path):
     assert all(cell.get("outputs", []) == [] for cell in source.cells)
 
 
+
+@pytest.mark.timeout(120)
+def test_written_copy_applies_display_updates_and_keeps_no_widget_views(tmp_path):
+    # A live view displayed with a display id and replaced by a later cell (as a monitor that
+    # stops is): the copy shows the replacement, without the widget view whose model is not
+    # stored, and the notebook's widget metadata is not carried over.
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "conftest.py").write_text(CONFTEST)
+    widget = "application/vnd.jupyter.widget-view+json"
+    view = {widget: {"version_major": 2, "version_minor": 1, "model_id": "0123abcd"}}
+    nb = notebook(
+        "from IPython.display import display, update_display\n"
+        f"handle = display({{**{view!r}, 'text/html': '<b>live</b>', 'text/plain': 'live'}}, "
+        "raw=True, display_id='view')",
+        "update_display({'text/html': '<b>stopped</b>', 'text/plain': 'stopped'}, raw=True, "
+        "display_id='view')\n"
+        f"display({view!r}, raw=True)",
+        "print('done')")
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    nbformat.write(nb, str(run / "views.ipynb"))
+    (tmp_path / "out").mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+         str(run)],
+        cwd=run, capture_output=True, text=True, timeout=100,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert "3 passed" in result.stdout, result.stdout + result.stderr
+
+    executed = nbformat.read(str(tmp_path / "out" / "views.ipynb"), as_version=4)
+    nbformat.validate(executed)
+    assert "widgets" not in executed.metadata
+    first, second, third = (cell for cell in executed.cells if cell.cell_type == "code")
+    assert [output.data for output in first.outputs] == [
+        {"text/html": "<b>stopped</b>", "text/plain": "stopped"}]
+    assert second.outputs == []  # a widget view and nothing else: nothing left to show
+    assert third.outputs[0].text == "done\n"
+
 def test_docs_build_refuses_to_run_without_the_executed_notebooks(tmp_path):
     sphinx = pytest.importorskip("sphinx")
     del sphinx

@@ -464,23 +464,28 @@ def axis_ticks(highest: float, unit: str, *, intervals: int = 4) -> tuple[float,
 
 
 def _uptime_tick(seconds: float) -> str:
+    if seconds < 60 and abs(seconds - round(seconds)) > 1e-6:
+        return f"{seconds:.1f} s"  # the sub-second steps of a young view's axis
     minutes, secs = divmod(int(round(seconds)), 60)
     if minutes == 0:
         return f"{secs} s"
     return f"{minutes} min" if secs == 0 else f"{minutes}:{secs:02d}"
 
 
-def time_axis(start: float, end: float, *, intervals: int = 4) -> list:
-    """Uptime ticks between ``start`` and ``end`` (seconds) at a round step: ``[[t, label]]``."""
+def time_axis(start: float, end: float, *, intervals: int = 6) -> list:
+    """Uptime ticks between ``start`` and ``end`` (seconds): ``[[t, label]]`` at the smallest
+    round step that gives at most ``intervals`` steps, so a view a few seconds old gets several
+    ticks (half seconds), not one or two."""
     span = max(end - start, 1e-9)
-    steps = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400)
+    steps = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200,
+             14400)
     step = next((s for s in steps if span / s <= intervals), steps[-1])
-    first = math.ceil(start / step) * step
     ticks = []
-    value = first
-    while value <= end + 1e-9:
+    index = math.ceil(start / step - 1e-9)
+    while index * step <= end + 1e-9:
+        value = round(index * step, 6)  # no 0.30000000000000004 from repeated sums
         ticks.append([float(value), _uptime_tick(value)])
-        value += step
+        index += 1
     return ticks
 
 

@@ -42,7 +42,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import anywidget
 import traitlets
 
 from ..communicator import live_communicators
@@ -56,7 +55,7 @@ from ..display import (
     with_names,
 )
 from ..statistics import CommunicatorStatistics, PeerStatistics
-from .replaceable import ReplaceableView
+from .replaceable import LiveWidget, ReplaceableView
 from .sampler import view_thread_class
 
 __all__ = ("Dashboard", "DashboardWidget", "dashboard", "Link", "Stall", "DashboardSnapshot",
@@ -239,7 +238,7 @@ class _History:
         return {"series": series, "max": formatter(top), "size": self.samples.maxlen}
 
 
-class DashboardWidget(anywidget.AnyWidget):
+class DashboardWidget(LiveWidget):
     """The dashboard's live view in any frontend with a widget manager (JupyterLab,
     Notebook 7, Voila, VS Code, marimo). ``view``: the JSON document
     ``frontend/dashboard.js`` draws (see :meth:`Dashboard.view`)."""
@@ -247,6 +246,7 @@ class DashboardWidget(anywidget.AnyWidget):
     _esm = FRONTEND / "dashboard.js"
     _css = FRONTEND / "dashboard.css"
     view = traitlets.Dict().tag(sync=True)
+    data_traits = ("view",)
 
 
 class Dashboard(ReplaceableView):
@@ -388,7 +388,7 @@ class Dashboard(ReplaceableView):
     def view_state(self) -> str:
         """What the badge of the view says now (``open``, ``waiting``, ..., ``stopped``,
         ``closed``; see :meth:`view`)."""
-        return str(self.widget.view.get("state", "snapshot"))
+        return self._badge(self.snapshot, live=self.running)
 
     def link_history(self, a: uuid.UUID, b: uuid.UUID) -> list[tuple[float, ...] | None]:
         """The samples kept for the link from ``a`` to ``b`` (bytes/s →, bytes/s ←, queued

@@ -31,7 +31,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import anywidget
 import traitlets
 
 from ..display import (
@@ -46,7 +45,7 @@ from ..display import (
     peer_sample,
     text_table,
 )
-from .replaceable import ReplaceableView
+from .replaceable import LiveWidget, ReplaceableView
 from .sampler import DEFAULT_INTERVAL, Sampler
 
 if TYPE_CHECKING:
@@ -68,8 +67,10 @@ def _rounded(sample: list[float] | None) -> list[float] | None:
     return [float(f"{value:.4g}") for value in sample]
 
 
-class MonitorWidget(anywidget.AnyWidget):
+class MonitorWidget(LiveWidget):
     """The browser side of a :class:`Monitor`; see the module docstring for its traits."""
+
+    data_traits = ("view", "frame", "point")
 
     _esm = FRONTEND / "monitor.js"
     _css = FRONTEND / "monitor.css"

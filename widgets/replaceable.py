@@ -10,12 +10,62 @@ from __future__ import annotations
 
 import abc
 import uuid
+from typing import ClassVar
+
+import anywidget
 
 from ..display import in_kernel
 
-__all__ = ("ReplaceableView",)
+__all__ = ("LiveWidget", "ReplaceableView")
 
 _WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+# What a parked widget's model holds instead of its ES module and stylesheet: a module that
+# draws one line, should a frontend still render the model (a page reloaded from an old save).
+PARKED_ESM = ('export default { render({ el }) { el.textContent = '
+              '"netq: this view stopped; its static snapshot took its place."; } };')
+
+
+class LiveWidget(anywidget.AnyWidget):
+    """The anywidget behind a live view, which can be *parked* while its output shows the
+    static form: its model then holds a one-line module, no stylesheet and empty data traits
+    instead of the whole front end and its last figures. Nothing renders a parked model (its
+    output was replaced), but notebook executors (nbclient) store the state of every model
+    ever opened: parked, a stopped view leaves a few hundred bytes there, not tens of KiB.
+    ``data_traits``: the synced traits a subclass fills on every update."""
+
+    data_traits: ClassVar[tuple[str, ...]] = ()
+    _parked: tuple[str, str, dict[str, object]] | None = None
+
+    def park(self) -> None:
+        """Swap the front end and the data out (idempotent)."""
+        if self._parked is not None:
+            return
+        # anywidget adds _esm and _css as traits at run time (the files' text): set by name.
+        self._parked = (str(getattr(self, "_esm")), str(getattr(self, "_css")),  # noqa: B009
+                        {name: getattr(self, name) for name in self.data_traits})
+        with self.hold_sync():
+            setattr(self, "_esm", PARKED_ESM)  # noqa: B010
+            setattr(self, "_css", "")  # noqa: B010
+            for name in self.data_traits:
+                setattr(self, name, {})
+
+    def unpark(self) -> None:
+        """Put the front end and the last data back (idempotent)."""
+        if self._parked is None:
+            return
+        esm, css, data = self._parked
+        with self.hold_sync():
+            setattr(self, "_esm", esm)  # noqa: B010
+            setattr(self, "_css", css)  # noqa: B010
+            for name, value in data.items():
+                if not getattr(self, name):  # not refilled by an update while parked
+                    setattr(self, name, value)
+        self._parked = None
+
+    @property
+    def parked(self) -> bool:
+        return self._parked is not None
 
 
 class ReplaceableView(abc.ABC):
@@ -37,6 +87,8 @@ class ReplaceableView(abc.ABC):
 
     #: stop() was called: displaying the view again does not restart it.
     _stopped = False
+    #: The live widget (parked while the static form stands in its output).
+    widget: LiveWidget
 
     @property
     @abc.abstractmethod
@@ -83,6 +135,7 @@ class ReplaceableView(abc.ABC):
 
         self._showing_static = True
         update_display(self.static_bundle(), raw=True, display_id=self.display_id)
+        self.widget.park()
 
     def _show_live(self) -> None:
         """Put the live widget back where the static form stands."""
@@ -91,4 +144,5 @@ class ReplaceableView(abc.ABC):
         from IPython.display import update_display
 
         self._showing_static = False
+        self.widget.unpark()
         update_display(self._live_bundle(), raw=True, display_id=self.display_id)

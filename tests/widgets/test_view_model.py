@@ -146,8 +146,14 @@ def test_ticks_integers_for_counts_binary_units_for_bytes_top_above_every_value(
         top, ticks = display.axis_ticks(highest, "count")
         assert top >= highest and len(ticks) <= 5
         assert all(value == int(value) for value, _ in ticks)
-    # the time axis: round seconds inside the window
-    assert display.time_axis(12.3, 17.5) == [[14.0, "14 s"], [16.0, "16 s"]]
+    # the time axis: round steps inside the window, at least three ticks however young
+    assert display.time_axis(12.3, 17.5) == [[13.0, "13 s"], [14.0, "14 s"], [15.0, "15 s"],
+                                             [16.0, "16 s"], [17.0, "17 s"]]
+    assert [label for _, label in display.time_axis(1.0, 2.9)] == ["1 s", "1.5 s", "2 s",
+                                                                   "2.5 s"]
+    for start, end in ((0, 0.4), (0.3, 2.9), (5, 65), (0, 600), (100, 3700)):
+        ticks = display.time_axis(start, end)
+        assert 3 <= len(ticks) <= 7 and all(start <= t <= end for t, _ in ticks), ticks
 
 
 def test_names_replace_ids_in_every_sentence_and_a_waiting_get_turns_the_badge_red():

@@ -468,7 +468,8 @@ class Communicator:
 
         return monitor(self, interval=interval, **options)
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+    def _repr_mimebundle_(self, include: Any = None,
+                          exclude: Any = None) -> dict[str, Any] | tuple[dict, dict]:
         """Jupyter display: a live monitor in a kernel with ``netq[widgets]``, else static."""
         from .display import communicator_bundle
 

@@ -736,8 +736,9 @@ def monitor(communicator, **options):
     return Monitor(communicator, **options)
 
 
-def communicator_bundle(communicator, include=None, exclude=None) -> dict:
-    """``Communicator._repr_mimebundle_``: live in a kernel with the widgets, else static."""
+def communicator_bundle(communicator, include=None, exclude=None) -> dict | tuple[dict, dict]:
+    """``Communicator._repr_mimebundle_``: live in a kernel with the widgets (with metadata
+    where the frontend needs some), else static."""
     if in_kernel() and widgets_missing() is None:
         from netq.widgets import Monitor
 

@@ -767,13 +767,6 @@ class Dashboard(ReplaceableView):
     def static_bundle(self) -> dict[str, str]:
         return {"text/plain": repr(self), "text/html": self.static_html()}
 
-    def _live_bundle(self) -> dict:
-        bundle = self.widget._repr_mimebundle_()
-        data = bundle[0] if isinstance(bundle, tuple) else bundle
-        live = dict(data or {})
-        live.update(self.static_bundle())
-        return live
-
     def _display_(self) -> DashboardWidget:
         """marimo's display hook: the live widget (marimo draws anywidgets itself and relays
         trait changes made on the sampling thread through the comm the widget opened in the

@@ -398,12 +398,6 @@ class Monitor(ReplaceableView):
             self.update()
         return self.static_html()
 
-    def _live_bundle(self) -> dict:
-        shown = self.widget._repr_mimebundle_()  # (data, metadata)
-        bundle = dict(shown[0]) if shown else {}
-        bundle.update(self.static_bundle())  # our text and the static form beside the widget
-        return bundle
-
     def _display_(self) -> MonitorWidget:
         """marimo's display hook (asked before ``_repr_*``): start sampling unless stopped, and
         show the anywidget, which marimo renders live (``mo.ui.anywidget``)."""

@@ -80,11 +80,6 @@ class ReplaceableView(abc.ABC):
     def static_bundle(self) -> dict[str, str]:
         """``text/plain`` and ``text/html``: the form shown where no widget manager runs."""
 
-    @abc.abstractmethod
-    def _live_bundle(self) -> dict:
-        """The live widget's mimebundle (with the static form beside it, for frontends that
-        cannot show a widget)."""
-
     #: stop() was called: displaying the view again does not restart it.
     _stopped = False
     #: The live widget (parked while the static form stands in its output).
@@ -103,9 +98,19 @@ class ReplaceableView(abc.ABC):
     def start(self) -> ReplaceableView:
         """Start sampling (idempotent) and show the live form."""
 
-    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
-        """What a frontend shows now: in a kernel the live widget (plus its static form);
-        elsewhere, or once stopped or closed (nothing live to show), the static form only."""
+    def _live_bundle(self) -> tuple[dict, dict]:
+        """The live widget's mimebundle with the static form beside it (for frontends that
+        cannot show a widget), and its metadata (anywidget's, for Colab's widget manager)."""
+        shown = self.widget._repr_mimebundle_()
+        data, metadata = shown if isinstance(shown, tuple) else (shown or {}, {})
+        bundle = dict(data)
+        bundle.update(self.static_bundle())  # our text and static form, not the widget's repr
+        return bundle, dict(metadata or {})
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict | tuple[dict, dict]:
+        """What a frontend shows now: in a kernel the live widget (plus its static form, and
+        metadata where the frontend needs some); elsewhere, or once stopped or closed (nothing
+        live to show), the static form only."""
         if not self.running:
             self.update()
         if not in_kernel():
@@ -114,18 +119,21 @@ class ReplaceableView(abc.ABC):
             self.start()
         if not self.running:
             return self.static_bundle()
-        return self._live_bundle()
+        bundle, metadata = self._live_bundle()
+        return (bundle, metadata) if metadata else bundle
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
 
-        bundle = self._repr_mimebundle_()
+        shown = self._repr_mimebundle_()
+        bundle, metadata = shown if isinstance(shown, tuple) else (shown, {})
+        extra = {"metadata": metadata} if metadata else {}
         if _WIDGET_VIEW not in bundle:
             display(bundle, raw=True)
             return
         self.display_id = self.display_id or uuid.uuid4().hex
         self._showing_static = False
-        display(bundle, raw=True, display_id=self.display_id)
+        display(bundle, raw=True, display_id=self.display_id, **extra)
 
     def _show_static(self) -> None:
         """Replace the displayed live widget by the static form (same output, same place)."""
@@ -145,4 +153,6 @@ class ReplaceableView(abc.ABC):
 
         self._showing_static = False
         self.widget.unpark()
-        update_display(self._live_bundle(), raw=True, display_id=self.display_id)
+        bundle, metadata = self._live_bundle()
+        extra = {"metadata": metadata} if metadata else {}
+        update_display(bundle, raw=True, display_id=self.display_id, **extra)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 
 from netq.widgets import Monitor, MonitorWidget, Sampler
@@ -325,3 +326,33 @@ def test_a_stopped_or_closed_view_says_so_and_leaves_its_static_form(frontend, m
     body = final["text/html"].split("</style>", 1)[1]  # the markup, not the stylesheet
     (state,) = re.findall(r'data-state="([a-z-]+)"', body)
     assert state in STATIC_STATES and state not in LIVE_STATES
+
+
+def test_in_colab_the_display_carries_anywidget_metadata(frontend, monkeypatch):
+    """Colab renders third-party widgets through a custom widget manager that anywidget names
+    in the display's metadata; the views pass it on (Colab itself cannot run here: its module
+    is stood in for by the one call anywidget makes of it)."""
+    import types
+
+    import IPython.display
+    import netq.widgets.replaceable as replaceable_module
+
+    colab = types.ModuleType("google.colab.output")
+    colab.enable_custom_widget_manager = lambda: None  # type: ignore[attr-defined]
+    colab._widgets = types.SimpleNamespace(  # type: ignore[attr-defined]
+        _installed_url="https://colab.invalid/widget-manager.js")  # never fetched
+    monkeypatch.setitem(sys.modules, "google.colab.output", colab)
+    monkeypatch.setattr(replaceable_module, "in_kernel", lambda: True)
+    shown: list[dict] = []
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda bundle, raw, display_id=None, metadata=None:
+                        shown.append({"bundle": bundle, "metadata": metadata}))
+    with Traffic(clients=1) as traffic:
+        monitor = Monitor(traffic.server, interval=0.1)
+        monitor._ipython_display_()
+        (call,) = shown
+        assert WIDGET_VIEW in call["bundle"] and "text/html" in call["bundle"]
+        assert call["metadata"] and WIDGET_VIEW in call["metadata"], call["metadata"]
+        bundle, metadata = monitor._repr_mimebundle_()
+        assert metadata == call["metadata"] and WIDGET_VIEW in bundle
+        monitor.stop()

@@ -1,81 +1,127 @@
-"""The widget in a real browser: JupyterLab + Debian's chromium driven by playwright.
+"""The live views in four real frontends, each a real server on 127.0.0.1, in Debian's chromium.
 
-The test writes a notebook (a server and clients on 127.0.0.1 with real traffic, the server
-displayed as a cell's last expression, then ``server.monitor()``, then a cell that adds a
-client and keeps the kernel busy), starts ``jupyter-lab`` on a free loopback port with a token
-and its own config/data/runtime/settings directories, opens the notebook with ``?reset``,
-runs all cells from the menu and checks in the page: both monitors render their table (one
-row per peer, the late peer included) and their bokeh canvases, the points plotted grow (also
-while the last cell keeps the kernel busy), and the console has no errors. It re-runs the
-check cell once the kernel is idle (when the browser's echoes have arrived) to see that the
-kernel-side data has no duplicates.
-Screenshots go to ``test-artifacts/`` (``$NETQ_TEST_ARTIFACTS``). Kernels are deleted and
-the server is stopped by its pid.
+For JupyterLab, Notebook 7, Voila and marimo, the test writes a notebook (a Jupyter ``.ipynb``,
+or a marimo app ``.py``): a server on a free loopback port with clients sending real traffic
+from background threads, the server as a cell's last expression (a live monitor),
+``server.monitor(names=...)`` and ``netq.widgets.dashboard(...)``. It starts the frontend's
+server (browser_testing.py: own config directories, a token where the server has one, this
+checkout's netq in the kernel; jupyter_bokeh's lab extension disabled), opens the notebook in
+chromium driven by playwright, runs it (Run > Run All Cells in JupyterLab and Notebook 7; Voila
+and marimo run it on page load) and checks in the page, against the views' DOM contract:
 
-It skips only when chromium (``/usr/bin/chromium``, ``$NETQ_CHROMIUM``) or the playwright
-package is missing; CI installs both (.ci/run, the dev extra). Never ``playwright install``.
+* the monitors and the dashboard render: title with role, transport and ``127.0.0.1:PORT``,
+  one ``tr.netq-peer`` per client by its display name, the charts and legend, the dashboard's
+  communicator and link rows (each with a sparkline) and its map;
+* they are live: ``data-live="1"``, a badge that is not a static state, and between two
+  screenshots taken seconds apart the uptime clock and a chart path change (the pictures too);
+  no chart line goes back in time (the page's history holds each sample once, in order);
+* jupyter_bokeh is not loaded (JupyterLab and Notebook 7: none of its plugins registered; Voila:
+  not among the extensions of its page; nowhere BokehJS);
+* nothing is requested from off 127.0.0.1 (the views use no CDN) and the browser console has
+  no errors; the only noise ignored is named where it is handled (``_known_noise``,
+  ``VOILA_FONT_CSS``).
+
+JupyterLab also: a peer joining while a cell runs appears; a 32-peer monitor fits 1000 x 900
+px in an output area at least 1000 px wide and every peer is found by typing its name into the
+filter box; after a cell stops the monitor and the dashboard, each output shows the static
+form (``data-live="0"``, ``.netq-snapshot``, badge ``stopped``) with the same rows.
+
+The kernel's own history cannot hold duplicates any more (the browser sends no data back,
+only a request for the history), so the old kernel-side duplicate check is gone; the path
+check above looks at what the page drew.
+
+Screenshots go to ``test-artifacts/`` (``$NETQ_TEST_ARTIFACTS``) as
+``browser-<frontend>-*.png``, with ``browser-<frontend>.txt`` (what the page showed, timings)
+and, on failure, ``browser-<frontend>-failure.{png,txt}``. Servers and kernels are stopped by
+pid even when a check fails. The test skips only when chromium (``/usr/bin/chromium``,
+``$NETQ_CHROMIUM``), the playwright package or the frontend's package is missing; CI installs
+them (.ci/run, the dev extra). Never ``playwright install``.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import os
+import importlib.util
 import re
-import secrets
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
+import textwrap
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from browser_testing import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_FLAGS,
+    PLUGINS_JS,
+    JupyterLab,
+    JupyterNotebook,
+    Marimo,
+    ServedProcess,
+    Voila,
+    cell_prompts,
+    find_view,
+    read_views,
+    run_all_cells,
+    screenshot_view,
+    title_port,
+    wait_for_page,
+)
 from netq.brokers import free_port
-from netq_testing import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
-ARTIFACTS = Path(os.environ.get("NETQ_TEST_ARTIFACTS", REPO / "test-artifacts"))
-CHROMIUM = os.environ.get("NETQ_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--no-first-run", "--disable-quic"]
-NOTEBOOK = "monitor.ipynb"
-WORKSPACE = "netq-widgets-test"
+NOTEBOOK = "views.ipynb"
+MARIMO_APP = "views_app.py"
+CLIENTS = ["client-0", "client-1", "client-2"]
+JOINING = "client-3"  # JupyterLab: joins while a cell runs
+CROWD = [f"peer-{number:02d}" for number in range(1, 33)]  # JupyterLab: the 32-peer monitor
+STATIC_STATES = {"snapshot", "stopped", "closed"}
+BADGE_STATES = {"open", "connecting", "closing", "waiting", "cannot-connect"} | STATIC_STATES
+LIVE_GAP_S = 2.0  # the two screenshots of a live view are at least this many seconds apart
+VIEWPORT = {"width": 1600, "height": 1200}  # JupyterLab's output area: wider than 1000 px
+FIT = (1000, 900)  # px: the 32-peer monitor's bounding box at most
+# Requests that leave 127.0.0.1 are answered here (the views load nothing from a CDN). Voila's
+# page template links Font Awesome's stylesheets from jsdelivr; an empty stylesheet stands in
+# for them (this machine has no network; the views use no icon font). Any other one fails the
+# test.
+OFF_MACHINE = re.compile(r"^https?://(?!127\.0\.0\.1[:/])")
+VOILA_FONT_CSS = "https://cdn.jsdelivr.net/npm/@fortawesome/fontawesome-free@"
 
+# A server on PORT, three named clients each putting 4 KiB every 10 ms (about 0.4 MiB/s: the
+# charts move, the shared machine is spared) from background threads, the server draining its
+# queue from another: traffic flows for as long as the kernel lives, whatever the cells do.
+# ``names`` (monitor) and ``everyone`` (dashboard) name them.
 SETUP = '''\
-import threading, time
+import os, threading, time
 import netq as nq
 
 server = nq.new(purpose=nq.Purpose.SERVER, options=nq.CommunicatorOptions(
-    netloc=nq.NetworkLocation(host="127.0.0.1", port=0)))
-port = server.address[1]
-stop = threading.Event()
-clients, names = [], {}
+    netloc=nq.NetworkLocation(host="127.0.0.1", port={port})))
+traffic_stop = threading.Event()
+clients, names = [], {{}}
+everyone = {{server.id: "server"}}
 
-def add_client():
+def add_client(name=None):
     client = nq.new(purpose=nq.Purpose.CLIENT, options=nq.CommunicatorOptions(
-        netloc=nq.NetworkLocation(host="127.0.0.1", port=port)))
-    names[client.id] = f"client-{len(clients)}"
+        netloc=nq.NetworkLocation(host="127.0.0.1", port={port})))
+    name = name or f"client-{{len(clients)}}"
+    names[client.id] = everyone[client.id] = name
     clients.append(client)
     def work():
-        payload = bytes(16384)
-        while not stop.is_set():
+        payload = bytes(4096)
+        while not traffic_stop.is_set():
             try:
                 client.put(payload, timeout=1)
             except nq.Full:
                 continue
             except nq.NetqError:
                 return
-            time.sleep(0.004)
+            time.sleep(0.01)
     threading.Thread(target=work, daemon=True).start()
+    return client
 
 def consume():
-    while not stop.is_set():
+    while not traffic_stop.is_set():
         try:
             server.get_many(max_messages=256, timeout=0.1)
         except nq.Empty:
@@ -83,457 +129,488 @@ def consume():
         except nq.ResourceClosed:
             return
 
+def wait_for_file(path, seconds=240):
+    """Block this cell until the test creates ``path`` (at most ``seconds``)."""
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
 threading.Thread(target=consume, daemon=True).start()
 for _ in range(3):
     add_client()
-time.sleep(1)  # traffic under way before the monitors open; the test polls what it checks
 '''
-CELLS = [
-    SETUP,
-    "# NBVAL_IGNORE_OUTPUT\nserver  # a communicator as the last expression: a live monitor",
-    "# NBVAL_IGNORE_OUTPUT\nmonitor = server.monitor(names=names)\nmonitor",
-    ("# NBVAL_IGNORE_OUTPUT\nimport netq.widgets\n"
-     "board = netq.widgets.dashboard(interval=0.5, names={server.id: 'server', **names})\n"
-     "board"),
-    "add_client()  # a peer joins while this cell keeps the kernel busy\ntime.sleep(6)",
-    ('t = monitor.plots.source.data["t"]\n'
-     'sampler = monitor.sampler or sampler  # kept from the first run (stopped by now)\n'
-     'print(f"netq-check points={len(t)} unique={len(set(t))} '
-     'echoes={monitor.bokeh.ignored_echoes} peers={len(monitor.stats.peers)} '
-     'ticks={monitor.plots.ticks} refreshes={monitor.bokeh.refreshes} '
-     'cpu_s={sampler.cpu_seconds:.3f} cpu={100 * sampler.cpu_fraction():.3f}%")\n'
-     'assert len(t) == len(set(t))'),
-    ("import os  # the kernel stays busy until the test releases it: the monitors keep updating\n"
-     "deadline = time.monotonic() + 180\n"
-     "while not os.path.exists(\"release\") and time.monotonic() < deadline:\n"
-     "    time.sleep(0.1)"),
-    # then the views stop: the monitor and the dashboard give way to their static forms
-    "monitor.stop()\nboard.stop()",
-]
-CHECK_CELL, BUSY_CELL = 5, 6
-
-# JavaScript: the number of points in each bokeh ColumnDataSource with a "t" column.
-POINTS_JS = """() => {
-  const B = window.Bokeh;
-  if (B == null || B.documents == null) return null;
-  const counts = {};  // source id -> points (the largest, if stale documents linger)
-  for (const doc of B.documents) {
-    const models = doc._all_models != null ? doc._all_models.values() : doc.all_models;
-    for (const model of models) {
-      const data = model.data;  // a Map in BokehJS 3.9, a plain object in older versions
-      if (data == null || typeof data !== "object") continue;
-      const t = data instanceof Map ? data.get("t") : data.t;
-      if (t != null && typeof t.length === "number")
-        counts[model.id] = Math.max(counts[model.id] ?? 0, t.length);
-    }
-  }
-  return counts;
-}"""
+SERVER_CELL = "server  # a communicator as the last expression: a live monitor"
+MONITOR_CELL = "monitor = server.monitor(names=names)\nmonitor"
+DASHBOARD_CELL = ("import netq.widgets\n"
+                  "board = netq.widgets.dashboard(interval=0.5, names=everyone)\nboard")
+JOIN_CELL = f'add_client("{JOINING}")  # joins while this cell runs\nwait_for_file("joined")'
+CROWD_CELL = '''\
+crowd = nq.new(purpose=nq.Purpose.SERVER, options=nq.CommunicatorOptions(
+    netloc=nq.NetworkLocation(host="127.0.0.1", port={port})))
+crowd_names = {{}}
+for number in range(1, 33):
+    peer = nq.new(purpose=nq.Purpose.CLIENT, options=nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation(host="127.0.0.1", port={port})))
+    crowd_names[peer.id] = f"peer-{{number:02d}}"
+    clients.append(peer)
+crowd_monitor = crowd.monitor(names=crowd_names)
+crowd_monitor'''
+BUSY_CELL = 'wait_for_file("release")  # the kernel stays busy: the views keep updating'
+STOP_CELL = "monitor.stop()\nboard.stop()"
+# JupyterLab's notebook, cell by cell (keys of _sources); the other frontends run the first four.
+LAB_CELLS = ["setup", "server", "monitor", "dashboard", "join", "crowd", "busy", "stop"]
+VIEW_CELLS = LAB_CELLS[:4]
 
 
-def _requirements():
+def _sources(port: int, crowd_port: int) -> dict[str, str]:
+    return {"setup": SETUP.format(port=port), "server": SERVER_CELL,
+            "monitor": MONITOR_CELL, "dashboard": DASHBOARD_CELL, "join": JOIN_CELL,
+            "crowd": CROWD_CELL.format(port=crowd_port), "busy": BUSY_CELL,
+            "stop": STOP_CELL}
+
+
+def _write_notebook(path: Path, cells: list[str]) -> None:
+    import nbformat
+
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                       "language": "python"}
+    nbformat.write(notebook, path)
+
+
+def _write_marimo_app(path: Path, sources: dict[str, str]) -> None:
+    """A marimo app of the four view cells; each cell's last expression is its output."""
+    cells = [("", sources["setup"], "add_client, everyone, names, server"),
+             ("server", sources["server"], ""),
+             ("names, server", sources["monitor"], "monitor"),
+             ("everyone", sources["dashboard"], "board")]
+    parts = ['import marimo\n\n__generated_with = "0.25.2"\napp = marimo.App(width="full")\n']
+    for parameters, source, returns in cells:
+        body = textwrap.indent(source.rstrip("\n"), "    ")
+        result = f" ({returns},)" if returns else ""
+        parts.append(f"\n\n@app.cell\ndef _({parameters}):\n{body}\n    return{result}\n")
+    parts.append('\n\nif __name__ == "__main__":\n    app.run()\n')
+    path.write_text("".join(parts))
+
+
+FRONTENDS = {
+    # name: (import name, what to install, server factory)
+    "jupyterlab": ("jupyterlab", "jupyterlab (the notebooks extra)",
+                   lambda root, home: JupyterLab(root, home)),
+    "notebook": ("notebook", "notebook==7.6.5 (the dev extra)",
+                 lambda root, home: JupyterNotebook(root, home)),
+    "voila": ("voila", "voila==0.5.13 (the dev extra)",
+              lambda root, home: Voila(root, home, NOTEBOOK)),
+    "marimo": ("marimo", "marimo==0.25.2 (the dev extra)",
+               lambda root, home: Marimo(root, home, MARIMO_APP)),
+}
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One headless chromium for the module (each test has its own context)."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"chromium not found at {CHROMIUM} (Debian: apt-get install chromium; "
-                    ".ci/run installs it)")
+                    ".ci/run installs it; or set $NETQ_CHROMIUM)")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("the playwright package is missing (pip install -e '.[dev]')")
-    import jupyterlab  # noqa: F401 - required (dev extra): a failure, not a skip
-    import nbformat
-    return sync_playwright, nbformat
-
-
-class Lab:
-    """jupyter-lab in its own directories, on 127.0.0.1, stopped by pid."""
-
-    def __init__(self, root: Path, home: Path) -> None:
-        self.token = secrets.token_hex(16)
-        self.root = root
-        self.home = home
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        kernels = home / "jupyter-path" / "kernels" / "python3"
-        kernels.mkdir(parents=True)
-        # The kernel is this interpreter, importing this checkout's netq first.
-        (kernels / "kernel.json").write_text(json.dumps({
-            "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-            "display_name": "Python 3 (netq test)", "language": "python",
-            "env": {"PYTHONPATH": self._pythonpath()}}))
-        settings = home / "settings"
-        for plugin, values in {
-            "@jupyterlab/notebook-extension/tracker.jupyterlab-settings":
-                {"windowingMode": "none"},  # every cell attached: both monitors render
-            "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
-                {"fetchNews": "false", "checkForUpdates": False},
-        }.items():
-            path = settings / plugin
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(values))
-        env = dict(os.environ)
-        data_paths = [str(home / "jupyter-path")]
-        for prefix in dict.fromkeys([sys.prefix, sys.base_prefix]):  # lab extensions
-            data_paths.append(os.path.join(prefix, "share", "jupyter"))
-        # Server extensions (jupyter_lsp, terminals) are enabled in <prefix>/etc/jupyter; a
-        # venv with system site packages would not see its base interpreter's.
-        config_paths = [os.path.join(prefix, "etc", "jupyter")
-                        for prefix in dict.fromkeys([sys.prefix, sys.base_prefix])]
-        env.update({
-            "JUPYTER_PATH": os.pathsep.join(data_paths),
-            "JUPYTER_CONFIG_PATH": os.pathsep.join(config_paths),
-            "JUPYTER_CONFIG_DIR": str(home / "config"),
-            "JUPYTER_DATA_DIR": str(home / "data"),
-            "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-            "IPYTHONDIR": str(home / "ipython"),
-            "PYTHONPATH": self._pythonpath(),
-        })
-        self.log_path = home / "jupyter-lab.log"
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
-             f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
-             f"--ServerApp.token={self.token}", f"--ServerApp.root_dir={root}",
-             f"--LabApp.user_settings_dir={settings}",
-             f"--LabApp.workspaces_dir={home / 'workspaces'}"]
-            + (["--allow-root"] if os.geteuid() == 0 else []),
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-            cwd=root)
+        pytest.skip("the playwright package is missing (pip install -e '.[dev]'; never "
+                    "`playwright install`: the test drives Debian's chromium)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                             args=CHROMIUM_FLAGS)
         try:
-            self._wait_ready(90)
-        except BaseException:
-            self.stop()
-            raise
-
-    @staticmethod
-    def _pythonpath() -> str:
-        extra = os.environ.get("PYTHONPATH")
-        return os.pathsep.join([str(REPO)] + ([extra] if extra else []))
-
-    def api(self, path: str, method: str = "GET"):
-        request = urllib.request.Request(f"{self.url}{path}", method=method,
-                                         headers={"Authorization": f"token {self.token}"})
-        with urllib.request.urlopen(request, timeout=10) as response:
-            body = response.read()
-        return json.loads(body) if body else None
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:  # a bounded poll of the server's status API
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"jupyter-lab exited ({self.proc.returncode}):\n{self.log()}")
-            try:
-                self.api("/api/status")
-                return
-            except (urllib.error.URLError, ConnectionError, OSError):
-                time.sleep(0.25)
-        raise RuntimeError(f"jupyter-lab not ready after {timeout} s:\n{self.log()}")
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-5000:]
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                for kernel in self.api("/api/kernels"):
-                    self.api(f"/api/kernels/{kernel['id']}", method="DELETE")
-        except (urllib.error.URLError, OSError):
-            pass
+            yield browser
         finally:
-            if self.proc.poll() is None:
-                os.kill(self.proc.pid, signal.SIGTERM)
-                try:
-                    self.proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    os.kill(self.proc.pid, signal.SIGKILL)
-                    self.proc.wait(10)
-            self._log.close()
+            browser.close()
 
 
-def _points(page) -> dict[str, int]:
-    return page.evaluate(POINTS_JS) or {}
-
-
-def _both_grew(before: dict[str, int], now: dict[str, int]) -> bool:
-    """Both monitors' time series have more points than ``before``: the two largest sources
-    compared by size, not by model id (a peer joining may re-send a plot as new models)."""
-    if len(before) < 2 or len(now) < 2:
-        return False
-    old, new = sorted(before.values())[-2:], sorted(now.values())[-2:]
-    return new[0] > old[0] and new[1] > old[1]
-
-
-def _run_all(page) -> None:
-    """Run > Run All Cells; again if the first cell has not started within 30 s."""
-    first = page.locator(".jp-Cell").first.locator(".jp-InputPrompt")
-    for _ in range(2):
-        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click(
-            no_wait_after=True, timeout=120_000)
-        page.locator('li.lm-Menu-item[data-command="runmenu:run-all"]').click(
-            no_wait_after=True, timeout=120_000)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if re.search(r"\[(\*|\d+)\]", first.inner_text()):
-                return
-            time.sleep(0.25)
-    raise AssertionError("Run All did not start the first cell")
-
-
-@pytest.mark.timeout(600)  # a loaded 2-core CI machine renders slowly
-def test_monitor_in_jupyterlab_with_chromium():
-    sync_playwright, nbformat = _requirements()
-    home = Path(tempfile.mkdtemp(prefix="nq-lab-"))
+# JupyterLab's run is the longest; under heavy load from other jobs it takes minutes, not seconds
+# (timings: docs/widgets.md, "Tests")
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("frontend", list(FRONTENDS))
+def test_live_views_in_a_real_frontend(frontend, chromium):
+    module, install, start = FRONTENDS[frontend]
+    if importlib.util.find_spec(module) is None:  # not imported here: marimo opens a log file
+        pytest.skip(f"{module} missing: pip install {install}")
+    home = Path(tempfile.mkdtemp(prefix=f"nq-{frontend}-"))
     root = home / "root"
     root.mkdir()
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_code_cell(source) for source in CELLS]
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                       "language": "python"}
-    nbformat.write(notebook, root / NOTEBOOK)
+    port, crowd_port = free_port(), free_port()
+    sources = _sources(port, crowd_port)
+    if frontend == "marimo":
+        _write_marimo_app(root / MARIMO_APP, sources)
+    else:
+        _write_notebook(root / NOTEBOOK, [sources[cell] for cell in
+                                          (LAB_CELLS if frontend == "jupyterlab"
+                                           else VIEW_CELLS)])
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    lab = Lab(root, home)
+    for stale in ("failure.png", "failure.txt"):  # a previous run's
+        (ARTIFACTS / f"browser-{frontend}-{stale}").unlink(missing_ok=True)
     problems: list[str] = []
+    report: list[str] = []
+    began = time.monotonic()
+    server = None
     try:
-        with sync_playwright() as playwright:
-            context = playwright.chromium.launch_persistent_context(
-                str(home / "chromium-profile"), executable_path=CHROMIUM, headless=True,
-                args=CHROMIUM_FLAGS, viewport={"width": 1400, "height": 1800})
+        server = start(root, home)
+        report.append(f"{frontend} server up after {time.monotonic() - began:.1f} s")
+        context = chromium.new_context(viewport=VIEWPORT)
+        off_machine: list[str] = []
+        context.route(OFF_MACHINE, lambda route: _off_machine(route, off_machine))
+        try:
+            page = context.new_page()
+            page.on("console", lambda message: problems.append(
+                f"console {message.type}: {message.text}") if message.type == "error" else None)
+            page.on("pageerror", lambda error: None if _known_noise(frontend, error)
+                    else problems.append(f"page error: {error}"))
+            run = Run(frontend, page, server, root, port, crowd_port, report, began)
             try:
-                page = context.pages[0] if context.pages else context.new_page()
-                page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
-                        if m.type == "error" else None)
-                page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-                try:
-                    _exercise(page, lab)
-                except BaseException:
-                    _diagnose(page, lab)
-                    raise
-            finally:
-                context.close()
+                run.exercise()
+            except BaseException:
+                run.diagnose()
+                raise
+            unexpected = [url for url in off_machine if not url.startswith(VOILA_FONT_CSS)]
+            assert not unexpected, f"{frontend}: the page asked for {unexpected}"
+        finally:
+            context.close()
     finally:
-        lab.stop()
+        if server is not None:
+            server.stop()
+        report.append(f"total {time.monotonic() - began:.1f} s")
+        report.extend(f"browser {problem}" for problem in problems)
+        (ARTIFACTS / f"browser-{frontend}.txt").write_text("\n".join(report) + "\n")
         shutil.rmtree(home, ignore_errors=True)
-    assert not problems, "browser console:\n" + "\n".join(problems)
+    assert not problems, f"{frontend}: browser console:\n" + "\n".join(problems)
 
 
-TABLES_JS = """() => [...document.querySelectorAll('.netq-monitor .netq-table')].map(
-  (table) => [...table.querySelectorAll('tr.peer')].map((row) => row.innerText))"""
-
-
-# The monitors' title rows, as text (textContent: the badge's CSS upper-casing aside).
-TITLES_JS = """() => [...document.querySelectorAll('.netq-monitor .netq-title')].map(
-  (title) => [...title.children].map((part) => part.textContent.trim()).join(' '))"""
-# The live dashboard: its text, link rows and whether its map is drawn.
-DASHBOARD_JS = """() => {
-  const board = document.querySelector('.netq-dashboard');
-  if (board == null) return null;
-  return {text: board.textContent, links: board.querySelectorAll('tr.link').length,
-          map: board.querySelector('svg.netq-map line') != null};
+# JavaScript: the lab extensions Voila's page loads (its page config) and whether BokehJS is
+# in the page.
+VOILA_CONFIG_JS = """() => {
+  const data = document.getElementById('jupyter-config-data');
+  const config = data == null ? {} : JSON.parse(data.textContent);
+  return {extensions: (config.federated_extensions ?? []).map((e) => e.name),
+          bokeh: window.Bokeh !== undefined};
 }"""
 
 
-# A monitor's shared legend as drawn: for each plotted peer's colour in its table (the
-# swatch before the name), how many pixels of exactly that colour the legend strip's canvas
-# (the monitor's short canvas, inside bokeh's shadow roots) has.
-LEGEND_JS = """(monitor) => {
-  const hex = (r, g, b) => '#' + [r, g, b].map((v) => v.toString(16).padStart(2, '0')).join('');
-  const counts = {};
-  for (const swatch of monitor.querySelectorAll('.netq-table .netq-swatch')) {
-    const [r, g, b] = getComputedStyle(swatch).backgroundColor.match(/\\d+/g).map(Number);
-    counts[hex(r, g, b)] = 0;
-  }
-  const canvases = [];
-  const walk = (root) => {
-    for (const element of root.querySelectorAll('*')) {
-      if (element.tagName === 'CANVAS') canvases.push(element);
-      if (element.shadowRoot) walk(element.shadowRoot);
-    }
-  };
-  walk(monitor);
-  const strips = canvases.filter((c) => c.clientHeight > 0 && c.clientHeight <= 40);
-  for (const canvas of strips) {
-    const context = canvas.getContext('2d');
-    if (context == null || canvas.width === 0) continue;
-    const data = context.getImageData(0, 0, canvas.width, canvas.height).data;
-    for (let i = 0; i < data.length; i += 4) {
-      const colour = hex(data[i], data[i + 1], data[i + 2]);
-      if (data[i + 3] === 255 && colour in counts) counts[colour] += 1;
-    }
-  }
-  return {strips: strips.length, counts};
-}"""
+def _known_noise(frontend: str, error) -> bool:
+    """Notebook 7.6's page throws this on every load, before any cell runs and with no netq
+    output in the notebook (a plain ``1+1`` notebook too): its keyboard-shortcuts plugin reads
+    the settings schema of a plugin whose settings have not loaded. Nothing else is noise."""
+    return (frontend == "notebook"
+            and str(error.message) == "Cannot read properties of undefined (reading 'schema')"
+            and "/static/notebook/notebook_core." in (error.stack or ""))
 
 
-# Where a monitor's legend strip is on the page (its short canvas), and the names of the
-# plotted lines the browser has hidden (a tap on a legend entry hides that peer's lines).
-STRIP_BOX_JS = """(monitor) => {
-  const walk = (root) => {
-    for (const element of root.querySelectorAll('*')) {
-      if (element.tagName === 'CANVAS' && element.clientHeight > 0 && element.clientHeight <= 40)
-        return element;
-      const found = element.shadowRoot ? walk(element.shadowRoot) : null;
-      if (found) return found;
-    }
-    return null;
-  };
-  const strip = walk(monitor);
-  if (strip == null) return null;
-  const box = strip.getBoundingClientRect();
-  return {x: box.x, y: box.y, width: box.width, height: box.height};
-}"""
-HIDDEN_LINES_JS = """() => {
-  const hidden = new Set();
-  for (const doc of window.Bokeh.documents) {
-    const models = doc._all_models != null ? doc._all_models.values() : doc.all_models;
-    for (const model of models)
-      if (typeof model.name === 'string' && model.visible === false
-          && /-(mb_in|mb_out|queue_in|queue_out|memory)$/.test(model.name))
-        hidden.add(model.name);
-  }
-  return [...hidden];
-}"""
+def _summary(view: dict) -> dict:
+    """A view as VIEWS_JS read it, without the long path data (for the report)."""
+    return {key: value for key, value in view.items() if key not in ("series", "sparklines")}
 
 
-def _legend_swatches(monitor) -> dict | None:
-    """The legend strip's pixels per table colour, once every colour is drawn (else None)."""
-    legend = monitor.evaluate(LEGEND_JS)
-    counts = legend["counts"]
-    return legend if len(counts) == 4 and min(counts.values()) >= 30 else None
+def _backwards(path: str) -> str | None:
+    """Where a chart line's x coordinate goes back from one point to the next (each point is
+    a later sample; two samples close in time may round to the same x), or None. ``path``: an
+    SVG path of M and L commands."""
+    points = re.findall(r"[ML]\s*(-?[\d.]+)[ ,]\s*(-?[\d.]+)", path)
+    xs = [float(x) for x, _ in points]
+    for index in range(1, len(xs)):
+        if xs[index] < xs[index - 1]:
+            return f"point {index}: x {xs[index - 1]} then {xs[index]}"
+    return None
 
 
-def _tables(page) -> list[list[str]]:
-    """Rows of every monitor table, read in one go (the tables are replaced at 2 Hz)."""
-    return page.evaluate(TABLES_JS)
+def _off_machine(route, requested: list[str]) -> None:
+    """A request that would leave 127.0.0.1: noted, and answered without the network."""
+    url = route.request.url
+    requested.append(url)
+    if url.startswith(VOILA_FONT_CSS):
+        route.fulfill(status=200, content_type="text/css", body="")
+    else:
+        route.abort()
 
 
-def _exercise(page, lab: Lab) -> None:
-    page.goto(f"{lab.url}/lab/workspaces/{WORKSPACE}/tree/{NOTEBOOK}?reset&token={lab.token}")
-    page.locator(".jp-Notebook .jp-Cell").nth(len(CELLS) - 1).wait_for(timeout=90_000)
-    page.get_by_text("Kernel status: Idle").first.wait_for(state="attached", timeout=90_000)
-    _run_all(page)
-    start = time.monotonic()
-    # both monitors: a table with a row per peer, and bokeh canvases (inside shadow roots,
-    # which playwright's CSS selectors pierce)
-    wait_for_page(lambda: len(_tables(page)) == 2 and all(len(t) >= 3 for t in _tables(page)),
-              240, "both monitors' tables with 3 peers")
-    wait_for_page(lambda: page.locator(".netq-monitor canvas").count() >= 6, 60,
-              "bokeh canvases in both monitors")
-    counts = wait_for_page(lambda: (lambda c: len(c) >= 2 and min(c.values()) >= 2 and c)(
-        _points(page)), 60, "points in both monitors' plots")
-    # the late peer (cell 4, while the kernel is busy) shows up in both tables, and the
-    # plots keep growing while that cell runs
-    wait_for_page(lambda: all(len(t) == 4 for t in _tables(page)), 60, "4 peers in both tables")
-    later = wait_for_page(lambda: (lambda c: _both_grew(counts, c) and c)(_points(page)), 180,
-                          "both plots growing")
-    # while the last cell keeps the kernel busy, the plots still grow
-    busy = page.locator(".jp-Cell").nth(BUSY_CELL).locator(".jp-InputPrompt")
-    wait_for_page(lambda: "*" in busy.inner_text(), 90, "the busy cell to start")
-    during = _points(page)
-    grown = wait_for_page(lambda: (lambda c: _both_grew(during, c) and c)(_points(page)), 60,
-                          "both plots growing while busy")
-    assert "*" in busy.inner_text(), "the busy cell ended before the plots grew"
-    tables = _tables(page)
-    titles = page.evaluate(TITLES_JS)
-    assert len(titles) == 2 and all(t.startswith("netq TCP server 127.0.0.1:") for t in titles), \
-        titles
-    assert all("open" in t and "up " in t and "4 peers" in t and "('" not in t
-               for t in titles), titles
-    board = wait_for_page(lambda: (lambda b: b and b["links"] >= 4 and b)(
-        page.evaluate(DASHBOARD_JS)), 60, "the dashboard with 4 links")
-    assert board["map"] and "server → client-0" in board["text"], board
-    assert all("connected" in row for row in tables[0]), tables
-    assert any("client-3" in row for row in tables[1]), tables
-    # the shared legend above the plots draws one swatch per peer, in the colour the table
-    # shows before that peer's name (which is the colour of its lines)
-    for index in range(2):
-        monitor = page.locator(".netq-monitor").nth(index)
-        wait_for_page(lambda m=monitor: _legend_swatches(m), 60,
-                      f"monitor {index}'s legend: a swatch in each table colour")
-    page.screenshot(path=str(ARTIFACTS / "widgets-jupyterlab.png"), timeout=120_000)
-    for index, name in ((0, "widgets-monitor.png"), (1, "widgets-monitor-2.png"),
-                        (0, "widgets-dashboard.png")):
-        monitor = page.locator(".netq-dashboard" if "dashboard" in name
-                               else ".netq-monitor").nth(index)
-        monitor.evaluate("(element) => element.scrollIntoView()")
-        box = monitor.bounding_box()  # (an element screenshot would wait for a still element)
-        if box is not None:
-            page.screenshot(path=str(ARTIFACTS / name), clip=box, timeout=120_000)
-    # a tap on the first legend entry (its swatch) hides that peer's five lines; another
-    # shows them again
-    monitor = page.locator(".netq-monitor").nth(1)
-    monitor.evaluate("(element) => element.scrollIntoView()")
-    clicked = -math.inf
-    for hidden in (5, 0):
-        strip = monitor.evaluate(STRIP_BOX_JS)
-        # bokeh takes two taps within 300 ms for a double tap (not a tap): keep them apart
-        time.sleep(max(0.0, clicked + 0.4 - time.monotonic()))
-        page.mouse.click(strip["x"] + 13, strip["y"] + strip["height"] / 2)
-        clicked = time.monotonic()
-        lines = wait_for_page(lambda n=hidden: (lambda h: len(h) == n and (h or ["none"]))(
-            page.evaluate(HIDDEN_LINES_JS)), 30, f"{hidden} lines hidden by the legend")
-        assert len({name.rsplit("-", 1)[0] for name in lines}) == 1, lines  # one peer's
-    # the busy cell may end now; the stop cell after it replaces the live views
-    (lab.root / "release").touch()
-    # once Run All is done and the kernel idle, the browser's echoes have reached the kernel:
-    # run the check cell again and read what it printed
-    cell = page.locator(".jp-Cell").nth(CHECK_CELL)
-    wait_for_page(lambda: "netq-check" in _output(cell), 90, "the check cell's output")
-    wait_for_page(lambda: "*" not in busy.inner_text(), 60, "the busy cell to end")
-    page.get_by_text("Kernel status: Idle").first.wait_for(state="attached", timeout=90_000)
-    # A click in JupyterLab never navigates: do not wait for navigations after it (a loaded
-    # machine kept playwright waiting for "scheduled navigations" past its 30 s timeout).
-    cell.locator(".jp-InputArea-editor").click(no_wait_after=True, timeout=120_000)
-    page.keyboard.press("Shift+Enter")
-    text = wait_for_page(lambda: _check_line(cell, after=1), 60, "the re-run check cell")
-    final = _points(page)
-    # the stop cell ran after the busy one: the stopped monitor and dashboard show their
-    # static forms (title badge "stopped"; the dashboard's map and links, without a script)
-    wait_for_page(lambda: page.locator(".netq-state-stopped").count() >= 2, 60,
-                  "the stopped monitor's and dashboard's static forms")
-    stopped = page.locator(".netq-state-stopped").first.locator("xpath=../..")
-    stopped.evaluate("(element) => element.scrollIntoView()")
-    box = stopped.bounding_box()
-    if box is not None:
-        page.screenshot(path=str(ARTIFACTS / "widgets-stopped.png"), clip=box, timeout=120_000)
-    numbers = dict(re.findall(r"(\w+)=([0-9.]+)", text))
-    (ARTIFACTS / "widgets-jupyterlab.txt").write_text(
-        f"{text}\nbrowser points per source: {counts} -> {later}; while a cell ran: "
-        f"{during} -> {grown}; at the end: {final}\n"
-        f"seconds from Run All to the end of the checks: {time.monotonic() - start:.1f}\n")
-    assert int(numbers["points"]) == int(numbers["unique"]) > 10, text
-    assert int(numbers["echoes"]) > 0, text  # the browser did echo, and it was ignored
-    assert int(numbers["peers"]) == 4, text
+class Run:
+    """One frontend's page: opening and running the notebook, then the checks."""
 
+    def __init__(self, frontend: str, page, server: ServedProcess, root: Path, port: int,
+                 crowd_port: int, report: list[str], began: float) -> None:
+        self.frontend = frontend
+        self.page = page
+        self.server = server
+        self.root = root
+        self.port = port
+        self.crowd_port = crowd_port
+        self.report = report
+        self.began = began
 
-def _diagnose(page, lab: Lab) -> None:
-    """On failure: a screenshot, the page's view of the monitors and the server log."""
-    try:
-        page.screenshot(path=str(ARTIFACTS / "widgets-failure.png"), timeout=60_000)
-        prompts = page.locator(".jp-Cell .jp-InputPrompt").all_inner_texts()
-        (ARTIFACTS / "widgets-failure.txt").write_text(
-            f"prompts: {prompts}\ntables: {_tables(page)}\npoints: {_points(page)}\n"
-            f"outputs: {[_output(c) for c in page.locator('.jp-Cell').all()]}\n"
-            f"jupyter-lab log:\n{lab.log()}\n")
-    except Exception as error:  # noqa: BLE001 - diagnostics must not hide the failure
-        (ARTIFACTS / "widgets-failure.txt").write_text(f"diagnostics failed: {error!r}\n")
+    def note(self, line: str) -> None:
+        self.report.append(f"{time.monotonic() - self.began:6.1f} s  {line}")
 
+    def artifact(self, suffix: str) -> Path:
+        return ARTIFACTS / f"browser-{self.frontend}-{suffix}"
 
-def _check_line(cell, after: int) -> str | None:
-    prompt = cell.locator(".jp-InputPrompt").inner_text()
-    count = re.search(r"\[(\d+)\]", prompt)
-    if count is None or int(count.group(1)) <= len(CELLS):  # not the re-run yet
-        return None
-    match = re.search(r"netq-check [^\n]*", _output(cell))
-    return match.group(0) if match else None
+    # -- the run --------------------------------------------------------------------------
 
+    def exercise(self) -> None:
+        page, server = self.page, self.server
+        page.goto(server.notebook_url(NOTEBOOK), wait_until="commit", timeout=120_000)
+        if self.frontend in ("jupyterlab", "notebook"):
+            cells = len(LAB_CELLS) if self.frontend == "jupyterlab" else len(VIEW_CELLS)
+            page.locator(".jp-Notebook .jp-Cell").nth(cells - 1).wait_for(timeout=120_000)
+            assert isinstance(server, JupyterLab | JupyterNotebook)
+            wait_for_page(lambda: server.kernel_states() == ["idle"], 120,
+                          "the notebook's kernel to be idle")
+            run_all_cells(page, lambda: bool(re.search(r"\[(\*|\d+)\]",
+                                                       (cell_prompts(page) or [""])[0])))
+            self.note("Run All started")
+        clients = list(CLIENTS)
+        if self.frontend == "jupyterlab":
+            # the join cell runs right after the views' cells: the views may first be seen
+            # with the late peer already in them
+            self.peer_joins()
+            clients.append(JOINING)
+            self.crowd()
+        else:
+            self.wait_rendered(clients, 150)
+            self.note("the views rendered")
+        self.check_content(clients)
+        self.check_live()
+        page.screenshot(path=str(self.artifact("page.png")), timeout=60_000)
+        self.note("page screenshot taken")
+        self.check_no_bokeh()
+        self.note("no bokeh")
+        if self.frontend == "jupyterlab":
+            self.check_stopped(clients)
 
-def wait_for_page(predicate, timeout: float, what: str):
-    """The page changes at human speed: poll it four times a second."""
-    return wait_for(predicate, timeout, 0.25, what)
+    def views(self) -> list[dict]:
+        return read_views(self.page)
 
+    def the_views(self, clients: list[str]) -> tuple[dict, dict, dict] | None:
+        """The server's own monitor (its peers by id), the named monitor and the dashboard,
+        once each shows every one of ``clients``; else None."""
+        views = self.views()
+        named = find_view(views, "monitor", self.port, peer=clients[0])
+        plain = next((view for view in views if view["kind"] == "monitor"
+                      and title_port(view) == self.port and view is not named), None)
+        board = find_view(views, "dashboard")
+        if named is None or plain is None or board is None:
+            return None
+        if sorted(named["peers"]) != sorted(clients) or len(plain["peers"]) != len(clients):
+            return None
+        if not set(clients) <= set(board["communicators"]):
+            return None
+        return plain, named, board
 
-def _output(cell) -> str:
-    outputs = cell.locator(".jp-OutputArea-output")
-    return "\n".join(outputs.all_inner_texts()) if outputs.count() else ""
+    def wait_rendered(self, clients: list[str], timeout: float) -> None:
+        wait_for_page(lambda: self.the_views(clients), timeout,
+                      f"{self.frontend}: both monitors with rows for {clients} and the dashboard "
+                      "with those communicators")
+
+    # -- checks ---------------------------------------------------------------------------
+
+    def check_content(self, clients: list[str]) -> None:
+        found = self.the_views(clients)
+        assert found is not None, \
+            f"{self.frontend}: the views lost their rows: {[_summary(v) for v in self.views()]}"
+        plain, named, board = found
+        self.note(f"monitor: {_summary(named)}")
+        self.note(f"dashboard: {_summary(board)}")
+        for view in found:
+            assert view["live"] == "1" and view["state"] in BADGE_STATES - STATIC_STATES, \
+                f"{self.frontend}: a {view['kind']} that is not live: {_summary(view)}"
+        for view in (plain, named):
+            title = view["title"] or ""
+            assert re.search(r"\bserver\b", title, re.I) and re.search(r"\btcp\b", title, re.I), \
+                f"{self.frontend}: title without role and transport: {title!r}"
+            assert f"127.0.0.1:{self.port}" in title, f"{self.frontend}: title {title!r}"
+        for monitor in (plain, named):
+            seen = f"{self.frontend}: {_summary(monitor)}"
+            assert monitor["total"] == 1, f"no tr.netq-total: {seen}"
+            assert monitor["filter"] == 1, f"no input.netq-filter: {seen}"
+            assert monitor["sortable"], f"no th[data-sort]: {seen}"
+            assert {"throughput", "queue", "memory"} <= set(monitor["charts"]), \
+                f"{self.frontend}: charts {monitor['charts']}"
+        assert set(clients) <= set(named["legend"]), \
+            f"{self.frontend}: legend {named['legend']} lacks {clients}"
+        assert set(clients) <= {peer for peer, _ in named["series"]}, \
+            f"{self.frontend}: no plotted series for some of {clients}: {named['series']}"
+        assert {"server", *clients} <= set(board["communicators"]), board["communicators"]
+        row = board["communicatorRows"]["server"]
+        assert re.search(r"\bserver\b", row, re.I) and re.search(r"\btcp\b", row, re.I) \
+            and f"127.0.0.1:{self.port}" in row, f"{self.frontend}: the server's row: {row!r}"
+        links = {f"server→{client}" for client in clients}
+        assert links <= set(board["links"]), \
+            f"{self.frontend}: dashboard links {board['links']} lack {links}"
+        assert min(board["linkSparklines"]) >= 1, \
+            f"{self.frontend}: a link row without its sparkline: {_summary(board)}"
+        assert board["map"] == 1, f"{self.frontend}: no svg.netq-map: {_summary(board)}"
+
+    def check_live(self) -> None:
+        """The named monitor and the dashboard change between two screenshots taken
+        ``LIVE_GAP_S`` or more apart: their uptime clocks, a chart's path, the pictures."""
+        for kind, peer in (("monitor", CLIENTS[0]), ("dashboard", None)):
+            def current(kind=kind, peer=peer) -> dict | None:
+                return find_view(self.views(), kind, None if kind == "dashboard" else self.port,
+                                 peer=peer)
+
+            first = current()
+            assert first is not None, f"{self.frontend}: the {kind} vanished"
+            assert first["live"] == "1", f"{self.frontend}: live {kind} has {first['live']=}"
+            assert first["state"] in BADGE_STATES - STATIC_STATES, \
+                f"{self.frontend}: live {kind}'s badge is {first['state']!r}"
+            before = self.artifact(f"{kind}-1.png")
+            _, first_picture = screenshot_view(self.page, first["index"], before)
+            taken = time.monotonic()
+
+            figures = "series" if kind == "monitor" else "sparklines"
+
+            def changed(first=first, taken=taken, current=current,
+                        figures=figures) -> dict | None:
+                now = current()
+                if now is None or time.monotonic() - taken < LIVE_GAP_S:
+                    return None
+                return now if (now["uptime"] != first["uptime"]
+                               and now[figures] != first[figures]) else None
+
+            now = wait_for_page(changed, 60, f"{self.frontend}: the {kind}'s uptime clock and "
+                                "a chart path to change")
+            after = self.artifact(f"{kind}-2.png")
+            _, picture = screenshot_view(self.page, now["index"], after)
+            assert now["live"] == "1" and now["state"] in BADGE_STATES - STATIC_STATES, now
+            assert picture != first_picture, \
+                f"{self.frontend}: {before.name} and {after.name} are the same picture"
+            for peer, path in now["series"]:  # the history the page holds, drawn once
+                backwards = _backwards(path)
+                assert backwards is None, f"{self.frontend}: {peer}'s line goes back in time " \
+                    f"at {backwards} (old points appended again?): {path[:400]}"
+            self.note(f"{kind} live: uptime {first['uptime']!r} -> {now['uptime']!r}")
+
+    def check_no_bokeh(self) -> None:
+        """No BokehJS in the page; in JupyterLab and Notebook 7 jupyter_bokeh's lab extension
+        is disabled: none of its plugins is registered (the widget manager's are active, so the
+        check can tell); Voila's page does not list it among the extensions it loads."""
+        if self.frontend == "marimo":
+            assert not self.page.evaluate("() => window.Bokeh !== undefined"), "BokehJS loaded"
+            return
+        if self.frontend == "voila":
+            config = self.page.evaluate(VOILA_CONFIG_JS)
+            assert config["extensions"], f"no lab extensions in voila's page config: {config}"
+            assert not [name for name in config["extensions"] if "bokeh" in name], config
+            assert not config["bokeh"], "voila: BokehJS is loaded in the page"
+            return
+        plugins = self.page.evaluate(PLUGINS_JS)
+        assert plugins is not None, f"{self.frontend}: window.jupyterapp is not exposed"
+        assert any(p.startswith("@jupyter-widgets/jupyterlab-manager")
+                   for p in plugins["plugins"]), plugins["plugins"]
+        assert not [p for p in plugins["registered"] if "bokeh" in p.lower()], \
+            f"{self.frontend}: jupyter_bokeh's plugins are registered: {plugins['registered']}"
+        assert not plugins["bokeh"], f"{self.frontend}: BokehJS is loaded in the page"
+
+    # -- JupyterLab only ------------------------------------------------------------------
+
+    def prompt(self, cell: str) -> str:
+        return cell_prompts(self.page)[LAB_CELLS.index(cell)]
+
+    def peer_joins(self) -> None:
+        """A client joins while the join cell runs: both monitors and the dashboard show it
+        before that cell ends (it waits for the test)."""
+        wait_for_page(lambda: "*" in self.prompt("join"), 150, "the join cell to run")
+        self.wait_rendered([*CLIENTS, JOINING], 90)
+        assert "*" in self.prompt("join"), "the join cell ended before the peer showed"
+        self.note(f"{JOINING} appeared while its cell ran")
+        (self.root / "joined").touch()
+
+    def crowd(self) -> None:
+        """The 32-peer monitor fits 1000 x 900 px in an output area at least 1000 px wide,
+        and typing each peer's name into its filter box leaves that peer's row shown."""
+        def crowd_view() -> dict | None:
+            view = find_view(self.views(), "monitor", self.crowd_port)
+            if view is None or "*" not in self.prompt("busy"):
+                return None
+            every = set(view["peers"]) == set(CROWD) or (
+                view["others"] and re.search(rf"\b{len(CROWD)} peers\b", view["title"] or ""))
+            return view if every else None
+
+        view = wait_for_page(crowd_view, 120, "the 32-peer monitor with every peer (rows, or "
+                             "rows and a folded row), while the busy cell runs")
+        box, _ = screenshot_view(self.page, view["index"], self.artifact("crowd.png"))
+        self.note(f"32-peer monitor: {box}, rows {len(view['peers'])}, "
+                  f"folded {view['others']}")
+        assert box["area"] is not None and box["area"] >= FIT[0], \
+            f"the crowd's output area is {box['area']} px wide, not >= {FIT[0]}"
+        assert box["width"] <= FIT[0] and box["height"] <= FIT[1], \
+            f"the 32-peer monitor is {box['width']:.0f} x {box['height']:.0f} px, not within " \
+            f"{FIT[0]} x {FIT[1]}"
+        drawn = box["drawn"]
+        assert drawn["width"] <= FIT[0] and drawn["height"] <= FIT[1], \
+            f"the 32-peer monitor draws {drawn['width']:.0f} x {drawn['height']:.0f} px (its " \
+            f"box: {box['width']:.0f} x {box['height']:.0f}), not within {FIT[0]} x {FIT[1]}"
+        monitor = self.page.locator("div.netq-monitor").filter(
+            has_text=f"127.0.0.1:{self.crowd_port}")
+        search = monitor.locator("input.netq-filter")
+        for name in CROWD:
+            search.fill("", timeout=30_000)
+            search.press_sequentially(name, timeout=30_000)  # key by key, as a person types
+
+            def found(name=name) -> bool:
+                shown = find_view(self.views(), "monitor", self.crowd_port)
+                return (shown is not None and shown["shownPeers"] == [name]
+                        and shown["seenPeers"] == [name])
+
+            wait_for_page(found, 30, f"only {name}'s row shown (and in sight, not scrolled "
+                          "away) after typing it in the filter")
+        search.fill("", timeout=30_000)
+        wait_for_page(lambda: len((find_view(self.views(), "monitor", self.crowd_port) or
+                                   {"shownPeers": []})["shownPeers"]) > 1, 30,
+                      "the crowd's rows back after clearing the filter")
+        self.note("every crowd peer found through the filter")
+
+    def check_stopped(self, clients: list[str]) -> None:
+        """After the stop cell, the monitor's and the dashboard's outputs are static forms,
+        with the rows they showed."""
+        (self.root / "release").touch()
+        wait_for_page(lambda: re.search(r"\[\d+\]", self.prompt("stop")), 120,
+                      "the stop cell to run")
+        self.note("the stop cell ran")
+        cells = self.page.locator(".jp-Cell")
+        for cell, kind in (("monitor", "monitor"), ("dashboard", "dashboard")):
+            output = cells.nth(LAB_CELLS.index(cell))
+
+            def static(output=output, kind=kind) -> dict | None:
+                views = read_views(output)
+                return views[0] if (len(views) == 1 and views[0]["kind"] == kind
+                                    and views[0]["live"] == "0") else None
+
+            view = wait_for_page(static, 60, f"the stopped {kind}'s static form")
+            assert view["state"] == "stopped", f"stopped {kind}'s badge: {view['state']!r}"
+            assert view["snapshot"] and "snapshot" in view["snapshot"].lower(), \
+                f"stopped {kind} without its .netq-snapshot sentence: {view}"
+            if kind == "monitor":
+                assert sorted(view["peers"]) == sorted(clients), f"stopped monitor: {view}"
+            else:
+                assert {f"server→{client}" for client in clients} <= set(view["links"]), \
+                    f"stopped dashboard: {view}"
+            index = next(v["index"] for v in self.views() if v["title"] == view["title"]
+                         and v["live"] == "0")
+            screenshot_view(self.page, index, self.artifact(f"{kind}-stopped.png"))
+            self.note(f"stopped {kind}: {view['snapshot']!r}")
+
+    # -- failure --------------------------------------------------------------------------
+
+    def diagnose(self) -> None:
+        """On failure: a screenshot, the views as the page shows them, the server log."""
+        try:
+            self.page.screenshot(path=str(self.artifact("failure.png")), timeout=60_000)
+        except Exception as error:  # noqa: BLE001 - diagnostics must not hide the failure
+            self.note(f"failure screenshot failed: {error!r}")
+        try:
+            views = self.views()
+            prompts = cell_prompts(self.page)
+            body = self.page.locator("body").inner_text(timeout=10_000)[-4000:]
+        except Exception as error:  # noqa: BLE001 - diagnostics must not hide the failure
+            views, prompts, body = [], [], f"page unreadable: {error!r}"
+        self.artifact("failure.txt").write_text(
+            f"prompts: {prompts}\nviews: {views}\npage text (end): {body}\n"
+            f"{self.frontend} log:\n{self.server.log()}\n")

@@ -48,8 +48,8 @@ suppress_warnings = ["mystnb.mime_priority", "mystnb.unknown_mime_type"]
 
 # --- notebooks: render the stored outputs, never execute
 nb_execution_mode = "off"
-# BokehJS is loaded inline in every notebook (8 MB per load); a widget's live view needs a
-# kernel. The site shows each output's static form (the monitor's HTML table, text) instead.
+# BokehJS is loaded inline in the notebooks that plot with bokeh (03, 04, 06); a widget's live
+# view needs a kernel. The site shows each output's static form (the views' HTML, text) instead.
 nb_mime_priority_overrides = [
     ("html", "application/vnd.jupyter.widget-view+json", None),
     ("html", "application/vnd.bokehjs_load.v0+json", None),
@@ -74,7 +74,7 @@ nitpicky = True
 nitpick_ignore_regex = [
     (r"py:.*", r"_?(builtins|typing|collections|uuid|ssl|socket|asyncio|concurrent|queue|enum|"
                r"threading|pathlib|os|io|logging|types|dataclasses|weakref|pickle|"
-               r"multiprocessing|subprocess|secrets|bokeh|jupyter_bokeh|ipywidgets|grpc|paho)(\..*)?"),
+               r"multiprocessing|subprocess|secrets|bokeh|anywidget|traitlets|ipywidgets|grpc|paho)(\..*)?"),
     (r"py:.*", r"netq\.(protocol|engine|contract|peers|credit|diagnostics|handshake|inbox|"
                r"session|flow|relay|_\w+|"
                r"transports\.(base|packets|sockets|mqtt\.\w+|grpc\.\w+)|"
@@ -83,12 +83,12 @@ nitpick_ignore_regex = [
 ]
 nitpick_ignore = [
     # instance attributes set in __init__, which autodoc cannot list
-    ("py:attr", "Recorder.relay"), ("py:attr", "relay"), ("py:attr", "ignored_echoes"),
+    ("py:attr", "Recorder.relay"), ("py:attr", "relay"),
     # inner layers named by a short path (netq.transports.mqtt.link, netq.transports.packets)
     ("py:mod", "link"), ("py:meth", "PacketTransport.write_now"),
 ]
 
 html_theme = "furo"
 html_title = f"netq {release}"
-# The executed notebooks carry BokehJS (8 MB per load): the site does not copy page sources.
+# Three executed notebooks carry BokehJS (a few MB each): the site does not copy page sources.
 html_copy_source = False

@@ -135,6 +135,7 @@ def _text(value) -> str:
     return str(value)
 
 
+#: The per-peer table's columns in display order (the demo's, the monitor's, the static forms').
 COLUMNS: tuple[Column, ...] = (
     Column("state", "state", lambda r: r.state, _text, 12),
     Column("queue_in", "queue in", lambda r: r.queue_in, format_count, 8),
@@ -283,7 +284,7 @@ NEGATIVE_CREDIT = ("credit may dip below zero by up to one message: a message ma
 # The badge of a view that updates vs. one that does not: a static form is never one of LIVE.
 LIVE_STATES = frozenset({"open", "connecting", "closing", "waiting", "cannot-connect"})
 STATIC_STATES = frozenset({"snapshot", "stopped", "closed"})
-# One sample of a peer, in this order: what the charts plot (bytes/s, messages, bytes).
+#: One sample of a peer, in this order: what the charts plot (bytes/s, messages, bytes).
 SAMPLE = ("bytes_in_per_s", "bytes_out_per_s", "queue_in", "queue_out", "memory")
 
 

@@ -84,7 +84,7 @@ class PlotHistory:
 
     The plotted peers are the busiest (:func:`netq.display.busiest_first`); a peer keeps its
     place, colour and past until it has ranked outside the busiest ``max_peers`` for
-    :data:`HYSTERESIS` samples and a busier one needs the place, or until it left (its lines
+    ``HYSTERESIS`` samples and a busier one needs the place, or until it left (its lines
     end; it is dropped once its data has rolled out of the window or its place is needed).
     Only plotted peers have a history: memory and CPU are bounded by ``max_peers x history``.
     """

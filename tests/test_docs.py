@@ -40,6 +40,15 @@ def notebook(*sources: str):
     return nb
 
 
+def run_nbval(folder: Path) -> subprocess.CompletedProcess:
+    """pytest under nbval on the notebooks in ``folder``, in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+         str(folder)],
+        cwd=folder, capture_output=True, text=True, timeout=100,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+
+
 @pytest.mark.timeout(120)
 def test_nbval_run_writes_passed_notebooks_with_outputs(tmp_path):
     run = tmp_path / "run"
@@ -51,11 +60,7 @@ def test_nbval_run_writes_passed_notebooks_with_outputs(tmp_path):
                    str(run / "bad.ipynb"))
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "bad.ipynb").write_text("stale")
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-         str(run)],
-        cwd=run, capture_output=True, text=True, timeout=100,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    result = run_nbval(run)
     assert "1 failed, 4 passed" in result.stdout, result.stdout + result.stderr
 
     assert not (tmp_path / "out" / "bad.ipynb").exists()  # failed: no stale outputs either
@@ -96,11 +101,7 @@ def test_written_copy_applies_display_updates_and_keeps_no_widget_views(tmp_path
     nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
     nbformat.write(nb, str(run / "views.ipynb"))
     (tmp_path / "out").mkdir()
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-         str(run)],
-        cwd=run, capture_output=True, text=True, timeout=100,
-        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    result = run_nbval(run)
     assert "3 passed" in result.stdout, result.stdout + result.stderr
 
     executed = nbformat.read(str(tmp_path / "out" / "views.ipynb"), as_version=4)

@@ -362,11 +362,13 @@ def monitor_view(stats: CommunicatorStatistics,
     (texts in column order), ``sort`` (numbers or texts to sort by) and ``marks`` (column key
     -> a key of ``notes``); ``others``: the peers past ``max_rows`` folded into one row
     (``count``, ``cells``) or None; ``total``: cells over all peers; ``waiting``: one sentence
-    per wait; ``notes``: footnotes the marks refer to; ``live`` and ``snapshot`` (the static
-    form's sentence, ``""`` while live). ``taken_at``: wall-clock time of the snapshot
+    per wait; ``notes``: footnotes the marks refer to; ``live``, ``taken`` (the wall-clock
+    time of the snapshot, ``HH:MM:SS``) and ``snapshot`` (the static form's sentence, ``""``
+    while live). ``taken_at``: wall-clock time of the snapshot
     (default: now); ``ordered``: ``stats.peers`` already sorted by :func:`busiest_first`.
     """
     state = badge_state(stats, live=live, view_state=view_state)
+    taken = time.time() if taken_at is None else taken_at
     if ordered is None:
         ordered = busiest_first(stats.peers, names)
     shown = ordered if max_rows is None else ordered[:max_rows]
@@ -423,8 +425,8 @@ def monitor_view(stats: CommunicatorStatistics,
                     *([c.key, c.header, c.key != "state"] for c in COLUMNS)],
         "rows": rows, "others": others, "total": [total[key] for key in _KEYS],
         "waiting": waiting, "notes": notes, "live": live,
-        "snapshot": "" if live else snapshot_sentence(
-            state, time.time() if taken_at is None else taken_at),
+        "taken": time.strftime("%H:%M:%S", time.localtime(taken)),
+        "snapshot": "" if live else snapshot_sentence(state, taken),
     }
 
 

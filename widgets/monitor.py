@@ -300,6 +300,8 @@ class Monitor(ReplaceableView):
                                 live=self.running, view_state=self.view_state,
                                 colours=self.plots.colours(), taken_at=self.taken_at,
                                 ordered=ordered)
+            # A live view that hears nothing for this long says it is a snapshot (monitor.js).
+            view["stale_after_ms"] = round(max(10.0, 5 * self.interval) * 1000)
             self.table.view = view
             with self.widget.hold_sync():
                 self.widget.view = view

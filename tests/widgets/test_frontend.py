@@ -209,3 +209,38 @@ def test_32_peers_fit_1000_by_900_with_every_plotted_peer_in_the_legend(browser)
         assert not errors, errors
     finally:
         page.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_live_view_that_hears_nothing_says_it_is_a_snapshot(browser):
+    """A kernel that dies (or a frontend that stops relaying updates) must not leave a frozen
+    view that looks live: past ``stale_after_ms`` without an update the badge reads snapshot
+    and the view says since when; the next update makes it live again."""
+    first, _, later = states()
+    first["view"]["stale_after_ms"] = 1500
+    code = (FRONTEND / "monitor.js").read_text()
+    css = (FRONTEND / "monitor.css").read_text()
+    page = browser.new_page(viewport={"width": 1000, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        page.set_content("<!DOCTYPE html><html><body></body></html>")
+        page.evaluate(HARNESS, [code, css, first])
+        root = page.locator(".netq-monitor")
+        badge = page.locator(".netq-badge")
+        assert root.get_attribute("data-live") == "1"
+        assert badge.get_attribute("data-state") not in ("snapshot", "stopped", "closed")
+        page.wait_for_function(
+            "() => document.querySelector('.netq-monitor').dataset.live === '0'", timeout=15000)
+        assert badge.get_attribute("data-state") == "snapshot"
+        said = page.locator(".netq-snapshot").inner_text()
+        assert f"snapshot taken {first['view']['taken']}, not live" in said
+        assert "no update from the kernel" in said
+        page.evaluate("v => window.netqModel.set('view', v)", dict(later[0]["view"],
+                                                                     stale_after_ms=1500))
+        assert root.get_attribute("data-live") == "1"
+        assert badge.get_attribute("data-state") not in ("snapshot", "stopped", "closed")
+        assert page.locator(".netq-snapshot").count() == 0
+        assert not errors, errors
+    finally:
+        page.close()

@@ -163,6 +163,16 @@ function compare(a, b) {
   return String(a).localeCompare(String(b));
 }
 
+// The view as drawn when the kernel has gone quiet while it said it was live (the kernel died,
+// or a frontend stopped relaying updates): its last figures, and a badge that says so.
+function staleView(view) {
+  return Object.assign({}, view, {
+    live: false,
+    snapshot: `snapshot taken ${view.taken}, not live: no update from the kernel since then`,
+    title: Object.assign({}, view.title, { state: "snapshot", label: "snapshot" }),
+  });
+}
+
 function render({ model, el }) {
   const store = storeOf(model);
   const root = element("div", { class: "netq-view netq-monitor", "data-live": "0" });
@@ -189,6 +199,7 @@ function render({ model, el }) {
   el.appendChild(root);
 
   const hidden = new Set(); // peers whose lines a click on their legend entry hid
+  let lastChange = performance.now(), stale = false; // see staleView()
   let sortKey = null, sortOrder = "desc", width = 0, frameRequest = 0;
   let headerKeys = "";
 
@@ -292,8 +303,9 @@ function render({ model, el }) {
   }
 
   function drawView() {
-    const view = model.get("view");
+    let view = model.get("view");
     if (!view || !view.title) return;
+    if (stale) view = staleView(view);
     drawTitle(view);
     drawTable(view);
     drawNotes(view);
@@ -342,8 +354,20 @@ function render({ model, el }) {
   }
 
   filter.addEventListener("input", () => drawTable(model.get("view")));
-  const onView = () => drawView();
+  const onView = () => {
+    lastChange = performance.now();
+    stale = false;
+    drawView();
+  };
   model.on("change:view", onView);
+  const watchdog = setInterval(() => {
+    const view = model.get("view") || {};
+    const quiet = view.stale_after_ms || 10000;
+    if (view.live && !stale && performance.now() - lastChange > quiet) {
+      stale = true;
+      drawView();
+    }
+  }, 1000);
   model.on("change:frame", schedule);
   store.listeners.add(schedule);
   const resize = new ResizeObserver((entries) => {
@@ -357,6 +381,7 @@ function render({ model, el }) {
   drawView();
   drawCharts();
   return () => {
+    clearInterval(watchdog);
     model.off("change:view", onView);
     model.off("change:frame", schedule);
     store.listeners.delete(schedule);

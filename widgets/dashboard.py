@@ -947,13 +947,19 @@ def _header(text: str, optional: bool) -> str:
     return f'<th{klass} title="{html.escape(text)}">{html.escape(text)}</th>'
 
 
+def _table_start(cls: str, headers: tuple[str, ...], optional: frozenset[int]) -> str:
+    """A table's opening up to its body: fixed-layout columns and headers (the optional ones
+    fold away in a narrow output area)."""
+    return "".join(['<table class="netq-table ', cls, '"><colgroup>',
+                    *(f'<col class="netq-col-{i}">' for i in range(len(headers))),
+                    '</colgroup><thead><tr>',
+                    *(_header(h, i in optional) for i, h in enumerate(headers)),
+                    "</tr></thead><tbody>"])
+
+
 def _communicators_table(view: Mapping[str, Any]) -> str:
     esc = html.escape
-    parts = ['<table class="netq-table netq-communicators"><colgroup>',
-             *(f'<col class="netq-col-{i}">' for i in range(len(COMMUNICATOR_HEADERS))),
-             '</colgroup><thead><tr>',
-             *(_header(h, i in COMMUNICATOR_OPTIONAL) for i, h in enumerate(COMMUNICATOR_HEADERS)),
-             "</tr></thead><tbody>"]
+    parts = [_table_start("netq-communicators", COMMUNICATOR_HEADERS, COMMUNICATOR_OPTIONAL)]
     for row in view.get("communicators", []):
         note = (f'<small class="netq-row-note" title="{esc(row["note"])}">'
                 f'{esc(row["note"])}</small>' if row["note"] else "")
@@ -986,11 +992,7 @@ def _links_table(view: Mapping[str, Any]) -> str:
     rows = view.get("links", [])
     if not rows:
         return '<div class="netq-note">No links yet.</div>'
-    parts = ['<table class="netq-table netq-links"><colgroup>',
-             *(f'<col class="netq-col-{i}">' for i in range(len(LINK_HEADERS))),
-             '</colgroup><thead><tr>',
-             *(_header(h, i in LINK_OPTIONAL) for i, h in enumerate(LINK_HEADERS)),
-             "</tr></thead><tbody>"]
+    parts = [_table_start("netq-links", LINK_HEADERS, LINK_OPTIONAL)]
     for row in rows:
         mark = "*" if row["credit_negative"] else ""
         credit_title = f' title="{esc(view.get("credit_note", ""))}"' if mark else ""

@@ -29,7 +29,7 @@ BLOCK = re.compile(r"^```python\n(# (server|client)\.py\n.*?)^```", re.MULTILINE
 TIMEOUT = 60  # seconds for each example process
 # subpackage -> the top-level module of its extra's library (pyproject.toml's extras)
 NEEDS_EXTRA = {"netq.transports.mqtt": "paho", "netq.transports.grpc": "grpc",
-               "netq.widgets": "ipywidgets"}
+               "netq.widgets": "anywidget"}
 
 
 def check(condition: bool, message: str) -> None:

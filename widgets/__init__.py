@@ -18,6 +18,10 @@ See ``docs/widgets.md``.
 
 from __future__ import annotations
 
+# The [widgets] extra first: without it the import fails naming anywidget, the library the
+# extra brings (ipywidgets and traitlets come with it), not whichever module was needed first.
+import anywidget  # noqa: F401
+
 from .dashboard import Dashboard, dashboard
 from .monitor import Monitor, MonitorWidget, PeerTable, PlotHistory
 from .sampler import Sampler

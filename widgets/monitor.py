@@ -27,6 +27,7 @@ import math
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -274,7 +275,16 @@ class Monitor(ReplaceableView):
         self.table = PeerTable(names, max_rows=max_rows)
         self.plots = PlotHistory(names, history=history, max_peers=max_peers)
         self.widget = MonitorWidget()
-        self.widget.on_msg(self._on_message)
+        # ipywidgets keeps every open widget in a process-wide registry: a callback that held
+        # this monitor would keep it, and its communicator, alive for good.
+        on_message = weakref.WeakMethod(self._on_message)
+
+        def relay(widget, content, buffers) -> None:
+            handler = on_message()
+            if handler is not None:
+                handler(widget, content, buffers)
+
+        self.widget.on_msg(relay)
         self.taken_at = time.time()  # wall-clock time of the snapshot shown
         self.history_requests = 0  # views that asked for the whole history
         self._lock = threading.Lock()  # one update at a time (sampler vs. user thread)

@@ -356,3 +356,23 @@ def test_in_colab_the_display_carries_anywidget_metadata(frontend, monkeypatch):
         bundle, metadata = monitor._repr_mimebundle_()
         assert metadata == call["metadata"] and WIDGET_VIEW in bundle
         monitor.stop()
+
+
+def test_a_dropped_monitor_and_its_communicator_are_not_kept_alive_by_its_widget(frontend):
+    """ipywidgets keeps every open widget in a process-wide registry; the monitor's widget
+    must not keep the monitor (and through it the communicator, which the dashboard would go
+    on listing) alive once nothing else refers to them."""
+    import gc
+    import weakref
+
+    server = netq.new(purpose=netq.Purpose.SERVER, options=netq.CommunicatorOptions(
+        netloc=netq.NetworkLocation(host="127.0.0.1", port=0)))
+    monitor = Monitor(server, interval=0.1)
+    widget = monitor.widget  # still open: in ipywidgets' registry
+    gone = weakref.ref(monitor), weakref.ref(server)
+    server.close()
+    del monitor, server
+    gc.collect()
+    assert [ref() for ref in gone] == [None, None]
+    assert widget.comm is not None  # the widget itself was not closed
+    widget.close()

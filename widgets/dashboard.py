@@ -957,6 +957,14 @@ def _table_start(cls: str, headers: tuple[str, ...], optional: frozenset[int]) -
                     "</tr></thead><tbody>"])
 
 
+def _others_row(label: str, span: int, figures: tuple[str, ...]) -> str:
+    """The row that sums what a table folded: ``label`` over ``span`` columns, then the
+    summed figures, then the three columns no sum fills."""
+    return (f'<tr class="netq-others"><td colspan="{span}">{html.escape(label)}</td>'
+            + "".join(_cell(figure, cls="netq-num") for figure in figures)
+            + '<td colspan="3"></td></tr>')
+
+
 def _communicators_table(view: Mapping[str, Any]) -> str:
     esc = html.escape
     parts = [_table_start("netq-communicators", COMMUNICATOR_HEADERS, COMMUNICATOR_OPTIONAL)]
@@ -979,10 +987,8 @@ def _communicators_table(view: Mapping[str, Any]) -> str:
             + f'<td>{_bar(row["received"])}</td><td>{_bar(row["memory"])}</td></tr>')
     more = view.get("communicators_more")
     if more:
-        parts.append(f'<tr class="netq-others"><td colspan="4">+{more["count"]} more '
-                     f'communicators ({more["open"]} open)</td>'
-                     f'{_cell(more["in_rate"], cls="netq-num")}'
-                     f'{_cell(more["out_rate"], cls="netq-num")}<td colspan="3"></td></tr>')
+        parts.append(_others_row(f'+{more["count"]} more communicators ({more["open"]} open)',
+                                 4, (more["in_rate"], more["out_rate"])))
     parts.append("</tbody></table>")
     return "".join(parts)
 
@@ -1020,11 +1026,8 @@ def _links_table(view: Mapping[str, Any]) -> str:
             + f'<td class="netq-waiting-cell">{waiting}</td></tr>')
     more = view.get("links_more")
     if more:
-        parts.append(f'<tr class="netq-others"><td colspan="2">+{more["count"]} more links'
-                     f' ({more["waiting"]} waiting)</td>'
-                     f'{_cell(more["forward_rate"], cls="netq-num")}'
-                     f'{_cell(more["back_rate"], cls="netq-num")}'
-                     f'{_cell(more["queued"], cls="netq-num")}<td colspan="3"></td></tr>')
+        parts.append(_others_row(f'+{more["count"]} more links ({more["waiting"]} waiting)',
+                                 2, (more["forward_rate"], more["back_rate"], more["queued"])))
     parts.append("</tbody></table>")
     if view.get("credit_note"):
         parts.append(f'<div class="netq-note netq-credit-note">* {esc(view["credit_note"])}'

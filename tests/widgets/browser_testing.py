@@ -318,17 +318,21 @@ class Marimo(ServedProcess):
         return f"{self.url}/"
 
 
-# JavaScript: every netq view in ``root`` (default: the document), shadow roots included, as
-# plain data. ``index`` is the view's position in this deep document order, which
-# VIEW_BOX_JS uses to find it again.
-VIEWS_JS = """(root) => {
-  const all = (node, selector) => {
+# JavaScript: ``all(node, selector)``, querySelectorAll that also looks inside shadow roots
+# (marimo draws widgets there): the first lines of the page functions below.
+DEEP_QUERY_JS = """  const all = (node, selector) => {
     const found = [...node.querySelectorAll(selector)];
     for (const element of node.querySelectorAll('*'))
       if (element.shadowRoot) found.push(...all(element.shadowRoot, selector));
     return found;
   };
-  const shown = (element) => element.getClientRects().length > 0
+"""
+
+# JavaScript: every netq view in ``root`` (default: the document), shadow roots included, as
+# plain data. ``index`` is the view's position in this deep document order, which
+# VIEW_BOX_JS uses to find it again.
+VIEWS_JS = """(root) => {
+""" + DEEP_QUERY_JS + """  const shown = (element) => element.getClientRects().length > 0
     && getComputedStyle(element).visibility !== 'hidden';
   // shown, and inside every box between it and ``view`` that clips what overflows it (a row
   // scrolled out of the table's box is shown but not seen)
@@ -398,13 +402,7 @@ VIEWS_JS = """(root) => {
 # it draws reaches from its top left corner (``drawn``: every element not clipped by a box
 # inside the view, so content spilling out of the view's box counts).
 VIEW_BOX_JS = """(index) => {
-  const all = (node, selector) => {
-    const found = [...node.querySelectorAll(selector)];
-    for (const element of node.querySelectorAll('*'))
-      if (element.shadowRoot) found.push(...all(element.shadowRoot, selector));
-    return found;
-  };
-  const view = all(document, '.netq-view')[index];
+""" + DEEP_QUERY_JS + """  const view = all(document, '.netq-view')[index];
   if (view == null) return null;
   view.scrollIntoView({block: 'start'});
   const box = view.getBoundingClientRect();

@@ -40,6 +40,7 @@ from .exceptions import (
 )
 from .exposure import shared_authkey
 from .futures import DeliveryFuture
+from .loop import carrier_loop
 from .options import (
     CommunicatorOptions,
     ConnectionOptions,
@@ -118,5 +119,5 @@ def new(protocol: Protocol | str = Protocol.TCP, purpose: Purpose | str = Purpos
     purpose = Purpose(purpose)
     if options is None:
         options = CommunicatorOptions()
-    transport_class = transports.lookup(protocol.value)
-    return Communicator(protocol, purpose, options, transport_class)
+    carrier_class = transports.lookup(protocol.value)
+    return Communicator(protocol, purpose, options, carrier_loop(carrier_class))

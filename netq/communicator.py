@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
+from .contract import TransportFactory
 from .diagnostics import StallWarning
 from .engine import SessionEngine
 from .exceptions import (
@@ -122,7 +123,7 @@ class Communicator:
     """
 
     def __init__(self, protocol: Protocol, purpose: Purpose, options: CommunicatorOptions,
-                 transport_class: type) -> None:
+                 loop_factory: TransportFactory) -> None:
         check_exposure(protocol, purpose, options)  # before anything binds: may refuse
         self.options = options
         self.protocol = Protocol(protocol)
@@ -140,7 +141,7 @@ class Communicator:
         self._close_lock = threading.Lock()
         self._meter = RateMeter()
 
-        self._engine = SessionEngine(options, self.purpose, self._inboxes, transport_class)
+        self._engine = SessionEngine(options, self.purpose, self._inboxes, loop_factory)
         self._inboxes.attach(self._engine)
         self._transport = self._engine.transport
         # What get() hands out stays held until the next get() (netq.credit.ReceiveBudget.lend).

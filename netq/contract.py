@@ -1,22 +1,24 @@
-"""The transport contract: what the engine and the transports know of each other.
+"""The engine/loop contract: what the engine and the loop that drives its links know of each
+other.
 
-This module sits below both :mod:`netq.engine` and :mod:`netq.transports`: each imports it,
-neither imports the other. It holds
+This module sits below both :mod:`netq.engine` and :mod:`netq.loop`: each imports it, and it
+imports neither. The loop talks to its carrier (sockets, MQTT, gRPC) through another contract,
+:mod:`netq.carrier`; the engine never sees a carrier. This one holds
 
-* :class:`EngineAPI`: everything a transport may call on its engine;
-* :class:`TransportAPI`: everything the engine may call on its transport;
+* :class:`EngineAPI`: everything the loop may call on the engine;
+* :class:`TransportAPI`: everything the engine may call on its loop (a
+  :class:`netq.loop.IOLoop`, or the in-memory stand-in of the engine tests);
 * :class:`Inbox`: what the engine hands received messages to (the queue API's receive side);
 * :class:`Link`: one connection to one peer, in two parts with one owner each:
-  :class:`LinkIO` (the transport's: write and close state) and the fields :class:`Link` adds
-  (the engine's: session, peer id, liveness and credit accounting);
-* :data:`Address`: the forms a transport's :attr:`TransportAPI.address` takes.
+  :class:`LinkIO` (the loop's: the sans-I/O Connection, the carrier's ``channel``, write and
+  close state) and the fields :class:`Link` adds (the engine's: session, peer id, liveness and
+  credit accounting);
+* :data:`Address`: the forms :attr:`TransportAPI.address` takes (the same alias as
+  :data:`netq.carrier.Address`, which the carriers use).
 
-The link's carrier (a socket, an MQTT topic pair, a gRPC stream) is not here: each transport
-subclasses :class:`Link` with a slot typed as its own carrier
-(:class:`netq.transports.sockets.SocketLink`, :class:`netq.transports.packets.PacketLink`), so
-no field of the contract is ``Any``. The engine only ever sees :class:`Link`; a transport that
-gets a link back from the engine (``write_now``, ``close_link``, ``authorize``) narrows it to
-its own subclass with an ``isinstance`` check that raises :class:`TypeError` on a stranger.
+A link's ``channel`` is the carrier's handle of it (a socket channel, an MQTT topic pair, a
+gRPC stream), typed ``object`` (nothing in the contract is ``Any``): the loop keeps it with
+the link and hands it back to the carrier without looking inside.
 
 Layers, top to bottom::
 
@@ -27,7 +29,11 @@ Layers, top to bottom::
         |
     -- netq.contract ------------------  EngineAPI / TransportAPI / Inbox / Link
         |
-    Transport (netq.transports.*)        sockets, MQTT, gRPC, in-memory (tests)
+    IOLoop (netq.loop)                   the I/O thread: links, reads, writes, reconnects
+        |
+    -- netq.carrier -------------------  Carrier / CarrierInfo / events
+        |
+    carriers (netq.transports.*)         sockets, MQTT, gRPC
 """
 
 from __future__ import annotations
@@ -89,20 +95,18 @@ class LinkIO:
     ``write_blocked``, and sets ``error``/``replaced`` when a frame tells why a link ends.
     """
 
-    __slots__ = ("conn", "own_lock", "error", "closing", "close_deadline",
-                 "write_blocked", "write_registered", "replaced", "tls_handshaking", "dropped",
-                 "address", "ack_hold_until")
+    __slots__ = ("conn", "channel", "own_lock", "error", "closing", "close_deadline",
+                 "write_blocked", "replaced", "dropped", "address", "ack_hold_until")
 
-    def __init__(self, conn: Connection, address: object, tls_handshaking: bool = False) -> None:
+    def __init__(self, conn: Connection, address: object, channel: object = None) -> None:
         self.conn = conn
+        self.channel = channel  # the carrier's handle (netq.carrier), opaque to the loop
         self.own_lock = threading.RLock()
         self.error: BaseException | None = None  # why the link ended (or is ending)
         self.closing = False  # flushing its last frames (Transport.close_link)
         self.close_deadline = 0.0  # monotonic time by which a closing link is dropped
-        self.write_blocked = False  # the socket's send buffer is full
-        self.write_registered = False  # the selector watches the socket for writability
+        self.write_blocked = False  # the carrier took less than all the output
         self.replaced = False  # a newer link of the same peer took over (no reconnect)
-        self.tls_handshaking = tls_handshaking
         self.dropped = False  # gone: released and reported to the engine
         self.address = address  # the peer's address, in the transport's terms
         # Until when queued ACK frames may wait for a reply to carry them (0.0: not held).
@@ -121,8 +125,8 @@ class Link(LinkIO):
     __slots__ = ("session", "peer_id", "last_received_at", "ping_sent_at", "rtt",
                  "direct_ok", "credit_counted")
 
-    def __init__(self, conn: Connection, address: object, tls_handshaking: bool = False) -> None:
-        super().__init__(conn, address, tls_handshaking)
+    def __init__(self, conn: Connection, address: object, channel: object = None) -> None:
+        super().__init__(conn, address, channel)
         self.session: PeerSession | None = None
         self.peer_id: uuid.UUID | None = None
         now = time.monotonic()
@@ -180,10 +184,6 @@ class EngineAPI(Protocol):
 
     def handle_events(self, link: Link, events: list[Event]) -> None:
         """What the link's Connection produced from received bytes (link lock held)."""
-
-    def received_on(self, link: Link) -> tuple[int, int]:
-        """(messages, bytes) received so far from the peer of ``link``'s session ((0, 0)
-        before the handshake): a transport compares two readings to see what a read brought."""
 
     def after_io(self, link: Link) -> None:
         """A link was read or written: pump its session's queue if it has one."""

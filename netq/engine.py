@@ -1,14 +1,17 @@
 """The session engine: event dispatch, pumping queued messages, and timers.
 
-The engine sits between the transports and the queue API (:class:`netq.Communicator`):
+The engine sits between its loop (:class:`netq.loop.IOLoop`, which drives the transport's
+carrier) and the queue API (:class:`netq.Communicator`):
 
-* transports call it through :class:`netq.contract.EngineAPI` (a ``typing.Protocol``): a new
+* the loop calls it through :class:`netq.contract.EngineAPI` (a ``typing.Protocol``): a new
   link's :class:`~netq.protocol.Connection`, the events a link produced, a link that closed,
-  a failed connection attempt, and the periodic :meth:`SessionEngine.service`;
+  a failed connection attempt, and the periodic :meth:`SessionEngine.service`; the engine
+  calls the loop back through :class:`netq.contract.TransportAPI` (write a link now, close
+  it, wake the loop);
 * the queue API calls :meth:`SessionEngine.submit` (queue a serialized message for some peers,
   waiting for send budget) and the closing and reporting methods; its receive side
   (:mod:`netq.inbox`) counts what ``get()`` consumed in the engine's
-  :class:`~netq.credit.ReceiveBudget` and leads the transport's loop itself;
+  :class:`~netq.credit.ReceiveBudget` and leads the loop itself;
 * received messages go to the queue API through the :class:`netq.contract.Inbox` it passes in.
 
 The engine dispatches and pumps; each decision it needs lives in one module (see
@@ -21,7 +24,7 @@ a silent link is dead, when a session expires.
 
 Threads: the I/O thread runs every ``handle_*``/``service`` method. User threads run
 ``submit`` (appending under the session's ``put_lock``; writing an idle link themselves when
-the transport allows) and the close/report methods.
+the carrier allows: ``direct_writes``) and the close/report methods.
 See :mod:`netq.session` for which thread writes which field.
 """
 
@@ -72,7 +75,7 @@ class SessionEngine:
     """The I/O side of one communicator. Create through :class:`netq.Communicator`."""
 
     def __init__(self, options: CommunicatorOptions, purpose: Purpose, inbox: Inbox,
-                 transport_class: TransportFactory) -> None:
+                 loop_factory: TransportFactory) -> None:
         self.options = options
         self.purpose = purpose
         self.id = options.id
@@ -115,7 +118,7 @@ class SessionEngine:
         # Client connection trouble, for warnings and statistics().
         self.reach = None if self._server else Reachability(self._stall_warning, self.created)
 
-        self.transport: TransportAPI = transport_class(self)
+        self.transport: TransportAPI = loop_factory(self)
         self.handshake = Handshake(server=self._server, peers=self.peers, budget=self.budget,
                                    transport=self.transport, reachability=self.reach,
                                    schedule=self.schedule, changed=self._timers_changed,
@@ -292,12 +295,6 @@ class SessionEngine:
             conn.send_ack(session.last_received)
             self.budget.arrived(session, link, arrived)  # counts them: one call per read
             self._inbox.deliver(session, arrived)
-
-    def received_on(self, link: Link) -> tuple[int, int]:
-        session = link.session
-        if session is None:
-            return 0, 0
-        return session.received_messages, session.received_bytes
 
     def after_io(self, link: Link) -> None:
         session = link.session

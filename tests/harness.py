@@ -254,7 +254,7 @@ class SocketSpec(TransportSpec):
         if link is None or link.dropped:
             return False
         try:
-            fd = link.sock.fileno()
+            fd = link.channel.sock.fileno()  # a SocketChannel (netq.transports.sockets)
         except OSError:
             return False
         return fd >= 0 and shut_down_below(fd)

@@ -638,19 +638,19 @@ def test_server_close_with_timeout_tells_attached_clients(transport):
     server = transport.make_server()
     client = transport.connect(server)
     io = server._transport
-    # The I/O thread's wake-up handler: the socket loop's wake pipe, a packet carrier's inbox.
-    hook = "_drain_wake" if hasattr(io, "_drain_wake") else "_drain_inbox"
-    drain_wake = getattr(io, hook)
+    carrier = io.carrier
+    wait = carrier.wait  # every carrier's: the loop waits for its events there
 
-    def slow_drain_wake():
+    def slow_wait(timeout):
+        events = wait(timeout)
         # An I/O thread slow to wake up, as on a loaded machine: it resumes once close() has
         # decided to abort, or after 0.3 s (close() with a grace period passes this test).
         deadline = time.monotonic() + 0.3
         while not io._aborted and time.monotonic() < deadline:
             time.sleep(0.001)  # simulates the slow wake-up (bounded poll on _aborted)
-        drain_wake()
+        return events
 
-    setattr(io, hook, slow_drain_wake)
+    carrier.wait = slow_wait
     server.close(timeout=0.2)
     wait_for(lambda: client.statistics().peers[0].state == "closed", 3,
              message="the client to learn that the server shut down")

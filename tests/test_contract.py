@@ -1,5 +1,5 @@
-"""The transport contract (netq/contract.py) stays typed: no ``Any`` anywhere in it, and a
-transport refuses, with a TypeError, a link that is not its own kind."""
+"""The contracts stay typed: no ``Any`` anywhere in netq/contract.py (engine and loop) nor in
+netq/carrier.py (loop and carriers)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,8 @@ import typing
 
 import pytest
 
-from netq import contract
+from netq import carrier, contract
 from netq.session import PeerSession
-from netq.transports.packets import PacketLink, PacketTransport
-from netq.transports.sockets import SocketLink, _socket_link
-from protocol.helpers import open_pair  # tests/protocol (tests/ is on sys.path)
 
 
 def _names_any(node: ast.AST) -> bool:
@@ -33,8 +30,9 @@ def _names_any(node: ast.AST) -> bool:
     return False
 
 
-def test_the_contract_module_never_imports_or_names_any() -> None:
-    tree = ast.parse(inspect.getsource(contract))
+@pytest.mark.parametrize("module", [contract, carrier], ids=lambda module: module.__name__)
+def test_the_contract_modules_never_import_or_name_any(module) -> None:
+    tree = ast.parse(inspect.getsource(module))
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and any(alias.name == "Any" for alias in node.names):
@@ -54,16 +52,18 @@ def test_the_contract_module_never_imports_or_names_any() -> None:
                 annotations.append(node.value)  # a type alias's value
         found += [f"line {annotation.lineno}: {ast.unparse(annotation)}"
                   for annotation in annotations if _names_any(annotation)]
-    assert not found, f"Any in netq/contract.py's annotations: {found}"
+    assert not found, f"Any in {module.__name__}'s annotations: {found}"
 
 
 @pytest.mark.parametrize("cls", [contract.LinkIO, contract.Link, contract.EngineAPI,
-                                 contract.TransportAPI, contract.Inbox])
+                                 contract.TransportAPI, contract.Inbox, carrier.Carrier,
+                                 carrier.CarrierInfo, carrier.Opened])
 def test_every_resolved_hint_of_the_contract_classes_is_free_of_any(cls: type) -> None:
     def hints_of(member: object) -> dict[str, object]:
         try:
             # The names the contract imports only for type checkers, too.
-            return typing.get_type_hints(member, {**vars(contract), "PeerSession": PeerSession})
+            return typing.get_type_hints(member, {**vars(contract), **vars(carrier),
+                                                  "PeerSession": PeerSession})
         except TypeError:
             return {}  # not annotatable (a slot descriptor, a non-function attribute)
 
@@ -73,17 +73,3 @@ def test_every_resolved_hint_of_the_contract_classes_is_free_of_any(cls: type) -
     for member in members:
         for name, hint in hints_of(member).items():
             assert "typing.Any" not in repr(hint), f"{cls.__name__}: {name}: {hint!r}"
-
-
-def test_a_transport_refuses_a_link_of_another_kind_with_a_type_error() -> None:
-    pair = open_pair()
-    bare = contract.Link(pair.server, "memory")
-    with pytest.raises(TypeError, match="does not own"):
-        _socket_link(bare)
-    with pytest.raises(TypeError, match="does not own"):
-        PacketTransport._packet_link(bare)
-    packet_link = PacketLink(object(), pair.client, "memory")
-    assert PacketTransport._packet_link(packet_link) is packet_link
-    with pytest.raises(TypeError, match="does not own"):
-        _socket_link(packet_link)
-    assert not isinstance(packet_link, SocketLink)

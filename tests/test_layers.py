@@ -1,4 +1,5 @@
-"""The layers import downward only: the engine and the transports meet in netq.contract.
+"""The layers import downward only: the engine and its loop meet in netq.contract, the loop and
+the transports (carriers) in netq.carrier.
 
 Read from the source (ast), so a lazy import inside a function counts too, and checked the way
 a newcomer would read the map in docs/architecture.md.
@@ -7,14 +8,24 @@ a newcomer would read the map in docs/architecture.md.
 from __future__ import annotations
 
 import ast
+import inspect
 from pathlib import Path
 
+import pytest
+
 import netq
+from netq import transports
+from netq.carrier import Carrier
 
 PACKAGE = Path(netq.__file__).parent
 # The decision modules the engine is made of, and the engine: none may import a transport.
-ENGINE_SIDE = ("engine", "contract", "session", "flow", "peers", "credit", "diagnostics",
-               "handshake", "inbox", "protocol")
+ENGINE_SIDE = ("engine", "loop", "contract", "carrier", "session", "flow", "peers", "credit",
+               "diagnostics", "handshake", "inbox", "protocol")
+# What no transport module may import: the engine side above the carrier interface.
+ABOVE_CARRIERS = ("netq.engine", "netq.loop", "netq.contract", "netq.communicator",
+                  "netq.session", "netq.peers", "netq.credit", "netq.diagnostics",
+                  "netq.handshake", "netq.inbox", "netq.flow", "netq.protocol.frames",
+                  "netq.protocol.resume")
 
 
 def module_name(path: Path) -> str:
@@ -67,10 +78,37 @@ def test_transports_import_no_engine():
     assert len(paths) > 5  # the sockets, packets, MQTT and gRPC modules are all looked at
     for path in paths:
         upward = sorted(name for name in imported_modules(path)
-                        if name.startswith(("netq.engine", "netq.communicator", "netq.peers",
-                                            "netq.credit", "netq.diagnostics", "netq.handshake",
-                                            "netq.inbox")))
+                        if name.startswith(ABOVE_CARRIERS))
         assert not upward, f"{path.relative_to(PACKAGE)} imports {upward}"
+
+
+def test_the_carrier_interface_has_at_most_eight_members():
+    members = sorted(name for name in {*vars(Carrier), *Carrier.__annotations__}
+                     if not name.startswith("_"))
+    assert members == ["admit", "close", "explain", "info", "read_into", "wait", "wake",
+                       "write"]
+
+
+def test_the_carrier_module_imports_neither_side():
+    names = imported_modules(PACKAGE / "carrier.py")
+    assert not [name for name in names
+                if name.startswith(("netq.engine", "netq.loop", "netq.contract",
+                                    "netq.transports", "netq.communicator"))]
+
+
+@pytest.mark.parametrize("protocol", transports.available())
+def test_every_registered_transport_is_a_carrier(protocol):
+    if protocol == "grpc":
+        pytest.importorskip("grpc")
+    if protocol == "mqtt":
+        pytest.importorskip("paho.mqtt")
+    carrier_class = transports.lookup(protocol)
+    for name in ("admit", "wait", "read_into", "write", "wake", "close", "explain"):
+        assert callable(getattr(carrier_class, name, None)), f"{protocol}: no {name}()"
+    source = Path(inspect.getsourcefile(carrier_class) or "").read_text()
+    assert "self.info = CarrierInfo(" in source or any(
+        "self.info = CarrierInfo(" in Path(inspect.getsourcefile(base) or "").read_text()
+        for base in carrier_class.__mro__[1:] if base.__module__.startswith("netq."))
 
 
 def test_the_contract_imports_neither_side():

@@ -1,19 +1,17 @@
-"""Byte-stream transports: TCP (plain or TLS) and Unix domain sockets.
+"""Byte-stream carriers: TCP (plain or TLS) and Unix domain sockets.
 
-One I/O thread per communicator runs a readiness loop (:class:`~netq.transports.poller.Poller`:
-epoll on Linux) over the listening socket, every link and a wake-up socketpair. Reads go
-straight into the buffers the protocol core points at
-(``recv_into``); writes are scatter-gather ``sendmsg`` of the core's iovec list (one ``send``
-per buffer of that list where the platform has no ``sendmsg``: Windows). TLS runs over
-memory BIOs (``_TLSStream``: many records per syscall both ways); an OpenSSL object must not be
-written by two threads, so TLS links are written by the I/O thread only, with small buffers
-joined first. The loop itself (engine service, reconnects, closing) is
-:class:`netq.transports.base.Transport`'s.
+A :class:`netq.carrier.Carrier` over a readiness poller (:class:`~netq.transports.poller.Poller`:
+epoll on Linux) watching the listening socket, every channel and a wake-up socketpair. The
+loop (:class:`netq.loop.IOLoop`) reads straight into the buffers the protocol core points at
+(``recv_into``) and writes the core's iovec list with one scatter-gather ``sendmsg`` (one
+``send`` per buffer where the platform has no ``sendmsg``: Windows). TLS runs over memory BIOs
+(``_TLSStream``: many records per syscall both ways); its handshake is driven by the channel's
+first reads and writes. An OpenSSL object must not be written by two threads, so TLS channels
+are written by the loop's thread only (``user_threads_write`` off), small buffers joined first.
 
-One module for the three socket kinds (over the ~400 lines the other transport modules keep
-to): they share the selector loop, the reads and writes and the connect path, and differ only
-in the TLS handshake (interleaved with those reads and writes, so it belongs beside them) and
-in how a Unix socket's address and stale file are handled (a small subclass at the end).
+One module for the three socket kinds: they share the poller, the reads and writes and the
+connect path, and differ only in the TLS layer and in how a Unix socket's address and stale
+file are handled (a small subclass at the end).
 """
 
 from __future__ import annotations
@@ -25,23 +23,20 @@ import socket
 import ssl
 import stat
 import sys
-import time
 from typing import cast
 
-from ..contract import EngineAPI
+from ..carrier import FAILED, OPENED, READABLE, Address, CarrierInfo, Event, Opened
 from ..exceptions import AuthenticationError, ConnectionLost, UnsupportedProtocol
 from ..exposure import owner_only
-from ..protocol import Connection
+from ..options import CommunicatorOptions, Purpose
 from ..protocol.connection import Buffer
-from .base import Link, Transport
 from .poller import EVENT_READ, EVENT_WRITE, Poller
 
-__all__ = ("TCPTransport", "UnixTransport", "SocketLink")
+__all__ = ("TCPCarrier", "UnixCarrier", "SocketCarrier", "SocketChannel")
 
 LOGGER = logging.getLogger("netq")
 _READ = EVENT_READ
 _WRITE = EVENT_WRITE
-_READS_PER_EVENT = 32  # recv calls per readable event before serving other links
 # Connections accepted per readable event of the listener before the links already served get
 # their turn (the listener stays readable, so the rest come on the next turn of the loop).
 _ACCEPTS_PER_EVENT = 256
@@ -49,67 +44,69 @@ _SOMAXCONN_FILE = "/proc/sys/net/core/somaxconn"
 _TLS_JOIN = 256 * 1024  # small buffers are joined up to this size for one SSL write
 _TLS_WRITE = 256 * 1024  # plaintext encrypted per TLS send: bounds the ciphertext a link holds
 _TLS_FILL = 256 * 1024  # bytes taken from a TLS link's socket per recv (many records at once)
-_TLS_READ_PER_EVENT = 4 << 20  # TLS bytes read per readable event before serving other links
 ACK_HOLD = 250e-6  # seconds an ACK may wait for the reply that a waiting get() is about to send
-LEAD_BELOW = 256 * 1024  # bytes handed to a waiting get() below which callers may lead the loop
 # Windows has no socket.sendmsg: plain links then send the core's buffers one per call (small
 # messages are already coalesced into one buffer by the core; large ones go from their own).
 GATHER_WRITES = hasattr(socket.socket, "sendmsg")
 SocketAddress = str | tuple[object, ...]  # a Unix socket's path, or an IP (host, port, ...)
+# What the poller hands back for the sockets that are not channels.
+_WAKE, _LISTEN, _CONNECT = "wake", "listen", "connect"
 
 
-class SocketLink(Link):
-    """A link of a socket transport: its OS socket and, on TLS, the TLS layer over it.
+class SocketChannel:
+    """One link's socket and, on TLS, the TLS layer over it (:class:`_TLSStream`).
 
-    ``sock`` is the plain, non-blocking socket (what the selector watches, what plain links
-    read and write); ``tls`` is the :class:`_TLSStream` that TLS links read and write through
-    (None on plain links). Closing ``sock`` ends both.
+    ``sock`` is the plain, non-blocking socket (what the poller watches, what plain links
+    read and write); ``tls`` is what TLS links read and write through (None on plain links).
+    Closing ``sock`` ends both.
     """
 
-    __slots__ = ("sock", "tls")
+    __slots__ = ("sock", "tls", "handshaking", "armed")
 
-    def __init__(self, sock: socket.socket, tls: _TLSStream | None, conn: Connection,
-                 address: object) -> None:
-        super().__init__(conn, address, tls_handshaking=tls is not None)
+    def __init__(self, sock: socket.socket, tls: _TLSStream | None) -> None:
         self.sock = sock
         self.tls = tls
+        self.handshaking = tls is not None  # the TLS handshake is not done yet
+        self.armed = False  # the poller reports the socket writable (a write was short)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
 
 
-def _socket_link(link: Link) -> SocketLink:
-    """``link`` as a socket transport's link (the engine hands back only the links the
-    transport gave it; anything else is a programming error)."""
-    if not isinstance(link, SocketLink):
-        raise TypeError(f"a socket transport was given a link it does not own: {link!r}")
-    return link
+class SocketCarrier:
+    """TCP, TLS and Unix sockets as a :class:`netq.carrier.Carrier`: a readiness poller over
+    the listening socket, every channel and a wake-up socketpair."""
 
-
-class SocketTransport(Transport):
-    """The selector loop shared by TCP, TLS and Unix sockets."""
-
-    family_name = "tcp"
-    caller_leads = True
-
-    def __init__(self, engine: EngineAPI) -> None:
-        super().__init__(engine)
-        self._selector = Poller()
+    def __init__(self, options: CommunicatorOptions, purpose: Purpose) -> None:
+        self._options = options
+        self._purpose = purpose
+        self._server = purpose is Purpose.SERVER
+        self._poller = Poller()
         self._wake_reader, self._wake_writer = socket.socketpair()
         self._wake_reader.setblocking(False)
         self._wake_writer.setblocking(False)
-        self._selector.register(self._wake_reader, _READ, "wake")
+        self._poller.register(self._wake_reader, _READ, _WAKE)
         self._wake_pending = False
-        self._held: set[SocketLink] = set()  # links whose ACK frames wait for a reply (ACK_HOLD)
+        self._events: list[Event] = []  # reported by the next wait() (accepts, attempts)
+        # Channels whose write interest changes at the next wait(): a write may come from a
+        # user's thread, and only the thread that waits may touch the poller.
+        self._rearm: set[SocketChannel] = set()
+        self._buffered: set[SocketChannel] = set()  # TLS: plaintext taken from the socket
+        self._channels: set[SocketChannel] = set()
         self._listener: socket.socket | None = None
         self._connecting: socket.socket | None = None
-        self._connect_started = 0.0
         self._ssl = self._make_ssl_context()
         self._gather = GATHER_WRITES
-        self.direct_writes = self._ssl is None
-        self._read_link = self._read if self._ssl is None else self._read_tls
-        # Where TLS links' ciphertext lands on its way from the socket into OpenSSL: one
-        # buffer for all links, as only the I/O thread reads.
+        # Where TLS channels' ciphertext lands on its way from the socket into OpenSSL: one
+        # buffer for all of them, as only the loop's thread reads.
         self._tls_scratch = memoryview(bytearray(_TLS_FILL if self._ssl is not None else 0))
+        address: Address = None
         if self._server:
-            self._listen()  # bind now so a taken port raises from netq.new()
+            address = self._listen()  # bind now so a taken port raises from netq.new()
+        self.info = CarrierInfo(
+            address=address, target=str(options.netloc), any_thread_waits=True,
+            user_threads_write=self._ssl is None,
+            attempt_limit=3 * options.connection.heartbeat, ack_hold=ACK_HOLD)
 
     # ----------------------------------------------------------------- set-up
 
@@ -146,7 +143,7 @@ class SocketTransport(Transport):
     def _tune(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def _listen(self) -> None:
+    def _listen(self) -> Address:
         family, address = self._address()
         sock = self._new_socket(family)
         try:
@@ -159,63 +156,135 @@ class SocketTransport(Transport):
             self._close_wake()
             raise
         self._listener = sock
-        self.address = sock.getsockname()
-        self._selector.register(sock, _READ, "listen")
+        self._poller.register(sock, _READ, _LISTEN)
+        return cast(Address, sock.getsockname())
 
     def _bound(self, address: SocketAddress) -> None:
         """The listening socket is bound and not yet listening: nobody can connect yet."""
 
     def _close_wake(self) -> None:
-        self._selector.close()
+        self._poller.close()
         self._wake_reader.close()
         self._wake_writer.close()
 
-    # ----------------------------------------------------------------- waiting
+    # ----------------------------------------------------------------- the carrier interface
+
+    def admit(self, on: bool) -> None:
+        if self._server:
+            if not on:
+                self._stop_listening()
+        elif on:
+            self._connect()
+        else:
+            self._abandon_connect()
+
+    def explain(self) -> str | None:
+        return None
 
     def wake(self) -> None:
-        self.unpark()
-        if self._idle and not self._wake_pending:
+        if not self._wake_pending:
             self._wake_pending = True
             try:
                 self._wake_writer.send(b"\0")
             except (BlockingIOError, OSError):
                 pass
 
-    def abort(self) -> None:
-        self._wake_pending = False
-        super().abort()
-
-    def _wait(self, timeout: float) -> None:
-        if self._held:
-            timeout = min(timeout, self._release_holds())
-        turns = self._turns
-        if turns.active:  # the main thread leads: a Ctrl-C may interrupt the wait at once
-            turns.waiting()
-            try:
-                ready = self._selector.select(timeout)
-            finally:
-                turns.working()
+    def wait(self, timeout: float) -> list[Event]:
+        poller = self._poller
+        if self._rearm:
+            for channel in list(self._rearm):
+                self._rearm.discard(channel)
+                if channel in self._channels:
+                    poller.modify(channel.sock, _READ | _WRITE if channel.armed else _READ,
+                                  channel)
+        events = self._events
+        if events or self._buffered:
+            timeout = 0
+        ready = poller.select(timeout)
+        if events:
+            self._events = []
         else:
-            ready = self._selector.select(timeout)
+            events = []
         for data, mask in ready:
-            if data == "wake":
+            if data is _WAKE:
                 self._drain_wake()
-            elif data == "listen":
-                self._accept()
-            elif data == "connect":
-                self._connected()
+            elif data is _LISTEN:
+                self._accept(events)
+            elif data is _CONNECT:
+                self._connected(events)
             else:
-                self._service_link(data, mask)
+                if mask & _WRITE:
+                    data.armed = False  # reported once: a short write arms it again
+                    poller.modify(data.sock, _READ, data)
+                events.append((mask, data, None))
+        if self._buffered:
+            for channel in self._buffered:
+                events.append((READABLE, channel, None))
+            self._buffered.clear()
+        return events
+
+    def read_into(self, channel: SocketChannel, buffer: memoryview) -> int:
+        tls = channel.tls
+        if tls is None:
+            return channel.sock.recv_into(buffer)
+        if channel.handshaking and not self._handshake(channel):
+            raise BlockingIOError
+        return self._read_tls(channel, tls, buffer)
+
+    def write(self, channel: SocketChannel, buffers: list[Buffer]) -> int:
+        tls = channel.tls
+        try:
+            if tls is not None:
+                if channel.handshaking and not self._handshake(channel):
+                    return 0
+                chunk = self._tls_chunk(buffers)
+                sent = tls.send(chunk)
+                total = len(chunk)
+            elif self._gather:
+                sent = channel.sock.sendmsg(buffers)
+                total = sum(map(len, buffers)) if len(buffers) > 1 else len(buffers[0])
+            else:
+                sent = channel.sock.send(buffers[0])
+                total = len(buffers[0])
+        except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError,
+                ssl.SSLWantReadError):
+            sent, total = 0, 1
+        if sent < total and not channel.armed:
+            channel.armed = True  # the socket is full: report it writable when it has room
+            self._rearm.add(channel)
+            self.wake()
+        return sent
+
+    def close(self, channel: SocketChannel | None) -> None:
+        if channel is None:
+            self._stop_listening()
+            self._abandon_connect()
+            for open_channel in list(self._channels):
+                self.close(open_channel)
+            self._close_wake()
+            return
+        if channel not in self._channels:
+            return
+        self._channels.discard(channel)
+        self._rearm.discard(channel)
+        self._buffered.discard(channel)
+        try:
+            self._poller.unregister(channel.sock)
+        except (KeyError, ValueError, OSError):
+            pass
+        try:
+            channel.sock.close()
+        except OSError:
+            pass
+
+    # ----------------------------------------------------------------- waiting
 
     def _stop_listening(self) -> None:
         if self._listener is not None:
-            self._selector.unregister(self._listener)
+            self._poller.unregister(self._listener)
             self._listener.close()
             self._listener = None
             self._unlink_socket_file()
-
-    def _close_resources(self) -> None:
-        self._close_wake()
 
     def _unlink_socket_file(self) -> None:
         pass
@@ -230,9 +299,9 @@ class SocketTransport(Transport):
 
     # ----------------------------------------------------------------- server side
 
-    def _accept(self) -> None:
+    def _accept(self, events: list[Event]) -> None:
         listener = self._listener
-        assert listener is not None  # a "listen" event comes only from the registered listener
+        assert listener is not None  # a listen event comes only from the registered listener
         for _ in range(_ACCEPTS_PER_EVENT):
             try:
                 sock, address = listener.accept()
@@ -243,16 +312,14 @@ class SocketTransport(Transport):
                     return  # out of descriptors: try again on the next event
                 raise
             sock.setblocking(False)
-            if self.engine.closing:
-                sock.close()
-                continue
             try:
-                self._open_link(sock, address, server_side=True)
+                events.append((OPENED, self._open_channel(sock, server_side=True),
+                               Opened(address)))
             except OSError as error:  # reset before the TLS layer was set up: not our failure
                 sock.close()
                 LOGGER.info("netq server: connection from %s lost at once: %s", address, error)
 
-    def _open_link(self, sock: socket.socket, address: object, server_side: bool) -> None:
+    def _open_channel(self, sock: socket.socket, server_side: bool) -> SocketChannel:
         self._tune(sock)
         context = self._ssl
         stream: _TLSStream | None = None
@@ -263,292 +330,102 @@ class SocketTransport(Transport):
                 assert security is not None  # the TLS context was made from it
                 hostname = security.server_hostname or self._options.netloc.host
             stream = _TLSStream(sock, context, server_side, hostname, self._tls_scratch)
-        link = SocketLink(sock, stream, self.engine.new_connection(), address)
-        self._links.add(link)
-        self._selector.register(sock, _READ | _WRITE, link)
-        link.write_registered = True
-        if stream is not None:
-            self._tls_handshake(link)
+        channel = SocketChannel(sock, stream)
+        self._channels.add(channel)
+        self._poller.register(sock, _READ, channel)
+        return channel
 
     # ----------------------------------------------------------------- client side
 
     def _connect(self) -> None:
-        if not self._wants_connection():
-            return
-        where = str(self._options.netloc)
-        self.engine.connect_started()
         try:
             family, address = self._address()
             sock = self._new_socket(family)
         except OSError as error:
-            self._attempt_failed(where, f"cannot resolve or open a socket: {error}")
+            self._events.append((FAILED, None, f"cannot resolve or open a socket: {error}"))
             return
         code = sock.connect_ex(address)
         if code not in (0, errno.EINPROGRESS):
             sock.close()
-            self._attempt_failed(where, _connect_error(code, family))
+            self._events.append((FAILED, None, _connect_error(code, family)))
             return
         self._connecting = sock
-        self._connect_started = time.monotonic()
-        self._selector.register(sock, _WRITE, "connect")
+        self._poller.register(sock, _WRITE, _CONNECT)
 
-    def _connect_pending(self) -> bool:
-        return self._connecting is not None
-
-    def _attempt_failed(self, where: str, reason: str) -> None:
-        self.engine.connect_failed(where, reason)
-        self._schedule_reconnect()
-
-    def _check_connect(self, now: float) -> None:
-        if self._connecting is not None and now - self._connect_started > self._connect_timeout():
-            self._abandon_connect()
-            self._attempt_failed(str(self._options.netloc),
-                                 f"timed out after {self._connect_timeout():.0f} s "
-                                 f"(no answer: a firewall or an unreachable host?)")
-
-    def _connected(self) -> None:
+    def _connected(self, events: list[Event]) -> None:
         sock = self._connecting
-        assert sock is not None  # a "connect" event comes only from the pending attempt
-        self._selector.unregister(sock)
+        assert sock is not None  # a connect event comes only from the pending attempt
+        self._poller.unregister(sock)
         self._connecting = None
         code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        where = str(self._options.netloc)
         if code:
             sock.close()
-            self._attempt_failed(where, _connect_error(code, sock.family))
+            events.append((FAILED, None, _connect_error(code, sock.family)))
             return
         try:
-            self._open_link(sock, sock.getpeername(), server_side=False)
+            address = sock.getpeername()
+            events.append((OPENED, self._open_channel(sock, server_side=False), Opened(address)))
         except OSError as error:
             sock.close()
-            self._attempt_failed(where, str(error))
+            events.append((FAILED, None, str(error)))
 
     def _abandon_connect(self) -> None:
         if self._connecting is not None:
-            self._selector.unregister(self._connecting)
+            self._poller.unregister(self._connecting)
             self._connecting.close()
             self._connecting = None
 
-    # ----------------------------------------------------------------- links
+    # ----------------------------------------------------------------- TLS
 
-    def _tls_handshake(self, link: SocketLink) -> None:
-        stream = link.tls
-        if stream is None:
-            raise TypeError(f"TLS handshake on a plain link: {link!r}")
+    def _handshake(self, channel: SocketChannel) -> bool:
+        """Drive a TLS channel's handshake; True once done. Raises when it failed."""
+        stream = channel.tls
+        assert stream is not None
         try:
             stream.do_handshake()
         except (ssl.SSLWantReadError, ssl.SSLWantWriteError) as want:
-            # Wait for what the handshake needs, and only that: a socket registered for
-            # writing is always writable, so waiting for a silent peer's answer that way
-            # would spin this thread until the heartbeat drops the link.
-            needs_write = isinstance(want, ssl.SSLWantWriteError)
-            if needs_write != link.write_registered:
-                self._selector.modify(link.sock, _READ | _WRITE if needs_write else _READ, link)
-                link.write_registered = needs_write
-            return
+            # Wait for what the handshake needs, and only that: a socket watched for writing
+            # is always writable, so waiting for a silent peer's answer that way would spin
+            # the loop until the heartbeat drops the link.
+            if isinstance(want, ssl.SSLWantWriteError) and not channel.armed:
+                channel.armed = True
+                self._rearm.add(channel)
+            return False
         except (ssl.SSLError, OSError) as error:
             # A server says so each time; a client retries, and its engine reports the
-            # failing attempts at a bounded rate (the error reaches it through link_closed).
+            # failing attempts at a bounded rate (the error reaches it as the link's).
             LOGGER.log(logging.WARNING if self._server else logging.DEBUG,
                        "netq %s: TLS handshake with %s failed: %s",
-                       self.engine.purpose.value, link.address, error)
+                       self._purpose.value, _peer(channel.sock), error)
             if isinstance(error, ssl.SSLCertVerificationError) and not self._server:
                 # The server is not who the trusted certificate says: retrying cannot help.
-                link.error = AuthenticationError(f"TLS: {error.verify_message}")
-                link.session = None
-            else:
-                link.error = ConnectionLost(None, f"TLS handshake failed: {error}")
-            self._drop(link)
-            return
-        link.tls_handshaking = False
-        with link.lock:
-            self.write_now(link)
-            if not link.dropped and stream.buffered:
-                # The peer's first data came with its last handshake flight: it is out of
-                # the socket already, so no readable event will report it.
-                self._read_tls(link)
+                raise AuthenticationError(f"TLS: {error.verify_message}") from None
+            raise ConnectionLost(None, f"TLS handshake failed: {error}") from None
+        channel.handshaking = False
+        if stream.buffered:
+            # The peer's first data came with its last handshake flight: it is out of the
+            # socket already, so no readable event will report it.
+            self._buffered.add(channel)
+        return True
 
-    def _service_link(self, link: SocketLink, mask: int) -> None:
-        if link.dropped:
-            return
-        if link.tls_handshaking:
-            self._tls_handshake(link)
-            if link.tls_handshaking or link.dropped:
-                return
-        # Looked at before reading: the message read now is what a blocked get() waited for.
-        consumer_waiting = self.engine.consumer_waiting
-        session = link.session
-        with link.lock:
-            if mask & _WRITE:
-                link.write_blocked = False
-                self.write_now(link)
-            if mask & _READ and not link.dropped:
-                if consumer_waiting and session is not None:
-                    messages, size = self.engine.received_on(link)
-                    self._read_link(link)
-                    messages_now, size_now = self.engine.received_on(link)
-                    if messages_now > messages and size_now - size < LEAD_BELOW:
-                        # Small messages handed to a waiting get(): it may lead the loop from
-                        # now on. Large ones keep the I/O thread reading the next while the
-                        # caller takes this one (reading and consuming overlap).
-                        self._handed_off = True
-                else:
-                    self._read_link(link)
-            if not link.dropped and link.conn.bytes_queued:
-                if consumer_waiting and link.direct_ok and link.conn.output_is_only_acks():
-                    self._hold_acks(link)
-                else:
-                    self.write_now(link)
-        self.engine.after_io(link)
-
-    def _hold_acks(self, link: SocketLink) -> None:
-        """Delayed acknowledgement: let the ACK frames just queued wait up to ``ACK_HOLD``.
-
-        Someone was blocked in get() for the message they acknowledge and usually replies at
-        once; the reply's write then carries them (one write and one read fewer each way, and
-        the peer's next read finds the reply instead of a lone ACK). Never longer than
-        ``ACK_HOLD``, and only while nothing but ACK frames is queued: a CREDIT frame may be
-        what a sender waits for, so it always goes at once.
-        """
-        if not link.ack_hold_until:
-            link.ack_hold_until = time.monotonic() + ACK_HOLD
-            self._held.add(link)
-
-    def _holds_due(self, now: float) -> bool:
-        for link in list(self._held):
-            if link.ack_hold_until <= now:
-                return True
-        return False
-
-    def _release_holds(self) -> float:
-        """Write the held ACKs that are due (I/O thread); seconds until the next is due."""
-        now = time.monotonic()
-        wait = ACK_HOLD
-        for link in list(self._held):
-            due = link.ack_hold_until - now
-            if due > 0 and not link.dropped and link.conn.output_is_only_acks():
-                wait = min(wait, due)
-                continue
-            self._held.discard(link)
-            link.ack_hold_until = 0.0
-            if not link.dropped and link.conn.has_output:
-                with link.lock:
-                    self.write_now(link)
-        return wait
-
-    def _read(self, link: SocketLink) -> None:
-        """Read a plain (not TLS: :meth:`_read_tls`) link until drained or its share is read."""
-        conn = link.conn
-        sock = link.sock
-        for _ in range(_READS_PER_EVENT):
-            buffer = conn.receive_buffer()
-            try:
-                count = sock.recv_into(buffer)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as error:
-                if link.error is None:
-                    link.error = ConnectionLost(link.peer_id, f"receive failed: {error}")
-                self._drop(link)
-                return
-            if count == 0:
-                self._end_of_stream(link)
-                return
-            link.last_received_at = time.monotonic()
-            if not self._received(link, conn.receive_done(count)):
-                return
-            if count < len(buffer):
-                # Drained. (A large direct read keeps going: more of the body is usually on
-                # its way, and another recv_into is cheaper than a round through select.)
-                return
-
-    def _read_tls(self, link: SocketLink) -> None:
-        """``_read`` for a TLS link (:class:`_TLSStream`). A TLS read returns at most one
-        record (16 KiB), so a short read does not mean the link is drained, and a large body
-        takes many reads: fill the core's buffer record by record and hand it over once (one
-        ``receive_done`` per buffer, not per record), until the socket is drained or this
-        event's share is read (then only what was already taken from the socket, which no
-        readable event would report again)."""
-        conn = link.conn
-        stream = link.tls
-        if stream is None:
-            raise TypeError(f"TLS read on a plain link: {link!r}")
-        recv_into = stream.recv_into
-        left = _TLS_READ_PER_EVENT
-        while True:
-            buffer = conn.receive_buffer()
-            size = len(buffer)
-            got = 0
-            drained = eof = False
-            failure: OSError | None = None
-            try:
-                while got < size:
-                    count = recv_into(buffer[got:] if got else buffer, left > 0)
-                    if count == 0:
-                        eof = True
-                        break
-                    got += count
-                    left -= count
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError, BlockingIOError,
-                    InterruptedError):
-                drained = True
-            except OSError as error:
-                failure = error
-            if got:
-                link.last_received_at = time.monotonic()
-                if not self._received(link, conn.receive_done(got)):
-                    return
-            if failure is not None:
-                if link.error is None:
-                    link.error = ConnectionLost(link.peer_id, f"receive failed: {failure}")
-                self._drop(link)
-                return
-            if eof:
-                self._end_of_stream(link)
-                return
-            if drained:
-                return
-
-    def write_now(self, link: Link) -> None:
-        """Write queued output until done or the socket is full (link lock held)."""
-        if not isinstance(link, SocketLink):
-            raise TypeError(f"a socket transport was given a link it does not own: {link!r}")
-        if link.dropped or link.tls_handshaking:
-            return
-        conn = link.conn
-        sock = link.sock
-        tls = link.tls
-        gather = self._gather
-        blocked = conn.bytes_queued > 0
-        while blocked:
-            buffers = conn.outgoing()
-            try:
-                if tls is not None:
-                    sent = tls.send(self._tls_chunk(buffers))
-                elif gather:
-                    sent = sock.sendmsg(buffers)
-                else:
-                    sent = sock.send(buffers[0])
-            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError,
-                    ssl.SSLWantReadError):
-                sent = 0
-            except OSError as error:
-                if link.error is None:
-                    link.error = ConnectionLost(link.peer_id, f"send failed: {error}")
-                link.write_blocked = True
-                if self.on_io_thread:
-                    self._drop(link)
-                return
-            if not sent:
-                break
-            blocked = conn.sent(sent)
-        if link.ack_hold_until and not blocked:
-            link.ack_hold_until = 0.0  # the held ACKs left with this write
-            self._held.discard(link)
-        link.write_blocked = blocked
-        if blocked != link.write_registered and self.on_io_thread:
-            self._selector.modify(link.sock, _READ | _WRITE if blocked else _READ, link)
-            link.write_registered = blocked
+    def _read_tls(self, channel: SocketChannel, stream: _TLSStream, buffer: memoryview) -> int:
+        """A TLS read returns at most one record (16 KiB): fill ``buffer`` record by record
+        (one read of the loop per buffer, not per record) until the socket is drained."""
+        size = len(buffer)
+        got = 0
+        try:
+            while got < size:
+                count = stream.recv_into(buffer[got:] if got else buffer)
+                if count == 0:
+                    break  # the end of the stream: what was read first, then 0
+                got += count
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            if not got:
+                raise BlockingIOError from None
+            return got
+        if got == size and stream.buffered:
+            self._buffered.add(channel)  # more already taken from the socket
+        return got
 
     @staticmethod
     def _tls_chunk(buffers: list[Buffer]) -> Buffer:
@@ -562,17 +439,12 @@ class SocketTransport(Transport):
             joined += buffer
         return joined
 
-    def _release(self, link: Link) -> None:
-        link = _socket_link(link)
-        self._held.discard(link)
-        try:
-            self._selector.unregister(link.sock)
-        except (KeyError, ValueError):
-            pass
-        try:
-            link.sock.close()
-        except OSError:
-            pass
+
+def _peer(sock: socket.socket) -> object:
+    try:
+        return sock.getpeername()
+    except OSError:
+        return "a peer that left"
 
 
 def _want_write() -> ssl.SSLWantWriteError:
@@ -730,21 +602,19 @@ def _connect_error(code: int, family: int) -> str:
     return text
 
 
-class TCPTransport(SocketTransport):
+class TCPCarrier(SocketCarrier):
     """TCP, or TLS when ``SecurityOptions.certificate`` is set."""
 
 
-class UnixTransport(SocketTransport):
+class UnixCarrier(SocketCarrier):
     """Unix domain stream sockets: same host, no TCP/IP stack, no TLS needed."""
 
-    family_name = "unix"
-
-    def __init__(self, engine: EngineAPI) -> None:
+    def __init__(self, options: CommunicatorOptions, purpose: Purpose) -> None:
         if not hasattr(socket, "AF_UNIX"):
             raise UnsupportedProtocol(
                 f"Protocol.UNIX needs Unix domain sockets (socket.AF_UNIX), which Python on "
                 f"{sys.platform} does not have: use Protocol.TCP on 127.0.0.1 instead")
-        super().__init__(engine)
+        super().__init__(options, purpose)
 
     def _address(self) -> tuple[int, SocketAddress]:
         return socket.AF_UNIX, self._options.netloc.unix_path()
@@ -757,11 +627,12 @@ class UnixTransport(SocketTransport):
             raise TypeError(f"a Unix socket is bound to a path, not {address!r}")
         owner_only(address)  # before listen: no other user connects in between
 
-    def _listen(self) -> None:
+    def _listen(self) -> Address:
         path = self._options.netloc.unix_path()
         self._remove_stale(path)
-        super()._listen()
+        address = super()._listen()
         self._path: str | None = path
+        return address
 
     @staticmethod
     def _remove_stale(path: str) -> None:

@@ -71,7 +71,7 @@ class MQTTSpec:
         return nq.NetworkLocation(address[0], address[1], path=netloc.path)  # same service
 
     def cut(self, client: nq.Communicator) -> bool:
-        transport = client._transport
+        transport = client._transport.carrier
         if transport._current is None or transport._current.closed:
             return False
         sock = transport._client.socket()

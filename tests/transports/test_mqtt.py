@@ -500,7 +500,7 @@ def test_tls_to_the_broker(tls_files, tmp_path):
             assert server.get(timeout=T).data == big
             server.put(big).result(T)
             assert client.get(timeout=T).data == big
-            assert client._transport._client.socket().version() in ("TLSv1.2", "TLSv1.3")
+            assert client._transport.carrier._client.socket().version() in ("TLSv1.2", "TLSv1.3")
         finally:
             client.close(timeout=5)
             server.close(timeout=5)
@@ -521,7 +521,7 @@ def test_status_topics_surface_join_and_leave(mqtt_broker):
         server.get(timeout=T)
         row = server.statistics().peers[0]
         assert row.state == "connected"
-        local._transport._client.socket().close()  # vanish: the broker publishes the Will
+        local._transport.carrier._client.socket().close()  # vanish: the broker publishes the Will
         started = time.monotonic()
         wait_for(lambda: server.statistics().peers[0].state != "connected", 10,
                  message="the Last Will to end the link")
@@ -547,7 +547,7 @@ def test_link_broken_while_its_ack_is_held_leaves_no_busy_loop(mqtt_broker, monk
         assert server.get(timeout=T).data == "hello"
         delivered = server.put("held ack", client.id)
         assert client.get(timeout=T).data == "held ack"  # its ACK now waits 0.3 s ...
-        sock = client._transport._client.socket()
+        sock = client._transport.carrier._client.socket()
         assert sock is not None and shut_down_below(sock.fileno())  # ... on a broken link
         assert delivered.result(T) is None  # resent and acknowledged on the next link
         wait_for(lambda: (row := client.statistics().peers[0]).reconnects >= 1

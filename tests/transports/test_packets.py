@@ -1,10 +1,10 @@
-"""The packet-transport base, driven through an in-process carrier.
+"""The packet-carrier base, driven through an in-process carrier.
 
 MQTT and gRPC run the whole conformance suite over the base; this file pins the base's own
 contract with a carrier small enough to reason about: packets are slices of the byte stream
 (cut at the packet limit, frames spanning packets), a link's packets arrive in order, carrier
 back-pressure (``_can_send``) holds output until ``wake()``, a cut channel resumes the session,
-and nothing is left running after close.
+a channel bound to one peer refuses another, and nothing is left running after close.
 """
 
 from __future__ import annotations
@@ -17,46 +17,56 @@ import pytest
 import netq as nq
 from netq.communicator import Communicator
 from netq.exceptions import ConnectionLost
-from netq.transports.packets import PacketTransport
+from netq.loop import carrier_loop
+from netq.transports.packets import PacketCarrier
 
 T = 20.0
-_SERVERS: dict[str, InProcessTransport] = {}
+_SERVERS: dict[str, InProcessCarrier] = {}
 _SERVERS_LOCK = threading.Lock()
 
 
-class Channel:
-    """Both ends of one in-process link: whatever one side sends, the other receives."""
+class Wire:
+    """One in-process link: whatever one end sends, the other receives."""
 
     def __init__(self) -> None:
-        self.ends: dict[InProcessTransport, object] = {}  # transport -> its link
+        self.ends: list[End] = []
         self.closed = False
         self.packets = 0
         self.sizes: list[int] = []
 
-    def other(self, transport):
-        for peer, link in self.ends.items():
-            if peer is not transport:
-                return peer, link
+    def other(self, end: End) -> End:
+        for other in self.ends:
+            if other is not end:
+                return other
         raise LookupError("no other end")
 
     def cut(self) -> None:
         """The network fails under both ends at once."""
         self.closed = True
-        for transport, link in self.ends.items():
-            transport.channel_closed(link, ConnectionLost(link.peer_id, "cut"))
+        for end in self.ends:
+            end.carrier.channel_closed(end, ConnectionLost(None, "cut"))
 
 
-class InProcessTransport(PacketTransport):
-    family_name = "in-process"
+class End:
+    """One carrier's end of a wire: the channel the loop knows."""
+
+    def __init__(self, wire: Wire, carrier: InProcessCarrier) -> None:
+        self.wire = wire
+        self.carrier = carrier
+        wire.ends.append(self)
+
+
+class InProcessCarrier(PacketCarrier[End]):
     packet_limit = 1000  # bytes: small, so messages and even HELLOs span packets
     window = 3  # packets a side may have unconsumed before _can_send says no
+    bind_to: str | None = None  # server: the peer id every channel is bound to (None: any)
 
-    def __init__(self, engine) -> None:
-        self.channels: list[Channel] = []
-        self.unconsumed = 0  # packets sent that the receiving I/O thread has not taken yet
+    def __init__(self, options, purpose) -> None:
+        self.wires: list[Wire] = []
+        self.unconsumed = 0  # packets sent that the receiving loop has not taken yet
         self.counter_lock = threading.Lock()
-        self.callbacks: list = []  # run on this transport's I/O thread after its inbox
-        super().__init__(engine)
+        self.callbacks: list = []  # run on this carrier's loop thread after its events
+        super().__init__(options, purpose)
 
     def _listen(self) -> None:
         name = self._options.netloc.path
@@ -68,30 +78,30 @@ class InProcessTransport(PacketTransport):
 
     def _start_connect(self) -> None:
         server = _SERVERS.get(self._options.netloc.path)
-        if server is None or server.engine.closing:
+        if server is None:
             self.connect_failed()
             return
-        channel = Channel()
-        self.channels.append(channel)
-        channel.ends[self] = None
-        channel.ends[server] = None
-        channel.ends[self] = self.channel_opened(channel, "client")
-        channel.ends[server] = server.channel_opened(channel, "server")
+        wire = Wire()
+        self.wires.append(wire)
+        mine, theirs = End(wire, self), End(wire, server)
+        self.channel_opened(mine, "client")
+        server.channel_opened(theirs, "server", bound_to=server.bind_to)
 
-    def _can_send(self, link) -> bool:
+    def _can_send(self, channel: End) -> bool:
         return self.unconsumed < self.window
 
-    def _packet_limit(self, link) -> int:
+    def _packet_limit(self, channel: End) -> int:
         return self.packet_limit
 
-    def _send_packet(self, link, payload: bytes) -> None:
-        channel = link.channel
-        assert len(payload) <= self.packet_limit
-        if channel.closed:
+    def _send(self, channel: End, parts, size: int) -> None:
+        payload = b"".join(parts)
+        assert len(payload) == size <= self.packet_limit
+        wire = channel.wire
+        if wire.closed:
             return
-        channel.packets += 1
-        channel.sizes.append(len(payload))
-        peer, peer_link = channel.other(self)
+        wire.packets += 1
+        wire.sizes.append(size)
+        peer = wire.other(channel)
         with self.counter_lock:
             self.unconsumed += 1
 
@@ -100,27 +110,27 @@ class InProcessTransport(PacketTransport):
                 sender.unconsumed -= 1
             sender.wake()
 
-        # The receiver takes the packet on its I/O thread; then the sender has room again.
-        peer.packet_received(peer_link, payload)
-        peer._post_callback(consumed)
+        # The receiver takes the packet on its loop thread; then the sender has room again.
+        peer.carrier.packet_received(peer, payload)
+        peer.carrier._post_callback(consumed)
 
     def _post_callback(self, callback) -> None:
         self.callbacks.append(callback)
         self.wake()
 
-    def _wait(self, timeout: float) -> None:
-        super()._wait(timeout)
+    def wait(self, timeout: float):
+        events = super().wait(timeout)
         while self.callbacks:
             self.callbacks.pop(0)()
+        return events
 
-    def _close_channel(self, link) -> None:
-        channel = link.channel
-        if channel is None or channel.closed:
+    def _close_channel(self, channel: End) -> None:
+        wire = channel.wire
+        if wire.closed:
             return
-        channel.closed = True
-        peer, peer_link = channel.other(self)
-        if peer_link is not None:
-            peer.channel_closed(peer_link)
+        wire.closed = True
+        peer = wire.other(channel)
+        peer.carrier.channel_closed(peer)
 
     def _stop_listening(self) -> None:
         with _SERVERS_LOCK:
@@ -136,7 +146,7 @@ def make():
         options = nq.CommunicatorOptions(
             netloc=nq.NetworkLocation(path=name),
             connection=nq.ConnectionOptions(**connection))
-        comm = Communicator(nq.Protocol.TCP, purpose, options, InProcessTransport)
+        comm = Communicator(nq.Protocol.TCP, purpose, options, carrier_loop(InProcessCarrier))
         made.append(comm)
         return comm
 
@@ -160,34 +170,34 @@ def test_round_trip_with_frames_spanning_packets(make):
     assert message.data == payload and message.peer == client.id
     server.put("reply", client.id).result(T)
     assert client.get(timeout=T).data == "reply"
-    channel = client._transport.channels[0]
-    assert channel.packets >= 11
-    assert max(channel.sizes) == InProcessTransport.packet_limit
+    wire = client._transport.carrier.wires[0]
+    assert wire.packets >= 11
+    assert max(wire.sizes) == InProcessCarrier.packet_limit
 
 
 def test_back_pressure_holds_output_until_wake(make):
-    """With a 3-packet carrier window, 200 KiB still arrives: write_now stops at the window
-    and the carrier's wake() resumes it."""
+    """With a 3-packet carrier window, 200 KiB still arrives: writes stop at the window and
+    the carrier's wake() resumes them (the channel is reported WRITABLE)."""
     server, client = pair(make)
     futures = [client.put(bytes([i]) * 20_000) for i in range(10)]
     for index in range(10):
         assert server.get(timeout=T).data == bytes([index]) * 20_000
     for future in futures:
         future.result(T)
-    assert client._transport.unconsumed <= InProcessTransport.window
+    assert client._transport.carrier.unconsumed <= InProcessCarrier.window
 
 
 def test_cut_channel_resumes_session_without_loss(make):
     server, client = pair(make, reconnect_min=0.01, reconnect_max=0.05)
     client.put("before").result(T)
     assert server.get(timeout=T).data == "before"
-    client._transport.channels[0].cut()
+    client._transport.carrier.wires[0].cut()
     futures = [client.put(("after", index)) for index in range(100)]
     for index in range(100):
         assert server.get(timeout=T).data == ("after", index)
     for future in futures:
         future.result(T)
-    assert len(client._transport.channels) >= 2
+    assert len(client._transport.carrier.wires) >= 2
     stats = server.statistics().peer(client.id)
     assert stats.reconnects >= 1
 
@@ -219,11 +229,12 @@ def test_taken_name_raises_from_new(make):
         make(nq.Purpose.SERVER, name)
 
 
-def test_transport_may_refuse_a_peer_id(make):
-    """_authorize returning False: the client is refused for good (AuthenticationError)."""
+def test_a_channel_bound_to_another_peer_refuses_the_hello(make):
+    """A carrier that binds a channel to one peer id (MQTT: the topic's client id): a HELLO
+    naming another id is refused for good (AuthenticationError)."""
     name = f"pkt-{uuid.uuid4()}"
     server = make(nq.Purpose.SERVER, name)
-    server._transport._authorize = lambda link, peer_id: False
+    server._transport.carrier.bind_to = str(uuid.uuid4())
     client = make(nq.Purpose.CLIENT, name)
     with pytest.raises(nq.AuthenticationError):
         client.put("hello").result(T)

@@ -7,29 +7,33 @@ or small packets joined up to :data:`MESSAGE_LIMIT` (1 MiB + 64 KiB), the messag
 on both ends, so nothing ever meets gRPC's 4 MiB default.
 
 Push, never poll: a client opens one long-lived stream and the server writes to it as soon as
-netq has a packet for it. A new stream is a new link (the engine resumes the session); a stream
+netq has a packet for it. A new stream is a new link (netq resumes the session); a stream
 that ends is a closed link: cleanly when the peer half-closes, as :class:`ConnectionLost` when
 it is cancelled or its connection breaks (a killed client's TCP connection closes and the
 server's handler is cancelled within milliseconds; gRPC keepalive and netq's heartbeat catch a
 peer that goes silent without closing).
 
-Threads: none of our own beyond the base's I/O thread. ``grpc.aio`` runs on an asyncio loop
-that the I/O thread itself drives while it waits (``_sleep`` runs the loop until the engine
-loop has work, a user thread wakes it, or the engine's timeout expires). Packets therefore go
-from the engine to ``call.write`` and from ``call.read`` to the engine without a thread
-hand-off: a packet read is fed to the engine in the read's own callback (``_feed``), and a lone
-put is cut into packets on the caller's thread (``direct_writes``), which queues them on the
-stream and wakes its writer with one loop callback. A server holds any number of clients on its
-one thread (a synchronous grpc server would pin one pool thread per open stream). gRPC's own
-C-core threads and its aio poller thread are gRPC's, process-wide, and not ours to stop.
+Threads: none of our own beyond the netq loop's I/O thread. ``grpc.aio`` runs on an asyncio
+loop that the I/O thread itself drives while the netq loop waits (``_sleep`` runs it until
+the carrier posts an event, a user thread wakes it, or the loop's timeout expires). Packets
+therefore go from the netq loop to ``call.write`` and from ``call.read`` to the netq loop
+without a thread hand-off: a packet read is posted as a ``DATA`` event and stops the asyncio
+loop after that turn (``packet_received``), so the netq loop feeds it to the link's Connection
+at once; a lone put is cut into packets on the caller's thread (``user_threads_write``), which
+queues them on the stream and wakes its writer with one loop callback. A server holds any
+number of clients on its one thread (a synchronous grpc server would pin one pool thread per
+open stream). gRPC's own C-core threads and its aio poller thread are gRPC's, process-wide,
+and not ours to stop.
 
-Flow control: ``write_now`` appends packets to the stream's outbound deque (a packet that joins
-several buffers is copied into a pooled buffer, reused once gRPC let go of it); a writer task awaits
-``write()``, which waits for HTTP/2 flow control. The engine stops handing packets to a stream
-whose deque holds :data:`OUTBOUND_LIMIT` bytes and is woken when it drains below half. Each
-write waits for its completion; packets that queue up meanwhile go out joined as one gRPC
-message (a packet is a byte-stream slice, so joining neighbours is lossless). netq's credits
-bound what a peer may have in flight, so memory stays bounded on both ends.
+Flow control: the carrier's ``write`` cuts a packet and ``_send`` appends it to the stream's
+outbound deque (a packet that joins several buffers is copied into a pooled buffer, reused
+once gRPC let go of it); a writer task awaits ``write()``, which waits for HTTP/2 flow
+control. A stream whose deque holds :data:`OUTBOUND_LIMIT` bytes takes no more packets
+(``_can_send``); once it drains below half it wakes the carrier, and the loop hears the link
+``WRITABLE``. Each write waits for its completion; packets that queue up meanwhile go out
+joined as one gRPC message (a packet is a byte-stream slice, so joining neighbours is
+lossless). netq's credits bound what a peer may have in flight, so memory stays bounded on
+both ends.
 
 Security: TLS and mutual TLS from :class:`netq.SecurityOptions` (server: ``certificate``/``key``,
 ``client_ca`` requires client certificates; client: trusts ``certificate``, presents
@@ -39,11 +43,11 @@ protocol core's, inside the stream. ``NetworkLocation(path=...)`` listens/connec
 socket (``unix:`` target) instead of TCP.
 Files::
 
-    transport.py   GRPCTransport: the server (bind, one handler per stream), the client (one
-                   stream per connection attempt), delayed ACKs, the packet-transport hooks,
-                   shutdown
+    transport.py   GRPCCarrier: the server (bind, one handler per stream), the client (one
+                   stream per connection attempt), the delayed-ACK setting, the packet-carrier
+                   hooks, shutdown
     streams.py     one stream's outbound deque and its writer (Stream), the message limits
-    loop.py        the asyncio loop the I/O thread drives while it waits (LoopDrivenTransport)
+    loop.py        the asyncio loop the I/O thread drives while it waits (LoopDrivenCarrier)
     config.py      channel and server options, TLS credentials, targets, connect errors
 """
 
@@ -71,7 +75,7 @@ from .streams import (
     PATH,
     SERVICE,
 )
-from .transport import GRPCTransport
+from .transport import GRPCCarrier
 
-__all__ = ("GRPCTransport", "SERVICE", "METHOD", "PATH", "OUTBOUND_LIMIT", "MESSAGE_LIMIT",
+__all__ = ("GRPCCarrier", "SERVICE", "METHOD", "PATH", "OUTBOUND_LIMIT", "MESSAGE_LIMIT",
            "PACKET_LIMIT")

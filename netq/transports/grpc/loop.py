@@ -1,17 +1,16 @@
-"""The asyncio loop of ``grpc.aio``, driven by the transport's own I/O thread.
+"""The asyncio loop of ``grpc.aio``, driven by the netq loop's own I/O thread.
 
-No thread of our own beyond the base's I/O thread: while the engine has nothing to do, the I/O
-thread runs the loop (:meth:`LoopDrivenTransport._sleep`) until the carrier posts something
-(a read completed, a stream ended), a user thread wakes it (:meth:`~LoopDrivenTransport.wake`
-stops the loop from any thread), or the engine's timeout expires. Packets therefore go from the
-engine to ``call.write`` and from ``call.read`` to the engine without a thread hand-off; a
-packet read while the I/O thread runs the loop there is fed to the engine in the read's own
-callback (:meth:`~LoopDrivenTransport._feed`), without stopping the loop.
+No thread of our own beyond the I/O thread: while the netq loop waits (``Carrier.wait``), the
+I/O thread runs the asyncio loop (:meth:`LoopDrivenCarrier._sleep`) until the carrier posts
+something (a read completed, a stream ended: the loop stops after that turn), a user thread
+wakes it (:meth:`~LoopDrivenCarrier.wake` stops the loop from any thread), or the timeout
+expires. Packets therefore go from the netq loop to ``call.write`` and from ``call.read`` to
+the netq loop without a thread hand-off.
 
 Outside the I/O thread the loop runs twice: on the constructor's thread (a server binds) and on
-a closing thread (shutdown), each time through :meth:`~LoopDrivenTransport._run_until` and,
+a closing thread (shutdown), each time through :meth:`~LoopDrivenCarrier._run_until` and,
 when that thread is itself inside an event loop (Jupyter, ``netq.aio``),
-:func:`outside_running_loop`. :meth:`~LoopDrivenTransport._close_loop` cancels what is left and
+:func:`outside_running_loop`. :meth:`~LoopDrivenCarrier._close_loop` cancels what is left and
 closes the loop, once.
 """
 
@@ -22,10 +21,12 @@ import threading
 
 from ..._native_heap import NativeHeap
 from ..._threads import call_on_thread
-from ..packets import _PACKET, PacketTransport
+from ...carrier import DATA
+from ...options import CommunicatorOptions, Purpose
+from ..packets import PacketCarrier
 from .streams import Stream
 
-__all__ = ("LoopDrivenTransport", "outside_running_loop", "STOP_TIMEOUT")
+__all__ = ("LoopDrivenCarrier", "outside_running_loop", "STOP_TIMEOUT")
 
 STOP_TIMEOUT = 10.0  # seconds the final shutdown of the carrier may take at most
 
@@ -45,19 +46,23 @@ def outside_running_loop(function):
     return call_on_thread(function, "netq-grpc-setup")
 
 
-class LoopDrivenTransport(PacketTransport[Stream]):
-    """A packet transport whose carrier lives on an asyncio loop that the I/O thread runs."""
+class LoopDrivenCarrier(PacketCarrier[Stream]):
+    """A packet carrier whose library lives on an asyncio loop that the I/O thread runs."""
 
-    def __init__(self, engine) -> None:
+    def __init__(self, options: CommunicatorOptions, purpose: Purpose) -> None:
         self._loop = asyncio.new_event_loop()
-        self._loop_waiting = False  # the I/O thread is inside loop.run_forever() in _wait
+        self._loop_waiting = False  # the I/O thread is inside loop.run_forever() in _sleep
         self._wake_pending = False  # a stop of the loop is on its way from another thread
         self._loop_closed = False
-        self._feeding = False  # the I/O thread runs the loop in _sleep: packets go in at once
-        self._feed_error: BaseException | None = None  # raised by _feed, re-raised by _sleep
+        self._waiter: int | None = None  # the thread that runs the loop in _sleep (I/O thread)
         # gRPC's native buffers: freed memory goes back to the OS (see netq._native_heap)
         self.native_heap = NativeHeap()
-        super().__init__(engine)
+        super().__init__(options, purpose)
+
+    @property
+    def on_loop_thread(self) -> bool:
+        """True on the thread that runs the asyncio loop while it waits (the I/O thread)."""
+        return threading.get_ident() == self._waiter
 
     def call_soon(self, callback) -> None:
         """Any thread: run ``callback()`` on the carrier's loop soon (nothing once it closed)."""
@@ -66,41 +71,17 @@ class LoopDrivenTransport(PacketTransport[Stream]):
         except RuntimeError:
             pass  # the loop is closed: whatever it was for is gone
 
-    def packet_received(self, link, payload) -> None:
+    def packet_received(self, channel: Stream, payload) -> None:
         self.native_heap.moved(len(payload))
-        if self._feeding and not self._inbox:
-            self._feed(link, payload)
-        else:
-            super().packet_received(link, payload)
-
-    def _feed(self, link, payload) -> None:
-        """A packet of an open link, fed to its Connection from the carrier's callback.
-
-        The carrier's callbacks run on the I/O thread while it runs the loop in ``_sleep``, so
-        the packet can go to the engine right there, as ``_drain_inbox`` would take it after the
-        loop stopped: no stop and restart of the loop, no pass of the engine loop per packet,
-        and the consumer waiting in ``get()`` is woken one loop turn earlier. The loop still
-        stops (the engine loop takes over) whenever the engine has more to do than this link's
-        reply: work it queued for ``service``, a link that closes, or a handshake still going on.
-        """
-        self._inbox.append((_PACKET, link, payload))
-        try:
-            self._drain_inbox()
-        except BaseException as error:  # noqa: BLE001 - the engine loop's to report
-            # Not the carrier's failure: _sleep raises it on the I/O thread, as if the engine
-            # loop had met it (the communicator fails), rather than ending one stream.
-            self._feed_error = error
-            self._feeding = False  # what arrives until the loop stops waits in the inbox
-            self._loop.stop()
-            return
-        if (self.engine.has_work or link.session is None or link.closing or link.dropped
-                or self.engine.closing):
-            self._loop.stop()
+        self._events.append((DATA, channel, payload))
+        # A read's callback on the I/O thread, running the loop in _sleep: back to the netq
+        # loop after this turn, so the packet reaches its get() without waiting for a timer.
+        self.wake()
 
     def wake(self) -> None:
-        if self._loop_waiting and threading.get_ident() == self._io_ident:
-            self._loop.stop()  # a carrier callback: return to the engine after this turn
-        elif self._idle and not self._wake_pending and not self._loop_closed:
+        if self._loop_waiting and threading.get_ident() == self._waiter:
+            self._loop.stop()  # a carrier callback: return to the netq loop after this turn
+        elif not self._wake_pending and not self._loop_closed:
             # Sticky: if the I/O thread has not entered the loop yet, the stop runs first thing.
             self._wake_pending = True
             try:
@@ -110,27 +91,21 @@ class LoopDrivenTransport(PacketTransport[Stream]):
 
     def _sleep(self, timeout: float) -> None:
         loop = self._loop
-        self._feeding = True
-        try:
-            if self._inbox or timeout <= 0:
-                # Still give gRPC a turn: queued writes go out, completed reads come in.
-                loop.call_soon(loop.stop)
+        self._waiter = threading.get_ident()
+        if self._events or timeout <= 0:
+            # Still give gRPC a turn: queued writes go out, completed reads come in.
+            loop.call_soon(loop.stop)
+            loop.run_forever()
+        else:
+            timer = loop.call_later(timeout, loop.stop)
+            self._loop_waiting = True
+            try:
                 loop.run_forever()
-            else:
-                timer = loop.call_later(timeout, loop.stop)
-                self._loop_waiting = True
-                try:
-                    loop.run_forever()
-                finally:
-                    self._loop_waiting = False
-                    timer.cancel()
-        finally:
-            self._feeding = False
+            finally:
+                self._loop_waiting = False
+                timer.cancel()
         self._wake_pending = False
         self.native_heap.trim_if_due(loop.time())
-        error, self._feed_error = self._feed_error, None
-        if error is not None:
-            raise error
 
     def _run_until(self, coroutine, timeout: float):
         """Run ``coroutine`` to completion on the loop (thread not in the loop); its result."""

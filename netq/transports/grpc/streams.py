@@ -1,4 +1,4 @@
-"""One gRPC stream's outbound side: the deque the engine fills and the writer that drains it.
+"""One gRPC stream's outbound side: the deque the netq loop fills and the writer that drains it.
 
 A link is one call of ``/netq.Link/Stream`` (:data:`PATH`), bidirectional, raw bytes. The I/O
 thread, or a caller's thread writing a lone put itself (link lock held either way), pushes
@@ -11,9 +11,9 @@ that queue up while a write is in flight go out joined as one gRPC message of at
 :data:`OUTBOUND_LIMIT` bytes (:meth:`Stream.has_room`) and is woken when it drains below half.
 :data:`END` in the deque ends the stream once everything before it is written.
 
-The stream also carries the state the transport keeps per link: the gRPC call and channel
-(client), the writer task, the delayed-ACK hold (see ``GRPCTransport._can_send``) and the pool
-of large outgoing packet buffers (see ``GRPCTransport.write_now``).
+The stream also carries the state the carrier keeps per link: the gRPC call and channel
+(client), the writer task and the pool of large outgoing packet buffers (see
+``GRPCCarrier._send``). It is the carrier's channel (:mod:`netq.carrier`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ from ..packets import PACKET_SIZE
 
 if TYPE_CHECKING:
     import grpc.aio
-
-    from ..base import Link
 
 __all__ = ("Stream", "END", "SERVICE", "METHOD", "PATH", "MESSAGE_LIMIT", "PACKET_LIMIT",
            "OUTBOUND_LIMIT")
@@ -48,8 +46,8 @@ class Stream:
     """One gRPC stream carrying one link, and its outbound deque (all on the I/O thread)."""
 
     __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",
-                 "link", "ended", "closing", "call", "grpc_channel", "writer", "hold_until",
-                 "hold_bytes", "hold_timer", "wake_posted", "pool", "finished")
+                 "opened", "ended", "closing", "call", "grpc_channel", "writer",
+                 "wake_posted", "pool", "finished")
 
     def __init__(self, transport) -> None:
         self.transport = transport
@@ -59,31 +57,22 @@ class Stream:
         self.ready = asyncio.Event()
         self.waiting = False  # the writer sleeps on ``ready``
         self.blocked = False  # the engine holds packets back until the backlog shrinks
-        self.link: Link | None = None  # set as soon as the transport opened the channel
+        self.opened = False  # posted to the netq loop (channel_opened): it hears how it ends
         self.ended = False  # the link was reported closed, or released by the base
         self.closing = False  # _close_channel ran
         self.call: grpc.aio.StreamStreamCall | None = None  # client: the grpc.aio call
         self.grpc_channel: grpc.aio.Channel | None = None  # client: this stream's channel
         self.writer: asyncio.Task | None = None  # client: the writer task
-        self.hold_until: float | None = None  # loop time until which acknowledgements wait
-        self.hold_bytes = 0  # bytes queued on the link when the hold began
-        self.hold_timer: asyncio.TimerHandle | None = None  # ends the hold
         self.wake_posted = False  # a caller's thread asked the loop to wake the writer
         self.pool = ReceivePool()  # large outgoing packets, reused once gRPC is done with them
         self.finished = False  # release() ran: the call is over, nothing more is queued
 
     def release(self) -> None:
-        """The call is over: let go of its buffers and of the link.
-
-        The link refers to its stream (``link.channel``) and the stream to its link: without
-        this, a stream that ended would keep its pool, its queued packets and the link's
-        connection state (a half-received message, say) until the cyclic garbage collector
-        happens to run, which a process that allocates few objects may not do for minutes.
-        """
+        """The call is over: let go of its buffers at once (the netq loop's link may keep
+        its channel for a while after the stream ended)."""
         self.finished = True
         self.packets.clear()
         self.pool.clear()
-        self.link = None
 
     def push(self, packet) -> None:
         """Queue a packet (link lock held): on the I/O thread, or on a caller's thread that
@@ -95,7 +84,7 @@ class Stream:
         if packet is not END:
             self.queued += len(packet)
         if self.waiting:
-            if self.transport.on_io_thread:
+            if self.transport.on_loop_thread:
                 self.waiting = False
                 self.ready.set()
             elif not self.wake_posted:
@@ -107,9 +96,6 @@ class Stream:
     def _wake_writer(self) -> None:
         """On the loop: the packet a caller's thread queued goes out now."""
         self.wake_posted = False
-        if self.hold_until is None and self.hold_timer is not None:
-            self.hold_timer.cancel()  # the held ACK left with that packet
-            self.hold_timer = None
         if self.waiting:
             self.waiting = False
             self.ready.set()

@@ -1,21 +1,23 @@
-"""The gRPC transport: :class:`GRPCTransport`, netq links as ``/netq.Link/Stream`` calls.
+"""The gRPC carrier: :class:`GRPCCarrier`, netq links as ``/netq.Link/Stream`` calls.
 
 What it holds (the asyncio loop driver is :mod:`.loop`, one stream's outbound side
 :mod:`.streams`, options and credentials :mod:`.config`):
 
 - server: probe the port, bind and start a ``grpc.aio`` server with one generic handler; each
-  call is a link: a task reads requests into the engine, the handler itself drains the stream;
-- client: one attempt is one channel and one call (``wait_for_connection`` bounded by
+  call is a link: a task posts the requests it reads as packets (``packet_received``), the
+  handler itself drains the stream;
+- client: one attempt is one gRPC channel and one call (``wait_for_connection`` bounded by
   :func:`~.config.connect_timeout`); a writer task drains the stream, the attempt's task reads;
   an untrusted server certificate ends the link with :class:`AuthenticationError` (fatal);
-- both: a stream that ends reports its link closed once (:meth:`GRPCTransport._ended`);
-  packet size, back-pressure and delayed ACKs (``_can_send``: while someone waits in ``get()``,
-  output of nothing but ACK frames (:meth:`netq.protocol.Connection.output_is_only_acks`)
-  waits up to :data:`ACK_DELAY` for the reply to carry it; a held link is not blocked, so the
-  reply may be written by the caller's thread, ``direct_writes``); packets cut by
-  ``write_now`` (joins go into the stream's reused buffers); close (the end marker, then a
-  grace before a client cancels); shutdown (channels, server, tasks, then the loop; every gRPC
-  object dropped at once).
+- both: a stream that ends is reported closed once (:meth:`GRPCCarrier._ended`); packet size
+  (``_packet_limit``); back-pressure (``_can_send``: the stream's outbound deque has room);
+  sending a packet (``_send``: one ``bytes`` as it is, a large join copied into a buffer of the
+  stream's pool, reused once gRPC let go of it, a small one joined; then pushed on the
+  stream); the delayed-ACK setting (``ack_hold``: the loop holds ACK-only output up to
+  :data:`ACK_DELAY` while someone waits in ``get()``; a held link is not blocked, so the
+  reply may be written by the caller's thread, ``user_threads_write``); close (the end
+  marker, then a grace before a client cancels); shutdown (channels, server, tasks, then the
+  loop; every gRPC object dropped at once).
 """
 
 from __future__ import annotations
@@ -25,16 +27,16 @@ import errno
 import logging
 import os
 import socket
-import threading
 
 import grpc
 import grpc.aio
 
 from ..._buffers import POOL_MIN
-from ...contract import Link
 from ...exceptions import AuthenticationError, ConnectionLost
 from ...exposure import owner_only
-from ..packets import PACKET_SIZE, PacketLink, next_packet
+from ...options import CommunicatorOptions, Purpose
+from ...protocol.connection import Buffer
+from ..packets import PACKET_SIZE
 from .config import (
     channel_credentials,
     channel_options,
@@ -45,10 +47,10 @@ from .config import (
     security_of,
     server_credentials,
 )
-from .loop import STOP_TIMEOUT, LoopDrivenTransport, outside_running_loop
+from .loop import STOP_TIMEOUT, LoopDrivenCarrier, outside_running_loop
 from .streams import END, METHOD, PACKET_LIMIT, PATH, SERVICE, Stream
 
-__all__ = ("GRPCTransport", "ACK_DELAY")
+__all__ = ("GRPCCarrier", "ACK_DELAY")
 
 LOGGER = logging.getLogger("netq")
 
@@ -57,21 +59,23 @@ _CLOSE_GRACE = 1.0  # seconds a client's closing stream gets before it is cancel
 _STOP_GRACE = 0.5  # seconds server.stop() lets handlers finish before cancelling them
 
 
-class GRPCTransport(LoopDrivenTransport):
+class GRPCCarrier(LoopDrivenCarrier):
     """netq links as gRPC bidirectional streams, ``grpc.aio`` driven by the I/O thread."""
 
-    family_name = "grpc"
     # A lone put (nothing in flight) is cut into packets on the caller's thread, which queues
     # them on the stream and wakes the writer with one loop callback: no stop of the loop and
-    # no pass of the engine loop on the way out (see Stream.push).
-    direct_writes = True
+    # no pass of the netq loop on the way out (see Stream.push).
+    user_threads_write = True
+    # While someone waits in get(), output of nothing but ACK frames waits this long for the
+    # reply to carry it in the same gRPC message (one write and one read fewer each way).
+    ack_hold = ACK_DELAY
 
-    def __init__(self, engine) -> None:
+    def __init__(self, options: CommunicatorOptions, purpose: Purpose) -> None:
         self._grpc_server = None
         self._refusing = False
         self._streams: set[Stream] = set()
         self._attempt: asyncio.Task | None = None
-        super().__init__(engine)
+        super().__init__(options, purpose)
 
     # ----------------------------------------------------------------- server
 
@@ -128,16 +132,17 @@ class GRPCTransport(LoopDrivenTransport):
         await context.send_initial_metadata(())
         stream = Stream(self)
         self._streams.add(stream)
-        link = stream.link = self.channel_opened(stream, context.peer())
+        stream.opened = True
+        self.channel_opened(stream, context.peer())
         reader = asyncio.ensure_future(self._read_requests(stream, request_iterator))
         try:
             await stream.drain(context.write)
         except asyncio.CancelledError:
             # The client went away (cancelled, killed, connection broken) or the server stops.
-            self._ended(stream, ConnectionLost(link.peer_id, "the gRPC stream was cancelled"))
+            self._ended(stream, ConnectionLost(None, "the gRPC stream was cancelled"))
             raise
         except Exception as error:  # noqa: BLE001 - a failed write is a lost link
-            self._ended(stream, ConnectionLost(link.peer_id, f"gRPC write failed: {error!r}"))
+            self._ended(stream, ConnectionLost(None, f"gRPC write failed: {error!r}"))
         finally:
             reader.cancel()
             self._streams.discard(stream)
@@ -145,16 +150,14 @@ class GRPCTransport(LoopDrivenTransport):
         # Returning ends the RPC with status OK after every packet written.
 
     async def _read_requests(self, stream: Stream, request_iterator) -> None:
-        link = stream.link
-        assert link is not None  # _serve_stream opened it before starting this reader
         received = self.packet_received
         try:
             async for packet in request_iterator:
-                received(link, packet)
+                received(stream, packet)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001
-            self._ended(stream, ConnectionLost(link.peer_id, f"gRPC read failed: {error!r}"))
+            self._ended(stream, ConnectionLost(None, f"gRPC read failed: {error!r}"))
         else:
             self._ended(stream, None)  # the client half-closed: a clean end
 
@@ -191,7 +194,8 @@ class GRPCTransport(LoopDrivenTransport):
                 # Retrying cannot help: end a link with the reason, which the engine makes
                 # fatal (every put and get fails with it, as on TCP).
                 stream = Stream(self)
-                stream.link = self.channel_opened(stream, self._options.netloc)
+                stream.opened = True
+                self.channel_opened(stream, self._options.netloc)
                 self._ended(stream, error)
                 stream.release()
             else:
@@ -205,26 +209,27 @@ class GRPCTransport(LoopDrivenTransport):
         stream.call = call
         stream.grpc_channel = channel
         self._streams.add(stream)
-        stream.link = self.channel_opened(stream, self._options.netloc)
+        stream.opened = True
+        self.channel_opened(stream, self._options.netloc)
         stream.writer = asyncio.ensure_future(self._client_writer(stream))
         await self._client_reader(stream)
 
     async def _client_writer(self, stream: Stream) -> None:
-        call, link = stream.call, stream.link
-        assert call is not None and link is not None  # _open_stream set both before starting us
+        call = stream.call
+        assert call is not None  # _open_stream set it before starting us
         try:
             if await stream.drain(call.write):
                 await call.done_writing()
         except asyncio.CancelledError:
             raise
         except Exception as error:  # noqa: BLE001 - the reader sees the call end as well
-            self._ended(stream, ConnectionLost(link.peer_id, f"gRPC write failed: {error!r}"))
+            self._ended(stream, ConnectionLost(None, f"gRPC write failed: {error!r}"))
             call.cancel()
 
     async def _client_reader(self, stream: Stream) -> None:
-        call, link, channel = stream.call, stream.link, stream.grpc_channel
-        # _open_stream set all three before calling us.
-        assert call is not None and link is not None and channel is not None
+        call, channel = stream.call, stream.grpc_channel
+        # _open_stream set both before calling us.
+        assert call is not None and channel is not None
         received = self.packet_received
         eof = grpc.aio.EOF
         error = None
@@ -233,17 +238,17 @@ class GRPCTransport(LoopDrivenTransport):
                 packet = await call.read()
                 if packet is eof:
                     break
-                received(link, packet)
+                received(stream, packet)
             code = await call.code()
             if code is not grpc.StatusCode.OK:
-                error = ConnectionLost(link.peer_id, f"gRPC stream ended: {code.name}: "
+                error = ConnectionLost(None, f"gRPC stream ended: {code.name}: "
                                                      f"{await call.details()}")
         except asyncio.CancelledError:
-            error = ConnectionLost(link.peer_id, "the gRPC stream was cancelled")
+            error = ConnectionLost(None, "the gRPC stream was cancelled")
             raise
         except grpc.aio.AioRpcError as failure:
             forget_traceback(failure)
-            error = ConnectionLost(link.peer_id, f"gRPC stream broke: {failure.code().name}: "
+            error = ConnectionLost(None, f"gRPC stream broke: {failure.code().name}: "
                                                  f"{failure.details()}")
         finally:
             self._ended(stream, error)
@@ -259,97 +264,45 @@ class GRPCTransport(LoopDrivenTransport):
 
     def _ended(self, stream: Stream, error: BaseException | None) -> None:
         """The stream is over: report its link closed, once."""
-        if stream.ended or stream.link is None:
+        if stream.ended or not stream.opened:
             return
         stream.ended = True
-        self.channel_closed(stream.link, error)
+        self.channel_closed(stream, error)
 
-    def _packet_limit(self, link: PacketLink[Stream]) -> int:
+    def _packet_limit(self, channel: Stream) -> int:
         max_size = self._options.connection.max_size
         return PACKET_LIMIT if max_size >= PACKET_SIZE else max_size
 
-    def _can_send(self, link: PacketLink[Stream]) -> bool:
-        stream = link.channel
-        if not stream.has_room():
-            return False
-        if threading.get_ident() != self._io_ident:
-            # A caller's direct write: a held ACK goes with it (the loop cancels the hold's
-            # timer when it wakes the writer); holds are only started on the I/O thread.
-            stream.hold_until = None
-            return True
-        hold_until = stream.hold_until
-        if hold_until is not None:
-            if self._loop.time() < hold_until and link.conn.bytes_queued == stream.hold_bytes:
-                return False  # still nothing but the held ACK frames
-            self._release_hold(stream)
-            return True
-        if link.direct_ok and self.engine.consumer_waiting and link.conn.output_is_only_acks():
-            # Delayed acknowledgement: someone is blocked in get() for the message this ACK
-            # answers and will likely reply at once; the reply then carries the ACK in the
-            # same gRPC message (one write and one read fewer each way, and the reply does
-            # not queue behind the ACK's write). Never longer than ACK_DELAY, and only while
-            # nothing but ACK frames is queued (never CREDIT: a sender may be waiting for it).
-            stream.hold_until = self._loop.time() + ACK_DELAY
-            stream.hold_bytes = link.conn.bytes_queued
-            stream.hold_timer = self._loop.call_later(ACK_DELAY, self.wake)
-            return False
-        return True
+    def _can_send(self, channel: Stream) -> bool:
+        return channel.has_room()
 
-    def write_now(self, link: Link) -> None:
-        """Cut the queued output into packets while the stream has room (link lock held).
+    def _send(self, channel: Stream, parts: list[Buffer], size: int) -> None:
+        """Queue one packet on the stream. A packet that joins several buffers (a frame
+        header and a 1 MiB body, say) is copied into a buffer of the stream's pool rather than
+        a new ``bytes``: gRPC copies each message when the write starts and lets go of it when
+        the write completes, so the buffers are used again (no allocation, no page faults on
+        fresh memory) once nothing refers to them."""
+        payload: Buffer
+        if len(parts) == 1 and type(parts[0]) is bytes:
+            payload = parts[0]
+        elif size >= POOL_MIN:
+            payload, view = channel.pool.allocate(size, True)
+            position = 0
+            for part in parts:
+                end = position + len(part)
+                view[position:end] = part
+                position = end
+            view.release()
+        else:
+            payload = b"".join(parts)
+        channel.push(payload)
 
-        As :meth:`PacketTransport.write_now`, with one difference: a packet that joins
-        several buffers (a frame header and a 1 MiB body, say) is copied into a buffer of the
-        stream's pool rather than a new ``bytes``. gRPC copies each message when the write
-        starts and lets go of it when the write completes, so the buffers are used again
-        (no allocation, no page faults on fresh memory) once nothing refers to them.
-        """
-        if not isinstance(link, PacketLink):
-            raise TypeError(f"the gRPC transport was given a link it does not own: {link!r}")
-        if link.dropped:
-            return
-        conn = link.conn
-        stream: Stream = link.channel
-        while conn.has_output and self._can_send(link):
-            parts, size = next_packet(conn, self._packet_limit(link))
-            payload: bytes | bytearray
-            if len(parts) == 1 and type(parts[0]) is bytes:
-                payload = parts[0]
-            elif size >= POOL_MIN:
-                payload, view = stream.pool.allocate(size, True)
-                position = 0
-                for part in parts:
-                    end = position + len(part)
-                    view[position:end] = part
-                    position = end
-                view.release()
-            else:
-                payload = b"".join(parts)
-            stream.push(payload)
-            conn.sent(size)
-        link.write_blocked = conn.has_output
-        if link.write_blocked and stream.hold_until is not None:
-            # Held, not blocked: only ACK frames wait, by choice (delayed ACK). The engine lets
-            # a caller's thread write a lone put only on a link that is not blocked, and that
-            # put is the reply the held ACK waits for.
-            link.write_blocked = False
-
-    @staticmethod
-    def _release_hold(stream: Stream) -> None:
-        stream.hold_until = None
-        if stream.hold_timer is not None:
-            stream.hold_timer.cancel()  # no wake-up for an ACK that already left
-            stream.hold_timer = None
-
-    def _send_packet(self, link: PacketLink[Stream], payload: bytes) -> None:
-        link.channel.push(payload)
-
-    def _close_channel(self, link: PacketLink[Stream]) -> None:
-        stream = link.channel
+    def _close_channel(self, channel: Stream) -> None:
+        stream = channel
         if stream.closing:
             return
         stream.closing = True
-        stream.ended = True  # the base dropped the link: no channel_closed for it any more
+        stream.ended = True  # the loop dropped the link: no channel_closed for it any more
         stream.push(END)  # the writer sends what is queued, then ends the stream
         call = stream.call
         if call is not None and not call.done() and not self._loop_closed:
@@ -366,7 +319,7 @@ class GRPCTransport(LoopDrivenTransport):
         try:
             self._run_until(self._shutdown_grpc(), STOP_TIMEOUT)
         except Exception as error:  # noqa: BLE001 - closing must go on
-            LOGGER.warning("netq %s: gRPC shutdown: %r", self.engine.purpose.value, error)
+            LOGGER.warning("netq %s: gRPC shutdown: %r", self._purpose.value, error)
         finally:
             self._close_loop()
 

@@ -26,28 +26,31 @@ sequence numbers, so a packet the broker dropped ends the link (reported as a ga
 session resume resends whatever was not acknowledged. The sender keeps at most a window of
 packets and bytes in the broker per link, so broker memory stays bounded and drops stay rare.
 
-Threads: paho's network thread (``loop_start``) only parses link headers and hands bodies to the
-base class, which feeds them to the engine on the I/O thread. ``write_now`` (the I/O thread, or
-a user's thread for a lone put on an idle link: ``direct_writes``) cuts the output into packets
-and publishes them; paho writes a publish on the calling thread when the socket takes it (plain
-sockets), else on its own thread. A requested link ack goes out after the I/O thread's next
-pass, on a netq packet if that pass produced one or had ACK/CREDIT frames waiting, else alone;
-a lone netq ACK/CREDIT waits up to 1 ms for a reply to share its publish. Probes and CLOSE
-answers to stale epochs are published from paho's thread (its ``loop_misc`` is the probe
-timer). paho's thread is stopped and joined in ``_stop_carrier``.
+Threads: paho's network thread (``loop_start``) only parses link headers and posts bodies as
+``DATA`` events (:class:`~netq.transports.packets.PacketCarrier`); the netq loop feeds them to
+the link's Connection on its I/O thread. The loop's ``write`` calls (its I/O thread, or a
+user's thread for a lone put on an idle link: ``user_threads_write``) cut the output into
+packets and publish them (``_send``); paho writes a publish on the calling thread when the
+socket takes it (plain sockets), else on its own thread. A requested link ack goes out when
+the loop next waits (``_flush_acks``), alone, unless a packet published meanwhile carried it.
+The loop holds a lone netq ACK/CREDIT up to 1 ms for a reply to share its publish
+(``ack_hold_always``). Probes and CLOSE answers to stale epochs are published from paho's
+thread (its ``loop_misc`` is the probe timer). paho's thread is stopped and joined in
+``_stop_carrier``.
 
 Security: with ``SecurityOptions.certificate`` the broker connection uses TLS and trusts that
 certificate or CA (on both server and clients: both are broker clients); ``client_certificate``
 + ``key`` present a certificate to a broker that requires one. ``authkey`` works as on every
 transport, and the server also refuses a HELLO whose id is not the client id of the topic the
-link's packets came from (no impersonation through someone else's topics). The broker itself
-is trusted: anyone allowed to publish on our topics can disturb links (use broker ACLs).
+link's packets came from (its channels are bound to that id: ``Opened.bound_to``; no
+impersonation through someone else's topics). The broker itself is trusted: anyone allowed to
+publish on our topics can disturb links (use broker ACLs).
 
-Files (the transport is one class, :class:`MQTTTransport`, assembled from parts by topic)::
+Files (the transport is one class, :class:`MQTTCarrier`, assembled from parts by topic)::
 
-    transport.py      MQTTTransport: construction, the broker connection and paho's callbacks,
-                      delayed ACKs, packet size negotiation, the packet-transport hooks,
-                      link_statistics()
+    transport.py      MQTTCarrier: construction, the broker connection and paho's callbacks,
+                      the delayed-ACK setting, packet size negotiation, the packet-carrier
+                      hooks, link_statistics()
     presence.py       the status topic: our retained "online" and Last Will, peers joining
                       and leaving (PresenceMixin)
     channels.py       the channel table: opening links, judging every packet, link acks, the
@@ -57,6 +60,6 @@ Files (the transport is one class, :class:`MQTTTransport`, assembled from parts 
                       for the exact paho-mqtt==2.2.0 pin)
 """
 
-from .transport import MQTTTransport, link_statistics
+from .transport import MQTTCarrier, link_statistics
 
-__all__ = ("MQTTTransport", "link_statistics")
+__all__ = ("MQTTCarrier", "link_statistics")

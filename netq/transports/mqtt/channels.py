@@ -19,7 +19,7 @@ The probe timer (:meth:`ChannelTableMixin._tick`, on paho's thread through
 stopped while packets are outstanding: a lost tail shows up as a gap at the receiver.
 
 :class:`ChannelTableMixin` is a part of
-:class:`~netq.transports.mqtt.transport.MQTTTransport` (split out by topic, not a class of its
+:class:`~netq.transports.mqtt.transport.MQTTCarrier` (split out by topic, not a class of its
 own): it uses the transport's ``_lock``, ``_channels``, ``_current``, ``_windows``,
 ``_client``, ``_mqtt``, ``counters`` and connection state, and the packet base's
 ``channel_opened``, ``channel_closed``, ``packet_received`` and ``wake`` (all declared on
@@ -31,15 +31,12 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...exceptions import ConnectionLost
 from .link import ACK_REQUEST, GAP, HEADER_SIZE, Kind, LinkState, Verdict, Window, encode
 from .presence import SERVER
 from .shared import MQTTShared
-
-if TYPE_CHECKING:
-    from ..base import Link
 
 __all__ = ("Channel", "ChannelTableMixin")
 
@@ -57,16 +54,16 @@ Payload = bytes | memoryview  # a large publish arrives as a view of paho's buff
 class Channel:
     """One link's carrier state: which client and epoch, where its packets go, its seq state."""
 
-    __slots__ = ("cid", "epoch", "state", "topic_out", "link", "closed", "peer_closed",
+    __slots__ = ("cid", "epoch", "state", "topic_out", "opened", "closed", "peer_closed",
                  "wants_wake", "published_seq", "last_probe", "servers", "ack_due",
-                 "hold_until", "server_id")
+                 "server_id")
 
     def __init__(self, cid: str, epoch: int, state: LinkState, topic_out: str) -> None:
         self.cid = cid
         self.epoch = epoch
         self.state = state
         self.topic_out = topic_out
-        self.link: Link | None = None  # set once the packet base has registered the channel
+        self.opened = False  # posted to the loop (channel_opened): it hears how it ends
         self.closed = False
         self.peer_closed = False
         self.wants_wake = False
@@ -74,7 +71,6 @@ class Channel:
         self.last_probe = 0.0
         self.servers: frozenset[int] = frozenset()  # client: server instances online at open
         self.ack_due = False  # the peer asked for an ack that no packet has carried yet
-        self.hold_until = 0.0  # a lone netq ACK/CREDIT waits until then for company
         self.server_id = ""  # client: the id the server announced (before its HELLO names it)
 
     @property
@@ -114,7 +110,10 @@ class ChannelTableMixin(MQTTShared):
                 window = self._windows[cid] = self._new_window()
             channel = Channel(cid, epoch, LinkState(epoch, window), f"{self._s2c}{cid}")
             self._channels[(cid, epoch)] = channel
-        channel.link = self.channel_opened(channel, f"mqtt:{cid}")
+        # Bound to the client id of its topics: the peer's HELLO must name that id (no
+        # impersonation through someone else's topics).
+        channel.opened = True
+        self.channel_opened(channel, f"mqtt:{cid}", bound_to=cid)
         return channel
 
     def _client_packet(self, header: Header, payload: Payload) -> None:
@@ -133,12 +132,11 @@ class ChannelTableMixin(MQTTShared):
         verdict, ack_now = state.receive(kind, flags, seq, ack, time.monotonic())
         if verdict is Verdict.DELIVER:
             if len(payload) > HEADER_SIZE:
-                link = channel.link
                 # A channel is registered before its first packet can arrive: a server opens
                 # it on paho's thread, which judges its packets; a client's peer answers only
                 # after the link (set once registered) has published its OPEN.
-                assert link is not None
-                self.packet_received(link, memoryview(payload)[HEADER_SIZE:])
+                assert channel.opened
+                self.packet_received(channel, memoryview(payload)[HEADER_SIZE:])
         elif verdict is Verdict.DUPLICATE:
             self.counters["duplicates"] += 1
         elif verdict is Verdict.GAP:
@@ -149,7 +147,7 @@ class ChannelTableMixin(MQTTShared):
             LOGGER.warning("netq mqtt %s: gap on link %s epoch %x: packets %d..%d never "
                            "arrived (the broker dropped them); the link restarts and netq "
                            "resends from the last acknowledged message",
-                           self.engine.purpose.value, channel.cid, channel.epoch, first, last)
+                           self._purpose.value, channel.cid, channel.epoch, first, last)
             self._end(channel, ConnectionLost(
                 self._peer(channel), f"MQTT broker dropped link packets {first}..{last}"),
                 notify=True, gap=True)
@@ -207,18 +205,15 @@ class ChannelTableMixin(MQTTShared):
             self._client.publish(channel.topic_out,
                                  channel.state.close_header(gap) + str(error).encode()[:200],
                                  qos=self._mqtt.qos)
-        if tell_base and channel.link is not None:
+        if tell_base and channel.opened:
             # A reason string comes only from the base closing the link (tell_base=False).
             assert isinstance(error, BaseException)
-            self.channel_closed(channel.link, error)
+            self.channel_closed(channel, error)
 
     def _peer(self, channel: Channel) -> Any:
-        """The peer's id for errors about this link: from its HELLO, else from the topic
-        (server) or the server's announcement (client). Never None, which would read as
-        "this communicator is closed"."""
-        link = channel.link
-        if link is not None and link.peer_id is not None:
-            return link.peer_id
+        """The peer's id for errors about this link: from the topic (server) or the server's
+        announcement (client). Never None, which would read as "this communicator is
+        closed"."""
         try:
             return uuid.UUID(channel.cid if self._is_server else channel.server_id)
         except ValueError:
@@ -245,14 +240,6 @@ class ChannelTableMixin(MQTTShared):
             state = channel.state
             if channel.closed or state.ack_sent >= state.received:
                 continue
-            link = channel.link
-            if channel.hold_until and link is not None:
-                # netq ACK/CREDIT frames are waiting for company: send them now instead of a
-                # bare link ack, their packet's header carries it (one publish, not two).
-                with link.lock:
-                    self._release_held(link)
-                if state.ack_sent >= state.received:
-                    continue
             self.counters["acks_sent"] += 1
             self._client.publish(channel.topic_out, state.ack_header(), qos=0)
 
@@ -307,4 +294,5 @@ class ChannelTableMixin(MQTTShared):
             channel.server_id = next(iter(self._servers.values()), "")
             self._current = channel
         netloc = self._options.netloc
-        channel.link = self.channel_opened(channel, f"mqtt://{netloc.host}:{netloc.port}/{self._base}")
+        channel.opened = True
+        self.channel_opened(channel, f"mqtt://{netloc.host}:{netloc.port}/{self._base}")

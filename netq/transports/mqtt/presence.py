@@ -27,10 +27,10 @@ The server ends the links of a client instance that went offline; a client opens
 while a live server is known and ends it when the server instance it opened it with goes
 offline (both long before netq's heartbeat would notice).
 
-:class:`PresenceMixin` is a part of :class:`~netq.transports.mqtt.transport.MQTTTransport`
+:class:`PresenceMixin` is a part of :class:`~netq.transports.mqtt.transport.MQTTCarrier`
 (split out by topic, not a class of its own): it uses the transport's ``_status``,
 ``_is_server``, ``_my_cid``, ``_instance``, ``_lock``, ``_channels``, ``_current``,
-``_servers``, ``engine`` and the channel table's ``_end``, ``_peer`` and ``_maybe_open`` (all
+``_servers``, ``_options`` and the channel table's ``_end``, ``_peer`` and ``_maybe_open`` (all
 declared on :class:`~netq.transports.mqtt.shared.MQTTShared`).
 """
 
@@ -85,7 +85,7 @@ class PresenceMixin(MQTTShared):
     def _announce(self, client: PahoClient) -> None:
         """Subscribed (paho's thread): our retained "online" (a hint for whoever subscribes
         later); then the server says it is live, a client asks for the live server."""
-        client.publish(self._status_topic(), f"online {self.engine.id}".encode(), qos=1,
+        client.publish(self._status_topic(), f"online {self._options.id}".encode(), qos=1,
                        retain=True)
         if self._is_server:
             self._announce_live(client)
@@ -96,7 +96,7 @@ class PresenceMixin(MQTTShared):
         """Server: "live <id>" on our status topic, never retained, so that no broker can
         replay it: whoever receives it knows this server is there now."""
         self._announced_at = time.monotonic()
-        client.publish(self._status_topic(), f"live {self.engine.id}".encode(), qos=1)
+        client.publish(self._status_topic(), f"live {self._options.id}".encode(), qos=1)
 
     def _ask(self, client: PahoClient, now: float) -> None:
         self._asked_at = now

@@ -1,10 +1,10 @@
-"""The state :class:`~netq.transports.mqtt.transport.MQTTTransport` shares with its parts.
+"""The state :class:`~netq.transports.mqtt.transport.MQTTCarrier` shares with its parts.
 
 :class:`MQTTShared` declares (annotations only, no behaviour) the attributes that
-``MQTTTransport.__init__`` sets and that :class:`~.presence.PresenceMixin` and
+``MQTTCarrier.__init__`` sets and that :class:`~.presence.PresenceMixin` and
 :class:`~.channels.ChannelTableMixin` use, and the methods one part calls on another, so that
-each part is type-checked against the whole transport. It is a :class:`PacketTransport`, so the
-parts also see the packet base's ``engine``, ``_options``, ``channel_opened``,
+each part is type-checked against the whole transport. It is a :class:`PacketCarrier`, so the
+parts also see the packet base's ``_options``, ``_purpose``, ``channel_opened``,
 ``channel_closed``, ``packet_received`` and ``wake``.
 """
 
@@ -13,11 +13,10 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ..packets import PacketTransport
+from ..packets import PacketCarrier
 
 if TYPE_CHECKING:
     from ...options import MQTTOptions
-    from ..base import Link
     from .channels import Channel
     from .link import Window
     from .paho_adapter import PahoClient
@@ -25,9 +24,9 @@ if TYPE_CHECKING:
 __all__ = ("MQTTShared",)
 
 
-class MQTTShared(PacketTransport["Channel"]):
+class MQTTShared(PacketCarrier["Channel"]):
     """Typing base of the MQTT transport's parts; every attribute is set in
-    ``MQTTTransport.__init__`` (see there for what each holds)."""
+    ``MQTTCarrier.__init__`` (see there for what each holds)."""
 
     _mqtt: MQTTOptions
     _base: str  # topic prefix <prefix>/<service>
@@ -67,5 +66,3 @@ class MQTTShared(PacketTransport["Channel"]):
 
         def _maybe_open(self) -> None: ...
 
-        # Implemented by MQTTTransport, called by ChannelTableMixin.
-        def _release_held(self, link: Link) -> None: ...

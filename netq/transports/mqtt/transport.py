@@ -1,4 +1,4 @@
-"""The MQTT transport itself: :class:`MQTTTransport`, the packet-transport hooks around the
+"""The MQTT carrier itself: :class:`MQTTCarrier`, the packet-carrier hooks around the
 channel table, the presence protocol and paho.
 
 What it holds (the rest of the subpackage, see :mod:`netq.transports.mqtt`, is split out):
@@ -10,17 +10,16 @@ What it holds (the rest of the subpackage, see :mod:`netq.transports.mqtt`, is s
   callbacks: CONNACK (read the broker's maximum packet size, subscribe), SUBACK (announce
   ourselves, ready), disconnect (every link ends, a new instance), message (status or link
   packet: hand it to the presence or channel part);
-- delayed ACKs: a publish carrying nothing but netq ACK/CREDIT frames
-  (:meth:`netq.protocol.Connection.output_is_only_acks`) waits up to ``_ACK_DELAY`` for a
-  reply to ride with it (``write_now``, ``_wait``); each publish is a broker round of its own,
-  so a request/response pair costs two publishes instead of four;
-- cutting the output into packets (``_write_packets``: the packet base's loop, but a large
-  packet goes to paho as a list of buffers, never joined) and packet size negotiation
+- delayed ACKs: the loop holds a publish carrying nothing but netq ACK/CREDIT frames up to
+  ``_ACK_DELAY`` for a reply to ride with it (``ack_hold_always``); each publish is a broker
+  round of its own, so a request/response pair costs two publishes instead of four;
+- sending a packet (``_send``: a large packet goes to paho as a list of buffers, never
+  joined) and packet size negotiation
   (``_packet_limit``): at most min(``max_size``, 1 MiB, the broker's maximum packet size minus
   the link header, the topic and ``_MQTT_OVERHEAD``);
 - the other hooks: listen (wait for the broker, or :class:`~netq.BrokerUnavailable`), start a
-  client attempt, window check, link header, publish, close, authorize (the HELLO's id must be
-  the topic's client id), stop (clear our status, stop paho);
+  client attempt, window check, link header, publish, close, stop (clear our status, stop
+  paho); a server's channels are bound to their topic's client id (the HELLO must name it);
 - :func:`link_statistics`, the link-layer counters.
 """
 
@@ -34,16 +33,18 @@ import time
 import paho.mqtt.client as paho
 
 from ...brokers import INSTALL_HINT
-from ...contract import Link
+from ...carrier import Event
 from ...exceptions import BrokerUnavailable, ConnectionLost, RemoteProtocolError
-from ..packets import PACKET_SIZE, PacketLink, PacketTransport, next_packet
+from ...options import CommunicatorOptions, Purpose
+from ...protocol.connection import Buffer
+from ..packets import PACKET_SIZE, PacketCarrier
 from . import paho_adapter
 from .channels import Channel, ChannelTableMixin
 from .link import HEADER_SIZE, Kind, Window, parse_header
 from .paho_adapter import ZERO_COPY_FROM, PahoClient, new_client
 from .presence import QUERY, PresenceMixin, new_instance
 
-__all__ = ("MQTTTransport", "link_statistics")
+__all__ = ("MQTTCarrier", "link_statistics")
 
 LOGGER = logging.getLogger("netq")
 _MQTT_OVERHEAD = 64  # fixed header, packet id, property lengths: a generous upper bound
@@ -60,17 +61,19 @@ _QUICK_DROP = 5.0  # seconds: a drop this soon after connecting, twice, is the p
 _PROTOCOL_REFUSALS = frozenset({0x01, 0x80, 0x81, 0x82, 0x84})
 
 
-class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
+class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
     """The broker-carried transport; see :mod:`netq.transports.mqtt`."""
 
-    family_name = "mqtt"
     # A lone put on an idle link is published by the calling thread (paho's publish is
     # thread-safe, and the packet goes out from that thread too, see PahoClient._write_direct):
     # one thread hop less per request than through the I/O thread.
-    direct_writes = True
+    user_threads_write = True
+    # Each publish is a broker round of its own: a lone ACK/CREDIT waits for a reply to
+    # share its publish (a request/response pair costs two publishes instead of four).
+    ack_hold = _ACK_DELAY
+    ack_hold_always = True
 
-    def __init__(self, engine) -> None:
-        options = engine.options
+    def __init__(self, options: CommunicatorOptions, purpose: Purpose) -> None:
         self._mqtt = mqtt = options.mqtt
         netloc = options.netloc
         service = netloc.path or "netq"
@@ -86,7 +89,7 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         self._s2c = f"{self._base}/s2c/"
         self._status = f"{self._base}/status/"
         self._query_topic = f"{self._base}/{QUERY}"
-        self._is_server = engine.purpose.value == "server"
+        self._is_server = purpose is Purpose.SERVER
         self._my_cid = str(options.id)
         self._lock = threading.Lock()  # channels, readiness, pending attempts
         self._channels: dict[tuple[str, int], Channel] = {}  # server: (cid, epoch) -> channel
@@ -114,7 +117,6 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         self._large_drop = 0  # the largest publish unacknowledged at the last broker drop
         self._attempt_pending = False
         self._acks_due = False
-        self._held: set = set()  # links whose lone ACK/CREDIT output waits (I/O thread)
         self._last_tick = 0.0
         self._refusing = False
         self._stopped = False
@@ -127,7 +129,7 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
                          "acks_sent": 0, "refused_ids": 0, "broker_connects": 0,
                          "broker_disconnects": 0, "invalid_packets": 0}
         self._client = self._make_client(options)
-        super().__init__(engine)
+        super().__init__(options, purpose)
         if not self._is_server:
             self._start_client()
 
@@ -178,7 +180,7 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         paho_adapter.use_mqtt311(self._client)
         LOGGER.info("netq mqtt %s: %s %s; speaking MQTT 3.1.1 instead (set "
                     "MQTTOptions(protocol_version=4) to skip trying MQTT 5)",
-                    self.engine.purpose.value, self._broker_name(), why)
+                    self._purpose.value, self._broker_name(), why)
         return True
 
     def _on_socket_open(self, client, userdata, sock) -> None:
@@ -253,7 +255,7 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
                 self._broker_problem = (f"{self._broker_name()} closed the connection "
                                         f"({reason_code}); reconnecting")
                 LOGGER.info("netq mqtt %s: broker connection lost (%s); reconnecting",
-                            self.engine.purpose.value, reason_code)
+                            self._purpose.value, reason_code)
                 self._maybe_cut_packets(largest)
             else:
                 self._large_drop = 0
@@ -285,7 +287,7 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
                    "unacknowledged; MQTT 3.1.1 does not tell the broker's packet limit, so "
                    "packets are now cut to at most %d bytes. Set MQTTOptions(max_packet_size=) "
                    "to the broker's limit (mosquitto: max_packet_size) to skip this",
-                   self.engine.purpose.value, self._broker_name(), largest, limit)
+                   self._purpose.value, self._broker_name(), largest, limit)
 
     def _carrier_tick(self) -> None:
         """paho's thread, every pass of its loop: the CONNACK deadline, presence, probes."""
@@ -328,68 +330,26 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
         else:
             self._client_packet(header, payload)
 
-    # ================================================================== PacketTransport hooks
+    # ================================================================== PacketCarrier hooks
 
-    def _wait(self, timeout: float) -> None:
-        held = self._held
-        if held:
-            # A snapshot: a user thread writing directly may add or remove a link meanwhile.
-            due = min([link.channel.hold_until for link in tuple(held)])
-            timeout = min(timeout, max(0.0, due - time.monotonic()))
-        super()._wait(timeout)  # writes every link with output; held ones write once due
+    def wait(self, timeout: float) -> list[Event]:
         if self._acks_due:
+            # Link acks the peer asked for since the last pass (each a publish of its own).
             self._flush_acks()
+        return super().wait(timeout)
 
-    def write_now(self, link: Link) -> None:
-        """Publish the link's output, except a lone ACK/CREDIT: that waits up to
-        ``_ACK_DELAY`` for a reply to ride with it (each publish is a broker round of its own;
-        a request/response pair costs two publishes instead of four)."""
-        if not isinstance(link, PacketLink):
-            raise TypeError(f"the MQTT transport was given a link it does not own: {link!r}")
-        channel: Channel = link.channel
-        if not link.closing and link.conn.output_is_only_acks(credit=True):
-            now = time.monotonic()
-            if channel.hold_until == 0.0:
-                channel.hold_until = now + _ACK_DELAY
-                self._held.add(link)
-                if not self.on_io_thread:
-                    self.wake()  # the I/O thread's wait must end by the new deadline
-                return
-            if now < channel.hold_until:
-                return
-        if channel.hold_until:
-            channel.hold_until = 0.0
-            self._held.discard(link)
-        self._write_packets(link)
-
-    def _release_held(self, link) -> None:
-        """Publish a link's held ACK/CREDIT output now (link lock held)."""
-        if link.channel.hold_until:
-            link.channel.hold_until = 0.0
-            self._held.discard(link)
-            self._write_packets(link)
-
-    def _write_packets(self, link) -> None:
-        """The packet base's cutting loop (``PacketTransport.write_now``), without its join: a
-        packet of at least ``ZERO_COPY_FROM`` bytes goes to paho as its list of buffers (link
-        header + slices of the link's output), written with one ``sendmsg``; smaller ones are
-        joined (one buffer is cheaper than an iovec list when small)."""
-        if link.dropped:
-            return
-        conn = link.conn
-        channel = link.channel
-        while conn.has_output and self._can_send(link):
-            parts, size = next_packet(conn, self._packet_limit(link))
-            parts.insert(0, self._packet_header(link, size))
-            if not channel.closed:
-                if size >= ZERO_COPY_FROM:
-                    self._client.publish_parts(channel.topic_out, parts, HEADER_SIZE + size,
-                                               self._mqtt.qos)
-                else:
-                    self._client.publish(channel.topic_out, b"".join(parts), qos=self._mqtt.qos)
-                channel.published_seq = channel.state.next_seq - 1
-            conn.sent(size)
-        link.write_blocked = conn.has_output
+    def _send(self, channel: Channel, parts: list[Buffer], size: int) -> None:
+        """One packet: at least ``ZERO_COPY_FROM`` bytes go to paho as a list of buffers
+        (link header + slices of the link's output), written with one ``sendmsg``; smaller
+        ones are joined (one buffer is cheaper than an iovec list when small)."""
+        parts.insert(0, self._packet_header(channel, size))
+        if not channel.closed:
+            if size >= ZERO_COPY_FROM:
+                self._client.publish_parts(channel.topic_out, parts, HEADER_SIZE + size,
+                                           self._mqtt.qos)
+            else:
+                self._client.publish(channel.topic_out, b"".join(parts), qos=self._mqtt.qos)
+            channel.published_seq = channel.state.next_seq - 1
 
     def _listen(self) -> None:
         netloc = self._options.netloc
@@ -412,8 +372,7 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
             self._attempt_pending = True
         self._maybe_open()
 
-    def _can_send(self, link) -> bool:
-        channel = link.channel
+    def _can_send(self, channel: Channel) -> bool:
         if channel.state.can_send():
             return True
         channel.wants_wake = True
@@ -422,37 +381,21 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
             return True
         return False
 
-    def _packet_limit(self, link) -> int:
-        limit = min(PACKET_SIZE, self.engine.options.connection.max_size)
+    def _packet_limit(self, channel: Channel) -> int:
+        limit = min(PACKET_SIZE, self._options.connection.max_size)
         broker = self._mqtt.max_packet_size or self._broker_max_packet \
             or self._learned_max_packet
         if broker:
-            room = broker - HEADER_SIZE - len(link.channel.topic_out) - _MQTT_OVERHEAD
+            room = broker - HEADER_SIZE - len(channel.topic_out) - _MQTT_OVERHEAD
             limit = min(limit, max(room, 1024))
         return limit
 
-    def _packet_header(self, link, size: int) -> bytes:
-        channel = link.channel
+    def _packet_header(self, channel: Channel, size: int) -> bytes:
         kind = _OPEN if not self._is_server and channel.state.next_seq == 1 else _DATA
         return channel.state.header(kind, size)
 
-    def _close_channel(self, link) -> None:
-        # A lone ACK held back on this link will never be written: forget its deadline, or
-        # _wait() keeps waking for it (at once, once it has passed) for ever.
-        self._held.discard(link)
-        channel = link.channel
+    def _close_channel(self, channel: Channel) -> None:
         self._end(channel, "closed", notify=not channel.peer_closed, tell_base=False)
-
-    def _authorize(self, link: Link, peer_id: object) -> bool:
-        if not self._is_server:
-            return True
-        channel: Channel = self._packet_link(link).channel
-        if str(peer_id) == channel.cid:
-            return True
-        self.counters["refused_ids"] += 1
-        LOGGER.warning("netq mqtt: refused a link on the topic of client %s whose HELLO claims "
-                       "id %s", channel.cid, peer_id)
-        return False
 
     def _stop_listening(self) -> None:
         self._refusing = True
@@ -469,12 +412,12 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
 
     # ================================================================== introspection
 
-    def connect_target(self) -> str:
+    def _target(self) -> str:
         """Client: where our server is looked for (the broker and the topics), for messages."""
         netloc = self._options.netloc
         return f"mqtt://{netloc.host}:{netloc.port}/{self._base}"
 
-    def connect_state(self) -> str | None:
+    def explain(self) -> str | None:
         """Client: why no link is up, in the transport's terms: no broker, a broker that
         refuses us or our protocol, or a broker with no live server on our topics."""
         if self._is_server:
@@ -498,7 +441,7 @@ class MQTTTransport(PresenceMixin, ChannelTableMixin, PacketTransport):
 
 def link_statistics(communicator) -> dict:
     """The MQTT link-layer counters of a ``Protocol.MQTT`` communicator."""
-    transport = communicator.transport
-    if not isinstance(transport, MQTTTransport):
+    carrier = getattr(communicator.transport, "carrier", None)
+    if not isinstance(carrier, MQTTCarrier):
         raise TypeError("not an MQTT communicator")
-    return transport.link_statistics()
+    return carrier.link_statistics()

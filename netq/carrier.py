@@ -1,0 +1,158 @@
+"""The carrier interface: what a transport is to the loop that drives it.
+
+A carrier moves bytes and nothing else. It knows sockets, broker topics or gRPC streams; it
+does not know links, sessions, credit, the engine or the queue API, and it never calls them.
+The loop (:class:`netq.loop.IOLoop`, on the engine's side) calls the carrier; the carrier
+answers with return values and with the events :meth:`Carrier.wait` hands back. Control runs
+one way.
+
+A carrier has eight members::
+
+    info                    what the loop may do with it (fixed once constructed)
+    admit(on)               client: start one attempt to reach the server (on) or give up the
+                            one under way (off); server: stop taking newcomers (off)
+    wait(timeout)           wait up to timeout s for something to happen; the events
+    read_into(ch, buffer)   bytes read into buffer (0: the peer ended the stream)
+    write(ch, buffers)      bytes taken from the front of buffers (0: none now)
+    wake()                  any thread: end a wait() under way (or the next one) at once
+    close(ch)               release one channel; close(None): everything, at the end
+    explain()               client: what stands between us and the server now, if known
+
+A *channel* is the carrier's handle of one link (a socket, an MQTT topic pair, a gRPC stream).
+The loop treats it as opaque: it keeps the link that goes with it, and hands it back.
+
+Events (``(kind, channel, value)`` tuples, read by the loop in order):
+
+=============  ===========  =======================================================
+kind           channel      value
+=============  ===========  =======================================================
+``READABLE``   the channel  None: call ``read_into`` until it raises BlockingIOError
+``WRITABLE``   the channel  None: ``write`` may take bytes again
+``READABLE | WRITABLE``     both at once (one readiness report of a socket)
+``OPENED``     a new one    :class:`Opened`: its address, and the peer it is bound to
+``DATA``       the channel  a packet's bytes, in order (packet carriers, no read_into)
+``CLOSED``     the channel  why it ended (an exception), or None: the peer's clean end
+``FAILED``     None         client: why the attempt failed (a sentence)
+=============  ===========  =======================================================
+
+Errors: ``read_into`` and ``write`` raise :class:`BlockingIOError` when the channel has
+nothing or no room now, and :class:`OSError` or a :class:`netq.exceptions.NetqError` when it
+broke (an :class:`~netq.exceptions.AuthenticationError` when retrying cannot help: an
+untrusted certificate). A carrier whose ``write`` took fewer bytes than offered reports
+``WRITABLE`` once it has room again.
+
+Threads: ``wait``, ``read_into``, ``admit`` and ``close`` are called by the thread that runs
+the loop (with ``info.any_thread_waits``, a blocked ``get()`` may be that thread for a while:
+one at a time). ``write`` too, and from user threads when ``info.user_threads_write``.
+``wake`` from any thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeAlias, TypeVar
+
+from .options import CommunicatorOptions, Purpose
+from .protocol.connection import Buffer
+
+__all__ = ("Address", "Carrier", "CarrierFactory", "CarrierInfo", "Event", "Opened",
+           "READABLE", "WRITABLE", "OPENED", "DATA", "CLOSED", "FAILED", "cut")
+
+Address: TypeAlias = "tuple[str, int] | tuple[str, int, int, int] | str | None"
+"""Where a carrier listens or connects, in its own terms: ``(host, port)`` (TCP over IPv4,
+gRPC), ``(host, port, flowinfo, scope_id)`` (TCP over IPv6), a path (Unix socket, gRPC over a
+Unix socket), an ``mqtt://host:port/base`` URL (MQTT), or None (a client, which listens nowhere).
+"""
+
+READABLE = 1
+WRITABLE = 2
+OPENED = 4
+DATA = 8
+CLOSED = 16
+FAILED = 32
+
+ChannelT = TypeVar("ChannelT")
+
+Event: TypeAlias = "tuple[int, object, object]"
+"""``(kind, channel, value)``: see the table in this module's docstring."""
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """An ``OPENED`` event's value: where the channel leads, and whom it is bound to."""
+
+    address: object  # the peer's address, in the carrier's terms (for messages)
+    # The peer id (a UUID's text) this channel may carry, when the carrier ties channels to
+    # peers (MQTT: a client's topics); the peer's HELLO must then name it. None: any peer.
+    bound_to: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CarrierInfo:
+    """What the loop may do with a carrier. Fixed once the carrier is constructed."""
+
+    address: Address  # where a server listens (the bound address: useful with port 0)
+    target: str  # client: where attempts go, in words (for messages)
+    any_thread_waits: bool = False  # a blocked get() may call wait() itself (one at a time)
+    user_threads_write: bool = False  # write() may be called from a user's thread
+    # Seconds an attempt may take before the loop gives it up (admit(False)) and retries;
+    # None: the carrier bounds its own attempts and reports FAILED itself.
+    attempt_limit: float | None = None
+    # Delayed acknowledgement: seconds output of nothing but ACK frames may wait for a reply
+    # to carry it. While a get() waits for what they acknowledge only, or (ack_hold_always,
+    # for carriers where each write is a broker round of its own) always, CREDIT frames too.
+    ack_hold: float = 0.0
+    ack_hold_always: bool = False
+
+
+class Carrier(Protocol[ChannelT]):
+    """A transport's carrier: see the module docstring for the rules."""
+
+    info: CarrierInfo
+
+    def admit(self, on: bool) -> None:
+        """Client: start one attempt (on; it ends in ``OPENED`` or ``FAILED``) or abandon
+        the one under way (off). Server: stop taking newcomers (off). Idempotent."""
+
+    def wait(self, timeout: float) -> Sequence[tuple[int, ChannelT | None, object]]:
+        """Wait up to ``timeout`` seconds for events; what happened (maybe nothing)."""
+
+    def read_into(self, channel: ChannelT, buffer: memoryview) -> int:
+        """Bytes read into ``buffer``; 0 at the end of the stream; BlockingIOError: none now."""
+
+    def write(self, channel: ChannelT, buffers: list[Buffer]) -> int:
+        """Bytes taken from the front of ``buffers`` (0: no room now; WRITABLE follows)."""
+
+    def wake(self) -> None:
+        """Any thread: end the wait() under way, or the next one, at once."""
+
+    def close(self, channel: ChannelT | None) -> None:
+        """Release ``channel`` (no event about it follows), or everything (None, once)."""
+
+    def explain(self) -> str | None:
+        """Client: what stands between us and the server, when the carrier knows more than
+        the last failed attempt said (a broker in between, say); None otherwise."""
+
+
+CarrierFactory = Callable[[CommunicatorOptions, Purpose], Carrier[object]]
+"""A carrier class, called with the options and purpose (what :func:`netq.transports.lookup`
+returns). A server's carrier binds in its constructor, so that a taken port raises there."""
+
+
+def cut(buffers: list[Buffer], limit: int) -> tuple[list[Buffer], int]:
+    """The front of ``buffers`` up to ``limit`` bytes, without copying: the buffers (the last
+    one cut) and their total size. For carriers that move bytes in packets."""
+    parts: list[Buffer] = []
+    size = 0
+    for buffer in buffers:
+        length = len(buffer)
+        if size + length > limit:
+            parts.append(memoryview(buffer)[: limit - size])
+            size = limit
+            break
+        parts.append(buffer)
+        size += length
+        if size == limit:
+            break
+    return parts, size

@@ -1,6 +1,6 @@
 """Ctrl-C while a ``get()`` on the main thread runs the I/O loop: deferred to a safe point.
 
-A blocked ``get()`` may run the loop itself (leader/followers, ``Transport.lead``). On the main
+A blocked ``get()`` may run the loop itself (leader/followers, ``IOLoop.lead``). On the main
 thread, Python raises ``KeyboardInterrupt`` wherever that thread is when the user presses
 Ctrl-C (or a notebook kernel is interrupted): inside a turn of the loop, between a ``recv``
 and the parse that accounts for its bytes, or between counting a message as received and

@@ -86,12 +86,12 @@ class Inbox(Protocol):
 
 
 class LinkIO:
-    """The transport's part of a link: its protocol state and its write/close state.
+    """The loop's part of a link: its protocol state and its write/close state.
 
-    The carrier itself (socket, topic pair, stream) lives in the transport's subclass of
-    :class:`Link`, typed as that transport's own class. ``conn`` is the sans-I/O
-    :class:`netq.protocol.Connection`, written under :attr:`Link.lock`. Only the transport
-    writes these fields; the engine reads ``conn``, ``error``, ``closing`` and
+    ``channel`` is the carrier's handle of the link (a socket, a topic pair, a stream:
+    :mod:`netq.carrier`), opaque to the loop, which hands it back to the carrier. ``conn`` is
+    the sans-I/O :class:`netq.protocol.Connection`, written under :attr:`Link.lock`. Only the
+    loop writes these fields; the engine reads ``conn``, ``error``, ``closing`` and
     ``write_blocked``, and sets ``error``/``replaced`` when a frame tells why a link ends.
     """
 
@@ -103,7 +103,7 @@ class LinkIO:
         self.channel = channel  # the carrier's handle (netq.carrier), opaque to the loop
         self.own_lock = threading.RLock()
         self.error: BaseException | None = None  # why the link ended (or is ending)
-        self.closing = False  # flushing its last frames (Transport.close_link)
+        self.closing = False  # flushing its last frames (LinkDriver.close_link)
         self.close_deadline = 0.0  # monotonic time by which a closing link is dropped
         self.write_blocked = False  # the carrier took less than all the output
         self.replaced = False  # a newer link of the same peer took over (no reconnect)
@@ -153,7 +153,7 @@ class Link(LinkIO):
 
 
 class EngineAPI(Protocol):
-    """What a transport may call on its engine (and nothing else)."""
+    """What the loop may call on its engine (and nothing else)."""
 
     options: CommunicatorOptions
     purpose: Purpose
@@ -218,7 +218,8 @@ class EngineAPI(Protocol):
 
 
 class TransportAPI(Protocol):
-    """What the engine may call on its transport (and nothing else)."""
+    """What the engine may call on its loop (and nothing else): :class:`netq.loop.IOLoop`, or
+    the in-memory stand-in of the engine tests."""
 
     direct_writes: bool  # a user thread may write on an idle link itself
     caller_leads: bool  # a blocked get() may run the loop itself (lead())
@@ -265,4 +266,5 @@ class TransportAPI(Protocol):
 
 
 TransportFactory = Callable[[EngineAPI], TransportAPI]
-"""A transport class, called with its engine (what :func:`netq.transports.lookup` returns)."""
+"""What builds an engine's loop, called with the engine (:func:`netq.loop.carrier_loop` makes
+one from a carrier class)."""

@@ -142,7 +142,7 @@ class SessionEngine:
         return self._inbox.consumer_sleeping
 
     def consumer_asleep(self) -> None:
-        """A get() went to sleep: a loop parked for callers must run again (Transport.lead)."""
+        """A get() went to sleep: a loop parked for callers must run again (IOLoop.lead)."""
         self.transport.unpark()
 
     def start(self) -> None:

@@ -4,7 +4,7 @@
 on the I/O thread (the :class:`netq.contract.Inbox` methods: ``deliver``, ``wake_all``,
 ``consumer_waiting``, ``consumer_sleeping``); a ``get()`` takes the next one, fairly across
 peers, and while it waits it may run the I/O loop itself (leader/followers,
-``Transport.lead``), spin briefly, or sleep on a condition the engine notifies. A message
+``IOLoop.lead``), spin briefly, or sleep on a condition the engine notifies. A message
 taken is lent by the receive budget until the next ``get()`` (netq.credit.ReceiveBudget.lend);
 one given back after a failed ``get()`` counts as held again. The communicator opens
 (deserializes) what it takes, on the caller's thread.
@@ -62,7 +62,7 @@ class Inboxes:
         self._engine = engine
         self._budget: ReceiveBudget = engine.budget
         transport: TransportAPI = engine.transport
-        # A blocked get() may run the I/O loop itself (leader/followers; Transport.lead).
+        # A blocked get() may run the I/O loop itself (leader/followers; IOLoop.lead).
         self._caller_leads: bool = transport.caller_leads
         self._lead = transport.lead
         self._wake_io = transport.wake  # settling what get() lent scheduled credit to send

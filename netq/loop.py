@@ -1,14 +1,15 @@
-"""The one loop: readiness, reading and writing links, reconnects, closing. Engine side.
+"""The one loop: when the links are read and written, reconnects, closing. Engine side.
 
-Each communicator has one :class:`IOLoop`. It owns the I/O thread, the links and every
-decision about them; its carrier (:mod:`netq.carrier`: sockets, MQTT, gRPC) only moves bytes
-and reports what happened. Each turn::
+Each communicator has one :class:`IOLoop`. It owns the I/O thread, and the links through its
+:class:`netq.link_driver.LinkDriver` (what happens to one link: read, write, hold an ACK,
+end); its carrier (:mod:`netq.carrier`: sockets, MQTT, gRPC) only moves bytes and reports what
+happened. Each turn::
 
     engine.service()        pump queued messages, grant credit, heartbeats, timers
     carrier.wait(timeout)   until something happens, a wake-up, or the next timer
-    for each event          read (read_into -> Connection.receive_done -> engine.handle_events
-                            -> inbox), write (Connection.outgoing -> carrier.write), open or
-                            drop a link, count a failed attempt
+    for each event          the driver reads (read_into -> Connection.receive_done ->
+                            engine.handle_events -> inbox) or writes (Connection.outgoing ->
+                            carrier.write); a link opens or ends; an attempt failed
     reconnect when due, give up an attempt that takes too long, drop flushed closing links
 
 The engine calls the loop through :class:`netq.contract.TransportAPI` (``write_now``,
@@ -26,7 +27,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable
 
 from ._interrupts import LoopTurns
@@ -35,26 +35,20 @@ from .carrier import (
     DATA,
     FAILED,
     OPENED,
-    READABLE,
-    WRITABLE,
     Address,
     Carrier,
     CarrierFactory,
     Opened,
 )
 from .contract import EngineAPI, Link, TransportAPI
-from .exceptions import AuthenticationError, ConnectionLost, NetqError, RemoteProtocolError
+from .link_driver import LinkDriver
 from .options import Purpose
-from .protocol import ConnectionState, Event
 
-__all__ = ("IOLoop", "CLOSE_FLUSH_LIMIT", "carrier_loop")
+__all__ = ("IOLoop", "carrier_loop")
 
-CLOSE_FLUSH_LIMIT = 1.0  # seconds a closing link may take to flush its last frames
 PARK_LIMIT = 0.001  # seconds the parked I/O thread leaves the loop to callers between checks
 PARK_MAX = 0.004  # ... growing to this while every look finds callers leading and nothing due
 LEAD_SLICE = 0.05  # seconds of a caller-led wait for I/O between looks at its own state
-READS_PER_EVENT = 32  # read_into calls per readable event before serving other links
-LEAD_BELOW = 256 * 1024  # bytes handed to a waiting get() below which callers may lead the loop
 
 
 def carrier_loop(carrier_class: CarrierFactory) -> Callable[[EngineAPI], TransportAPI]:
@@ -79,10 +73,14 @@ class IOLoop:
         self.info = info
         self.direct_writes = info.user_threads_write
         self.caller_leads = info.any_thread_waits
-        self._links: dict[object, Link] = {}  # channel -> its link
-        self._bound: dict[Link, str] = {}  # links whose channel is bound to one peer id
-        self._closing_links: set[Link] = set()  # links flushing their last frames (close_link)
-        self._held: set[Link] = set()  # links whose ACK frames wait for a reply (ack_hold)
+        # The links and what happens to each (netq.link_driver); the engine's calls about one
+        # link go straight to it.
+        driver = self._driver = LinkDriver(engine, self.carrier, leading=self._leading,
+                                           wake=self.wake, dropped=self._link_dropped)
+        self.write_now = driver.write_now
+        self.close_link = driver.close_link
+        self.links = driver.links
+        self.authorize = driver.authorize
         self._aborted = False
         self._idle = False  # the loop is (about to be) waiting: wake() must reach the carrier
         self._reconnect_at: float | None = None
@@ -94,7 +92,6 @@ class IOLoop:
         self._lead = threading.Lock()
         self._park = threading.Condition(threading.Lock())
         self._parked = False
-        self._handed_off = False  # this turn read data while a get() was waiting for it
         self._caller_rounds = 0  # times a caller led the loop
         # When the loop must next turn even without I/O (timers, reconnect, closing links),
         # as the latest turn computed it: a parked I/O thread looks at it, not at the loop.
@@ -141,20 +138,12 @@ class IOLoop:
             with self._park:
                 self._park.notify()
 
-    def links(self) -> list[Link]:
-        return [link for link in self._links.values() if not link.dropped]
-
-    def authorize(self, link: Link, peer_id: uuid.UUID) -> bool:
-        bound = self._bound.get(link)
-        return bound is None or bound == str(peer_id)
-
     @property
     def caller_led_turns(self) -> int:
         """How many times a blocked get() ran the loop on its own thread (leader/followers)."""
         return self._caller_rounds
 
-    @property
-    def on_io_thread(self) -> bool:
+    def _leading(self) -> bool:
         """True on the thread that leads the loop now (the I/O thread, or a caller's get())."""
         return threading.get_ident() == self._leader_ident
 
@@ -169,10 +158,10 @@ class IOLoop:
             while not self._aborted:
                 with self._lead:
                     self._leader_ident = self._io_ident
-                    self._handed_off = False
+                    self._driver.handed_off = False
                     if self._step(None):
                         break
-                    park = self._handed_off and self.caller_leads
+                    park = self._driver.handed_off and self.caller_leads
                 if park:
                     self._park_for_callers()
         except BaseException as error:  # noqa: BLE001 - must reach futures and get()
@@ -195,14 +184,16 @@ class IOLoop:
         if engine.stopping:
             if self._stop_step():
                 return True
-            timeout = min(timeout, engine.goodbye_wait(now, bool(self._links)))
+            timeout = min(timeout, engine.goodbye_wait(now, bool(self._driver.by_channel)))
         if self._reconnect_at is not None:
             timeout = min(timeout, max(0.0, self._reconnect_at - now))
-        if self._closing_links:
-            for link in list(self._closing_links):
+        driver = self._driver
+        if driver.closing:
+            for link in list(driver.closing):
                 timeout = min(timeout, max(0.0, link.close_deadline - now))
         if self._attempt_since is not None and self.info.attempt_limit is not None:
             timeout = min(timeout, max(0.0, self._attempt_since + self.info.attempt_limit - now))
+        driver.changed = False
         self._due_at = now + timeout
         if cap is not None:
             timeout = min(timeout, cap)
@@ -218,16 +209,17 @@ class IOLoop:
             self._reconnect_at = None
             self._connect()
         self._check_attempt(now)
-        if self._closing_links:
-            for link in list(self._closing_links):
+        if driver.closing:
+            for link in list(driver.closing):
                 if not link.conn.has_output or now >= link.close_deadline:
-                    self._drop(link)
+                    driver.drop(link)
         return False
 
     def _wait(self, timeout: float) -> None:
         """Wait for the carrier's events (at most ``timeout`` s) and act on each."""
-        if self._held:
-            timeout = min(timeout, self._release_holds())
+        driver = self._driver
+        if driver.held:
+            timeout = min(timeout, driver.release_holds())
         turns = self._turns
         if turns.active:  # the main thread leads: a Ctrl-C may interrupt the wait at once
             turns.waiting()
@@ -237,16 +229,16 @@ class IOLoop:
                 turns.working()
         else:
             events = self.carrier.wait(timeout)
-        links = self._links
+        links = driver.by_channel
         for kind, channel, value in events:
             if kind <= 3:  # READABLE and/or WRITABLE
                 link = links.get(channel)
                 if link is not None:
-                    self._service(link, kind)
+                    driver.service(link, kind)
             elif kind is DATA:
                 link = links.get(channel)
                 if link is not None and not link.dropped:
-                    self._data(link, value)
+                    driver.data(link, value)
             elif kind is OPENED:
                 assert isinstance(value, Opened)
                 self._open(channel, value)
@@ -254,8 +246,8 @@ class IOLoop:
                 link = links.get(channel)
                 if link is not None and not link.dropped:
                     if isinstance(value, BaseException) and link.error is None:
-                        link.error = self._blamed(link, value)
-                    self._end_of_stream(link)
+                        link.error = driver.blamed(link, value)
+                    driver.end_of_stream(link)
             elif kind is FAILED:
                 self._attempt_failed(str(value) if value is not None else "the attempt failed")
 
@@ -308,12 +300,7 @@ class IOLoop:
 
     def _overdue(self, now: float) -> bool:
         """Is something due that no caller's turn has done: a timer, or a held ACK?"""
-        if now >= self._due_at:
-            return True
-        for link in list(self._held):
-            if link.ack_hold_until <= now:
-                return True
-        return False
+        return now >= self._due_at or self._driver.changed or self._driver.overdue_hold(now)
 
     def lead(self, timeout: float | None, ready: Callable[[], object]) -> bool:
         """A blocked ``get()`` runs the loop on its own thread until ``ready()`` or timeout.
@@ -367,8 +354,8 @@ class IOLoop:
         return done and not self.links()
 
     def _shutdown(self) -> None:
-        for link in list(self._links.values()):
-            self._drop(link)
+        for link in list(self._driver.by_channel.values()):
+            self._driver.drop(link)
         if self._server:
             self.carrier.admit(False)
         else:
@@ -415,7 +402,7 @@ class IOLoop:
         self._due_at = 0.0
         self._backoff = min(self._backoff * 2, self._options.connection.reconnect_max)
 
-    # ----------------------------------------------------------------- links
+    # ----------------------------------------------------------------- links come and go
 
     def _open(self, channel: object, opened: Opened) -> None:
         engine = self.engine
@@ -426,237 +413,13 @@ class IOLoop:
             refuse = not engine.wants_connection()
         if refuse:
             self.carrier.close(channel)
-            return
-        link = Link(engine.new_connection(), opened.address, channel)
-        self._links[channel] = link
-        if opened.bound_to is not None:
-            self._bound[link] = opened.bound_to
-        with link.lock:
-            self.write_now(link)  # the HELLO
-
-    def _service(self, link: Link, mask: int) -> None:
-        """A link's channel is readable and/or writable: read, then write or hold."""
-        if link.dropped:
-            return
-        engine = self.engine
-        # Looked at before reading: the message read now is what a blocked get() waited for.
-        consumer_waiting = engine.consumer_waiting
-        with link.lock:
-            if mask & WRITABLE:
-                self._write(link)
-            if mask & READABLE and not link.dropped:
-                session = link.session
-                if consumer_waiting and session is not None:
-                    messages, size = session.received_messages, session.received_bytes
-                    self._read(link)
-                    if session.received_messages > messages \
-                            and session.received_bytes - size < LEAD_BELOW:
-                        # Small messages handed to a waiting get(): it may lead the loop from
-                        # now on. Large ones keep the I/O thread reading the next while the
-                        # caller takes this one (reading and consuming overlap).
-                        self._handed_off = True
-                else:
-                    self._read(link)
-            if not link.dropped and link.conn.bytes_queued:
-                self._write_or_hold(link, consumer_waiting)
-        engine.after_io(link)
-
-    def _read(self, link: Link) -> None:
-        """Read a link until drained, or until its share of this turn is read."""
-        conn = link.conn
-        read_into = self.carrier.read_into
-        channel = link.channel
-        for _ in range(READS_PER_EVENT):
-            buffer = conn.receive_buffer()
-            try:
-                count = read_into(channel, buffer)
-            except (BlockingIOError, InterruptedError):
-                return
-            except (OSError, NetqError) as error:
-                if link.error is None:
-                    link.error = self._blamed(link, error) if isinstance(error, NetqError) \
-                        else ConnectionLost(link.peer_id, f"receive failed: {error}")
-                self._drop(link)
-                return
-            if count == 0:
-                self._end_of_stream(link)
-                return
-            link.last_received_at = time.monotonic()
-            if not self._received(link, conn.receive_done(count)):
-                return
-            if count < len(buffer):
-                # Drained. (A large direct read keeps going: more of the body is usually on
-                # its way, and another read is cheaper than a round through wait().)
-                return
-
-    def _data(self, link: Link, data: object) -> None:
-        """A packet of the link's byte stream (packet carriers)."""
-        link.last_received_at = time.monotonic()
-        consumer_waiting = self.engine.consumer_waiting
-        with link.lock:
-            conn = link.conn
-            if not self._received(link, conn.receive_data(data)):  # type: ignore[arg-type]
-                return
-            if conn.bytes_queued:
-                self._write_or_hold(link, consumer_waiting)
-        self.engine.after_io(link)
-
-    def _received(self, link: Link, events: list[Event]) -> bool:
-        """Hand the events of bytes just received to the engine (link lock held).
-
-        False when the link ended meanwhile: dropped, or closed by the peer (then its last
-        output is flushed and it is closed).
-        """
-        if events:
-            self.engine.handle_events(link, events)
-        if link.dropped:
-            return False
-        if link.conn.state is ConnectionState.CLOSED:
-            if link.error is None:
-                link.error = RemoteProtocolError("the peer ended the link")
-            self.close_link(link, flush=True)
-            return False
-        return True
-
-    @staticmethod
-    def _blamed(link: Link, error: BaseException) -> BaseException:
-        """A carrier's error about a link, naming the link's peer (carriers know channels,
-        not the peers the handshake named)."""
-        if isinstance(error, ConnectionLost) and error.peer is None and link.peer_id is not None:
-            return ConnectionLost(link.peer_id, error.reason)
-        return error
-
-    def _end_of_stream(self, link: Link) -> None:
-        """The peer's end of the stream: what it completes goes to the engine, then the link
-        is dropped."""
-        with link.lock:
-            events = link.conn.receive_eof()
-            if events:
-                self.engine.handle_events(link, events)
-        self._drop(link)
-
-    # ----------------------------------------------------------------- writing
-
-    def _write_or_hold(self, link: Link, consumer_waiting: bool) -> None:
-        """After a read queued output: write it, unless it is only ACK frames that a reply
-        is about to carry (link lock held).
-
-        Delayed acknowledgement: someone was blocked in get() for the message they
-        acknowledge and usually replies at once; the reply's write then carries them (one
-        write and one read fewer each way, and the peer's next read finds the reply instead
-        of a lone ACK). Never longer than ``info.ack_hold``, and only while nothing but ACK
-        frames is queued: a CREDIT frame may be what a sender waits for, so it goes at once.
-        """
-        if consumer_waiting and link.direct_ok and self.info.ack_hold \
-                and link.conn.output_is_only_acks():
-            self._hold(link)
         else:
-            self.write_now(link)
+            self._driver.open(channel, opened)
 
-    def _hold(self, link: Link) -> None:
-        if not link.ack_hold_until:
-            link.ack_hold_until = time.monotonic() + self.info.ack_hold
-            self._held.add(link)
-
-    def _release_holds(self) -> float:
-        """Write the held ACKs that are due (I/O thread); seconds until the next is due."""
-        now = time.monotonic()
-        wait = self.info.ack_hold
-        credit = self.info.ack_hold_always
-        for link in list(self._held):
-            due = link.ack_hold_until - now
-            if due > 0 and not link.dropped and link.conn.output_is_only_acks(credit=credit):
-                wait = min(wait, due)
-                continue
-            self._held.discard(link)
-            link.ack_hold_until = 0.0
-            if not link.dropped and link.conn.has_output:
-                with link.lock:
-                    self._write(link)
-        return wait
-
-    def write_now(self, link: Link) -> None:
-        """Write the link's queued output as far as the carrier takes it (link lock held).
-
-        Where each write is a broker round of its own (``info.ack_hold_always``), output of
-        nothing but ACK/CREDIT frames first waits up to ``info.ack_hold`` for company.
-        """
-        if self.info.ack_hold_always and not link.closing \
-                and link.conn.output_is_only_acks(credit=True):
-            if not link.ack_hold_until:
-                self._hold(link)
-                if not self.on_io_thread:
-                    self.wake()  # the loop's wait must end by the new deadline
-                return
-            if time.monotonic() < link.ack_hold_until:
-                return
-        self._write(link)
-
-    def _write(self, link: Link) -> None:
-        if link.dropped:
-            return
-        conn = link.conn
-        channel = link.channel
-        write = self.carrier.write
-        blocked = conn.bytes_queued > 0
-        while blocked:
-            try:
-                sent = write(channel, conn.outgoing())
-            except (BlockingIOError, InterruptedError):
-                break
-            except (OSError, NetqError) as error:
-                if link.error is None:
-                    link.error = error if isinstance(error, AuthenticationError) else \
-                        ConnectionLost(link.peer_id, f"send failed: {error}")
-                link.write_blocked = True
-                if self.on_io_thread:
-                    self._drop(link)
-                return
-            if not sent:
-                break
-            blocked = conn.sent(sent)
-        if link.ack_hold_until and not blocked:
-            link.ack_hold_until = 0.0  # the held ACKs left with this write
-            self._held.discard(link)
-        link.write_blocked = blocked
-
-    # ----------------------------------------------------------------- ending links
-
-    def close_link(self, link: Link, flush: bool) -> None:
-        if link.dropped:
-            return
-        if flush and link.conn.has_output:
-            if not link.closing:
-                link.closing = True
-                link.close_deadline = time.monotonic() + CLOSE_FLUSH_LIMIT
-                self._closing_links.add(link)
-                self._due_at = 0.0
-            with link.lock:
-                self._write(link)
-            if not link.conn.has_output and self.on_io_thread:
-                self._drop(link)
-            return
-        if self.on_io_thread:
-            self._drop(link)
-        else:
-            link.closing = True
-            link.close_deadline = 0.0
-            self._closing_links.add(link)
-            self._due_at = 0.0
-            self.wake()
-
-    def _drop(self, link: Link) -> None:
-        if link.dropped:
-            return
-        link.dropped = True
-        self._due_at = 0.0  # the engine's timers change: the next look runs a turn
-        self._links.pop(link.channel, None)
-        self._bound.pop(link, None)
-        self._closing_links.discard(link)
-        self._held.discard(link)
-        self.carrier.close(link.channel)
-        with link.lock:
-            self.engine.link_closed(link)
+    def _link_dropped(self, link: Link) -> None:
+        """A client whose link ended reconnects (after a backoff), unless a newer link of the
+        same peer replaced it."""
+        self._due_at = 0.0
         if not self._server and not link.replaced:
             if link.session is not None:
                 self._backoff = self._options.connection.reconnect_min

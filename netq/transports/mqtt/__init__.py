@@ -31,8 +31,8 @@ Threads: paho's network thread (``loop_start``) only parses link headers and pos
 the link's Connection on its I/O thread. The loop's ``write`` calls (its I/O thread, or a
 user's thread for a lone put on an idle link: ``user_threads_write``) cut the output into
 packets and publish them (``_send``); paho writes a publish on the calling thread when the
-socket takes it (plain sockets), else on its own thread. A requested link ack goes out when
-the loop next waits (``_flush_acks``), alone, unless a packet published meanwhile carried it.
+socket takes it (plain sockets), else on its own thread. A requested link ack rides on the
+next packet published, else goes alone 2 ms after it was asked for (``_flush_acks``).
 The loop holds a lone netq ACK/CREDIT up to 1 ms for a reply to share its publish
 (``ack_hold_always``). Probes and CLOSE answers to stale epochs are published from paho's
 thread (its ``loop_misc`` is the probe timer). paho's thread is stopped and joined in

@@ -11,8 +11,8 @@ is an OPEN with seq 1 (at most ``_MAX_PENDING_EPOCHS`` per client id, so OPEN fl
 bounded), else earns a rate-limited CLOSE answer. A known channel's packets go through
 ``LinkState.receive``: in-order bodies go to the engine, duplicates are counted, a gap or an
 invalid ack ends the link (and tells the peer), a CLOSE ends it quietly. A requested link ack
-goes out from the I/O thread after its next pass (:meth:`ChannelTableMixin._flush_acks`),
-unless a packet already carried it.
+goes out from the loop's thread a moment later (:meth:`ChannelTableMixin._flush_acks`), unless
+a packet carried it meanwhile.
 
 The probe timer (:meth:`ChannelTableMixin._tick`, on paho's thread through
 :class:`~netq.transports.mqtt.paho_adapter.PahoClient`'s ``loop_misc``) probes links whose acks
@@ -46,6 +46,9 @@ _TICK = 0.25  # seconds between probe checks on paho's thread (it passes at leas
 _MAX_PENDING_EPOCHS = 4  # links per client id not yet authenticated (bounds OPEN floods)
 _CLOSE_REPLY_INTERVAL = 0.5  # seconds between CLOSE answers to one stale epoch
 _OPEN = int(Kind.OPEN)
+# Seconds a requested link ack waits for a packet to carry it before it is published alone:
+# longer than the loop holds a lone netq ACK (MQTTCarrier.ack_hold), which such a packet brings.
+_LINK_ACK_DELAY = 0.002
 
 Header = tuple[int, int, int, int, int]  # (kind, flags, epoch, seq, ack), see link.parse_header
 Payload = bytes | memoryview  # a large publish arrives as a view of paho's buffer (zero-copy)
@@ -70,7 +73,8 @@ class Channel:
         self.published_seq = 0  # highest seq handed to paho (probes never name more)
         self.last_probe = 0.0
         self.servers: frozenset[int] = frozenset()  # client: server instances online at open
-        self.ack_due = False  # the peer asked for an ack that no packet has carried yet
+        # When the peer asked for an ack that no packet has carried yet (0.0: none asked).
+        self.ack_due = 0.0
         self.server_id = ""  # client: the id the server announced (before its HELLO names it)
 
     @property
@@ -169,7 +173,8 @@ class ChannelTableMixin(MQTTShared):
         if ack_now and not channel.closed:
             # Asked for an ack: let the I/O thread send it after its next pass, so that it
             # rides on the netq frames that pass produces (ACK/CREDIT) when there are any.
-            channel.ack_due = True
+            if not channel.ack_due:
+                channel.ack_due = time.monotonic()
             self._acks_due = True
             self.wake()
         if channel.wants_wake and state.can_send():
@@ -228,20 +233,34 @@ class ChannelTableMixin(MQTTShared):
 
     # ------------------------------------------------------------------ link acks and probes
 
-    def _flush_acks(self) -> None:
-        """I/O thread, after a pass: ack what the peer asked for, unless a packet already did."""
+    def _flush_acks(self, now: float) -> float:
+        """The loop's thread: ack what the peer asked for ``_LINK_ACK_DELAY`` ago or more,
+        unless a packet did meanwhile; seconds until the next ack is due (inf: none).
+
+        Not at once: the packet that asked usually brings a netq message whose ACK frame the
+        loop holds for a reply to carry (``CarrierInfo.ack_hold``), and that packet's header
+        carries the link ack too: one publish instead of two."""
         self._acks_due = False
         with self._lock:
             channels = self._all_channels()
+        next_due = float("inf")
         for channel in channels:
-            if not channel.ack_due:
+            asked = channel.ack_due
+            if not asked:
                 continue
-            channel.ack_due = False
             state = channel.state
             if channel.closed or state.ack_sent >= state.received:
+                channel.ack_due = 0.0
                 continue
+            wait = asked + _LINK_ACK_DELAY - now
+            if wait > 0:
+                next_due = min(next_due, wait)
+                self._acks_due = True
+                continue
+            channel.ack_due = 0.0
             self.counters["acks_sent"] += 1
             self._client.publish(channel.topic_out, state.ack_header(), qos=0)
+        return next_due
 
     def _tick(self) -> None:
         """Probe links whose acks stopped while packets are outstanding (a lost tail)."""

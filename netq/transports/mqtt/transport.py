@@ -334,8 +334,7 @@ class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
 
     def wait(self, timeout: float) -> list[Event]:
         if self._acks_due:
-            # Link acks the peer asked for since the last pass (each a publish of its own).
-            self._flush_acks()
+            timeout = min(timeout, self._flush_acks(time.monotonic()))
         return super().wait(timeout)
 
     def _send(self, channel: Channel, parts: list[Buffer], size: int) -> None:

@@ -1,0 +1,302 @@
+"""One link's way between its carrier and the engine: read, write, hold, end. Engine side.
+
+:class:`LinkDriver` holds the links of one :class:`netq.loop.IOLoop` (by channel) and does to
+each what the loop's events call for::
+
+    READABLE    carrier.read_into(channel, Connection.receive_buffer())
+                -> Connection.receive_done -> engine.handle_events (-> the inbox)
+    DATA        Connection.receive_data(packet) -> engine.handle_events
+    WRITABLE    carrier.write(channel, Connection.outgoing()) -> Connection.sent
+    CLOSED      Connection.receive_eof -> engine.handle_events, then the link is dropped
+
+and the same writes for the engine (``write_now``: its pumping, a user's direct write), the
+delayed ACKs (a lone ACK waits briefly for the reply that will carry it), and closing links
+(``close_link``: flush, then drop). When it runs and on which thread is the loop's business:
+the loop tells it whether the current thread leads the loop (``leading``), how to wake the
+loop (``wake``), and hears of every dropped link (``dropped``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from .carrier import READABLE, WRITABLE, Carrier, CarrierInfo, Opened
+from .contract import EngineAPI, Link
+from .exceptions import AuthenticationError, ConnectionLost, NetqError, RemoteProtocolError
+from .protocol import ConnectionState, Event
+
+__all__ = ("LinkDriver", "CLOSE_FLUSH_LIMIT", "READS_PER_EVENT", "LEAD_BELOW")
+
+CLOSE_FLUSH_LIMIT = 1.0  # seconds a closing link may take to flush its last frames
+READS_PER_EVENT = 32  # read_into calls per readable event before serving other links
+LEAD_BELOW = 256 * 1024  # bytes handed to a waiting get() below which callers may lead the loop
+
+
+class LinkDriver:
+    """The links of one loop, and what happens to each of them."""
+
+    def __init__(self, engine: EngineAPI, carrier: Carrier[object], *,
+                 leading: Callable[[], bool], wake: Callable[[], None],
+                 dropped: Callable[[Link], None]) -> None:
+        self.engine = engine
+        self.carrier = carrier
+        self.info: CarrierInfo = carrier.info
+        self._leading = leading
+        self._wake = wake
+        self._dropped = dropped
+        self.by_channel: dict[object, Link] = {}  # channel -> its link
+        self._bound: dict[Link, str] = {}  # links whose channel is bound to one peer id
+        self.closing: set[Link] = set()  # links flushing their last frames (close_link)
+        self.held: set[Link] = set()  # links whose ACK frames wait for a reply (ack_hold)
+        self.handed_off = False  # a read handed small messages to a get() waiting for them
+        self.changed = False  # links closed or began closing: the loop's due times change
+
+    def links(self) -> list[Link]:
+        return [link for link in self.by_channel.values() if not link.dropped]
+
+    def authorize(self, link: Link, peer_id: uuid.UUID) -> bool:
+        bound = self._bound.get(link)
+        return bound is None or bound == str(peer_id)
+
+    def open(self, channel: object, opened: Opened) -> None:
+        """A new channel the loop accepted: its link, and its HELLO on the way."""
+        link = Link(self.engine.new_connection(), opened.address, channel)
+        self.by_channel[channel] = link
+        if opened.bound_to is not None:
+            self._bound[link] = opened.bound_to
+        with link.lock:
+            self.write_now(link)
+
+    def overdue_hold(self, now: float) -> bool:
+        """Is a held ACK due by ``now``?"""
+        for link in list(self.held):
+            if link.ack_hold_until <= now:
+                return True
+        return False
+
+    def service(self, link: Link, mask: int) -> None:
+        """A link's channel is readable and/or writable: read, then write or hold."""
+        if link.dropped:
+            return
+        engine = self.engine
+        # Looked at before reading: the message read now is what a blocked get() waited for.
+        consumer_waiting = engine.consumer_waiting
+        with link.lock:
+            if mask & WRITABLE:
+                self._write(link)
+            if mask & READABLE and not link.dropped:
+                session = link.session
+                if consumer_waiting and session is not None:
+                    messages, size = session.received_messages, session.received_bytes
+                    self._read(link)
+                    if session.received_messages > messages \
+                            and session.received_bytes - size < LEAD_BELOW:
+                        # Small messages handed to a waiting get(): it may lead the loop from
+                        # now on. Large ones keep the I/O thread reading the next while the
+                        # caller takes this one (reading and consuming overlap).
+                        self.handed_off = True
+                else:
+                    self._read(link)
+            if not link.dropped and link.conn.bytes_queued:
+                self._write_or_hold(link, consumer_waiting)
+        engine.after_io(link)
+
+    def _read(self, link: Link) -> None:
+        """Read a link until drained, or until its share of this turn is read."""
+        conn = link.conn
+        read_into = self.carrier.read_into
+        channel = link.channel
+        for _ in range(READS_PER_EVENT):
+            buffer = conn.receive_buffer()
+            try:
+                count = read_into(channel, buffer)
+            except (BlockingIOError, InterruptedError):
+                return
+            except (OSError, NetqError) as error:
+                if link.error is None:
+                    link.error = self.blamed(link, error) if isinstance(error, NetqError) \
+                        else ConnectionLost(link.peer_id, f"receive failed: {error}")
+                self.drop(link)
+                return
+            if count == 0:
+                self.end_of_stream(link)
+                return
+            link.last_received_at = time.monotonic()
+            if not self._received(link, conn.receive_done(count)):
+                return
+            if count < len(buffer):
+                # Drained. (A large direct read keeps going: more of the body is usually on
+                # its way, and another read is cheaper than a round through wait().)
+                return
+
+    def data(self, link: Link, data: object) -> None:
+        """A packet of the link's byte stream (packet carriers)."""
+        link.last_received_at = time.monotonic()
+        consumer_waiting = self.engine.consumer_waiting
+        with link.lock:
+            conn = link.conn
+            if not self._received(link, conn.receive_data(data)):  # type: ignore[arg-type]
+                return
+            if conn.bytes_queued:
+                self._write_or_hold(link, consumer_waiting)
+        self.engine.after_io(link)
+
+    def _received(self, link: Link, events: list[Event]) -> bool:
+        """Hand the events of bytes just received to the engine (link lock held).
+
+        False when the link ended meanwhile: dropped, or closed by the peer (then its last
+        output is flushed and it is closed).
+        """
+        if events:
+            self.engine.handle_events(link, events)
+        if link.dropped:
+            return False
+        if link.conn.state is ConnectionState.CLOSED:
+            if link.error is None:
+                link.error = RemoteProtocolError("the peer ended the link")
+            self.close_link(link, flush=True)
+            return False
+        return True
+
+    @staticmethod
+    def blamed(link: Link, error: BaseException) -> BaseException:
+        """A carrier's error about a link, naming the link's peer (carriers know channels,
+        not the peers the handshake named)."""
+        if isinstance(error, ConnectionLost) and error.peer is None and link.peer_id is not None:
+            return ConnectionLost(link.peer_id, error.reason)
+        return error
+
+    def end_of_stream(self, link: Link) -> None:
+        """The peer's end of the stream: what it completes goes to the engine, then the link
+        is dropped."""
+        with link.lock:
+            events = link.conn.receive_eof()
+            if events:
+                self.engine.handle_events(link, events)
+        self.drop(link)
+
+    # ----------------------------------------------------------------- writing
+
+    def _write_or_hold(self, link: Link, consumer_waiting: bool) -> None:
+        """After a read queued output: write it, unless it is only ACK frames that a reply
+        is about to carry (link lock held).
+
+        Delayed acknowledgement: someone was blocked in get() for the message they
+        acknowledge and usually replies at once; the reply's write then carries them (one
+        write and one read fewer each way, and the peer's next read finds the reply instead
+        of a lone ACK). Never longer than ``info.ack_hold``, and only while nothing but ACK
+        frames is queued: a CREDIT frame may be what a sender waits for, so it goes at once.
+        """
+        if consumer_waiting and link.direct_ok and self.info.ack_hold \
+                and link.conn.output_is_only_acks():
+            self._hold(link)
+        else:
+            self.write_now(link)
+
+    def _hold(self, link: Link) -> None:
+        if not link.ack_hold_until:
+            link.ack_hold_until = time.monotonic() + self.info.ack_hold
+            self.held.add(link)
+
+    def release_holds(self) -> float:
+        """Write the held ACKs that are due (I/O thread); seconds until the next is due."""
+        now = time.monotonic()
+        wait = self.info.ack_hold
+        credit = self.info.ack_hold_always
+        for link in list(self.held):
+            due = link.ack_hold_until - now
+            if due > 0 and not link.dropped and link.conn.output_is_only_acks(credit=credit):
+                wait = min(wait, due)
+                continue
+            self.held.discard(link)
+            link.ack_hold_until = 0.0
+            if not link.dropped and link.conn.has_output:
+                with link.lock:
+                    self._write(link)
+        return wait
+
+    def write_now(self, link: Link) -> None:
+        """Write the link's queued output as far as the carrier takes it (link lock held).
+
+        Where each write is a broker round of its own (``info.ack_hold_always``), output of
+        nothing but ACK/CREDIT frames first waits up to ``info.ack_hold`` for company.
+        """
+        if self.info.ack_hold_always and not link.closing \
+                and link.conn.output_is_only_acks(credit=True):
+            if not link.ack_hold_until:
+                self._hold(link)
+                if not self._leading():
+                    self._wake()  # the loop's wait must end by the new deadline
+                return
+            if time.monotonic() < link.ack_hold_until:
+                return
+        self._write(link)
+
+    def _write(self, link: Link) -> None:
+        if link.dropped:
+            return
+        conn = link.conn
+        channel = link.channel
+        write = self.carrier.write
+        blocked = conn.bytes_queued > 0
+        while blocked:
+            try:
+                sent = write(channel, conn.outgoing())
+            except (BlockingIOError, InterruptedError):
+                break
+            except (OSError, NetqError) as error:
+                if link.error is None:
+                    link.error = error if isinstance(error, AuthenticationError) else \
+                        ConnectionLost(link.peer_id, f"send failed: {error}")
+                link.write_blocked = True
+                if self._leading():
+                    self.drop(link)
+                return
+            if not sent:
+                break
+            blocked = conn.sent(sent)
+        if link.ack_hold_until and not blocked:
+            link.ack_hold_until = 0.0  # the held ACKs left with this write
+            self.held.discard(link)
+        link.write_blocked = blocked
+
+    # ----------------------------------------------------------------- ending links
+
+    def close_link(self, link: Link, flush: bool) -> None:
+        if link.dropped:
+            return
+        if flush and link.conn.has_output:
+            if not link.closing:
+                link.closing = True
+                link.close_deadline = time.monotonic() + CLOSE_FLUSH_LIMIT
+                self.closing.add(link)
+                self.changed = True
+            with link.lock:
+                self._write(link)
+            if not link.conn.has_output and self._leading():
+                self.drop(link)
+            return
+        if self._leading():
+            self.drop(link)
+        else:
+            link.closing = True
+            link.close_deadline = 0.0
+            self.closing.add(link)
+            self.changed = True
+            self._wake()
+
+    def drop(self, link: Link) -> None:
+        if link.dropped:
+            return
+        link.dropped = True
+        self.changed = True  # the engine's timers change: the next look runs a turn
+        self.by_channel.pop(link.channel, None)
+        self._bound.pop(link, None)
+        self.closing.discard(link)
+        self.held.discard(link)
+        self.carrier.close(link.channel)
+        with link.lock:
+            self.engine.link_closed(link)
+        self._dropped(link)

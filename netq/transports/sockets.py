@@ -87,6 +87,7 @@ class SocketCarrier:
         self._wake_writer.setblocking(False)
         self._poller.register(self._wake_reader, _READ, _WAKE)
         self._wake_pending = False
+        self._waiting = False  # a thread is in wait(), past its look at _rearm
         self._events: list[Event] = []  # reported by the next wait() (accepts, attempts)
         # Channels whose write interest changes at the next wait(): a write may come from a
         # user's thread, and only the thread that waits may touch the poller.
@@ -191,6 +192,9 @@ class SocketCarrier:
 
     def wait(self, timeout: float) -> list[Event]:
         poller = self._poller
+        # Set before the look at _rearm: a write on another thread that arms a channel after
+        # the look sees it set and wakes this wait (no lost write interest).
+        self._waiting = True
         if self._rearm:
             for channel in list(self._rearm):
                 self._rearm.discard(channel)
@@ -201,6 +205,7 @@ class SocketCarrier:
         if events or self._buffered:
             timeout = 0
         ready = poller.select(timeout)
+        self._waiting = False
         if events:
             self._events = []
         else:
@@ -252,7 +257,8 @@ class SocketCarrier:
         if sent < total and not channel.armed:
             channel.armed = True  # the socket is full: report it writable when it has room
             self._rearm.add(channel)
-            self.wake()
+            if self._waiting:
+                self.wake()  # a user's thread wrote while the loop waits: it must look again
         return sent
 
     def close(self, channel: SocketChannel | None) -> None:

@@ -18,6 +18,7 @@ loop (``wake``), and hears of every dropped link (``dropped``).
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -28,6 +29,8 @@ from .exceptions import AuthenticationError, ConnectionLost, NetqError, RemotePr
 from .protocol import ConnectionState, Event
 
 __all__ = ("LinkDriver", "CLOSE_FLUSH_LIMIT", "READS_PER_EVENT", "LEAD_BELOW")
+
+LOGGER = logging.getLogger("netq")
 
 CLOSE_FLUSH_LIMIT = 1.0  # seconds a closing link may take to flush its last frames
 READS_PER_EVENT = 32  # read_into calls per readable event before serving other links
@@ -52,13 +55,21 @@ class LinkDriver:
         self.held: set[Link] = set()  # links whose ACK frames wait for a reply (ack_hold)
         self.handed_off = False  # a read handed small messages to a get() waiting for them
         self.changed = False  # links closed or began closing: the loop's due times change
+        self.refused = 0  # links refused: their HELLO named another peer than they are bound to
 
     def links(self) -> list[Link]:
         return [link for link in self.by_channel.values() if not link.dropped]
 
     def authorize(self, link: Link, peer_id: uuid.UUID) -> bool:
+        """May ``peer_id`` (from the peer's HELLO) use this link? Not where the carrier bound
+        the channel to another peer (MQTT: the client id of the topics it came on)."""
         bound = self._bound.get(link)
-        return bound is None or bound == str(peer_id)
+        if bound is None or bound == str(peer_id):
+            return True
+        self.refused += 1
+        LOGGER.warning("netq %s: refused a link bound to peer %s whose HELLO claims id %s",
+                       self.engine.purpose.value, bound, peer_id)
+        return False
 
     def open(self, channel: object, opened: Opened) -> None:
         """A new channel the loop accepted: its link, and its HELLO on the way."""

@@ -139,6 +139,12 @@ class IOLoop:
                 self._park.notify()
 
     @property
+    def refused_links(self) -> int:
+        """Links refused because their HELLO named another peer than their channel is bound
+        to (MQTT: someone else's topics)."""
+        return self._driver.refused
+
+    @property
     def caller_led_turns(self) -> int:
         """How many times a blocked get() ran the loop on its own thread (leader/followers)."""
         return self._caller_rounds
@@ -406,11 +412,13 @@ class IOLoop:
 
     def _open(self, channel: object, opened: Opened) -> None:
         engine = self.engine
-        if not self._server:
+        if self._server:
+            refuse = engine.closing or self._aborted  # close() refuses newcomers at once
+        else:
             self._attempt_since = None
-        refuse = engine.stopping or (self._server and engine.closing) or self._aborted
-        if not refuse and not self._server:
-            refuse = not engine.wants_connection()
+            # A closing client still takes a link that finishes a goodbye a broken link
+            # interrupted (wants_connection says whether one is under way).
+            refuse = self._aborted or not engine.wants_connection()
         if refuse:
             self.carrier.close(channel)
         else:

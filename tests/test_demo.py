@@ -123,7 +123,7 @@ def test_help_lists_the_demo_with_the_same_options_as_its_own_help():
     assert sub.returncode == 0, sub.stderr
     choices = "{" + ",".join(demo.protocols()) + "}"
     # Every transport netq ships (the engine tests register an in-memory one of their own).
-    assert set(demo.protocols()) == set(transports.available()) - {"memory"}
+    assert set(demo.protocols()) == set(transports.available())
     assert choices in sub.stdout and choices in top.stdout
     assert "demo" in top.stdout and demo.SUMMARY.split()[0] in top.stdout
     # the demo's usage line appears in both, word for word

@@ -5,10 +5,9 @@ whose bytes move only when the test calls :meth:`MemoryNetwork.run`: every engin
 ``service`` runs, then every link's queued output is fed to the other end's Connection, until
 nothing moves. So a test decides exactly when bytes travel, and every step is deterministic.
 
-Only the transport contract (:class:`netq.contract.TransportAPI`, what the engine calls) is
-implemented; the engine is the real one, behind the real :class:`netq.Communicator` facade.
-The transport is registered as protocol ``"memory"`` in :mod:`netq.transports`' registry, the
-way the real ones are, and looked up there.
+It stands in for the engine's loop (:class:`netq.loop.IOLoop`): only the contract the engine
+calls (:class:`netq.contract.TransportAPI`) is implemented; the engine is the real one, behind
+the real :class:`netq.Communicator` facade, which is given this class as its loop factory.
 """
 
 from __future__ import annotations
@@ -17,13 +16,9 @@ import time
 from typing import Any
 
 import netq as nq
-from netq import transports
 from netq.communicator import Communicator
 from netq.contract import EngineAPI, Link
 from netq.protocol import ConnectionState
-
-MEMORY = "memory"  # the protocol name this transport is registered under
-transports.register(MEMORY, f"{__name__}:MemoryTransport")
 
 
 class MemoryTransport:
@@ -120,11 +115,10 @@ class MemoryNetwork:
 
     def communicator(self, purpose: nq.Purpose, **connection: Any) -> Communicator:
         options = nq.CommunicatorOptions(connection=nq.ConnectionOptions(**connection))
-        transport_class = transports.lookup(MEMORY)  # the registry the real ones are in
         MemoryTransport.joining = self
         try:
             # TCP's options and limits: the in-memory links stand in for TCP connections.
-            communicator = Communicator(nq.Protocol.TCP, purpose, options, transport_class)
+            communicator = Communicator(nq.Protocol.TCP, purpose, options, MemoryTransport)
         finally:
             MemoryTransport.joining = None
         if purpose is nq.Purpose.SERVER:

@@ -292,7 +292,7 @@ def test_a_stream_that_ended_is_freed_at_once_with_its_buffers(transport):
         # One stream per end is left: the current call's.
         wait_for(lambda: len(streams()) == 2, T,
                  message="the streams of the cut calls to be freed")
-        assert all(not stream.finished and stream.link is not None for stream in streams())
+        assert all(not stream.finished and stream.opened for stream in streams())
     finally:
         gc.enable()
 

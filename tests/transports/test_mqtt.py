@@ -445,7 +445,8 @@ def _raw_paho(broker):
 def test_impersonation_is_refused(mqtt_broker):
     """A raw MQTT client (1) injects packets on a victim's topic with a made-up epoch, and (2)
     opens a link on its own topic with a HELLO claiming the victim's id. Neither reaches the
-    server's queue, the victim's session keeps working, and the server counts both."""
+    server's queue, the victim's session keeps working, and the server counts both (the stale
+    packets in the carrier's link statistics, the refused link in its loop)."""
     server, victim = _pair_on(mqtt_broker)
     raw = _raw_paho(mqtt_broker)
     try:
@@ -463,9 +464,10 @@ def test_impersonation_is_refused(mqtt_broker):
         intruder = uuid.uuid4()
         header = mqtt_link.encode(int(Kind.OPEN), 0, 0x99 << 32 | 1, 1, 0)
         raw.publish(f"{base}/c2s/{intruder}", header + first_bytes, qos=1).wait_for_publish(5)
-        stats = server._transport
-        wait_for(lambda: stats.counters["refused_ids"] >= 1
-                 and stats.counters["stale_packets"] >= 3, T, message="the server to refuse")
+        loop = server._transport
+        wait_for(lambda: loop.refused_links >= 1
+                 and link_statistics(server)["stale_packets"] >= 3, T,
+                 message="the server to refuse")
         with pytest.raises(nq.Empty):
             server.get(timeout=0.5)
         assert server.peers == (victim.id,)

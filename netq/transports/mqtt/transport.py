@@ -126,7 +126,7 @@ class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
         self._broker_max_packet: int | None = None
         self._close_replies: dict[tuple[str, int], float] = {}
         self.counters = {"gaps": 0, "duplicates": 0, "stale_packets": 0, "probes": 0,
-                         "acks_sent": 0, "refused_ids": 0, "broker_connects": 0,
+                         "acks_sent": 0, "broker_connects": 0,
                          "broker_disconnects": 0, "invalid_packets": 0}
         self._client = self._make_client(options)
         super().__init__(options, purpose)

@@ -268,10 +268,15 @@ class Diagnostics:
             due = since + self._stall_warning - now
             if due > 0:
                 next_check = min(next_check, due)
-            elif not stopping and not self._connected_clients():
+            elif not stopping and not self._any_client_connected():
                 self._get_warned_for = since
                 LOGGER.warning("netq server: %s", self.get_wait(now))
         return max(next_check, 0.05)
+
+    def _any_client_connected(self) -> bool:
+        # Looked at on every look at the timers while a get() waits: it stops at the first
+        # connected session instead of counting thousands of them.
+        return any(session.state is PeerState.CONNECTED for session in self._peers.all())
 
     def _connected_clients(self) -> int:
         return sum(1 for session in self._peers.all() if session.state is PeerState.CONNECTED)

@@ -62,8 +62,10 @@ _GOODBYE_GRACE = 1.0  # seconds close(timeout) still allows for goodbyes after t
 _STOPPING_POLL = 0.01  # seconds between looks at the goodbyes while links are open
 _GOODBYE_RETRY_POLL = 0.25  # at most this between looks while waiting to reconnect
 _CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an ACK is due
-# Seconds between looks at the timers (heartbeats, session timeouts, stall warnings) while the
-# loop turns for I/O; a busy link turns it once per message, the timers need no such precision.
+# Seconds at least between looks at the timers (heartbeats, session timeouts, stall warnings),
+# which run when due: a busy link turns the loop once per message, and a look scans every link
+# and session, so a server with thousands of links must not look on every turn (a connection
+# storm turns the loop thousands of times a second).
 _TIMER_TICK = 0.01
 # The share of a heartbeat by which a PING may be late (see SessionEngine._timers).
 _HEARTBEAT_SLACK = 0.1
@@ -121,7 +123,7 @@ class SessionEngine:
         self.transport: TransportAPI = loop_factory(self)
         self.handshake = Handshake(server=self._server, peers=self.peers, budget=self.budget,
                                    transport=self.transport, reachability=self.reach,
-                                   schedule=self.schedule, changed=self._timers_changed,
+                                   schedule=self.schedule, changed=self._session_came,
                                    options=options, recv_messages=self._recv_messages)
         self.diagnostics = Diagnostics(server=self._server, options=options, peers=self.peers,
                                        budget=self.budget, transport=self.transport,
@@ -304,7 +306,10 @@ class SessionEngine:
                 self.schedule(session)
 
     def link_closed(self, link: Link) -> None:
-        self._timers_changed()
+        # Its session's clock starts: it may expire after session_timeout, and a client
+        # warns after stall_warning; nothing about a closed link is due before either.
+        connection = self.options.connection
+        self._timers_changed(min(connection.session_timeout, connection.stall_warning))
         now = time.monotonic()
         self.budget.link_closed(link)
         if isinstance(link.error, AuthenticationError):
@@ -402,15 +407,28 @@ class SessionEngine:
                     transport.write_now(link)
         if self.closing:
             self._closing_progress()  # close() looks at flushed() again
-        if now < self._timers_due and now - self._timers_ran < _TIMER_TICK:
-            return self._timers_due - now
+        due = self._timers_due
+        # Due (0: a change asked for a look now), and for a due time reached, not within a
+        # tick of the last look.
+        if now < due or (due and now - self._timers_ran < _TIMER_TICK):
+            return max(due - now, self._timers_ran + _TIMER_TICK - now)
         wait = self._timers(now)
         self._timers_ran, self._timers_due = now, now + wait
         return wait
 
-    def _timers_changed(self) -> None:
-        """A link or session came or went: look at the timers on the loop's next turn."""
-        self._timers_due = 0.0
+    def _timers_changed(self, within: float = 0.0) -> None:
+        """Something the timers watch changed: look at them within ``within`` seconds (the
+        loop's next turn by default), and not later than they were due anyway."""
+        due = time.monotonic() + within if within else 0.0
+        if due < self._timers_due:
+            self._timers_due = due
+
+    def _session_came(self) -> None:
+        """A session opened on a link: nothing of it is due before the link's first heartbeat
+        (its PING), so the timers need no look now. A look on every handshake would scan every
+        link and session per handshake (quadratic in a storm); a look within the heartbeat
+        slack keeps the next due time honest."""
+        self._timers_changed(self.options.connection.heartbeat * _HEARTBEAT_SLACK)
 
     def _timers(self, now: float) -> float:
         connection = self.options.connection

@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from . import flow, protocol as proto
 from .contract import EngineAPI, Inbox, Link, TransportAPI, TransportFactory
 from .credit import ReceiveBudget
-from .diagnostics import Diagnostics, Reachability, StallWarning
+from .diagnostics import WAITING_CLIENTS, Diagnostics, Reachability, StallWarning
 from .exceptions import (
     AuthenticationError,
     ConnectionLost,
@@ -523,5 +523,7 @@ class SessionEngine:
         self._closing_progress()
 
     def finished(self) -> None:
+        if self.reach is not None:
+            WAITING_CLIENTS.remove(self.reach)
         self.closed.set()
         self._closing_progress()

@@ -142,7 +142,7 @@ class Handshake:
                 self._attach(session, link, now)
             assert self._reach is not None
             ended = self._reach.connected()
-            if ended is not None and ended.warned:
+            if ended is not None and ended.warned and not ended.summarized:
                 LOGGER.info("netq client: connected to %s after %.0f s",
                             self._transport.connect_target(), now - ended.since)
 

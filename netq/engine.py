@@ -270,7 +270,8 @@ class SessionEngine:
                     return  # refused: nothing after the HELLO is looked at
             elif kind is proto.SessionOpened:
                 assert isinstance(event, proto.SessionOpened)
-                self.handshake.session_opened(link, event)
+                if not self.handshake.session_opened(link, event):
+                    return  # refused (a stale attempt): nothing after it is looked at
                 session = link.session
             elif kind is proto.ByeReceived:
                 self.handshake.bye(link)

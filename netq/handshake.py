@@ -92,7 +92,9 @@ class Handshake:
             self._send_session(session, link, token, last, False)
         return True
 
-    def session_opened(self, link: Link, event: proto.SessionOpened) -> None:
+    def session_opened(self, link: Link, event: proto.SessionOpened) -> bool:
+        """The peer's SESSION frame (a server) or its answer to ours (a client). False when
+        the link is refused (nothing after the frame is looked at)."""
         self._changed()
         now = time.monotonic()
         if self._server:
@@ -100,6 +102,18 @@ class Handshake:
             ended_here = self._peers.ended(link.peer_id)
             session, resumed = self._peers.open(link.peer_id)
             old = session.link
+            if old is not None and old is not link and old.serial > link.serial:
+                # A stale attempt: the peer connected again after this link (a client that
+                # gave up on a handshake a storm delayed), and the newer link's handshake
+                # ended first. This link loses: its client has closed it, and taking the
+                # session to it would leave the session on a dead link while its client is
+                # connected (it expires, and the live link, told it was replaced, would not
+                # reconnect).
+                link.error = ConnectionLost(link.peer_id, "a newer connection of this peer "
+                                                          "holds the session")
+                link.conn.send_error(ErrorCode.REPLACED, "a newer connection took over")
+                self._transport.close_link(link, flush=True)
+                return False
             if old is not None and old is not link:
                 old.conn.send_error(ErrorCode.REPLACED, "a newer connection took over")
                 self._transport.close_link(old, flush=True)
@@ -145,6 +159,7 @@ class Handshake:
             if ended is not None and ended.warned and not ended.summarized:
                 LOGGER.info("netq client: connected to %s after %.0f s",
                             self._transport.connect_target(), now - ended.since)
+        return True
 
     def _send_session(self, session: PeerSession, link: Link, token: bytes, last_received: int,
                       resumed: bool) -> None:

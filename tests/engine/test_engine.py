@@ -309,3 +309,37 @@ def test_send_messages_bounds_what_is_held_for_a_peer_and_a_put_waits_for_acks()
     client.put(b"x", block=False)
     network.run()
     assert len(server.get_many(max_messages=100)) == 9
+
+
+def test_a_stale_attempt_finishing_its_handshake_late_does_not_take_the_session():
+    """Issue 39: in a storm, a client gives up an attempt whose handshake the server has not
+    finished (A) and connects again (B). If B's handshake is done first and A's SESSION is read
+    only then, A must not replace B: the client has closed A, so the session would wait on a
+    dead link, expire after session_timeout and fail a broadcast while its client is connected
+    on B (and B, told it was replaced, would not reconnect)."""
+    network = MemoryNetwork()
+    server = network.communicator(nq.Purpose.SERVER, session_timeout=5.0)
+    client = network.communicator(nq.Purpose.CLIENT, session_timeout=5.0)
+    client_a, server_a = network.connect(client)
+    assert network.move(client_a) and network.move(server_a)  # the HELLOs, both ways
+    stale = client_a.conn.data_to_send()  # A's SESSION: on its way, not read yet
+    assert stale
+    network._pairs.pop(id(client_a))  # the client closes A; the server reads what A sent later
+    client._transport.drop(client_a)
+    network.connect(client)  # attempt B: its handshake completes, the client's put arrives
+    put = client.put("hello")
+    network.run()
+    assert put.result(0) is None and server.get(timeout=0).data == "hello"
+    # Only now does the server read A's SESSION, then A's end.
+    with server_a.lock:
+        server._engine.handle_events(server_a, server_a.conn.receive_data(stale))
+    network.run()
+    server._transport.drop(server_a)
+    network.run()
+    assert server.peers == (client.id,) and client.peers == (server.id,)
+    # Long past session_timeout: the session is the client's live one, not expired.
+    server._engine.handshake.expire_sessions(time.monotonic() + 60)
+    broadcast = server.put("to all")
+    network.run()
+    assert broadcast.result(0) is None
+    assert client.get(timeout=0).data == "to all"

@@ -11,9 +11,11 @@ Threads: the I/O thread only, with the link's lock held.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable
 
 from . import protocol as proto
@@ -74,6 +76,12 @@ class Handshake:
         self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
         self._goodbye_by: float | None = None  # see stopping()
         self._goodbye_warned = False
+        # Server: links whose peer said who it is (HELLO) and whose SESSION frame has not come
+        # yet, and how many of them each peer has. A peer with one is back: its session does
+        # not expire while that handshake lasts (a storm may hold it up; a stuck one ends
+        # after 3 silent heartbeats).
+        self._handshaking: dict[Link, uuid.UUID] = {}
+        self._handshaking_peers: collections.Counter[uuid.UUID] = collections.Counter()
 
     def authenticated(self, link: Link, hello: proto.frames.Hello) -> bool:
         """The peer proved who it is (or needs no proof). False if the transport refuses it."""
@@ -84,7 +92,10 @@ class Handshake:
             transport.close_link(link, flush=True)
             return False
         link.peer_id = hello.id
-        if not self._server:
+        if self._server:
+            self._handshaking[link] = hello.id
+            self._handshaking_peers[hello.id] += 1
+        else:
             session = self._peers.server_session
             assert session is not None
             token = session.token
@@ -99,6 +110,7 @@ class Handshake:
         now = time.monotonic()
         if self._server:
             assert link.peer_id is not None
+            self._handshake_ended(link)
             ended_here = self._peers.ended(link.peer_id)
             session, resumed = self._peers.open(link.peer_id)
             old = session.link
@@ -160,6 +172,15 @@ class Handshake:
                 LOGGER.info("netq client: connected to %s after %.0f s",
                             self._transport.connect_target(), now - ended.since)
         return True
+
+    def _handshake_ended(self, link: Link) -> None:
+        peer = self._handshaking.pop(link, None)
+        if peer is not None:
+            count = self._handshaking_peers[peer] - 1
+            if count:
+                self._handshaking_peers[peer] = count
+            else:
+                del self._handshaking_peers[peer]
 
     def _send_session(self, session: PeerSession, link: Link, token: bytes, last_received: int,
                       resumed: bool) -> None:
@@ -223,6 +244,8 @@ class Handshake:
         """The link is gone: its session waits for a reconnect, or ends. Returns, for a client
         whose attempt reached the server and ended before the handshake did, why (the
         engine reports it as a failed attempt); None otherwise."""
+        if self._handshaking:
+            self._handshake_ended(link)
         session = link.session
         if session is None or session.link is not link:
             error = link.error
@@ -394,6 +417,8 @@ class Handshake:
                 assert session.disconnected_at is not None
                 waited = now - session.disconnected_at if reach is None \
                     else reach.absent_for(now)
+                if waited >= timeout and reach is None and session.id in self._handshaking_peers:
+                    continue  # back, its handshake under way: it resumes the session
                 if waited >= timeout:
                     if reach is None:
                         self.end_session(session, ConnectionLost(

@@ -343,3 +343,30 @@ def test_a_stale_attempt_finishing_its_handshake_late_does_not_take_the_session(
     network.run()
     assert broadcast.result(0) is None
     assert client.get(timeout=0).data == "to all"
+
+
+def test_a_session_does_not_expire_while_its_client_is_back_and_handshaking():
+    """Issue 39: a client whose link broke is back on a new link, but a storm holds up the
+    handshake on the server past session_timeout: the session waits for that handshake instead
+    of expiring (which would fail what was queued for the client, a broadcast's share too)."""
+    network, server, client = pair(session_timeout=5.0)
+    (old,) = client._transport.links()
+    network.cut(old)
+    queued = server.put("while you were away")
+    client_b, server_b = network.connect(client)
+    assert network.move(client_b)  # the client's HELLO: the server knows who is back
+    assert server_b.peer_id == client.id and server_b.session is None
+    server._engine.handshake.expire_sessions(time.monotonic() + 60)
+    assert not queued.done()
+    network.run()
+    assert queued.result(0) is None and client.get(timeout=0).data == "while you were away"
+    # A handshake that ends without a SESSION no longer keeps the session: it expires.
+    network.cut(client_b)
+    client_c, server_c = network.connect(client)
+    assert network.move(client_c)
+    lost = server.put("lost")
+    network.cut(client_c)
+    server._engine.handshake.expire_sessions(time.monotonic() + 60)
+    with pytest.raises(nq.ConnectionLost, match="session_timeout"):
+        lost.result(0)
+    assert not server._engine.handshake._handshaking

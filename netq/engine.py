@@ -442,9 +442,13 @@ class SessionEngine:
             if silent >= 3 * heartbeat:
                 link.error = ConnectionLost(link.peer_id, f"silent for {silent:.1f} s")
                 if link.session is None and not self._server:
-                    link.error = ConnectionLost(
-                        None, f"connected, but no netq handshake in {silent:.0f} s: the other "
-                              f"end is not a netq server, or it is stuck")
+                    link.error = ConnectionLost(None, (
+                        f"connected, and the server's HELLO came, but not the rest of the "
+                        f"netq handshake in {silent:.0f} s: the server is overloaded (a "
+                        f"connection storm) or stuck" if link.conn.peer is not None else
+                        f"connected, but no netq handshake in {silent:.0f} s: the server has "
+                        f"not taken the connection from its queue (overloaded, or stuck), or "
+                        f"the other end is not a netq server"))
                 self.transport.close_link(link, flush=False)
             elif silent >= heartbeat and now - link.ping_sent_at >= heartbeat:
                 link.ping_sent_at = now

@@ -4,6 +4,9 @@
     python3 bench/storm.py --runs 10 --restart   # the acceptance: 10 runs in a row, each
                                                  # also killing and restarting the server
     python3 bench/storm.py --clients 300 --processes 4 --restart --json out.json
+    nice -n 10 python3 bench/storm.py --clients 10000 --processes 8    # issue 39's storm
+    python3 bench/storm.py --tls --profile /tmp/server.prof            # TLS; cProfile of
+                                                                       # the server's loop
 
 One run: a server with default options in a child process; ``--processes`` child processes
 each create their share of the clients in one loop (default options, nothing staggered) and
@@ -14,15 +17,16 @@ once (it waits in the client until the new server is reachable), the run waits u
 server has all of them and broadcasts again.
 
 Per run it reports: seconds from the start of the client processes until the server had every
-client's first message ("all connected"); each client's connect time, from the creation of its
-communicator until its first put was acknowledged (p50, p99, max); how long the broadcast took
-to reach everyone; after a restart, seconds from the new server's start until it had every
-client's second message; messages lost (put and never received, or broadcast and never
-received); the server's resident memory (RSS) when it listens, once every client is
-connected and after the broadcast (bench/idle.py reports it per client); and the WARNINGs the
-clients logged, with how many of them claimed "0 attempts" or
-"refused" (every connection refusal a client saw is counted by errno, so a "refused" in a
-WARNING can be checked against what the kernel said).
+client's first message ("all connected") and what that makes in handshakes per second; the
+server's CPU time (user + system) from listening until it had every first message, per client;
+each client's connect time, from the creation of its communicator until its first put was
+acknowledged (p50, p99, max); how long the broadcast took to reach everyone; after a restart,
+seconds from the new server's start until it had every client's second message; messages lost
+(put and never received, or broadcast and never received); the server's resident memory (RSS)
+when it listens, once every client is connected and after the broadcast (bench/idle.py reports
+it per client); and the WARNINGs the clients logged (in all, and the most one process logged),
+with how many of them claimed "0 attempts" or "refused" (every connection refusal a client saw
+is counted by errno, so a "refused" in a WARNING can be checked against what the kernel said).
 
 Children speak one JSON line per answer on stdout; their stderr goes to a log file kept
 (and named in the output) when a run fails.

@@ -33,7 +33,7 @@ LOGGER = logging.getLogger("netq")
 
 __all__ = ("REPEAT_WARNING", "SUMMARY_EVERY", "BudgetView", "ConnectView", "Diagnostics",
            "GetterView", "Reachability", "StallWarning", "WAITING_CLIENTS", "WaitingClients",
-           "format_bytes")
+           "explain_no_handshake", "format_bytes")
 
 REPEAT_WARNING = 30.0  # seconds between repeated warnings about the same ongoing wait
 # Seconds between the summary WARNINGs of a process whose clients wait for their server
@@ -52,6 +52,18 @@ def format_bytes(value: float) -> str:
             number = value / scale
             return f"{number:.2f} {suffix}" if abs(number) < 10 else f"{number:.1f} {suffix}"
     return f"{value:.0f} B"
+
+
+def explain_no_handshake(silent: float, *, heard_hello: bool) -> str:
+    """Why a client gives up an attempt that connected and heard nothing for 3 heartbeats
+    (``heard_hello``: the server's HELLO came, the rest of the handshake did not)."""
+    if heard_hello:
+        return (f"connected, and the server's HELLO came, but not the rest of the netq "
+                f"handshake in {silent:.0f} s: the server is overloaded (a connection storm) "
+                f"or stuck")
+    return (f"connected, but no netq handshake in {silent:.0f} s: the server has not taken the "
+            f"connection from its queue (overloaded, or stuck), or the other end is not a netq "
+            f"server")
 
 
 class StallWarning:

@@ -40,7 +40,13 @@ from collections.abc import Sequence
 from . import flow, protocol as proto
 from .contract import EngineAPI, Inbox, Link, TransportAPI, TransportFactory
 from .credit import ReceiveBudget
-from .diagnostics import WAITING_CLIENTS, Diagnostics, Reachability, StallWarning
+from .diagnostics import (
+    WAITING_CLIENTS,
+    Diagnostics,
+    Reachability,
+    StallWarning,
+    explain_no_handshake,
+)
 from .exceptions import (
     AuthenticationError,
     ConnectionLost,
@@ -307,8 +313,7 @@ class SessionEngine:
                 self.schedule(session)
 
     def link_closed(self, link: Link) -> None:
-        # Its session's clock starts: it may expire after session_timeout, and a client
-        # warns after stall_warning; nothing about a closed link is due before either.
+        # Nothing of a closed link is due before its session expires or a client warns.
         connection = self.options.connection
         self._timers_changed(min(connection.session_timeout, connection.stall_warning))
         now = time.monotonic()
@@ -409,8 +414,7 @@ class SessionEngine:
         if self.closing:
             self._closing_progress()  # close() looks at flushed() again
         due = self._timers_due
-        # Due (0: a change asked for a look now), and for a due time reached, not within a
-        # tick of the last look.
+        # Due (0: a look now), and for a due time reached, a tick after the last look.
         if now < due or (due and now - self._timers_ran < _TIMER_TICK):
             return max(due - now, self._timers_ran + _TIMER_TICK - now)
         wait = self._timers(now)
@@ -425,10 +429,8 @@ class SessionEngine:
             self._timers_due = due
 
     def _session_came(self) -> None:
-        """A session opened on a link: nothing of it is due before the link's first heartbeat
-        (its PING), so the timers need no look now. A look on every handshake would scan every
-        link and session per handshake (quadratic in a storm); a look within the heartbeat
-        slack keeps the next due time honest."""
+        # Nothing of a new session is due before its link's first PING: no look now (one per
+        # handshake scanned every link per handshake in a storm), one within the slack.
         self._timers_changed(self.options.connection.heartbeat * _HEARTBEAT_SLACK)
 
     def _timers(self, now: float) -> float:
@@ -442,13 +444,8 @@ class SessionEngine:
             if silent >= 3 * heartbeat:
                 link.error = ConnectionLost(link.peer_id, f"silent for {silent:.1f} s")
                 if link.session is None and not self._server:
-                    link.error = ConnectionLost(None, (
-                        f"connected, and the server's HELLO came, but not the rest of the "
-                        f"netq handshake in {silent:.0f} s: the server is overloaded (a "
-                        f"connection storm) or stuck" if link.conn.peer is not None else
-                        f"connected, but no netq handshake in {silent:.0f} s: the server has "
-                        f"not taken the connection from its queue (overloaded, or stuck), or "
-                        f"the other end is not a netq server"))
+                    link.error = ConnectionLost(None, explain_no_handshake(
+                        silent, heard_hello=link.conn.peer is not None))
                 self.transport.close_link(link, flush=False)
             elif silent >= heartbeat and now - link.ping_sent_at >= heartbeat:
                 link.ping_sent_at = now

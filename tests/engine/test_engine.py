@@ -370,3 +370,49 @@ def test_a_session_does_not_expire_while_its_client_is_back_and_handshaking():
     with pytest.raises(nq.ConnectionLost, match="session_timeout"):
         lost.result(0)
     assert not server._engine.handshake._handshaking
+
+
+def _count_calls(monkeypatch, owner, name: str) -> list[int]:
+    """Count the calls of ``owner.name`` (an instance's method) from now on."""
+    calls = [0]
+    method = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return method(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_a_storm_costs_the_server_work_linear_in_its_clients(monkeypatch):
+    """Issue 39: what grew with the number of links. 200 clients connect one after another to
+    a server whose receive budget holds most of them back (as thousands of default clients
+    do), each puts one message, and the server takes them one by one. A handshake must not
+    make the server look at its timers (each look scans every link and session: one per
+    handshake was quadratic), and a message taken must not schedule a credit grant for every
+    peer the budget holds back (34 056 grants here before, 567 now)."""
+    clients_count = 200
+    network = MemoryNetwork()
+    # A long heartbeat: a look comes due every tenth of one, and a loaded machine must not
+    # make this test slow enough for that.
+    server = network.communicator(nq.Purpose.SERVER, recv_budget=4 * MiB, heartbeat=60.0)
+    engine = server._engine
+    looks = _count_calls(monkeypatch, engine, "_timers")
+    grants = _count_calls(monkeypatch, engine.budget, "grant")
+    clients = []
+    for _ in range(clients_count):
+        client = network.communicator(nq.Purpose.CLIENT)
+        network.connect(client)
+        network.run()
+        clients.append(client)
+    assert len(server.peers) == clients_count
+    assert looks[0] <= 2, looks  # the first look (and a second, if a tick passed)
+    for client in clients:
+        client.put("hello")
+    network.run()
+    assert len(engine.budget._waiters) > clients_count // 2  # the budget holds most back
+    for _ in clients:
+        assert server.get(timeout=0).data == "hello"
+        network.run()
+    assert grants[0] <= 4 * clients_count, grants

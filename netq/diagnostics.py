@@ -20,6 +20,7 @@ program's normal idle state, and a log line every half minute would bury the rea
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import weakref
@@ -226,6 +227,10 @@ class WaitingClients:
 
     def __init__(self, every: float = SUMMARY_EVERY) -> None:
         self.every = every
+        self._forget()
+
+    def _forget(self) -> None:
+        """Start empty. Also a forked child's first step (see _after_fork_in_child)."""
         self._lock = threading.Lock()
         self._clients: weakref.WeakSet[Reachability] = weakref.WeakSet()
         self._waiting: weakref.WeakSet[Reachability] = weakref.WeakSet()  # not connected
@@ -289,6 +294,16 @@ class WaitingClients:
 
 WAITING_CLIENTS = WaitingClients()
 """This process's clients that cannot reach their server (see :class:`WaitingClients`)."""
+
+
+def _after_fork_in_child() -> None:
+    # The parent's clients do not run in the child (they raise UsedInForkedChild), and another
+    # thread of the parent may have held the lock at the fork: a fresh, empty one.
+    WAITING_CLIENTS._forget()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class BudgetView(Protocol):

@@ -314,3 +314,33 @@ def test_the_process_wide_summary_follows_its_clients():
     assert reach in WAITING_CLIENTS._waiting
     WAITING_CLIENTS.remove(reach)  # closed (SessionEngine.finished)
     assert reach not in WAITING_CLIENTS._clients and reach not in WAITING_CLIENTS._waiting
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="POSIX fork only")
+@pytest.mark.timeout(30)
+def test_a_forked_child_starts_with_no_waiting_clients():
+    """The parent's clients do not run in a forked child, and a lock another thread held at
+    the fork would never be released there: the child's summary starts empty, lock free."""
+    import os
+
+    reach = Reachability(5.0, time.monotonic())
+    WAITING_CLIENTS._lock.acquire()  # as if another thread held it at the fork
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: report through the exit code, never return into pytest
+            import signal
+
+            ok = False
+            try:
+                # A child stuck on the inherited lock ends (SIGALRM, its default action): the
+                # test fails instead of hanging.
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+                signal.alarm(10)
+                ok = WAITING_CLIENTS.waiting() == 0 and not WAITING_CLIENTS._clients
+            finally:
+                os._exit(0 if ok else 1)
+    finally:
+        WAITING_CLIENTS._lock.release()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert reach in WAITING_CLIENTS._clients  # the parent's is untouched

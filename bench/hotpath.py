@@ -132,11 +132,13 @@ _BY_FILE = {"futures.py": 0, "stream.py": 1, "flow.py": 6, "session.py": 6, "loo
             "inbox.py": 7, "_interrupts.py": 4}
 _BY_NAME = {
     "put": 0, "_put": 0, "put_many": 0, "submit": 0,
-    "_pump": 2, "write_now": 2, "_write": 2, "write": 2, "send_message": 2, "_emit": 2, "_emit_view": 2, "_seal": 2,
+    "_pump": 2, "write_now": 2, "_write": 2, "write": 2, "send_message": 2, "_emit": 2,
+    "_emit_view": 2, "_seal": 2,
     "outgoing": 2, "sent": 2, "has_output": 2, "can_send_data": 2,
     "service": 4, "_timers": 4, "_wait": 4, "wait": 4, "_service": 4, "_release_holds": 4,
     "_write_or_hold": 4, "_hold": 4, "after_io": 4, "links": 4,
-    "_read": 5, "read_into": 5, "_data": 5, "receive_buffer": 5, "receive_done": 5, "_parse": 5, "_control": 5,
+    "_read": 5, "read_into": 5, "_data": 5, "receive_buffer": 5, "receive_done": 5, "_parse": 5,
+    "_control": 5,
     "settle_lent": 7, "take": 7,
     "<method 'poll' of 'select.epoll' objects>": -1,
     "<method 'acquire' of '_thread.lock' objects>": -1,

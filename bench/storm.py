@@ -4,6 +4,9 @@
     python3 bench/storm.py --runs 10 --restart   # the acceptance: 10 runs in a row, each
                                                  # also killing and restarting the server
     python3 bench/storm.py --clients 300 --processes 4 --restart --json out.json
+    nice -n 10 python3 bench/storm.py --clients 10000 --processes 8    # issue 39's storm
+    python3 bench/storm.py --tls --profile /tmp/server.prof            # TLS; cProfile of
+                                                                       # the server's loop
 
 One run: a server with default options in a child process; ``--processes`` child processes
 each create their share of the clients in one loop (default options, nothing staggered) and
@@ -14,15 +17,16 @@ once (it waits in the client until the new server is reachable), the run waits u
 server has all of them and broadcasts again.
 
 Per run it reports: seconds from the start of the client processes until the server had every
-client's first message ("all connected"); each client's connect time, from the creation of its
-communicator until its first put was acknowledged (p50, p99, max); how long the broadcast took
-to reach everyone; after a restart, seconds from the new server's start until it had every
-client's second message; messages lost (put and never received, or broadcast and never
-received); the server's resident memory (RSS) when it listens, once every client is
-connected and after the broadcast (bench/idle.py reports it per client); and the WARNINGs the
-clients logged, with how many of them claimed "0 attempts" or
-"refused" (every connection refusal a client saw is counted by errno, so a "refused" in a
-WARNING can be checked against what the kernel said).
+client's first message ("all connected") and what that makes in handshakes per second; the
+server's CPU time (user + system) from listening until it had every first message, per client;
+each client's connect time, from the creation of its communicator until its first put was
+acknowledged (p50, p99, max); how long the broadcast took to reach everyone; after a restart,
+seconds from the new server's start until it had every client's second message; messages lost
+(put and never received, or broadcast and never received); the server's resident memory (RSS)
+when it listens, once every client is connected and after the broadcast (bench/idle.py reports
+it per client); and the WARNINGs the clients logged (in all, and the most one process logged),
+with how many of them claimed "0 attempts" or "refused" (every connection refusal a client saw
+is counted by errno, so a "refused" in a WARNING can be checked against what the kernel said).
 
 Children speak one JSON line per answer on stdout; their stderr goes to a log file kept
 (and named in the output) when a run fails.
@@ -41,6 +45,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -70,13 +75,63 @@ def _log_to_stderr() -> None:
     logger.setLevel(logging.INFO)
 
 
-def server_main(port: int) -> None:
+def _cpu_seconds() -> float:
+    """This process's CPU time so far (user + system, all threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _security(tls_dir: str | None, server: bool):
+    """TLS options from the certificates in ``tls_dir`` (made by the parent), or None."""
+    import netq as nq
+
+    if not tls_dir:
+        return None
+    folder = Path(tls_dir)
+    if server:
+        return nq.SecurityOptions(key=folder / "server.key", certificate=folder / "server.pem")
+    return nq.SecurityOptions(certificate=folder / "ca.pem")
+
+
+def _profile_loop() -> Callable[[str], None]:
+    """Profile the server's loop on whichever thread runs it (the I/O thread, or a get()
+    leading it), one profiler per thread; returns what writes them to files PATH.<n>."""
+    import cProfile
+
+    from netq import loop
+
+    profilers: dict[int, cProfile.Profile] = {}
+
+    def profiled(method):
+        def run(*args, **kwargs):
+            profiler = profilers.setdefault(threading.get_ident(), cProfile.Profile())
+            profiler.enable()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                profiler.disable()
+        return run
+
+    loop.IOLoop._run = profiled(loop.IOLoop._run)  # type: ignore[method-assign]
+    loop.IOLoop.lead = profiled(loop.IOLoop.lead)  # type: ignore[method-assign]
+
+    def dump(path: str) -> None:
+        for index, profiler in enumerate(list(profilers.values())):
+            profiler.dump_stats(f"{path}.{index}")
+
+    return dump
+
+
+def server_main(port: int, tls_dir: str | None = None) -> None:
     """A default TCP server: counts the (client, tag) messages it gets, broadcasts on demand."""
     import netq as nq
 
     _raise_fd_limit()
     _log_to_stderr()
-    options = nq.CommunicatorOptions(netloc=nq.NetworkLocation("127.0.0.1", port))
+    profile = os.environ.get("NETQ_STORM_PROFILE")
+    dump_profile = _profile_loop() if profile else None
+    options = nq.CommunicatorOptions(netloc=nq.NetworkLocation("127.0.0.1", port),
+                                     security=_security(tls_dir, server=True))
     server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, options)
     received: set[tuple] = set()
     duplicates = 0
@@ -98,7 +153,7 @@ def server_main(port: int) -> None:
 
     reader = threading.Thread(target=receive, name="storm-server-get", daemon=True)
     reader.start()
-    _reply(port=server.address[1])
+    _reply(port=server.address[1], cpu=_cpu_seconds())
     for line in sys.stdin:
         command = json.loads(line)
         op = command["op"]
@@ -106,7 +161,8 @@ def server_main(port: int) -> None:
             tag = command["tag"]
             with lock:
                 count = sum(1 for data in received if data[1] == tag)
-            _reply(count=count, duplicates=duplicates, peers=len(server.statistics().peers))
+            _reply(count=count, duplicates=duplicates, peers=len(server.statistics().peers),
+                   cpu=_cpu_seconds())
         elif op == "broadcast":
             started = time.monotonic()
             future = server.put(("broadcast", command["tag"]))
@@ -114,10 +170,12 @@ def server_main(port: int) -> None:
                 future.result(command["timeout"])
                 _reply(ok=True, seconds=time.monotonic() - started)
             except Exception as error:  # noqa: BLE001 - reported to the parent
-                _reply(ok=False, error=repr(error))
+                _reply(ok=False, error=repr(error), seconds=time.monotonic() - started)
         elif op == "close":
             server.close(timeout=5)
             reader.join(10)
+            if dump_profile is not None and profile:
+                dump_profile(profile)
             _reply(closed=True)
             return
 
@@ -141,7 +199,8 @@ class _WarningCounter(logging.Handler):
             self.samples.append(text)
 
 
-def clients_main(port: int, first: int, count: int, timeout: float) -> None:
+def clients_main(port: int, first: int, count: int, timeout: float,
+                 tls_dir: str | None = None) -> None:
     """``count`` default clients created at once; each puts (index, "hello") and waits."""
     import netq as nq
 
@@ -150,13 +209,14 @@ def clients_main(port: int, first: int, count: int, timeout: float) -> None:
     logging.getLogger("netq").addHandler(warnings)
     _log_to_stderr()
     netloc = nq.NetworkLocation("127.0.0.1", port)
+    security = _security(tls_dir, server=False)
     created: list[float] = []
     acked: list[float | None] = [None] * count
     clients = []
     for _ in range(count):
         created.append(time.monotonic())
         clients.append(nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT,
-                              nq.CommunicatorOptions(netloc=netloc)))
+                              nq.CommunicatorOptions(netloc=netloc, security=security)))
     futures = []
     for index, client in enumerate(clients):
         future = client.put((first + index, "hello"))
@@ -330,9 +390,20 @@ def server_rss(pid: int) -> int | None:
     return None
 
 
+def _tls_dir(log_dir: Path) -> str:
+    """A throwaway CA and server certificate for 127.0.0.1 (tests/harness.py makes them)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from harness import write_tls_files
+
+    folder = log_dir / "tls"
+    folder.mkdir(exist_ok=True)
+    write_tls_files(folder)
+    return str(folder)
+
+
 def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
               timeout: float = 300.0, log_dir: Path | None = None,
-              stagger: bool = False, client_nice: int = 0) -> dict:
+              stagger: bool = False, client_nice: int = 0, tls: bool = False) -> dict:
     """One storm; a dict of what it measured (``ok`` when nothing was lost or failed).
 
     ``stagger``: start each client process once the previous one's clients are all connected
@@ -343,11 +414,13 @@ def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
     share = [clients // processes + (1 if i < clients % processes else 0)
              for i in range(processes)]
     result: dict = {"clients": clients, "processes": processes, "restart": restart,
-                    "logs": str(log_dir)}
-    server = Child("server", ["--role", "server", "--port", "0"], log_dir)
+                    "tls": tls, "logs": str(log_dir)}
+    tls_args = ["--tls-dir", _tls_dir(log_dir)] if tls else []
+    server = Child("server", ["--role", "server", "--port", "0", *tls_args], log_dir)
     children: list[Child] = []
     try:
-        port = server.expect(60)["port"]
+        listening = server.expect(60)
+        port = listening["port"]
         result["server_rss_start"] = server_rss(server.proc.pid)
         started = time.monotonic()
         first = 0
@@ -355,7 +428,8 @@ def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
         for index, count in enumerate(share):
             children.append(Child(f"clients{index}", [
                 "--role", "clients", "--port", str(port), "--first", str(first),
-                "--count", str(count), "--timeout", str(timeout)], log_dir, nice=client_nice))
+                "--count", str(count), "--timeout", str(timeout), *tls_args], log_dir,
+                nice=client_nice))
             first += count
             if stagger:
                 hellos.append(children[-1].expect(timeout + 60))
@@ -375,19 +449,29 @@ def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
             result["connect_max_s"] = max(connect)
         counted = _wait_for_count(server, "hello", clients, 30)
         lost = result["lost_hello"] = clients - counted["count"]
+        if lasts:
+            result["handshakes_per_s"] = clients / result["all_connected_s"]
+        # The server's CPU from listening until it had every first message (and a little idle
+        # after, until the count came back): the handshakes and the first puts.
+        result["server_cpu_s"] = counted["cpu"] - listening["cpu"]
+        result["server_cpu_us_per_client"] = 1e6 * result["server_cpu_s"] / clients
         duplicates = counted["duplicates"]
         result["server_rss_connected"] = server_rss(server.proc.pid)  # every client idle now
         broadcast = server.ask(timeout, op="broadcast", tag="first", timeout=timeout)
         result["broadcast_ok"] = broadcast["ok"]
         result["broadcast_s"] = broadcast.get("seconds")
+        result["broadcast_error"] = broadcast.get("error")
         result["server_rss_broadcast"] = server_rss(server.proc.pid)
-        gets = [child.ask(timeout + 60, op="get", tag="first", timeout=timeout)
+        # A failed broadcast reached some clients at most: look, without waiting for long.
+        get_timeout = timeout if broadcast["ok"] else min(timeout, 10.0)
+        gets = [child.ask(timeout + 60, op="get", tag="first", timeout=get_timeout)
                 for child in children]
         result["lost_broadcast"] = clients - sum(get["got"] for get in gets)
         lost += result["lost_broadcast"]
         result["unexpected"] = [w for get in gets for w in get["wrong_samples"]][:5]
         result["reconnects_before_restart"] = sum(get["reconnects"] for get in gets)
         result["warnings_before_restart"] = sum(get["warnings"] for get in gets)
+        result["warnings_per_process_max"] = max(get["warnings"] for get in gets)
         result["false_zero_attempts"] = sum(get["zero_attempts"] for get in gets)
         # The server listened the whole time: any "refused" so far is false.
         result["false_refused"] = sum(get["refused_warnings"] for get in gets)
@@ -443,10 +527,15 @@ def _summary(result: dict) -> str:
         value = result.get(key)
         return "-" if value is None else f"{value:.2f}"
 
+    failed = "" if result.get("broadcast_ok") else f" FAILED: {result.get('broadcast_error')}"
+
     text = (f"{result.get('connected', 0)}/{result['clients']} connected, all in "
             f"{s('all_connected_s')} s (p50 {s('connect_p50_s')}, p99 {s('connect_p99_s')}, "
-            f"max {s('connect_max_s')} s); broadcast {s('broadcast_s')} s; lost "
-            f"{result.get('lost')}; warnings {result.get('warnings')} (false '0 attempts' "
+            f"max {s('connect_max_s')} s; {s('handshakes_per_s')} handshakes/s; server CPU "
+            f"{s('server_cpu_us_per_client')} us per client); broadcast {s('broadcast_s')} s"
+            f"{failed}"
+            f"; lost {result.get('lost')}; warnings {result.get('warnings')} (at most "
+            f"{result.get('warnings_per_process_max')} in one process; false '0 attempts' "
             f"{result.get('false_zero_attempts')}, false 'refused' {result.get('false_refused')})")
     if result["restart"]:
         text += (f"; after the restart all resumed in {s('restart_to_all_resumed_s')} s, "
@@ -517,26 +606,46 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds each wait of a run may take before the run fails")
     parser.add_argument("--json", help="write every run's results to this file")
+    parser.add_argument("--tls", action="store_true", help="TLS (a throwaway CA) instead of TCP")
+    parser.add_argument("--nice", type=int, default=0,
+                        help="the client processes' niceness (they stand for other machines)")
+    parser.add_argument("--profile", help="profile the server's loop (cProfile) into files "
+                                          "named PROFILE.*, merged into PROFILE at the end")
+    parser.add_argument("--tls-dir", help=argparse.SUPPRESS)
     parser.add_argument("--role", choices=("server", "clients"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role == "server":
-        server_main(args.port)
+        server_main(args.port, args.tls_dir)
         return
     if args.role == "clients":
-        clients_main(args.port, args.first, args.count, args.timeout)
+        clients_main(args.port, args.first, args.count, args.timeout, args.tls_dir)
         return
+    if args.profile:
+        os.environ["NETQ_STORM_PROFILE"] = args.profile  # the server child inherits it
     results = []
     for run in range(args.runs):
         load = os.getloadavg()[0]
-        result = run_storm(args.clients, args.processes, args.restart, args.timeout)
+        result = run_storm(args.clients, args.processes, args.restart, args.timeout,
+                           client_nice=args.nice, tls=args.tls)
         result["load_before"] = load
         results.append(result)
         print(f"run {run + 1}/{args.runs} (load {load:.1f}): {_summary(result)}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
+    if args.profile:
+        import glob
+        import pstats
+
+        parts = sorted(glob.glob(f"{glob.escape(args.profile)}.*"))
+        if parts:
+            stats = pstats.Stats(*parts)
+            stats.dump_stats(args.profile)
+            for part in parts:
+                os.remove(part)
+            print(f"server loop profile: {args.profile} ({len(parts)} parts merged)")
     sys.exit(0 if all(result["ok"] for result in results) else 1)
 
 

@@ -38,6 +38,7 @@ Layers, top to bottom::
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
     from .session import PeerSession
 
 __all__ = ("Address", "EngineAPI", "Inbox", "Link", "LinkIO", "TransportAPI", "TransportFactory")
+
+_serials = itertools.count()  # Link.serial (next() on a count is atomic: any thread may)
 
 Address: TypeAlias = "tuple[str, int] | tuple[str, int, int, int] | str | None"
 """Where a transport listens or connects, in its own terms: ``(host, port)`` (TCP over IPv4,
@@ -123,12 +126,15 @@ class Link(LinkIO):
     """
 
     __slots__ = ("session", "peer_id", "last_received_at", "ping_sent_at", "rtt",
-                 "direct_ok", "credit_counted")
+                 "direct_ok", "credit_counted", "serial")
 
     def __init__(self, conn: Connection, address: object, channel: object = None) -> None:
         super().__init__(conn, address, channel)
         self.session: PeerSession | None = None
         self.peer_id: uuid.UUID | None = None
+        # The order links were made in (a server: the order it accepted them), so that of two
+        # links of one peer the newer one keeps the session, whichever handshake ends first.
+        self.serial = next(_serials)
         now = time.monotonic()
         self.last_received_at = now  # monotonic time of the last bytes read (transport)
         self.ping_sent_at = now

@@ -27,7 +27,6 @@ attributes and calls into the policy only when a threshold it keeps says somethi
 
 from __future__ import annotations
 
-import collections
 import itertools
 from collections.abc import Callable, Iterable
 
@@ -74,7 +73,10 @@ class ReceiveBudget:
         self._received_total = 0
         self._consumed_total = 0
         self._outstanding = 0
-        self._waiters: collections.deque[PeerSession] = collections.deque()
+        # The peers the budget holds back, in the order they began to wait: a dict, so that
+        # one stops waiting in O(1) (a storm of thousands of small peers all wait; a deque's
+        # remove() scanned them all, once per grant).
+        self._waiters: dict[PeerSession, None] = {}
         # Peers out of credit among the waiters, counted in one pass at most once per
         # STARVED_RECHECK (thousands of idle waiters make a pass per I/O step costly).
         self._starved = 0
@@ -233,17 +235,14 @@ class ReceiveBudget:
         if plan.limited:
             if not session.credit_waiting:
                 session.credit_waiting = True
-                self._waiters.append(session)
+                self._waiters[session] = None
         else:
             self._stop_waiting(session)
 
     def _stop_waiting(self, session: PeerSession) -> None:
         if session.credit_waiting:
             session.credit_waiting = False
-            try:
-                self._waiters.remove(session)
-            except ValueError:
-                pass  # a consumer thread is iterating a copy; it finds nothing to do
+            self._waiters.pop(session, None)
 
     # ------------------------------------------------------------------ the probe (I/O thread)
 
@@ -330,14 +329,20 @@ class ReceiveBudget:
             session.credit_requested = True  # flow.message_credit_due
             self._schedule(session)
             wake = True
-        if self._waiters and (
-                self._consumed_total - self._consumed_at_wake >= self.limits.window_min
-                or session.credit_waiting):
-            self._consumed_at_wake = self._consumed_total
-            for waiter in list(self._waiters):
-                if not waiter.scheduled:
-                    self._schedule(waiter)
-            wake = True
+        if self._waiters:
+            if self._consumed_total - self._consumed_at_wake >= self.limits.window_min:
+                # A window's worth freed since the last look: every waiter may get some.
+                self._consumed_at_wake = self._consumed_total
+                for waiter in list(self._waiters):
+                    if not waiter.scheduled:
+                        self._schedule(waiter)
+                wake = True
+            elif session.credit_waiting and not session.scheduled:
+                # Less freed, by a peer that waits itself: it tops up from what its own
+                # message freed. (Waking every waiter on each such message made a storm of
+                # thousands of waiting peers cost a grant per waiter per message taken.)
+                self._schedule(session)
+                wake = True
         return wake
 
     def give_back(self, session: PeerSession, size: int) -> None:

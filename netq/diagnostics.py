@@ -20,7 +20,10 @@ program's normal idle state, and a log line every half minute would bury the rea
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
+import weakref
 from typing import Protocol
 
 from .options import CommunicatorOptions
@@ -29,10 +32,14 @@ from .session import PeerSession, PeerState
 
 LOGGER = logging.getLogger("netq")
 
-__all__ = ("REPEAT_WARNING", "BudgetView", "ConnectView", "Diagnostics", "GetterView",
-           "Reachability", "StallWarning", "format_bytes")
+__all__ = ("REPEAT_WARNING", "SUMMARY_EVERY", "BudgetView", "ConnectView", "Diagnostics",
+           "GetterView", "Reachability", "StallWarning", "WAITING_CLIENTS", "WaitingClients",
+           "explain_no_handshake", "format_bytes")
 
 REPEAT_WARNING = 30.0  # seconds between repeated warnings about the same ongoing wait
+# Seconds between the summary WARNINGs of a process whose clients wait for their server
+# together (a connection storm): one line for them all, not one per client.
+SUMMARY_EVERY = 5.0
 
 
 def format_bytes(value: float) -> str:
@@ -48,11 +55,23 @@ def format_bytes(value: float) -> str:
     return f"{value:.0f} B"
 
 
+def explain_no_handshake(silent: float, *, heard_hello: bool) -> str:
+    """Why a client gives up an attempt that connected and heard nothing for 3 heartbeats
+    (``heard_hello``: the server's HELLO came, the rest of the handshake did not)."""
+    if heard_hello:
+        return (f"connected, and the server's HELLO came, but not the rest of the netq "
+                f"handshake in {silent:.0f} s: the server is overloaded (a connection storm) "
+                f"or stuck")
+    return (f"connected, but no netq handshake in {silent:.0f} s: the server has not taken the "
+            f"connection from its queue (overloaded, or stuck), or the other end is not a netq "
+            f"server")
+
+
 class StallWarning:
     """When to warn about one ongoing wait: once it has lasted ``stall_warning`` seconds
     without progress, then every ``repeat`` seconds while it lasts."""
 
-    __slots__ = ("stall_warning", "repeat", "since", "warned_at")
+    __slots__ = ("stall_warning", "repeat", "since", "warned_at", "summarized")
 
     def __init__(self, stall_warning: float, since: float,
                  repeat: float = REPEAT_WARNING) -> None:
@@ -60,6 +79,7 @@ class StallWarning:
         self.repeat = repeat
         self.since = since  # when the wait (or its last progress) began
         self.warned_at: float | None = None  # when we last warned about it
+        self.summarized = False  # its last warning went into a summary of many (no own line)
 
     def progress(self, now: float) -> None:
         """Something moved: the stall clock starts again (the repeat clock does not)."""
@@ -73,6 +93,10 @@ class StallWarning:
             return False
         self.warned_at = now
         return True
+
+    def defer(self, now: float, seconds: float) -> None:
+        """The warning due now was not given: due again ``seconds`` from ``now``."""
+        self.warned_at = now - self.repeat + seconds
 
     def next_due(self, now: float) -> float:
         """Seconds until a warning is next due (the first, or the next repeat)."""
@@ -111,6 +135,7 @@ class Reachability:
         self.failures = 0  # of which ended in failure
         self.attempt_started_at: float | None = None  # the attempt under way, if any
         self.attempt_reached_server = False  # the attempt under way reached a listener
+        WAITING_CLIENTS.add(self)
 
     @property
     def unreachable_since(self) -> float | None:
@@ -163,6 +188,7 @@ class Reachability:
         """No connection from ``now`` on (unless we already knew)."""
         if self.unreachable is None:
             self.unreachable = StallWarning(self._stall_warning, now)
+            WAITING_CLIENTS.lost(self)
 
     def disconnected(self, now: float) -> None:
         """The connection broke: the session clock starts from zero, until the next attempt."""
@@ -176,11 +202,108 @@ class Reachability:
         ended, self.unreachable = self.unreachable, None
         if ended is not None:
             self.connect_error = ""
+            WAITING_CLIENTS.connected(self)
         self._absent_total, self._absent_since = 0.0, None
         self.attempts = self.failures = 0
         self.attempt_started_at = None
         self.attempt_reached_server = False
         return ended
+
+
+class WaitingClients:
+    """The clients of this process that cannot reach their server, for one WARNING line.
+
+    A connection storm (a fleet reconnecting, a class starting the same notebook) makes every
+    client of a process wait at once; a WARNING from each would be thousands of lines saying
+    the same. A client whose warning is due reports here instead: alone, it logs its own line
+    (what it waits for, in full); while others of this process wait too, one of them logs a
+    summary for all (how many of how many wait, the oldest wait, how far their attempts got,
+    and the reporter's own sentence as an example) at most every :data:`SUMMARY_EVERY`
+    seconds, and the others' warnings come due again for the next one.
+
+    Process-wide and thread-safe (every client's I/O thread reports here); it holds the
+    clients weakly, so a client that is dropped without closing leaves no trace.
+    """
+
+    def __init__(self, every: float = SUMMARY_EVERY) -> None:
+        self.every = every
+        self._forget()
+
+    def _forget(self) -> None:
+        """Start empty. Also a forked child's first step (see _after_fork_in_child)."""
+        self._lock = threading.Lock()
+        self._clients: weakref.WeakSet[Reachability] = weakref.WeakSet()
+        self._waiting: weakref.WeakSet[Reachability] = weakref.WeakSet()  # not connected
+        self._summary_at: float | None = None  # when the last line was logged
+
+    def add(self, client: Reachability) -> None:
+        """A new client: it counts, and waits until it connects."""
+        with self._lock:
+            self._clients.add(client)
+            self._waiting.add(client)
+
+    def lost(self, client: Reachability) -> None:
+        with self._lock:
+            self._waiting.add(client)
+
+    def connected(self, client: Reachability) -> None:
+        with self._lock:
+            self._waiting.discard(client)
+
+    def remove(self, client: Reachability) -> None:
+        """The client closed: it neither waits nor counts any longer."""
+        with self._lock:
+            self._waiting.discard(client)
+            self._clients.discard(client)
+
+    def waiting(self) -> int:
+        with self._lock:
+            return len(self._waiting)
+
+    def warn(self, client: Reachability, warning: StallWarning, now: float,
+             sentence: str) -> None:
+        """``client``'s warning is due now (``sentence``: what it waits for): log it, or a
+        summary of every waiting client, or nothing (a line was logged a moment ago, and this
+        client's warning comes due again for the next one)."""
+        with self._lock:
+            count = len(self._waiting)
+            if count > 1 and self._summary_at is not None \
+                    and now - self._summary_at < self.every:
+                warning.summarized = True
+                warning.defer(now, self._summary_at + self.every - now)
+                return
+            self._summary_at = now  # an own line counts too: one line per interval in all
+            line = None  # alone: its own line
+            if count > 1:
+                waiting = list(self._waiting)
+                count = len(waiting)
+                oldest = now - min(other.unreachable_since or now for other in waiting)
+                reached = sum(1 for other in waiting if other.attempt_reached_server)
+                line = (f"{count} of {len(self._clients)} clients in this process are not "
+                        f"connected to their server, the oldest for {oldest:.0f} s ({reached} "
+                        f"connected and waiting for the netq handshake, {count - reached} "
+                        f"not connected yet); one line for all every {self.every:g} s; "
+                        f"for example: {sentence}")
+        if line is None:
+            warning.summarized = False
+            LOGGER.warning("netq client: %s; put() and get() wait for it", sentence)
+        else:
+            warning.summarized = True
+            LOGGER.warning("netq clients: %s", line)
+
+
+WAITING_CLIENTS = WaitingClients()
+"""This process's clients that cannot reach their server (see :class:`WaitingClients`)."""
+
+
+def _after_fork_in_child() -> None:
+    # The parent's clients do not run in the child (they raise UsedInForkedChild), and another
+    # thread of the parent may have held the lock at the fork: a fresh, empty one.
+    WAITING_CLIENTS._forget()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class BudgetView(Protocol):
@@ -254,8 +377,8 @@ class Diagnostics:
             if wait > 0:
                 next_check = wait
             elif unreachable.due(now):
-                LOGGER.warning("netq client: %s; put() and get() wait for it",
-                               self.explain_unreachable(now))
+                assert self._reach is not None
+                WAITING_CLIENTS.warn(self._reach, unreachable, now, self.explain_unreachable(now))
         full, wait = self._budget.watch(now)
         if full is not None and wait <= 0 and full.due(now):
             LOGGER.warning("netq %s: %s", "server" if self._server else "client",
@@ -268,10 +391,15 @@ class Diagnostics:
             due = since + self._stall_warning - now
             if due > 0:
                 next_check = min(next_check, due)
-            elif not stopping and not self._connected_clients():
+            elif not stopping and not self._any_client_connected():
                 self._get_warned_for = since
                 LOGGER.warning("netq server: %s", self.get_wait(now))
         return max(next_check, 0.05)
+
+    def _any_client_connected(self) -> bool:
+        # Looked at on every look at the timers while a get() waits: it stops at the first
+        # connected session instead of counting thousands of them.
+        return any(session.state is PeerState.CONNECTED for session in self._peers.all())
 
     def _connected_clients(self) -> int:
         return sum(1 for session in self._peers.all() if session.state is PeerState.CONNECTED)

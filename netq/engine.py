@@ -40,7 +40,13 @@ from collections.abc import Sequence
 from . import flow, protocol as proto
 from .contract import EngineAPI, Inbox, Link, TransportAPI, TransportFactory
 from .credit import ReceiveBudget
-from .diagnostics import Diagnostics, Reachability, StallWarning
+from .diagnostics import (
+    WAITING_CLIENTS,
+    Diagnostics,
+    Reachability,
+    StallWarning,
+    explain_no_handshake,
+)
 from .exceptions import (
     AuthenticationError,
     ConnectionLost,
@@ -62,8 +68,10 @@ _GOODBYE_GRACE = 1.0  # seconds close(timeout) still allows for goodbyes after t
 _STOPPING_POLL = 0.01  # seconds between looks at the goodbyes while links are open
 _GOODBYE_RETRY_POLL = 0.25  # at most this between looks while waiting to reconnect
 _CORK_BYTES = 64 * 1024  # unsent bytes that wake the I/O thread even while an ACK is due
-# Seconds between looks at the timers (heartbeats, session timeouts, stall warnings) while the
-# loop turns for I/O; a busy link turns it once per message, the timers need no such precision.
+# Seconds at least between looks at the timers (heartbeats, session timeouts, stall warnings),
+# which run when due: a busy link turns the loop once per message, and a look scans every link
+# and session, so a server with thousands of links must not look on every turn (a connection
+# storm turns the loop thousands of times a second).
 _TIMER_TICK = 0.01
 # The share of a heartbeat by which a PING may be late (see SessionEngine._timers).
 _HEARTBEAT_SLACK = 0.1
@@ -121,7 +129,7 @@ class SessionEngine:
         self.transport: TransportAPI = loop_factory(self)
         self.handshake = Handshake(server=self._server, peers=self.peers, budget=self.budget,
                                    transport=self.transport, reachability=self.reach,
-                                   schedule=self.schedule, changed=self._timers_changed,
+                                   schedule=self.schedule, changed=self._session_came,
                                    options=options, recv_messages=self._recv_messages)
         self.diagnostics = Diagnostics(server=self._server, options=options, peers=self.peers,
                                        budget=self.budget, transport=self.transport,
@@ -268,7 +276,8 @@ class SessionEngine:
                     return  # refused: nothing after the HELLO is looked at
             elif kind is proto.SessionOpened:
                 assert isinstance(event, proto.SessionOpened)
-                self.handshake.session_opened(link, event)
+                if not self.handshake.session_opened(link, event):
+                    return  # refused (a stale attempt): nothing after it is looked at
                 session = link.session
             elif kind is proto.ByeReceived:
                 self.handshake.bye(link)
@@ -304,7 +313,9 @@ class SessionEngine:
                 self.schedule(session)
 
     def link_closed(self, link: Link) -> None:
-        self._timers_changed()
+        # Nothing of a closed link is due before its session expires or a client warns.
+        connection = self.options.connection
+        self._timers_changed(min(connection.session_timeout, connection.stall_warning))
         now = time.monotonic()
         self.budget.link_closed(link)
         if isinstance(link.error, AuthenticationError):
@@ -402,15 +413,25 @@ class SessionEngine:
                     transport.write_now(link)
         if self.closing:
             self._closing_progress()  # close() looks at flushed() again
-        if now < self._timers_due and now - self._timers_ran < _TIMER_TICK:
-            return self._timers_due - now
+        due = self._timers_due
+        # Due (0: a look now), and for a due time reached, a tick after the last look.
+        if now < due or (due and now - self._timers_ran < _TIMER_TICK):
+            return max(due - now, self._timers_ran + _TIMER_TICK - now)
         wait = self._timers(now)
         self._timers_ran, self._timers_due = now, now + wait
         return wait
 
-    def _timers_changed(self) -> None:
-        """A link or session came or went: look at the timers on the loop's next turn."""
-        self._timers_due = 0.0
+    def _timers_changed(self, within: float = 0.0) -> None:
+        """Something the timers watch changed: look at them within ``within`` seconds (the
+        loop's next turn by default), and not later than they were due anyway."""
+        due = time.monotonic() + within if within else 0.0
+        if due < self._timers_due:
+            self._timers_due = due
+
+    def _session_came(self) -> None:
+        # Nothing of a new session is due before its link's first PING: no look now (one per
+        # handshake scanned every link per handshake in a storm), one within the slack.
+        self._timers_changed(self.options.connection.heartbeat * _HEARTBEAT_SLACK)
 
     def _timers(self, now: float) -> float:
         connection = self.options.connection
@@ -423,9 +444,8 @@ class SessionEngine:
             if silent >= 3 * heartbeat:
                 link.error = ConnectionLost(link.peer_id, f"silent for {silent:.1f} s")
                 if link.session is None and not self._server:
-                    link.error = ConnectionLost(
-                        None, f"connected, but no netq handshake in {silent:.0f} s: the other "
-                              f"end is not a netq server, or it is stuck")
+                    link.error = ConnectionLost(None, explain_no_handshake(
+                        silent, heard_hello=link.conn.peer is not None))
                 self.transport.close_link(link, flush=False)
             elif silent >= heartbeat and now - link.ping_sent_at >= heartbeat:
                 link.ping_sent_at = now
@@ -505,5 +525,7 @@ class SessionEngine:
         self._closing_progress()
 
     def finished(self) -> None:
+        if self.reach is not None:
+            WAITING_CLIENTS.remove(self.reach)
         self.closed.set()
         self._closing_progress()

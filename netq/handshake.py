@@ -11,9 +11,11 @@ Threads: the I/O thread only, with the link's lock held.
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import time
+import uuid
 from collections.abc import Callable
 
 from . import protocol as proto
@@ -74,6 +76,12 @@ class Handshake:
         self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
         self._goodbye_by: float | None = None  # see stopping()
         self._goodbye_warned = False
+        # Server: links whose peer said who it is (HELLO) and whose SESSION frame has not come
+        # yet, and how many of them each peer has. A peer with one is back: its session does
+        # not expire while that handshake lasts (a storm may hold it up; a stuck one ends
+        # after 3 silent heartbeats).
+        self._handshaking: dict[Link, uuid.UUID] = {}
+        self._handshaking_peers: collections.Counter[uuid.UUID] = collections.Counter()
 
     def authenticated(self, link: Link, hello: proto.frames.Hello) -> bool:
         """The peer proved who it is (or needs no proof). False if the transport refuses it."""
@@ -84,7 +92,10 @@ class Handshake:
             transport.close_link(link, flush=True)
             return False
         link.peer_id = hello.id
-        if not self._server:
+        if self._server:
+            self._handshaking[link] = hello.id
+            self._handshaking_peers[hello.id] += 1
+        else:
             session = self._peers.server_session
             assert session is not None
             token = session.token
@@ -92,14 +103,29 @@ class Handshake:
             self._send_session(session, link, token, last, False)
         return True
 
-    def session_opened(self, link: Link, event: proto.SessionOpened) -> None:
+    def session_opened(self, link: Link, event: proto.SessionOpened) -> bool:
+        """The peer's SESSION frame (a server) or its answer to ours (a client). False when
+        the link is refused (nothing after the frame is looked at)."""
         self._changed()
         now = time.monotonic()
         if self._server:
             assert link.peer_id is not None
+            self._handshake_ended(link)
             ended_here = self._peers.ended(link.peer_id)
             session, resumed = self._peers.open(link.peer_id)
             old = session.link
+            if old is not None and old is not link and old.serial > link.serial:
+                # A stale attempt: the peer connected again after this link (a client that
+                # gave up on a handshake a storm delayed), and the newer link's handshake
+                # ended first. This link loses: its client has closed it, and taking the
+                # session to it would leave the session on a dead link while its client is
+                # connected (it expires, and the live link, told it was replaced, would not
+                # reconnect).
+                link.error = ConnectionLost(link.peer_id, "a newer connection of this peer "
+                                                          "holds the session")
+                link.conn.send_error(ErrorCode.REPLACED, "a newer connection took over")
+                self._transport.close_link(link, flush=True)
+                return False
             if old is not None and old is not link:
                 old.conn.send_error(ErrorCode.REPLACED, "a newer connection took over")
                 self._transport.close_link(old, flush=True)
@@ -142,9 +168,19 @@ class Handshake:
                 self._attach(session, link, now)
             assert self._reach is not None
             ended = self._reach.connected()
-            if ended is not None and ended.warned:
+            if ended is not None and ended.warned and not ended.summarized:
                 LOGGER.info("netq client: connected to %s after %.0f s",
                             self._transport.connect_target(), now - ended.since)
+        return True
+
+    def _handshake_ended(self, link: Link) -> None:
+        peer = self._handshaking.pop(link, None)
+        if peer is not None:
+            count = self._handshaking_peers[peer] - 1
+            if count:
+                self._handshaking_peers[peer] = count
+            else:
+                del self._handshaking_peers[peer]
 
     def _send_session(self, session: PeerSession, link: Link, token: bytes, last_received: int,
                       resumed: bool) -> None:
@@ -208,6 +244,8 @@ class Handshake:
         """The link is gone: its session waits for a reconnect, or ends. Returns, for a client
         whose attempt reached the server and ended before the handshake did, why (the
         engine reports it as a failed attempt); None otherwise."""
+        if self._handshaking:
+            self._handshake_ended(link)
         session = link.session
         if session is None or session.link is not link:
             error = link.error
@@ -379,6 +417,8 @@ class Handshake:
                 assert session.disconnected_at is not None
                 waited = now - session.disconnected_at if reach is None \
                     else reach.absent_for(now)
+                if waited >= timeout and reach is None and session.id in self._handshaking_peers:
+                    continue  # back, its handshake under way: it resumes the session
                 if waited >= timeout:
                     if reach is None:
                         self.end_session(session, ConnectionLost(

@@ -3,6 +3,8 @@ sentences say, and the one format_bytes. No engine, no transport, no clock of th
 
 from __future__ import annotations
 
+import gc
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -12,9 +14,11 @@ import pytest
 import netq as nq
 from netq.diagnostics import (
     REPEAT_WARNING,
+    WAITING_CLIENTS,
     Diagnostics,
     Reachability,
     StallWarning,
+    WaitingClients,
     format_bytes,
 )
 from netq.peers import PeerTable
@@ -228,3 +232,115 @@ def test_a_server_get_with_no_client_warns_once_per_wait(caplog):
         session.state = PeerState.DISCONNECTED
         diag.watch(now + 100 + stall, stopping=False)
         assert len(caplog.records) == 2
+
+
+def _waiting_client(clients: WaitingClients, stall: float, now: float):
+    reach = Reachability(stall, now)
+    clients.add(reach)
+    assert reach.unreachable is not None
+    return reach, reach.unreachable
+
+
+def test_a_client_alone_gets_its_own_warning(caplog):
+    clients = WaitingClients(every=5.0)
+    reach, warning = _waiting_client(clients, 5.0, 0.0)
+    with caplog.at_level("WARNING", logger="netq"):
+        assert warning.due(5.0)
+        clients.warn(reach, warning, 5.0, "not connected to the server at X for 5 s (why)")
+        assert warning.due(5.0 + REPEAT_WARNING)  # it repeats on its own schedule
+        clients.warn(reach, warning, 5.0 + REPEAT_WARNING, "not connected ... for 35 s")
+    assert [r.getMessage() for r in caplog.records] == [
+        "netq client: not connected to the server at X for 5 s (why); put() and get() wait "
+        "for it", "netq client: not connected ... for 35 s; put() and get() wait for it"]
+    assert not warning.summarized
+    clients.connected(reach)
+    assert clients.waiting() == 0
+
+
+def test_a_storm_of_waiting_clients_logs_one_line_per_interval(caplog):
+    """1000 clients of one process whose warnings come due together, each on its own thread
+    (as each client's I/O thread would): one line per interval in all, a summary that counts
+    them and gives one client's sentence; every client's warning comes due again for the next
+    summary; the clients are held weakly."""
+    clients = WaitingClients(every=5.0)
+    count, threads_count = 1000, 8
+    waiting = [_waiting_client(clients, 5.0, 0.0) for _ in range(count)]
+    for reach, _ in waiting[: count // 2]:
+        reach.started(0.0)
+        reach.reached_server()
+    start = threading.Barrier(threads_count)
+
+    def run(share) -> None:
+        start.wait(timeout=30)
+        for now in (5.0, 6.0, 9.0, 10.5):  # looks at the timers of every client, in turn
+            for reach, warning in share:
+                if warning.due(now):
+                    clients.warn(reach, warning, now, f"not connected for {now:.0f} s (why)")
+
+    with caplog.at_level("WARNING", logger="netq"):
+        threads = [threading.Thread(target=run, args=(waiting[i::threads_count],))
+                   for i in range(threads_count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert not any(thread.is_alive() for thread in threads)
+    lines = [r.getMessage() for r in caplog.records]
+    # The looks at 5, 6 and 9 s fall in one interval, 10.5 s in the next: one line each.
+    assert len(lines) == 2, lines
+    assert lines[-1].startswith(f"netq clients: {count} of {count} clients in this process "
+                                f"are not connected to their server, the oldest for "), lines
+    assert f"({count // 2} connected and waiting for the netq handshake, {count // 2} not " \
+           f"connected yet)" in lines[-1]
+    assert "for example: not connected for " in lines[-1]
+    assert all(warning.summarized for _, warning in waiting if warning.warned)
+    # Each one's warning is due again for the next summary, but those who logged a line: they
+    # repeat after REPEAT_WARNING (and then report here again).
+    assert sum(warning.next_due(10.5) > 5.0 for _, warning in waiting) == len(lines)
+    for reach, _ in waiting[:10]:
+        clients.connected(reach)
+    assert clients.waiting() == count - 10
+    del waiting, reach, run
+    gc.collect()
+    assert clients.waiting() == 0 and not clients._clients  # held weakly: no leak
+
+
+def test_the_process_wide_summary_follows_its_clients():
+    reach = Reachability(5.0, time.monotonic())  # a client: waiting until it connects
+    assert reach in WAITING_CLIENTS._clients and reach in WAITING_CLIENTS._waiting
+    reach.connected()
+    assert reach not in WAITING_CLIENTS._waiting
+    reach.disconnected(time.monotonic())
+    assert reach in WAITING_CLIENTS._waiting
+    WAITING_CLIENTS.remove(reach)  # closed (SessionEngine.finished)
+    assert reach not in WAITING_CLIENTS._clients and reach not in WAITING_CLIENTS._waiting
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="POSIX fork only")
+@pytest.mark.timeout(30)
+def test_a_forked_child_starts_with_no_waiting_clients():
+    """The parent's clients do not run in a forked child, and a lock another thread held at
+    the fork would never be released there: the child's summary starts empty, lock free."""
+    import os
+
+    reach = Reachability(5.0, time.monotonic())
+    WAITING_CLIENTS._lock.acquire()  # as if another thread held it at the fork
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: report through the exit code, never return into pytest
+            import signal
+
+            ok = False
+            try:
+                # A child stuck on the inherited lock ends (SIGALRM, its default action): the
+                # test fails instead of hanging.
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+                signal.alarm(10)
+                ok = WAITING_CLIENTS.waiting() == 0 and not WAITING_CLIENTS._clients
+            finally:
+                os._exit(0 if ok else 1)
+    finally:
+        WAITING_CLIENTS._lock.release()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert reach in WAITING_CLIENTS._clients  # the parent's is untouched

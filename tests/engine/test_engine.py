@@ -309,3 +309,110 @@ def test_send_messages_bounds_what_is_held_for_a_peer_and_a_put_waits_for_acks()
     client.put(b"x", block=False)
     network.run()
     assert len(server.get_many(max_messages=100)) == 9
+
+
+def test_a_stale_attempt_finishing_its_handshake_late_does_not_take_the_session():
+    """Issue 39: in a storm, a client gives up an attempt whose handshake the server has not
+    finished (A) and connects again (B). If B's handshake is done first and A's SESSION is read
+    only then, A must not replace B: the client has closed A, so the session would wait on a
+    dead link, expire after session_timeout and fail a broadcast while its client is connected
+    on B (and B, told it was replaced, would not reconnect)."""
+    network = MemoryNetwork()
+    server = network.communicator(nq.Purpose.SERVER, session_timeout=5.0)
+    client = network.communicator(nq.Purpose.CLIENT, session_timeout=5.0)
+    client_a, server_a = network.connect(client)
+    assert network.move(client_a) and network.move(server_a)  # the HELLOs, both ways
+    stale = client_a.conn.data_to_send()  # A's SESSION: on its way, not read yet
+    assert stale
+    network._pairs.pop(id(client_a))  # the client closes A; the server reads what A sent later
+    client._transport.drop(client_a)
+    network.connect(client)  # attempt B: its handshake completes, the client's put arrives
+    put = client.put("hello")
+    network.run()
+    assert put.result(0) is None and server.get(timeout=0).data == "hello"
+    # Only now does the server read A's SESSION, then A's end.
+    with server_a.lock:
+        server._engine.handle_events(server_a, server_a.conn.receive_data(stale))
+    network.run()
+    server._transport.drop(server_a)
+    network.run()
+    assert server.peers == (client.id,) and client.peers == (server.id,)
+    # Long past session_timeout: the session is the client's live one, not expired.
+    server._engine.handshake.expire_sessions(time.monotonic() + 60)
+    broadcast = server.put("to all")
+    network.run()
+    assert broadcast.result(0) is None
+    assert client.get(timeout=0).data == "to all"
+
+
+def test_a_session_does_not_expire_while_its_client_is_back_and_handshaking():
+    """Issue 39: a client whose link broke is back on a new link, but a storm holds up the
+    handshake on the server past session_timeout: the session waits for that handshake instead
+    of expiring (which would fail what was queued for the client, a broadcast's share too)."""
+    network, server, client = pair(session_timeout=5.0)
+    (old,) = client._transport.links()
+    network.cut(old)
+    queued = server.put("while you were away")
+    client_b, server_b = network.connect(client)
+    assert network.move(client_b)  # the client's HELLO: the server knows who is back
+    assert server_b.peer_id == client.id and server_b.session is None
+    server._engine.handshake.expire_sessions(time.monotonic() + 60)
+    assert not queued.done()
+    network.run()
+    assert queued.result(0) is None and client.get(timeout=0).data == "while you were away"
+    # A handshake that ends without a SESSION no longer keeps the session: it expires.
+    network.cut(client_b)
+    client_c, server_c = network.connect(client)
+    assert network.move(client_c)
+    lost = server.put("lost")
+    network.cut(client_c)
+    server._engine.handshake.expire_sessions(time.monotonic() + 60)
+    with pytest.raises(nq.ConnectionLost, match="session_timeout"):
+        lost.result(0)
+    assert not server._engine.handshake._handshaking
+
+
+def _count_calls(monkeypatch, owner, name: str) -> list[int]:
+    """Count the calls of ``owner.name`` (an instance's method) from now on."""
+    calls = [0]
+    method = getattr(owner, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return method(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+def test_a_storm_costs_the_server_work_linear_in_its_clients(monkeypatch):
+    """Issue 39: what grew with the number of links. 200 clients connect one after another to
+    a server whose receive budget holds most of them back (as thousands of default clients
+    do), each puts one message, and the server takes them one by one. A handshake must not
+    make the server look at its timers (each look scans every link and session: one per
+    handshake was quadratic), and a message taken must not schedule a credit grant for every
+    peer the budget holds back (34 056 grants here before, 567 now)."""
+    clients_count = 200
+    network = MemoryNetwork()
+    # A long heartbeat: a look comes due every tenth of one, and a loaded machine must not
+    # make this test slow enough for that.
+    server = network.communicator(nq.Purpose.SERVER, recv_budget=4 * MiB, heartbeat=60.0)
+    engine = server._engine
+    looks = _count_calls(monkeypatch, engine, "_timers")
+    grants = _count_calls(monkeypatch, engine.budget, "grant")
+    clients = []
+    for _ in range(clients_count):
+        client = network.communicator(nq.Purpose.CLIENT)
+        network.connect(client)
+        network.run()
+        clients.append(client)
+    assert len(server.peers) == clients_count
+    assert looks[0] <= 2, looks  # the first look (and a second, if a tick passed)
+    for client in clients:
+        client.put("hello")
+    network.run()
+    assert len(engine.budget._waiters) > clients_count // 2  # the budget holds most back
+    for _ in clients:
+        assert server.get(timeout=0).data == "hello"
+        network.run()
+    assert grants[0] <= 4 * clients_count, grants

@@ -123,7 +123,8 @@ class Reachability:
     the disconnection.
     """
 
-    def __init__(self, stall_warning: float, now: float) -> None:
+    def __init__(self, stall_warning: float, now: float, server: str = "") -> None:
+        self.server = server  # where the server is, in words: clients of one share a warning
         self._absent_total = 0.0  # seconds counted so far since the last connection
         # When the stretch being counted now began (None: an attempt is under way).
         self._absent_since: float | None = now
@@ -216,10 +217,11 @@ class WaitingClients:
     A connection storm (a fleet reconnecting, a class starting the same notebook) makes every
     client of a process wait at once; a WARNING from each would be thousands of lines saying
     the same. A client whose warning is due reports here instead: alone, it logs its own line
-    (what it waits for, in full); while others of this process wait too, one of them logs a
-    summary for all (how many of how many wait, the oldest wait, how far their attempts got,
-    and the reporter's own sentence as an example) at most every :data:`SUMMARY_EVERY`
-    seconds, and the others' warnings come due again for the next one.
+    (what it waits for, in full); while others of this process wait for the same server too,
+    one of them logs a summary for all of those (how many of how many wait, the oldest wait,
+    how far their attempts got, and the reporter's own sentence as an example) at most every
+    :data:`SUMMARY_EVERY` seconds, and the others' warnings come due again for the next one.
+    Clients of different servers never share a line: each may wait for a reason of its own.
 
     Process-wide and thread-safe (every client's I/O thread reports here); it holds the
     clients weakly, so a client that is dropped without closing leaves no trace.
@@ -233,49 +235,59 @@ class WaitingClients:
         """Start empty. Also a forked child's first step (see _after_fork_in_child)."""
         self._lock = threading.Lock()
         self._clients: weakref.WeakSet[Reachability] = weakref.WeakSet()
-        self._waiting: weakref.WeakSet[Reachability] = weakref.WeakSet()  # not connected
-        self._summary_at: float | None = None  # when the last line was logged
+        # The clients not connected, by server (Reachability.server).
+        self._waiting: dict[str, weakref.WeakSet[Reachability]] = {}
+        self._summary_at: dict[str, float] = {}  # by server: when its last line was logged
+
+    def _waiting_for(self, server: str) -> weakref.WeakSet[Reachability]:
+        group = self._waiting.get(server)
+        if group is None:
+            group = self._waiting[server] = weakref.WeakSet()
+        return group
 
     def add(self, client: Reachability) -> None:
         """A new client: it counts, and waits until it connects."""
         with self._lock:
             self._clients.add(client)
-            self._waiting.add(client)
+            self._waiting_for(client.server).add(client)
 
     def lost(self, client: Reachability) -> None:
         with self._lock:
-            self._waiting.add(client)
+            self._waiting_for(client.server).add(client)
 
     def connected(self, client: Reachability) -> None:
         with self._lock:
-            self._waiting.discard(client)
+            self._waiting_for(client.server).discard(client)
 
     def remove(self, client: Reachability) -> None:
         """The client closed: it neither waits nor counts any longer."""
         with self._lock:
-            self._waiting.discard(client)
+            self._waiting_for(client.server).discard(client)
             self._clients.discard(client)
 
     def waiting(self) -> int:
         with self._lock:
-            return len(self._waiting)
+            return sum(len(group) for group in self._waiting.values())
 
     def warn(self, client: Reachability, warning: StallWarning, now: float,
              sentence: str) -> None:
         """``client``'s warning is due now (``sentence``: what it waits for): log it, or a
         summary of every waiting client, or nothing (a line was logged a moment ago, and this
         client's warning comes due again for the next one)."""
+        server = client.server
         with self._lock:
-            count = len(self._waiting)
-            if count > 1 and self._summary_at is not None \
-                    and now - self._summary_at < self.every:
+            group = self._waiting_for(server)
+            count = len(group)
+            last = self._summary_at.get(server)
+            if count > 1 and last is not None and now - last < self.every:
                 warning.summarized = True
-                warning.defer(now, self._summary_at + self.every - now)
+                warning.defer(now, last + self.every - now)
                 return
-            self._summary_at = now  # an own line counts too: one line per interval in all
+            # An own line counts too: one line per interval for each server's clients.
+            self._summary_at[server] = now
             line = None  # alone: its own line
             if count > 1:
-                waiting = list(self._waiting)
+                waiting = list(group)
                 count = len(waiting)
                 oldest = now - min(other.unreachable_since or now for other in waiting)
                 reached = sum(1 for other in waiting if other.attempt_reached_server)

@@ -124,7 +124,8 @@ class SessionEngine:
         self.created = time.monotonic()
 
         # Client connection trouble, for warnings and statistics().
-        self.reach = None if self._server else Reachability(self._stall_warning, self.created)
+        self.reach = None if self._server else Reachability(self._stall_warning, self.created,
+                                                            str(options.netloc))
 
         self.transport: TransportAPI = loop_factory(self)
         self.handshake = Handshake(server=self._server, peers=self.peers, budget=self.budget,

@@ -305,15 +305,37 @@ def test_a_storm_of_waiting_clients_logs_one_line_per_interval(caplog):
     assert clients.waiting() == 0 and not clients._clients  # held weakly: no leak
 
 
+def test_clients_of_different_servers_each_say_why_in_the_same_interval(caplog):
+    """Three clients of one process waiting for three servers, each for a reason of its own:
+    no summary hides a reason, each logs its own line."""
+    clients = WaitingClients(every=5.0)
+    waiting = []
+    for server in ("a:1", "b:2", "c:3"):
+        reach = Reachability(5.0, 0.0, server)
+        clients.add(reach)
+        assert reach.unreachable is not None
+        waiting.append((reach, reach.unreachable))
+    with caplog.at_level("WARNING", logger="netq"):
+        for reach, warning in waiting:
+            assert warning.due(5.0)
+            clients.warn(reach, warning, 5.0, f"not connected to {reach.server} (why)")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"netq client: not connected to {server} (why); put() and get() wait for it"
+        for server in ("a:1", "b:2", "c:3")]
+    assert not any(warning.summarized for _, warning in waiting)
+
+
 def test_the_process_wide_summary_follows_its_clients():
     reach = Reachability(5.0, time.monotonic())  # a client: waiting until it connects
-    assert reach in WAITING_CLIENTS._clients and reach in WAITING_CLIENTS._waiting
+    assert reach in WAITING_CLIENTS._clients
+    assert reach in WAITING_CLIENTS._waiting_for(reach.server)
     reach.connected()
-    assert reach not in WAITING_CLIENTS._waiting
+    assert reach not in WAITING_CLIENTS._waiting_for(reach.server)
     reach.disconnected(time.monotonic())
-    assert reach in WAITING_CLIENTS._waiting
+    assert reach in WAITING_CLIENTS._waiting_for(reach.server)
     WAITING_CLIENTS.remove(reach)  # closed (SessionEngine.finished)
-    assert reach not in WAITING_CLIENTS._clients and reach not in WAITING_CLIENTS._waiting
+    assert reach not in WAITING_CLIENTS._clients \
+        and reach not in WAITING_CLIENTS._waiting_for(reach.server)
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="POSIX fork only")

@@ -13,8 +13,8 @@ imports neither. The loop talks to its carrier (sockets, MQTT, gRPC) through ano
   :class:`LinkIO` (the loop's: the sans-I/O Connection, the carrier's ``channel``, write and
   close state) and the fields :class:`Link` adds (the engine's: session, peer id, liveness and
   credit accounting);
-* :data:`Address`: the forms :attr:`TransportAPI.address` takes (the same alias as
-  :data:`netq.carrier.Address`, which the carriers use).
+* :data:`Address`: the forms :attr:`TransportAPI.address` takes (:data:`netq.carrier.Address`:
+  the loop hands on its carrier's).
 
 A link's ``channel`` is the carrier's handle of it (a socket channel, an MQTT topic pair, a
 gRPC stream), typed ``object`` (nothing in the contract is ``Any``): the loop keeps it with
@@ -43,8 +43,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol
 
+from .carrier import Address
 from .options import CommunicatorOptions, Purpose
 from .protocol import Connection, Event, MessageReceived
 
@@ -54,12 +55,6 @@ if TYPE_CHECKING:
 __all__ = ("Address", "EngineAPI", "Inbox", "Link", "LinkIO", "TransportAPI", "TransportFactory")
 
 _serials = itertools.count()  # Link.serial (next() on a count is atomic: any thread may)
-
-Address: TypeAlias = "tuple[str, int] | tuple[str, int, int, int] | str | None"
-"""Where a transport listens or connects, in its own terms: ``(host, port)`` (TCP over IPv4,
-gRPC), ``(host, port, flowinfo, scope_id)`` (TCP over IPv6), a path (Unix socket, gRPC over a
-Unix socket), an ``mqtt://host:port/base`` URL (MQTT), or None (a client, which listens nowhere).
-"""
 
 
 class Inbox(Protocol):

@@ -110,8 +110,7 @@ class SessionEngine:
                                     clock=time.monotonic)
 
         self._attention: collections.deque[PeerSession] = collections.deque()
-        self._timers_ran = 0.0  # when _timers last ran, and when they are next due
-        self._timers_due = 0.0
+        self._timers_ran = self._timers_due = 0.0  # when _timers last ran, when next due
         # Plain attributes, not properties: read on every put() and every loop turn.
         self.closing = False  # close() began: refuse newcomers, flush, then stop
         self.stopping = False  # the goodbyes are under way; the loop ends after them

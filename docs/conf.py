@@ -75,8 +75,8 @@ nitpick_ignore_regex = [
     (r"py:.*", r"_?(builtins|typing|collections|uuid|ssl|socket|asyncio|concurrent|queue|enum|"
                r"threading|pathlib|os|io|logging|types|dataclasses|weakref|pickle|"
                r"multiprocessing|subprocess|secrets|bokeh|anywidget|traitlets|ipywidgets|grpc|paho)(\..*)?"),
-    (r"py:.*", r"netq\.(protocol|engine|contract|peers|credit|diagnostics|handshake|inbox|"
-               r"session|flow|relay|_\w+|"
+    (r"py:.*", r"netq\.(protocol|engine|loop|link_driver|contract|peers|credit|diagnostics|"
+               r"handshake|inbox|session|flow|relay|_\w+|"
                r"transports\.(base|packets|sockets|mqtt\.\w+|grpc\.\w+)|"
                r"widgets\.replaceable)(\..*)?"),
     (r"py:.*", r"(.*\.)?_\w+"),
@@ -85,7 +85,12 @@ nitpick_ignore = [
     # instance attributes set in __init__, which autodoc cannot list
     ("py:attr", "Recorder.relay"), ("py:attr", "relay"),
     # inner layers named by a short path (netq.transports.mqtt.link, netq.transports.packets)
-    ("py:mod", "link"), ("py:meth", "PacketTransport.write_now"),
+    ("py:mod", "link"),
+    # the engine's loop factory (netq.contract, an inner layer) in Communicator's signature, and
+    # MQTT's channel type in its carrier's base class
+    ("py:class", "TransportFactory"), ("py:class", "Channel"),
+    # the carrier's channel type variable (a TypeVar autodoc does not document)
+    ("py:class", "netq.carrier.ChannelT"), ("py:obj", "netq.carrier.ChannelT"),
 ]
 
 html_theme = "furo"

@@ -23,17 +23,17 @@ The loop treats it as opaque: it keeps the link that goes with it, and hands it 
 
 Events (``(kind, channel, value)`` tuples, read by the loop in order):
 
-=============  ===========  =======================================================
-kind           channel      value
-=============  ===========  =======================================================
-``READABLE``   the channel  None: call ``read_into`` until it raises BlockingIOError
-``WRITABLE``   the channel  None: ``write`` may take bytes again
-``READABLE | WRITABLE``     both at once (one readiness report of a socket)
-``OPENED``     a new one    :class:`Opened`: its address, and the peer it is bound to
-``DATA``       the channel  a packet's bytes, in order (packet carriers, no read_into)
-``CLOSED``     the channel  why it ended (an exception), or None: the peer's clean end
-``FAILED``     None         client: why the attempt failed (a sentence)
-=============  ===========  =======================================================
+=========================  ===========  ===================================================
+kind                       channel      value
+=========================  ===========  ===================================================
+``READABLE``               the channel  None: ``read_into`` until it raises BlockingIOError
+``WRITABLE``               the channel  None: ``write`` may take bytes again
+``READABLE | WRITABLE``    the channel  both at once (one readiness report of a socket)
+``OPENED``                 a new one    :class:`Opened`: its address, whom it is bound to
+``DATA``                   the channel  a packet's bytes, in order (packet carriers)
+``CLOSED``                 the channel  why it ended (an exception), or None: a clean end
+``FAILED``                 None         client: why the attempt failed (a sentence)
+=========================  ===========  ===================================================
 
 Errors: ``read_into`` and ``write`` raise :class:`BlockingIOError` when the channel has
 nothing or no room now, and :class:`OSError` or a :class:`netq.exceptions.NetqError` when it
@@ -73,6 +73,7 @@ CLOSED = 16
 FAILED = 32
 
 ChannelT = TypeVar("ChannelT")
+"""A carrier's handle of one link (a socket, an MQTT topic pair, a gRPC stream)."""
 
 Event: TypeAlias = "tuple[int, object, object]"
 """``(kind, channel, value)``: see the table in this module's docstring."""

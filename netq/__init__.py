@@ -22,6 +22,7 @@ from . import stream, transports
 from .communicator import Communicator, Message
 from .exceptions import (
     AuthenticationError,
+    BroadcastIncomplete,
     BrokerUnavailable,
     ConnectionLost,
     DeserializationError,
@@ -84,6 +85,7 @@ __all__ = [
     "ResourceClosed",
     "ConnectionLost",
     "UsedInForkedChild",
+    "BroadcastIncomplete",
     "Empty",
     "Full",
     "UnknownPeer",

@@ -105,6 +105,12 @@ class CarrierInfo:
     # for carriers where each write is a broker round of its own) always, CREDIT frames too.
     ack_hold: float = 0.0
     ack_hold_always: bool = False
+    # A connected channel fails by itself once the peer's host stops answering (TCP keepalive
+    # and user timeout; a Unix socket's peer process exits), so a client waits for a slow
+    # handshake on it, as long as it takes, instead of giving it up after 3 silent
+    # heartbeats: an overloaded server answers the connections it queued in turn, and one
+    # given up goes to the back of that queue.
+    watches_peer_host: bool = False
 
 
 class Carrier(Protocol[ChannelT]):

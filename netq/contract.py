@@ -120,7 +120,7 @@ class Link(LinkIO):
     ``rtt``), ``direct_ok`` and ``credit_counted``.
     """
 
-    __slots__ = ("session", "peer_id", "last_received_at", "ping_sent_at", "rtt",
+    __slots__ = ("session", "peer_id", "opened_at", "last_received_at", "ping_sent_at", "rtt",
                  "direct_ok", "credit_counted", "serial")
 
     def __init__(self, conn: Connection, address: object, channel: object = None) -> None:
@@ -131,6 +131,7 @@ class Link(LinkIO):
         # links of one peer the newer one keeps the session, whichever handshake ends first.
         self.serial = next(_serials)
         now = time.monotonic()
+        self.opened_at = now
         self.last_received_at = now  # monotonic time of the last bytes read (transport)
         self.ping_sent_at = now
         self.rtt = 0.0  # seconds, from the last heartbeat PING's PONG
@@ -224,6 +225,9 @@ class TransportAPI(Protocol):
 
     direct_writes: bool  # a user thread may write on an idle link itself
     caller_leads: bool  # a blocked get() may run the loop itself (lead())
+    # Client: a connected link's handshake is waited for however long the server takes; the
+    # carrier fails the link once the server's host stops answering (CarrierInfo).
+    watches_peer_host: bool
 
     @property
     def address(self) -> Address:

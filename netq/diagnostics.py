@@ -350,6 +350,11 @@ class ConnectView(Protocol):
     def connect_state(self) -> str | None:
         """Client: what stands between us and the server, if the transport knows more."""
 
+    @property
+    def watches_peer_host(self) -> bool:
+        """Client: a slow handshake on a connected link is waited for (its carrier notices
+        a server host that stops answering)."""
+
 
 class GetterView(Protocol):
     """What the sentences read of the get() side (netq.contract.Inbox)."""
@@ -492,6 +497,10 @@ class Diagnostics:
         elif started is not None:
             stage = ("connected, the netq handshake is not finished yet"
                      if reach.attempt_reached_server else "TCP connect not completed yet")
+            if reach.attempt_reached_server and self._transport.watches_peer_host:
+                stage += (": the server's host answers, its netq has not yet (busy with a "
+                          "storm of others, stuck, or not a netq server); the client keeps "
+                          "its place in the server's queue")
             progress = f"attempt {attempts} in progress for {now - started:.0f} s: {stage}"
             if failures:
                 progress += f"; {failures} failed before it, the last with: {error}"

@@ -195,11 +195,10 @@ class SessionEngine:
             session.last_put = now
             if session.inflight:
                 if session.queued_bytes - session.dequeued_bytes < _CORK_BYTES:
-                    # Autocork: messages are on the wire unacknowledged, so an ACK is coming
-                    # and the I/O thread pumps the outbox when it arrives (it checks the
-                    # outbox after popping acknowledged messages, and we checked inflight
-                    # after appending: no message is stranded). Meanwhile puts pile up into
-                    # one batch, one sendmsg.
+                    # Autocork: an ACK is coming (messages are on the wire) and the I/O thread
+                    # pumps the outbox when it arrives (it checks the outbox after popping
+                    # acknowledged messages, we checked inflight after appending: nothing is
+                    # stranded). Meanwhile puts pile up into one batch, one sendmsg.
                     continue
             elif quiet and transport.direct_writes and session.send_lock.acquire(False):
                 # Request/response: nothing in flight and no put just before this one.
@@ -251,8 +250,8 @@ class SessionEngine:
         session = link.session
         for event in events:
             kind = type(event)
-            # type(event) is the class: the annotated names below tell the type checker so,
-            # with no call per event (typing.cast is a Python function).
+            # type(event) is the class: the annotated names below tell the type checker so
+            # (typing.cast would be a Python call per event).
             if kind is proto.MessageReceived:
                 assert session is not None
                 received: proto.MessageReceived = event  # type: ignore[assignment]
@@ -321,8 +320,7 @@ class SessionEngine:
         if isinstance(link.error, AuthenticationError):
             LOGGER.warning("netq %s: %s", self.purpose.value, link.error)
             if not self._server:
-                # Retrying cannot help (wrong key, untrusted server certificate): fail
-                # everything with the reason.
+                # Retrying cannot help (wrong key, untrusted certificate): fail all, saying why.
                 self.fatal = link.error
                 server = self.peers.server_session
                 assert server is not None
@@ -375,9 +373,9 @@ class SessionEngine:
                 continue  # cancelled before it reached the wire
             peer = conn.peer
             assert peer is not None
-            if message.size > peer.max_message:
+            if message.size > (limit := peer.max_message):
                 # Within our limit, over the peer's: only this message fails.
-                message.future._fail(MessageTooLarge(message.size, peer.max_message))
+                message.future._fail_peer(MessageTooLarge(message.size, limit), session.id)
                 continue
             seq = session.next_seq
             session.next_seq = seq + 1
@@ -429,8 +427,7 @@ class SessionEngine:
             self._timers_due = due
 
     def _session_came(self) -> None:
-        # Nothing of a new session is due before its link's first PING: no look now (one per
-        # handshake scanned every link per handshake in a storm), one within the slack.
+        # No look now (one per handshake scans every link in a storm): one within the slack.
         self._timers_changed(self.options.connection.heartbeat * _HEARTBEAT_SLACK)
 
     def _timers(self, now: float) -> float:
@@ -442,8 +439,11 @@ class SessionEngine:
             if silent >= heartbeat:
                 link.conn.release_buffers()  # nothing arrives: free the buffers kept for reuse
             if silent >= 3 * heartbeat:
-                link.error = ConnectionLost(link.peer_id, f"silent for {silent:.1f} s")
-                if link.session is None and not self._server:
+                if link.session is not None or self._server:
+                    link.error = ConnectionLost(link.peer_id, f"silent for {silent:.1f} s")
+                elif self.transport.watches_peer_host:
+                    continue  # its server's host answers: keep the place in its queue
+                else:
                     link.error = ConnectionLost(None, explain_no_handshake(
                         silent, heard_hello=link.conn.peer is not None))
                 self.transport.close_link(link, flush=False)
@@ -454,9 +454,9 @@ class SessionEngine:
                     self.transport.write_now(link)
             else:
                 # The next PING is due a heartbeat after the later of the last bytes received
-                # and the last PING sent. Links' due times are spread out: looking at them at
-                # most every slack keeps a server with thousands of idle links from scanning
-                # them all every millisecond, at the price of a PING that much late.
+                # and the last PING sent. Looking at most every slack keeps a server with
+                # thousands of idle links (spread-out due times) from scanning them all every
+                # millisecond, at the price of a PING that much late.
                 due = heartbeat - min(silent, now - link.ping_sent_at)
                 wait = min(wait, max(due, heartbeat * _HEARTBEAT_SLACK))
         return max(min(wait, self.diagnostics.watch(now, self.stopping)), 0.001)

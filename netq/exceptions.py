@@ -8,6 +8,9 @@ The tree, read as "who is to blame"::
     │   ├── ConnectionLost          ... without a goodbye: killed, cut off, session expired
     │   └── UsedInForkedChild       a communicator created before ``os.fork()`` was used in
     │                               the child: its connections belong to the parent
+    ├── BroadcastIncomplete (+ ExceptionGroup)
+    │                               a put() to several peers reached some of them only:
+    │                               how many it reached, and each other peer's error
     ├── Empty  (+ queue.Empty)      get_nowait() / get(timeout=) found nothing
     ├── Full   (+ queue.Full)       put would exceed the peer's send window
     ├── UnknownPeer  (+ KeyError)   a peer id this communicator has never seen
@@ -44,6 +47,7 @@ __all__ = (
     "ResourceClosed",
     "ConnectionLost",
     "UsedInForkedChild",
+    "BroadcastIncomplete",
     "Empty",
     "Full",
     "UnknownPeer",
@@ -112,6 +116,44 @@ class UsedInForkedChild(ResourceClosed):
 
     def __str__(self) -> str:
         return self.reason
+
+
+class BroadcastIncomplete(ExceptionGroup, NetqError):
+    """A message put to several peers (``put()`` to all, or to a list) was acknowledged by
+    some of them only; raised by its future once every addressed peer has answered either way.
+
+    ``delivered``: how many of the ``addressed`` peers acknowledged it. ``failed``: each other
+    peer's id and why it did not (a :class:`ConnectionLost` for a peer that left, a
+    :class:`MessageTooLarge` for one whose limit is lower). Those errors are this group's
+    exceptions, so ``except* ConnectionLost:`` handles the peers that left.
+    """
+
+    delivered: int
+    addressed: int
+    failed: dict[uuid.UUID | None, Exception]
+
+    def __new__(cls, delivered: int, addressed: int,
+                failed: list[tuple[uuid.UUID | None, Exception]]) -> BroadcastIncomplete:
+        shown = "; ".join(str(error) if getattr(error, "peer", None) == peer
+                          else f"peer {peer}: {error}" for peer, error in failed[:3])
+        more = f"; and {len(failed) - 3} more" if len(failed) > 3 else ""
+        self = super().__new__(cls, f"delivered to {delivered} of {addressed} peers; "
+                                    f"{len(failed)} failed ({shown}{more})",
+                               [error for _, error in failed])
+        self.delivered = delivered
+        self.addressed = addressed
+        self.failed = dict(failed)
+        return self
+
+    def __init__(self, delivered: int, addressed: int,
+                 failed: list[tuple[uuid.UUID | None, Exception]]) -> None:
+        super().__init__(self.message, [error for _, error in failed])
+
+    def derive(self, excs):
+        """``except*`` splits the group: a part keeps the counts and its own peers."""
+        errors = {id(error) for error in excs}
+        part = [(peer, error) for peer, error in self.failed.items() if id(error) in errors]
+        return BroadcastIncomplete(self.delivered, self.addressed, part)
 
 
 class Empty(NetqError, queue.Empty):

@@ -49,6 +49,8 @@ from concurrent.futures._base import (  # the states Future's own methods compar
 )
 from typing import TYPE_CHECKING, Any
 
+from .exceptions import BroadcastIncomplete
+
 if TYPE_CHECKING:
     from .session import PeerSession
 
@@ -64,12 +66,15 @@ _CANCELLED = 2
 class DeliveryFuture(Future):
     """Resolves when every addressed peer has acknowledged the message.
 
-    ``remaining`` counts the peers still to acknowledge (a broadcast is one future). The I/O
-    thread calls :meth:`_delivered` once per peer and :meth:`_fail` on loss; the first failure
-    wins and later outcomes are ignored, so the future resolves exactly once.
+    ``remaining`` counts the peers still to answer (a broadcast is one future). The I/O
+    thread calls :meth:`_delivered` once per peer that acknowledged it and :meth:`_fail_peer`
+    once per peer that never will. A future for one peer resolves at its answer; a broadcast's
+    once every addressed peer has answered: with no error when all acknowledged, else with a
+    :class:`~netq.exceptions.BroadcastIncomplete` that says how many did and why each other
+    one did not. :meth:`_fail` fails the whole future at once (put() refused the message).
 
-    A failure does not stop the message: a broadcast whose future failed because one peer
-    left still goes to every other peer it was queued for. Only ``cancel()`` withdraws it, and
+    A failure does not stop the message: a broadcast still goes to every peer it was queued
+    for whose session lasts. Only ``cancel()`` withdraws it, and
     only before any peer's copy went on the wire; after a successful ``cancel()`` the message
     leaves the queues of ``_sessions`` (the peers ``put`` addressed) at once, so a cancelled
     put holds no memory and no room in the send window.
@@ -86,6 +91,8 @@ class DeliveryFuture(Future):
     _exception = None
     _cond: Any = None  # a threading.Condition once someone waits, or _UNWATCHED
     _waiter_list: list[Any] | None = None
+    _addressed = 1  # a broadcast sets the number of peers it was put to
+    _failures: list[tuple[Any, Exception]] | None = None  # a broadcast's peers that failed
 
     def __init__(self, remaining: int = 1) -> None:  # no super(): no Condition up front
         self._state = PENDING
@@ -99,6 +106,8 @@ class DeliveryFuture(Future):
         # sharing one key table among them, where a future that got an attribute out of that
         # order carries a dict of its own (about 270 bytes more per queued message).
         self._sessions: Sequence[PeerSession] = ()
+        if remaining > 1:  # after the shared attributes: a broadcast's dict is its own anyway
+            self._addressed = remaining
 
     @property  # Future declares a plain attribute, created in the __init__ we skip
     def _waiters(self) -> list[Any]:  # type: ignore[override]
@@ -194,6 +203,9 @@ class DeliveryFuture(Future):
         remaining = self.remaining = self.remaining - 1
         if remaining > 0:
             return
+        if self._failures:
+            self._broadcast_answered()
+            return
         # _finish(FINISHED, None), its claims inline: one call per acknowledged message.
         claim = (FINISHED, None)
         slots = self.__dict__
@@ -210,7 +222,27 @@ class DeliveryFuture(Future):
             self._settle(cond, FINISHED, None)
 
     def _fail(self, exception: BaseException) -> None:
+        """Fail the whole future now (every addressed peer: put() refused the message)."""
         self._finish(FINISHED, exception)
+
+    def _fail_peer(self, exception: Exception, peer: Any) -> None:
+        """Addressed peer ``peer`` (its id) will never acknowledge the message."""
+        if self._addressed == 1 or getattr(exception, "peer", 0) is None:
+            # One peer; or this communicator itself closed or broke: nobody else gets it.
+            self._finish(FINISHED, exception)
+            return
+        failures = self._failures
+        if failures is None:
+            failures = self._failures = []
+        failures.append((peer, exception))
+        remaining = self.remaining = self.remaining - 1
+        if remaining <= 0:
+            self._broadcast_answered()
+
+    def _broadcast_answered(self) -> None:
+        failures = self._failures or []
+        self._finish(FINISHED, BroadcastIncomplete(
+            self._addressed - len(failures), self._addressed, failures))
 
     # -- the caller's side ----------------------------------------------------------------
 

@@ -268,7 +268,7 @@ class Handshake:
             self._reach.disconnected(now)
         return None
 
-    def end_session(self, session: PeerSession, error: BaseException) -> None:
+    def end_session(self, session: PeerSession, error: Exception) -> None:
         """The session is over: what it still had to send fails with ``error``."""
         session.state = PeerState.CLOSED
         with session.send_lock:
@@ -404,6 +404,16 @@ class Handshake:
         return (session is not None and session.connected_at is not None
                 and not session.goodbye_received and session.state is not PeerState.CLOSED)
 
+    def _admitting(self, now: float) -> bool:
+        """Server: is a connection taken in the last 3 heartbeats still to say who it is?
+        While newcomers keep coming and their handshakes are under way (a connection storm
+        after a restart), a disconnected peer may be among them, or queued behind them. Only
+        recent connections count: one that keeps a handshake going for longer holds nothing.
+        """
+        recent = now - 3 * self._options.connection.heartbeat
+        return any(link.peer_id is None and link.opened_at > recent
+                   for link in self._transport.links())
+
     def expire_sessions(self, now: float) -> float:
         """Sessions whose peer did not come back within ``session_timeout`` end (a server's)
         or fail what they queued (a client's, which keeps trying); closed sessions whose
@@ -411,14 +421,23 @@ class Handshake:
         timeout = self._session_timeout
         wait = timeout
         reach = self._reach
+        admitting: bool | None = None  # looked at once, when a session is due
         for session in self._peers.all():
             state = session.state
             if state is PeerState.DISCONNECTED:
                 assert session.disconnected_at is not None
                 waited = now - session.disconnected_at if reach is None \
                     else reach.absent_for(now)
-                if waited >= timeout and reach is None and session.id in self._handshaking_peers:
-                    continue  # back, its handshake under way: it resumes the session
+                if waited >= timeout and reach is None:
+                    if session.id in self._handshaking_peers:
+                        continue  # back, its handshake under way: it resumes the session
+                    if admitting is None:
+                        admitting = self._admitting(now)
+                    if admitting:
+                        # A storm: the peer may be one of the newcomers not identified yet
+                        # (or still in the listen queue). Looked at again within a heartbeat.
+                        wait = min(wait, self._options.connection.heartbeat)
+                        continue
                 if waited >= timeout:
                     if reach is None:
                         self.end_session(session, ConnectionLost(

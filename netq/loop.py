@@ -73,6 +73,7 @@ class IOLoop:
         self.info = info
         self.direct_writes = info.user_threads_write
         self.caller_leads = info.any_thread_waits
+        self.watches_peer_host = info.watches_peer_host
         # The links and what happens to each (netq.link_driver); the engine's calls about one
         # link go straight to it.
         driver = self._driver = LinkDriver(engine, self.carrier, leading=self._leading,

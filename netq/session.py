@@ -263,22 +263,22 @@ class PeerSession:
                     return  # not queued here any more: on the wire, or failed
             self.wake_putters()
 
-    def fail_outbound(self, error: BaseException) -> int:
+    def fail_outbound(self, error: Exception) -> int:
         """Fail every queued and unacknowledged message (peer or communicator gone)."""
         failed = 0
         while self.inflight:
             message = self.inflight.popleft()
-            message.future._fail(error)
+            message.future._fail_peer(error, self.id)
             failed += 1
         return failed + self.fail_queued(error)
 
-    def fail_queued(self, error: BaseException) -> int:
+    def fail_queued(self, error: Exception) -> int:
         """Fail the messages not yet on the wire (what is on it may still be acknowledged)."""
         failed = 0
         while self.outbox:
             message = self.outbox.popleft()
             self.dequeued_bytes += message.size
-            message.future._fail(error)
+            message.future._fail_peer(error, self.id)
             failed += 1
         self.wake_putters()
         return failed

@@ -208,8 +208,9 @@ def test_broadcast_future_resolves_only_when_every_peer_has_it(transport):
 
 def test_a_peer_leaving_mid_broadcast_costs_the_others_nothing(transport):
     """Three clients that each hold at most one unconsumed message, so a broadcast of 20
-    waits in the server's queue for all of them. One leaves: the futures fail (not every
-    peer got them), and the other two still receive all 20, in order."""
+    waits in the server's queue for all of them. One leaves: the other two still receive all
+    20, in order, and the futures the leaver did not acknowledge then fail, saying that 2 of
+    3 peers have the message and why the third does not."""
     count = 20
     server = transport.make_server()
     staying = [transport.connect(server, queue_size=1) for _ in range(2)]
@@ -218,13 +219,16 @@ def test_a_peer_leaving_mid_broadcast_costs_the_others_nothing(transport):
     wait_for(lambda: peer_row(server, leaving.id).queue_out >= count - 2, T,
              message="the broadcast to queue up for the leaving client")
     leaving.close(timeout=T)
-    for future in futures[-5:]:
-        with pytest.raises(nq.ResourceClosed):
-            future.result(T)
     for client in staying:
         assert [client.get(timeout=T).data for _ in range(count)] == list(range(count))
         with pytest.raises(nq.Empty):
             client.get(timeout=0.2)
+    for future in futures[-5:]:
+        with pytest.raises(nq.BroadcastIncomplete) as raised:
+            future.result(T)
+        assert (raised.value.delivered, raised.value.addressed) == (2, 3)
+        assert list(raised.value.failed) == [leaving.id]
+        assert isinstance(raised.value.failed[leaving.id], nq.ResourceClosed)
 
 
 def test_put_to_named_peers(transport):

@@ -7,9 +7,11 @@ import functools
 import sys
 import threading
 import time
+import uuid
 
 import pytest
 
+from netq.exceptions import BroadcastIncomplete, ConnectionLost, MessageTooLarge, ResourceClosed
 from netq.futures import DeliveryFuture
 
 
@@ -130,14 +132,60 @@ def test_asyncio_can_await_it():
 
 
 def test_a_failed_broadcast_still_goes_to_the_other_peers():
-    """One peer's failure resolves the future; the copies queued for other peers still go."""
+    """One peer's failure does not resolve a broadcast: the copies queued for the other peers
+    still go, and the future waits for their answers."""
     future = DeliveryFuture(remaining=3)
-    future._fail(ConnectionError("one peer left"))
+    lost = uuid.uuid4()
+    future._fail_peer(ConnectionLost(lost, "no reconnect within session_timeout"), lost)
     assert future._start() and future._start()
     assert not future.cancel()
     future._delivered()
-    with pytest.raises(ConnectionError):
+    assert not future.done()
+    future._delivered()
+    with pytest.raises(BroadcastIncomplete) as raised:
         future.result(timeout=1)
+    error = raised.value
+    assert (error.delivered, error.addressed) == (2, 3)
+    assert list(error.failed) == [lost] and isinstance(error.failed[lost], ConnectionLost)
+    assert str(error).startswith("delivered to 2 of 3 peers; 1 failed (peer ")
+    assert "no reconnect within session_timeout" in str(error)
+
+
+def test_a_broadcast_failure_names_every_peer_and_splits_by_type():
+    """Each failed peer is reported with its own error; ``except*`` handles them by type and
+    keeps the counts."""
+    future = DeliveryFuture(remaining=4)
+    future._start()
+    left, small = uuid.uuid4(), uuid.uuid4()
+    future._delivered()
+    future._fail_peer(MessageTooLarge(10, 5), small)
+    future._delivered()
+    assert not future.done()
+    future._fail_peer(ConnectionLost(left, "killed"), left)
+    try:
+        future.result(timeout=1)
+    except* ConnectionLost as lost:
+        assert isinstance(lost, BroadcastIncomplete)
+        assert list(lost.failed) == [left] and (lost.delivered, lost.addressed) == (2, 4)
+    except* MessageTooLarge as large:
+        assert list(large.failed) == [small]
+    else:
+        raise AssertionError("the broadcast should have failed")
+
+
+def test_a_single_peer_future_fails_at_once_and_a_closed_communicator_fails_a_broadcast():
+    single = DeliveryFuture()
+    single._start()
+    peer = uuid.uuid4()
+    single._fail_peer(ConnectionLost(peer, "killed"), peer)
+    with pytest.raises(ConnectionLost):
+        single.result(timeout=0)
+    broadcast = DeliveryFuture(remaining=3)
+    broadcast._start()
+    broadcast._fail_peer(ResourceClosed(None, "closed"), peer)  # this communicator closed
+    with pytest.raises(ResourceClosed) as raised:
+        broadcast.result(timeout=0)
+    assert not isinstance(raised.value, BroadcastIncomplete)
 
 
 def test_concurrent_starts_all_send():

@@ -15,6 +15,7 @@ a client says and decides while it cannot get through.
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ import pytest
 
 import netq as nq
 from fault_proxy import FaultProxy
-from netq_testing import wait_for
+from netq_testing import peer_row, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
@@ -88,10 +89,10 @@ def test_hanging_attempts_fail_nothing_and_are_described_truthfully(caplog):
         proxy.reset()
         cut = time.monotonic()
         future = client.put("through the storm")
-        # Attempts reach the relay's listener and time out unanswered (3 heartbeats each).
-        wait_for(lambda: "connected" in client.statistics().connect_error, T)
+        # The attempt reaches the relay's listener, which does not take it: the client waits
+        # on that connection (its host answers), past several session_timeouts.
         wait_for(lambda: time.monotonic() - cut >= 4 * session_timeout
-                 and any("in progress" in text for text in _messages(caplog)), T)
+                 and any("the server's host answers" in text for text in _messages(caplog)), T)
         assert not future.done(), future.exception(0)
         proxy.restore()
         assert future.result(T) is None
@@ -105,6 +106,76 @@ def test_hanging_attempts_fail_nothing_and_are_described_truthfully(caplog):
     for text in warnings:
         assert "(0 attempts" not in text and "refused" not in text, text
         assert "attempt" in text, text
+
+
+def test_a_client_keeps_its_place_in_a_slow_servers_queue(caplog):
+    """The server's host takes the connection and its netq does not answer for longer than 3
+    heartbeats (a relay that does not accept: an overloaded server in a storm looks the same).
+    The client keeps that connection, with no second attempt, says why, and its put goes
+    through it once the server gets to it."""
+    caplog.set_level(logging.WARNING, logger="netq")
+    heartbeat = 0.3
+    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER,
+                    nq.CommunicatorOptions(netloc=nq.NetworkLocation("127.0.0.1", 0)))
+    proxy = FaultProxy(server.address[:2])
+    proxy.blackhole()  # its listener stops accepting: connections wait in its listen queue
+    connection = nq.ConnectionOptions(heartbeat=heartbeat, reconnect_max=0.1, stall_warning=0.5)
+    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation(*proxy.address[:2]), connection=connection))
+    try:
+        started = time.monotonic()
+        future = client.put("queued")
+        wait_for(lambda: time.monotonic() - started > 6 * heartbeat
+                 and any("the server's host answers" in text for text in _messages(caplog)), T)
+        assert not future.done()
+        assert client.statistics().connect_error == "", client.statistics().connect_error
+        proxy.restore()
+        assert future.result(T) is None
+        assert server.get(timeout=T).data == "queued"
+        assert proxy.stats().accepted == 1, proxy.stats()  # the one connection, kept
+        assert client.statistics().peers[0].reconnects == 0
+    finally:
+        client.close(timeout=5)
+        server.close(timeout=5)
+        proxy.close()
+
+
+def test_a_storm_of_newcomers_holds_expiry():
+    """A server whose client's link broke keeps the session past session_timeout while
+    newcomers it took in the last 3 heartbeats have not said who they are (the client may be
+    among them, or queued behind them), and ends it once they are through."""
+    heartbeat, session_timeout = 1.0, 0.5
+    connection = nq.ConnectionOptions(heartbeat=heartbeat, session_timeout=session_timeout)
+    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation("127.0.0.1", 0), connection=connection))
+    proxy = FaultProxy(server.address[:2])
+    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation(*proxy.address[:2]), connection=connection))
+    newcomers: list[socket.socket] = []
+    try:
+        client.put("hello").result(T)
+        assert server.get(timeout=T).data == "hello"
+        peer = client.id
+        proxy.refuse()
+        proxy.reset()  # the link breaks, and the client's attempts are refused from now on
+        wait_for(lambda: peer_row(server, peer).state == "disconnected", T)
+        broke = time.monotonic()
+        future = server.put("for the client")
+        # Silent newcomers, one every heartbeat / 3, for 3 session_timeouts: the session lasts.
+        while time.monotonic() - broke < 3 * session_timeout:
+            newcomers.append(socket.create_connection(server.address[:2]))
+            time.sleep(heartbeat / 3)  # the pace of the storm, not a wait for an outcome
+            assert not future.done(), future.exception(0)
+        # No newcomer for 3 heartbeats: the session ends.
+        error = future.exception(T)
+        assert isinstance(error, nq.ConnectionLost), error
+        assert "session_timeout" in str(error), error
+    finally:
+        for sock in newcomers:
+            sock.close()
+        client.close(timeout=1)
+        server.close(timeout=1)
+        proxy.close()
 
 
 def test_refused_attempts_fail_the_clients_futures_after_session_timeout(caplog):

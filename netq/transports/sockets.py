@@ -23,6 +23,7 @@ import socket
 import ssl
 import stat
 import sys
+import time
 from typing import cast
 
 from ..carrier import FAILED, OPENED, READABLE, Address, CarrierInfo, Event, Opened
@@ -51,6 +52,50 @@ GATHER_WRITES = hasattr(socket.socket, "sendmsg")
 SocketAddress = str | tuple[object, ...]  # a Unix socket's path, or an IP (host, port, ...)
 # What the poller hands back for the sockets that are not channels.
 _WAKE, _LISTEN, _CONNECT = "wake", "listen", "connect"
+
+
+_FAILURE_SUMMARY_EVERY = 5.0  # seconds between a server's summaries of failed TLS handshakes
+
+
+class _FailedHandshakes:
+    """A server's failed TLS handshakes, said at a rate that does not grow with a storm: the
+    first one in its own WARNING line, the ones that follow within
+    :data:`_FAILURE_SUMMARY_EVERY` seconds counted into one summary line (clients that give up
+    a handshake under load fail theirs by the thousand)."""
+
+    __slots__ = ("next_line_at", "since", "count", "left", "last")
+
+    def __init__(self) -> None:
+        self.next_line_at = 0.0  # monotonic time before which failures are only counted
+        self.since = 0.0
+        self.count = 0  # counted, not said yet
+        self.left = 0  # of them: the peer had closed or reset the connection
+        self.last = ""
+
+    def failed(self, text: str, peer_left: bool) -> None:
+        now = time.monotonic()
+        if not self.count and now >= self.next_line_at:
+            LOGGER.warning("netq server: %s", text)
+            self.next_line_at = now + _FAILURE_SUMMARY_EVERY
+            return
+        if not self.count:
+            self.since = now
+        self.count += 1
+        self.left += peer_left
+        self.last = text
+
+    def summarize(self) -> None:
+        """Say what was counted, once its interval is over (called every turn of the loop)."""
+        now = time.monotonic()
+        if not self.count or now < self.next_line_at:
+            return
+        LOGGER.warning(
+            "netq server: %d more TLS handshake(s) failed in %.0f s, %d of them with peers that "
+            "closed or reset the connection during it (clients that gave up: a storm, or a "
+            "client that does not trust this certificate); the last: %s",
+            self.count, now - self.since, self.left, self.last)
+        self.count = self.left = 0
+        self.next_line_at = now + _FAILURE_SUMMARY_EVERY
 
 
 class SocketChannel:
@@ -97,6 +142,7 @@ class SocketCarrier:
         self._listener: socket.socket | None = None
         self._connecting: socket.socket | None = None
         self._ssl = self._make_ssl_context()
+        self._failed_handshakes = _FailedHandshakes()
         self._gather = GATHER_WRITES
         # Where TLS channels' ciphertext lands on its way from the socket into OpenSSL: one
         # buffer for all of them, as only the loop's thread reads.
@@ -107,7 +153,8 @@ class SocketCarrier:
         self.info = CarrierInfo(
             address=address, target=str(options.netloc), any_thread_waits=True,
             user_threads_write=self._ssl is None,
-            attempt_limit=3 * options.connection.heartbeat, ack_hold=ACK_HOLD)
+            attempt_limit=3 * options.connection.heartbeat, ack_hold=ACK_HOLD,
+            watches_peer_host=True)
 
     # ----------------------------------------------------------------- set-up
 
@@ -118,6 +165,10 @@ class SocketCarrier:
         if self._server:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(security.certificate, security.key)
+            # No TLS 1.3 session tickets: netq clients do not resume TLS sessions (a netq
+            # session outlives its links by itself), and making and sending two tickets per
+            # handshake is work a storm of clients multiplies.
+            context.num_tickets = 0
             if security.client_ca is not None:
                 context.verify_mode = ssl.CERT_REQUIRED
                 context.load_verify_locations(security.client_ca)
@@ -143,6 +194,21 @@ class SocketCarrier:
 
     def _tune(self, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def _watch_peer_host(self, sock: socket.socket) -> None:
+        """Client: the kernel fails the connection once the server's host stops answering
+        for 3 heartbeats (keepalive probes while nothing is in flight, a user timeout while
+        something is), so that the loop can wait for a slow handshake (``watches_peer_host``):
+        a server's kernel acknowledges a connection it queued long before netq answers it.
+        Options a platform lacks are skipped; the netq heartbeat still watches a link once
+        its handshake is done."""
+        seconds = max(1, round(self._options.connection.heartbeat))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (("TCP_KEEPIDLE", seconds), ("TCP_KEEPINTVL", seconds),
+                            ("TCP_KEEPCNT", 3), ("TCP_USER_TIMEOUT", 3 * seconds * 1000)):
+            option = getattr(socket, name, None)
+            if option is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
     def _listen(self) -> Address:
         family, address = self._address()
@@ -204,6 +270,8 @@ class SocketCarrier:
         events = self._events
         if events or self._buffered:
             timeout = 0
+        if self._failed_handshakes.count:
+            self._failed_handshakes.summarize()
         ready = poller.select(timeout)
         self._waiting = False
         if events:
@@ -327,6 +395,8 @@ class SocketCarrier:
 
     def _open_channel(self, sock: socket.socket, server_side: bool) -> SocketChannel:
         self._tune(sock)
+        if not server_side:
+            self._watch_peer_host(sock)
         context = self._ssl
         stream: _TLSStream | None = None
         if context is not None:
@@ -398,11 +468,14 @@ class SocketCarrier:
                 self._rearm.add(channel)
             return False
         except (ssl.SSLError, OSError) as error:
-            # A server says so each time; a client retries, and its engine reports the
-            # failing attempts at a bounded rate (the error reaches it as the link's).
-            LOGGER.log(logging.WARNING if self._server else logging.DEBUG,
-                       "netq %s: TLS handshake with %s failed: %s",
-                       self._purpose.value, _peer(channel.sock), error)
+            # A server says so (at a bounded rate); a client retries, and its engine reports
+            # the failing attempts at a bounded rate (the error reaches it as the link's).
+            peer = _peer(channel.sock)
+            if self._server:
+                self._failed_handshakes.failed(f"TLS handshake with {peer} failed: {error}",
+                                               peer_left=peer is _PEER_LEFT)
+            else:
+                LOGGER.debug("netq client: TLS handshake with %s failed: %s", peer, error)
             if isinstance(error, ssl.SSLCertVerificationError) and not self._server:
                 # The server is not who the trusted certificate says: retrying cannot help.
                 raise AuthenticationError(f"TLS: {error.verify_message}") from None
@@ -446,11 +519,14 @@ class SocketCarrier:
         return joined
 
 
+_PEER_LEFT = "a peer that left"
+
+
 def _peer(sock: socket.socket) -> object:
     try:
         return sock.getpeername()
     except OSError:
-        return "a peer that left"
+        return _PEER_LEFT
 
 
 def _want_write() -> ssl.SSLWantWriteError:
@@ -627,6 +703,9 @@ class UnixCarrier(SocketCarrier):
 
     def _tune(self, sock: socket.socket) -> None:
         pass
+
+    def _watch_peer_host(self, sock: socket.socket) -> None:
+        pass  # the server is on this host: its exit ends the connection at once
 
     def _bound(self, address: SocketAddress) -> None:
         if not isinstance(address, str):

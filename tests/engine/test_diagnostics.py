@@ -93,6 +93,8 @@ class Getters:
 
 
 class Target:
+    watches_peer_host = False
+
     def __init__(self, state: str | None = None) -> None:
         self.state = state
 
@@ -133,7 +135,13 @@ def test_an_attempt_under_way_says_how_far_it_got():
     reach.started(time.monotonic())
     assert "attempt 1 in progress" in diag.explain_unreachable(time.monotonic())
     reach.reached_server()
-    assert "the netq handshake is not finished" in diag.explain_unreachable(time.monotonic())
+    text = diag.explain_unreachable(time.monotonic())
+    assert "the netq handshake is not finished" in text and "host answers" not in text
+    # A carrier that watches the server's host: the client keeps waiting, and says why.
+    diag._transport.watches_peer_host = True
+    text = diag.explain_unreachable(time.monotonic())
+    assert "the server's host answers, its netq has not yet" in text
+    assert "keeps its place in the server's queue" in text
 
 
 def test_a_client_finishing_its_goodbye_says_what_for_and_until_when():

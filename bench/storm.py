@@ -29,7 +29,8 @@ with how many of them claimed "0 attempts" or "refused" (every connection refusa
 is counted by errno, so a "refused" in a WARNING can be checked against what the kernel said).
 
 Children speak one JSON line per answer on stdout; their stderr goes to a log file kept
-(and named in the output) when a run fails.
+(and named in the output) when a run fails. ``NETQ_STORM_DEBUG=1`` logs netq's DEBUG lines there
+too: every link a side dropped and why, every failed connection attempt.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def _log_to_stderr() -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logger = logging.getLogger("netq")
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG if os.environ.get("NETQ_STORM_DEBUG") else logging.INFO)
 
 
 def _cpu_seconds() -> float:

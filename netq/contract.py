@@ -228,6 +228,11 @@ class TransportAPI(Protocol):
     # Client: a connected link's handshake is waited for however long the server takes; the
     # carrier fails the link once the server's host stops answering (CarrierInfo).
     watches_peer_host: bool
+    # When the loop's latest look for I/O began (monotonic): every byte that had arrived by
+    # then has been read. A link's silence is measured up to it, so that a stall of this
+    # process (no CPU for a while: a storm of other threads, a suspended laptop) is not taken
+    # for its peers' silence before the loop has looked again.
+    looked_at: float
 
     @property
     def address(self) -> Address:

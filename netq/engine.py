@@ -431,11 +431,11 @@ class SessionEngine:
         self._timers_changed(self.options.connection.heartbeat * _HEARTBEAT_SLACK)
 
     def _timers(self, now: float) -> float:
-        connection = self.options.connection
-        heartbeat = connection.heartbeat
+        heartbeat = self.options.connection.heartbeat
         wait = min(heartbeat, self.handshake.expire_sessions(now))
+        seen = self.transport.looked_at  # silence as of our last look: not our own stall
         for link in self.transport.links():
-            silent = now - link.last_received_at
+            silent = seen - link.last_received_at
             if silent >= heartbeat:
                 link.conn.release_buffers()  # nothing arrives: free the buffers kept for reuse
             if silent >= 3 * heartbeat:

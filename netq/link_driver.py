@@ -302,6 +302,8 @@ class LinkDriver:
         if link.dropped:
             return
         link.dropped = True
+        if LOGGER.isEnabledFor(logging.DEBUG):
+            LOGGER.debug("netq: link to %s dropped: %r", link.address, link.error)
         self.changed = True  # the engine's timers change: the next look runs a turn
         self.by_channel.pop(link.channel, None)
         self._bound.pop(link, None)

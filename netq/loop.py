@@ -74,6 +74,7 @@ class IOLoop:
         self.direct_writes = info.user_threads_write
         self.caller_leads = info.any_thread_waits
         self.watches_peer_host = info.watches_peer_host
+        self.looked_at = time.monotonic()
         # The links and what happens to each (netq.link_driver); the engine's calls about one
         # link go straight to it.
         driver = self._driver = LinkDriver(engine, self.carrier, leading=self._leading,
@@ -228,6 +229,10 @@ class IOLoop:
         if driver.held:
             timeout = min(timeout, driver.release_holds())
         turns = self._turns
+        # Whatever had arrived by now, this wait reports (and what it reports is read before
+        # the timers look again); stamped after it, a stall of this process between the poll
+        # and the stamp (waiting for the GIL) would hide bytes that came meanwhile.
+        looked_at = time.monotonic()
         if turns.active:  # the main thread leads: a Ctrl-C may interrupt the wait at once
             turns.waiting()
             try:
@@ -236,6 +241,7 @@ class IOLoop:
                 turns.working()
         else:
             events = self.carrier.wait(timeout)
+        self.looked_at = looked_at
         links = driver.by_channel
         for kind, channel, value in events:
             if kind <= 3:  # READABLE and/or WRITABLE

@@ -40,6 +40,7 @@ import json
 import logging
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -402,6 +403,36 @@ def _tls_dir(log_dir: Path) -> str:
     return str(folder)
 
 
+class SyscallCounter:
+    """``perf stat -e raw_syscalls:sys_enter`` on one process, from construction to
+    :meth:`stop` (the system calls it made meanwhile, all threads); ``count`` stays None
+    where perf is missing or may not count (no root, a kernel without the tracepoint)."""
+
+    def __init__(self, pid: int, out: Path) -> None:
+        self.out = out
+        self.count: int | None = None
+        self.proc: subprocess.Popen | None = None
+        if shutil.which("perf") is not None:
+            self.proc = subprocess.Popen(
+                ["perf", "stat", "-x", ",", "-e", "raw_syscalls:sys_enter", "-p", str(pid),
+                 "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(10)
+            for line in self.out.read_text().splitlines():
+                fields = line.split(",")
+                if "raw_syscalls:sys_enter" in line and fields[0].strip().isdigit():
+                    self.count = int(fields[0])
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+        self.proc = None
+        return self.count
+
+
 def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
               timeout: float = 300.0, log_dir: Path | None = None,
               stagger: bool = False, client_nice: int = 0, tls: bool = False) -> dict:
@@ -423,6 +454,7 @@ def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
         listening = server.expect(60)
         port = listening["port"]
         result["server_rss_start"] = server_rss(server.proc.pid)
+        syscalls = SyscallCounter(server.proc.pid, log_dir / "server-syscalls.perf")
         started = time.monotonic()
         first = 0
         hellos = []
@@ -456,6 +488,9 @@ def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
         # after, until the count came back): the handshakes and the first puts.
         result["server_cpu_s"] = counted["cpu"] - listening["cpu"]
         result["server_cpu_us_per_client"] = 1e6 * result["server_cpu_s"] / clients
+        counted_syscalls = syscalls.stop()  # the same span, a little later (the count's reply)
+        result["server_syscalls_per_client"] = (None if counted_syscalls is None
+                                                else counted_syscalls / clients)
         duplicates = counted["duplicates"]
         result["server_rss_connected"] = server_rss(server.proc.pid)  # every client idle now
         broadcast = server.ask(timeout, op="broadcast", tag="first", timeout=timeout)
@@ -533,7 +568,8 @@ def _summary(result: dict) -> str:
     text = (f"{result.get('connected', 0)}/{result['clients']} connected, all in "
             f"{s('all_connected_s')} s (p50 {s('connect_p50_s')}, p99 {s('connect_p99_s')}, "
             f"max {s('connect_max_s')} s; {s('handshakes_per_s')} handshakes/s; server CPU "
-            f"{s('server_cpu_us_per_client')} us per client); broadcast {s('broadcast_s')} s"
+            f"{s('server_cpu_us_per_client')} us and {s('server_syscalls_per_client')} system "
+            f"calls per client); broadcast {s('broadcast_s')} s"
             f"{failed}"
             f"; lost {result.get('lost')}; warnings {result.get('warnings')} (at most "
             f"{result.get('warnings_per_process_max')} in one process; false '0 attempts' "

@@ -149,6 +149,9 @@ class BroadcastIncomplete(ExceptionGroup, NetqError):
                  failed: list[tuple[uuid.UUID | None, Exception]]) -> None:
         super().__init__(self.message, [error for _, error in failed])
 
+    def __repr__(self) -> str:  # the group's default repr lists every peer's error
+        return f"BroadcastIncomplete({self.message!r})"
+
     def derive(self, excs):
         """``except*`` splits the group: a part keeps the counts and its own peers."""
         errors = {id(error) for error in excs}

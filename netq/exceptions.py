@@ -79,6 +79,9 @@ class ResourceClosed(NetqError):
         what = "communicator is closed" if peer is None else f"peer {peer} is gone"
         super().__init__(f"{what}: {reason}" if reason else what)
 
+    def __reduce__(self):  # pickled with what it was made from (a future crosses processes)
+        return type(self), (self.peer, self.reason)
+
 
 class ConnectionLost(ResourceClosed):
     """The peer vanished without a goodbye (killed, network cut, session expired).
@@ -117,6 +120,9 @@ class UsedInForkedChild(ResourceClosed):
     def __str__(self) -> str:
         return self.reason
 
+    def __reduce__(self):
+        return type(self), (self.communicator_id, self.parent_pid, self.child_pid)
+
 
 class BroadcastIncomplete(ExceptionGroup, NetqError):
     """A message put to several peers (``put()`` to all, or to a list) was acknowledged by
@@ -152,6 +158,9 @@ class BroadcastIncomplete(ExceptionGroup, NetqError):
     def __repr__(self) -> str:  # the group's default repr lists every peer's error
         return f"BroadcastIncomplete({self.message!r})"
 
+    def __reduce__(self):
+        return BroadcastIncomplete, (self.delivered, self.addressed, list(self.failed.items()))
+
     def derive(self, excs):
         """``except*`` splits the group: a part keeps the counts and its own peers."""
         errors = {id(error) for error in excs}
@@ -177,6 +186,9 @@ class UnknownPeer(NetqError, KeyError):
     def __str__(self) -> str:
         return f"unknown peer {self.peer}"
 
+    def __reduce__(self):
+        return type(self), (self.peer,)
+
 
 class MessageTooLarge(NetqError, ValueError):
     """A message larger than ``SerializationOptions.message_size``; it is never split."""
@@ -186,13 +198,20 @@ class MessageTooLarge(NetqError, ValueError):
         self.limit = limit
         super().__init__(f"message of {size} bytes exceeds message_size={limit} bytes")
 
+    def __reduce__(self):
+        return type(self), (self.size, self.limit)
+
 
 class DeserializationError(NetqError):
     """``load`` raised on a received message; that message is dropped, nothing else is."""
 
     def __init__(self, peer: uuid.UUID, cause: BaseException) -> None:
         self.peer = peer
+        self.cause = cause
         super().__init__(f"cannot deserialize a message from {peer}: {cause!r}")
+
+    def __reduce__(self):
+        return type(self), (self.peer, self.cause)
 
 
 class UnsupportedProtocol(NetqError, ValueError):

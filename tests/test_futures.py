@@ -4,6 +4,7 @@ import asyncio
 import concurrent.futures as cf
 import contextlib
 import functools
+import pickle
 import sys
 import threading
 import time
@@ -171,6 +172,10 @@ def test_a_broadcast_failure_names_every_peer_and_splits_by_type():
         assert list(large.failed) == [small]
     else:
         raise AssertionError("the broadcast should have failed")
+    error = future.exception(0)
+    copy = pickle.loads(pickle.dumps(error))  # it crosses processes (multiprocessing, dask)
+    assert isinstance(copy, BroadcastIncomplete) and str(copy) == str(error)
+    assert (copy.delivered, copy.addressed, list(copy.failed)) == (2, 4, [small, left])
 
 
 def test_a_single_peer_future_fails_at_once_and_a_closed_communicator_fails_a_broadcast():

@@ -1,0 +1,55 @@
+"""netq's errors (netq/exceptions.py): each one crosses a process boundary intact.
+
+A future's exception travels where futures travel: ``multiprocessing`` and
+``concurrent.futures.ProcessPoolExecutor`` results, dask, a pickled log record. Each error is
+pickled with what it was made from, so the copy has the same type, text and attributes.
+"""
+
+from __future__ import annotations
+
+import pickle
+import uuid
+
+import pytest
+
+import netq as nq
+
+PEER = uuid.UUID(int=7)
+
+
+def _cases() -> list[tuple[BaseException, dict[str, object]]]:
+    lost = nq.ConnectionLost(PEER, "killed")
+    return [
+        (nq.ResourceClosed(PEER, "the peer closed"), {"peer": PEER, "reason": "the peer closed"}),
+        (nq.ResourceClosed(None), {"peer": None, "reason": ""}),
+        (lost, {"peer": PEER, "reason": "killed"}),
+        (nq.ConnectionLost(None, "no server"), {"peer": None, "reason": "no server"}),
+        (nq.UsedInForkedChild(PEER, 10, 11),
+         {"communicator_id": PEER, "parent_pid": 10, "child_pid": 11}),
+        (nq.UnknownPeer(PEER), {"peer": PEER}),
+        (nq.MessageTooLarge(10, 5), {"size": 10, "limit": 5}),
+        (nq.DeserializationError(PEER, ValueError("bad")), {"peer": PEER}),
+        (nq.BroadcastIncomplete(2, 3, [(PEER, lost)]), {"delivered": 2, "addressed": 3}),
+        (nq.Empty("nothing"), {}),
+        (nq.RemoteProtocolError("garbage"), {}),
+    ]
+
+
+@pytest.mark.parametrize("error, attributes", _cases(), ids=lambda case: type(case).__name__
+                         if isinstance(case, BaseException) else "")
+def test_every_error_pickles_with_its_attributes(error, attributes):
+    copy = pickle.loads(pickle.dumps(error))
+    assert type(copy) is type(error)
+    assert str(copy) == str(error)
+    for name, value in attributes.items():
+        assert getattr(copy, name) == value, name
+
+
+def test_a_pickled_broadcast_failure_keeps_each_peers_error():
+    error = nq.BroadcastIncomplete(1, 3, [(PEER, nq.ConnectionLost(PEER, "killed")),
+                                          (None, nq.MessageTooLarge(10, 5))])
+    copy = pickle.loads(pickle.dumps(error))
+    assert list(copy.failed) == [PEER, None]
+    assert isinstance(copy.failed[PEER], nq.ConnectionLost) and copy.failed[PEER].peer == PEER
+    assert copy.failed[None].limit == 5
+    assert [type(e) for e in copy.exceptions] == [nq.ConnectionLost, nq.MessageTooLarge]

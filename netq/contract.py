@@ -180,8 +180,9 @@ class EngineAPI(Protocol):
     def consumer_sleeping(self) -> bool:
         """A get() sleeps until a message is handed to it: the loop must not be left idle."""
 
-    def new_connection(self) -> Connection:
-        """The protocol state for a new link (its HELLO is queued)."""
+    def new_connection(self, passes_fds: bool = False) -> Connection:
+        """The protocol state for a new link (its HELLO is queued); ``passes_fds``: its
+        carrier passes descriptors (the link may take parts in shared memory)."""
 
     def handle_events(self, link: Link, events: list[Event]) -> None:
         """What the link's Connection produced from received bytes (link lock held)."""

@@ -38,6 +38,7 @@ import time
 from collections.abc import Sequence
 
 from . import flow, protocol as proto
+from ._shm import ShmCounters
 from .contract import EngineAPI, Inbox, Link, TransportAPI, TransportFactory
 from .credit import ReceiveBudget
 from .diagnostics import (
@@ -121,6 +122,7 @@ class SessionEngine:
         self.fatal: NetqError | None = None  # a client that cannot go on (wrong authkey)
         self._ping_tokens = itertools.count(1)
         self.created = time.monotonic()
+        self.shm = ShmCounters()  # shared-memory totals of every link (netq._shm)
 
         # Client connection trouble, for warnings and statistics().
         self.reach = None if self._server else Reachability(self._stall_warning, self.created,
@@ -239,12 +241,13 @@ class SessionEngine:
 
     # ================================================================== I/O thread: links
 
-    def new_connection(self) -> proto.Connection:
+    def new_connection(self, passes_fds: bool = False) -> proto.Connection:
         if self.reach is not None:
             self.reach.reached_server()
         # Not through self.handshake: a carrier's thread may get here before __init__ ends.
         return new_connection(self.options, server=self._server,
-                              recv_messages=self._recv_messages, grant=self.budget.hello_grant())
+                              recv_messages=self._recv_messages, grant=self.budget.hello_grant(),
+                              passes_fds=passes_fds, shm_counters=self.shm)
 
     def handle_events(self, link: Link, events: list[proto.Event]) -> None:
         arrived: list[proto.MessageReceived] | None = None

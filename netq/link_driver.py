@@ -73,7 +73,7 @@ class LinkDriver:
 
     def open(self, channel: object, opened: Opened) -> None:
         """A new channel the loop accepted: its link, and its HELLO on the way."""
-        link = Link(self.engine.new_connection(), opened.address, channel)
+        link = Link(self.engine.new_connection(self.info.passes_fds), opened.address, channel)
         self.by_channel[channel] = link
         if opened.bound_to is not None:
             self._bound[link] = opened.bound_to
@@ -119,10 +119,12 @@ class LinkDriver:
         conn = link.conn
         read_into = self.carrier.read_into
         channel = link.channel
+        fds = conn.received_fds  # None unless the link takes parts in shared memory
         for _ in range(READS_PER_EVENT):
             buffer = conn.receive_buffer()
             try:
-                count = read_into(channel, buffer)
+                count = read_into(channel, buffer) if fds is None else \
+                    read_into(channel, buffer, fds)
             except (BlockingIOError, InterruptedError):
                 return
             except (OSError, NetqError) as error:
@@ -254,7 +256,13 @@ class LinkDriver:
         blocked = conn.bytes_queued > 0
         while blocked:
             try:
-                sent = write(channel, conn.outgoing())
+                if conn.has_fds:
+                    buffers, fds = conn.outgoing_fds()
+                    sent = write(channel, buffers, fds)
+                    if sent:
+                        conn.fds_written()
+                else:
+                    sent = write(channel, conn.outgoing())
             except (BlockingIOError, InterruptedError):
                 break
             except (OSError, NetqError) as error:
@@ -309,5 +317,6 @@ class LinkDriver:
         self.held.discard(link)
         self.carrier.close(link.channel)
         with link.lock:
+            link.conn.close_descriptors()
             self.engine.link_closed(link)
         self._dropped(link)

@@ -81,6 +81,16 @@ def unavailable() -> str | None:
     return None
 
 
+_UNAVAILABLE: list[str | None] = []
+
+
+def unavailable_cached() -> str | None:
+    """:func:`unavailable`, asked once per process."""
+    if not _UNAVAILABLE:
+        _UNAVAILABLE.append(unavailable())
+    return _UNAVAILABLE[0]
+
+
 def fd_space() -> int:
     """Ancillary buffer size for one read's descriptors."""
     return socket.CMSG_SPACE(MAX_FDS_PER_WRITE * 4)
@@ -173,28 +183,30 @@ class SendPool:
 
     def acquire(self, size: int) -> tuple[Segment, bool]:
         """A segment for ``size`` bytes the receiver does not hold, and whether it stays in
-        the pool (False: a one-shot segment, closed once its descriptor is sent)."""
+        the pool (False: a one-shot segment, closed once its descriptor is sent: every pooled
+        segment is held and the pool is full)."""
         need = _round(size)
-        free = None
-        for segment in self.segments:
-            if not segment.held:
-                if need <= segment.capacity <= 2 * need:
-                    self.segments.remove(segment)
-                    self.segments.append(segment)  # most recently used last
-                    return segment, True
-                if free is None:
-                    free = segment
-        if free is not None and (len(self.segments) >= POOL_SEGMENTS
-                                 or self.capacity + need > POOL_BYTES):
-            self.segments.remove(free)  # a free segment of the wrong size makes room
-            free.close()
-            self.counters.pooled -= 1
-        if len(self.segments) < POOL_SEGMENTS and self.capacity + need <= POOL_BYTES:
+        segments = self.segments
+        free = [segment for segment in segments if not segment.held]
+        counters = self.counters
+        # Held by the receiver once this one is sent (one-shot segments are not counted).
+        counters.held = len(segments) - len(free) + 1
+        for segment in free:
+            if need <= segment.capacity <= 2 * need:
+                segments.remove(segment)
+                segments.append(segment)  # most recently used last
+                return segment, True
+        if free and (len(segments) >= POOL_SEGMENTS or self.capacity + need > POOL_BYTES):
+            segments.remove(free[0])  # a free segment of the wrong size makes room
+            free[0].close()
+            counters.pooled -= 1
+        if len(segments) < POOL_SEGMENTS and self.capacity + need <= POOL_BYTES:
             segment = Segment(need)
-            self.segments.append(segment)
-            self.counters.pooled += 1
+            segments.append(segment)
+            counters.pooled += 1
             return segment, True
-        self.counters.one_shot += 1
+        counters.held -= 1
+        counters.one_shot += 1
         return Segment(need), False
 
     def held(self) -> int:
@@ -310,7 +322,7 @@ def shared_buffer(nbytes: int) -> memoryview:
     over all of it, from its start) sends the segment's descriptor instead of copying it."""
     if nbytes <= 0:
         raise ValueError("a shared buffer has at least one byte")
-    why = unavailable()
+    why = unavailable_cached()
     if why is not None:
         raise OSError(errno.ENOSYS, why)
     capacity = _round(nbytes)

@@ -128,6 +128,9 @@ class LinkDriver:
             except (BlockingIOError, InterruptedError):
                 return
             except (OSError, NetqError) as error:
+                if isinstance(error, RemoteProtocolError):  # the peer's bytes (descriptors)
+                    LOGGER.info("netq %s: link to %s failed: %s", self.engine.purpose.value,
+                                link.peer_name, error)
                 if link.error is None:
                     link.error = self.blamed(link, error) if isinstance(error, NetqError) \
                         else ConnectionLost(link.peer_id, f"receive failed: {error}")

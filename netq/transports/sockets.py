@@ -19,7 +19,6 @@ from __future__ import annotations
 import array
 import dataclasses
 import errno
-import functools
 import logging
 import os
 import socket
@@ -616,10 +615,9 @@ class _TLSStream:
             self.unsent = self.unsent[count:]
 
 
-@functools.cache
 def shm_unavailable() -> str | None:
     """Why Unix sockets here cannot carry shared-memory segments, or None (asked once)."""
-    return _shm.unavailable()
+    return _shm.unavailable_cached()
 
 
 def listen_backlog() -> int:

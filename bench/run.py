@@ -93,6 +93,13 @@ THROUGHPUT = [
     # One numpy array (uint8, the same bytes) per put(): what researchers send.
     Row("netq-tcp-numpy", "netq_peer.py", "netq-tcp-numpy", "netq"),
     Row("netq-unix", "netq_peer.py", "netq-unix", "netq"),
+    # Same host (issue 38): raw Unix socket; numpy arrays over netq Unix with default options
+    # (large parts through shared memory), with shared memory off (every byte through the
+    # socket), and from a buffer netq handed out (comm.shared_array: no copy at all).
+    Row("raw-unix", "raw.py", "raw-unix"),
+    Row("netq-unix-numpy", "netq_peer.py", "netq-unix-numpy", "netq"),
+    Row("netq-unix-noshm-numpy", "netq_peer.py", "netq-unix-noshm-numpy", "netq"),
+    Row("netq-unix-handout", "netq_peer.py", "netq-unix-handout", "netq"),
     Row("netq-tls", "netq_peer.py", "netq-tls", "tls"),
     Row("raw-ssl", "raw.py", "raw-ssl", "ssl"),
     Row("net-queue", "netqueue_peer.py", "net-queue", "net-queue"),
@@ -1069,6 +1076,11 @@ README_THROUGHPUT = [  # (row, label, baseline row or None)
     ("netq-tcp", "**netq TCP ÷ plain-Python queue**", "py-queue"),
     ("netq-tcp-numpy", "**netq TCP, numpy arrays** (one `ndarray` per `put()`)", "raw-tcp"),
     ("netq-unix", "netq Unix", "raw-tcp"),
+    ("raw-unix", "raw Unix socket, one `sendmsg` per message", None),
+    ("netq-unix-numpy", "**netq Unix, numpy arrays** (shared memory, default options)",
+     "raw-unix"),
+    ("netq-unix-noshm-numpy", "netq Unix, numpy arrays, `shared_memory=False`", "raw-unix"),
+    ("netq-unix-handout", "**netq Unix, `comm.shared_array`** (no copy)", "raw-unix"),
     ("raw-ssl", "raw `ssl` socket, `sendall` per message", None),
     ("netq-tls", "**netq TLS**", "raw-ssl"),
     ("netq-tcp-batch", "netq `put_many`/`get_many`", "raw-tcp"),

@@ -460,7 +460,7 @@ class Communicator:
                          blocked=engine.diagnostics.peer_blocked(session, now))
                 for session in engine.all_sessions()]
         connection = self.options.connection
-        shm = engine.shm
+        shm = self._transport.shm
         return self._meter.snapshot(
             now=now,
             id=self.id,

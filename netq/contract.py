@@ -45,6 +45,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from ._shm import ShmCounters
 from .carrier import Address
 from .options import CommunicatorOptions, Purpose
 from .protocol import Connection, Event, MessageReceived
@@ -225,6 +226,10 @@ class TransportAPI(Protocol):
 
     direct_writes: bool  # a user thread may write on an idle link itself
     caller_leads: bool  # a blocked get() may run the loop itself (lead())
+
+    @property
+    def shm(self) -> ShmCounters:
+        """Shared-memory totals of the links (for statistics; netq._shm)."""
 
     @property
     def address(self) -> Address:

@@ -38,7 +38,6 @@ import time
 from collections.abc import Sequence
 
 from . import flow, protocol as proto
-from ._shm import ShmCounters
 from .contract import EngineAPI, Inbox, Link, TransportAPI, TransportFactory
 from .credit import ReceiveBudget
 from .diagnostics import (
@@ -122,7 +121,6 @@ class SessionEngine:
         self.fatal: NetqError | None = None  # a client that cannot go on (wrong authkey)
         self._ping_tokens = itertools.count(1)
         self.created = time.monotonic()
-        self.shm = ShmCounters()  # shared-memory totals of every link (netq._shm)
 
         # Client connection trouble, for warnings and statistics().
         self.reach = None if self._server else Reachability(self._stall_warning, self.created,
@@ -245,9 +243,8 @@ class SessionEngine:
         if self.reach is not None:
             self.reach.reached_server()
         # Not through self.handshake: a carrier's thread may get here before __init__ ends.
-        return new_connection(self.options, server=self._server,
-                              recv_messages=self._recv_messages, grant=self.budget.hello_grant(),
-                              passes_fds=passes_fds, shm_counters=self.shm)
+        return new_connection(self.options, server=self._server, passes_fds=passes_fds,
+                              recv_messages=self._recv_messages, grant=self.budget.hello_grant())
 
     def handle_events(self, link: Link, events: list[proto.Event]) -> None:
         arrived: list[proto.MessageReceived] | None = None

@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Callable
 
 from . import protocol as proto
-from ._shm import ShmCounters
 from .contract import Link, TransportAPI
 from .credit import ReceiveBudget
 from .diagnostics import Reachability
@@ -36,8 +35,7 @@ LOGGER = logging.getLogger("netq")
 
 
 def new_connection(options: CommunicatorOptions, *, server: bool, recv_messages: int,
-                   grant: int, passes_fds: bool = False,
-                   shm_counters: ShmCounters | None = None) -> proto.Connection:
+                   grant: int, passes_fds: bool = False) -> proto.Connection:
     """The protocol state for a new link, its HELLO (granting ``grant`` bytes) queued.
 
     It depends on the options alone: a carrier's thread may ask for it while the engine
@@ -51,10 +49,11 @@ def new_connection(options: CommunicatorOptions, *, server: bool, recv_messages:
         max_message=options.serialization.message_limit, max_frame=connection.max_size,
         recv_window=grant, recv_messages=recv_messages,
         shm=passes_fds and connection.shared_memory)
-    return proto.Connection(hello, authkey, max_size=connection.max_size,
+    conn = proto.Connection(hello, authkey, max_size=connection.max_size,
                             merge_size=connection.merge_size,
-                            efficient_size=connection.efficient_size,
-                            shm_threshold=connection.shm_threshold, shm_counters=shm_counters)
+                            efficient_size=connection.efficient_size)
+    conn.shm_threshold = connection.shm_threshold
+    return conn
 
 
 class Handshake:

@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+from ._shm import ShmCounters
 from .carrier import READABLE, WRITABLE, Carrier, CarrierInfo, Opened
 from .contract import EngineAPI, Link
 from .exceptions import AuthenticationError, ConnectionLost, NetqError, RemoteProtocolError
@@ -56,6 +57,7 @@ class LinkDriver:
         self.handed_off = False  # a read handed small messages to a get() waiting for them
         self.changed = False  # links closed or began closing: the loop's due times change
         self.refused = 0  # links refused: their HELLO named another peer than they are bound to
+        self.shm = ShmCounters()  # shared-memory totals of every link (netq._shm)
 
     def links(self) -> list[Link]:
         return [link for link in self.by_channel.values() if not link.dropped]
@@ -74,6 +76,7 @@ class LinkDriver:
     def open(self, channel: object, opened: Opened) -> None:
         """A new channel the loop accepted: its link, and its HELLO on the way."""
         link = Link(self.engine.new_connection(self.info.passes_fds), opened.address, channel)
+        link.conn.shm_counters = self.shm
         self.by_channel[channel] = link
         if opened.bound_to is not None:
             self._bound[link] = opened.bound_to

@@ -22,6 +22,9 @@ queue of buffers; small frames are coalesced into one bytearray (``efficient_siz
 ``merge_size``), large parts are queued as views of the caller's memory. The I/O layer takes
 :meth:`Connection.outgoing` (an iovec list for ``sendmsg``) and reports :meth:`Connection.sent`.
 
+Parts in shared memory (Unix sockets: memfd segments whose descriptors travel with the bytes)
+are the business of the base class :class:`netq.protocol.segments.SharedMemorySide`.
+
 Errors never escape as exceptions from the receive path: a violation becomes a final
 :class:`ConnectionFailed` event after every event parsed before it, and an ERROR frame is queued
 for the peer. Nothing received before the bad bytes is lost.
@@ -39,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import islice
 
-from .. import _buffers, _shm
+from .. import _buffers
 from ..exceptions import (
     AuthenticationError,
     LocalProtocolError,
@@ -60,6 +63,7 @@ from .frames import (
     Role,
 )
 from .resume import resume_numbering
+from .segments import SharedMemorySide
 
 __all__ = [
     "Connection",
@@ -92,7 +96,6 @@ _allocate_staging = _buffers.allocate_writable
 # parts sliced out of the staging buffer (fresh allocations).
 _POOL_MIN = _buffers.POOL_MIN
 _SIZE_MASK = READONLY_BIT - 1
-_PART_MASK = SEGMENT_BIT - 1  # a part's size, without its READONLY and SEGMENT bits
 _FIRST = DataFlags.FIRST.value
 _LAST = DataFlags.LAST.value
 _BATCH = DataFlags.BATCH.value
@@ -295,7 +298,7 @@ def _cut_whole(view: memoryview, buffer: bytearray, position: int, sizes: tuple[
 # ------------------------------------------------------------------------- connection
 
 
-class Connection:
+class Connection(SharedMemorySide):
     """One netq link's protocol state. Not thread-safe: one I/O thread drives it.
 
     ``local`` is our HELLO; the peer must have the opposite role. ``authkey`` enables the
@@ -311,8 +314,6 @@ class Connection:
         max_size: int = 4 * 1024 * 1024,
         merge_size: int = 4 * 1024 * 1024,
         efficient_size: int = 64 * 1024,
-        shm_threshold: int = 1024 * 1024,
-        shm_counters: _shm.ShmCounters | None = None,
     ) -> None:
         if local.auth != (authkey is not None):
             raise LocalProtocolError("Hello.auth must say whether an authkey is used")
@@ -364,21 +365,6 @@ class Connection:
         self._after_large = False  # the last message took the direct path
         self._pool = _buffers.ReceivePool()  # large part buffers, reused once the caller is done
 
-        # Shared memory (local.shm: our carrier passes descriptors and the option is on).
-        # Received descriptors not yet claimed by a DATA frame, in arrival order (the carrier
-        # appends to it); None where we take no segments.
-        self.received_fds: collections.deque[int] | None = \
-            collections.deque() if local.shm else None
-        self.shm_threshold = max(shm_threshold, 1)
-        self.shm_out = False  # both HELLOs said shm: our large parts may go in segments
-        self.shm_counters = shm_counters if shm_counters is not None else _shm.ShmCounters()
-        self._send_pool: _shm.SendPool | None = None
-        # Descriptors to send: (stream offset of their DATA frame, fds, one-shot segments to
-        # close once sent), in order; how many of them the last outgoing_fds() included.
-        self._fd_marks: collections.deque[tuple[int, list[int], list[_shm.Segment]]] = \
-            collections.deque()
-        self._marks_in_write = 0
-
         self._emit(frames.encode_hello(local))
 
     # ------------------------------------------------------------------ properties
@@ -406,11 +392,9 @@ class Connection:
     def receiving_message(self) -> bool:
         return self._incoming is not None
 
-    def release_buffers(self) -> None:
-        """Free what an idle link need not hold: the large buffers kept for reuse, and the
-        staging buffer when nothing is waiting in it (the next read allocates a small one)."""
-        if self._send_pool is not None:
-            self._send_pool.trim()
+    def _release_core_buffers(self) -> None:
+        """release_buffers: the large buffers kept for reuse, and the staging buffer when
+        nothing is waiting in it (the next read allocates a small one)."""
         if self._incoming is None:
             self._pool.clear()
             if self._start == self._end and not self._direct:
@@ -420,13 +404,11 @@ class Connection:
                 self._grow = False
 
     @property
-    def buffered_bytes(self) -> int:
-        """Bytes of memory the core holds for this link, beyond the messages it hands out:
-        the staging buffer, output merged and not yet sent, and the receive pool's buffers
-        (an upper bound: a pooled buffer may be a message the user still holds)."""
-        pool = self._send_pool
-        return (len(self._buffer) + len(self._merge) + self._pool.capacity
-                + (pool.capacity if pool is not None else 0))
+    def _core_buffered_bytes(self) -> int:
+        """buffered_bytes: the staging buffer, output merged and not yet sent, and the
+        receive pool's buffers (an upper bound: a pooled buffer may be a message the user
+        still holds)."""
+        return len(self._buffer) + len(self._merge) + self._pool.capacity
 
     @property
     def incoming_bytes(self) -> int:
@@ -506,9 +488,8 @@ class Connection:
             return
         sizes = [len(p) | READONLY_BIT if type(p) is not memoryview or p.readonly else len(p)
                  for p in parts]
-        body = total  # bytes of the parts that travel in the frames
-        if self.shm_out and total >= self.shm_threshold:
-            parts, body = self._to_segments(parts, sizes)
+        parts, body = self._to_segments(parts, sizes) if self.shm_out \
+            and total >= self.shm_threshold else (parts, total)  # body: bytes in the frames
         first = _FIRST | _BATCH if batch else _FIRST
         chunk = self._chunk
         if body <= chunk:
@@ -554,106 +535,6 @@ class Connection:
                     part_offset = 0
             position += size
             flags &= ~(_FIRST | _BATCH)  # both mark the first chunk only
-
-    def _to_segments(self, parts: Sequence[bytes | memoryview],
-                     sizes: list[int]) -> tuple[list[bytes | memoryview], int]:
-        """Move the message's large writable parts into shared-memory segments: their sizes
-        get SEGMENT_BIT, their descriptors a mark at the DATA frame about to be queued. The
-        parts that stay in the frames, and their bytes."""
-        threshold = self.shm_threshold
-        counters = self.shm_counters
-        wire: list[bytes | memoryview] = []
-        body = 0
-        fds: list[int] = []
-        one_shot: list[_shm.Segment] = []
-        moved = 0
-        for index, part in enumerate(parts):
-            raw = sizes[index]
-            size = raw & _SIZE_MASK
-            # Read-only parts (bytes) keep the socket path: get() returns bytes for them.
-            if (size < threshold or raw & READONLY_BIT or len(fds) >= _shm.MAX_FDS_PER_WRITE):
-                wire.append(part)
-                body += size
-                continue
-            handout = _shm.handout_of(part)
-            if handout is not None:
-                fd, capacity = handout
-                _shm.flag_handout(fd, capacity)
-                counters.handed += 1
-            else:
-                if self._send_pool is None:
-                    self._send_pool = _shm.SendPool(counters)
-                segment, pooled = self._send_pool.acquire(size)
-                segment.fill(part)
-                fd = segment.fd
-                if not pooled:
-                    one_shot.append(segment)
-                counters.copied += 1
-            fds.append(fd)
-            sizes[index] = raw | SEGMENT_BIT
-            moved += size
-        if fds:
-            self._seal()
-            self._fd_marks.append((self._sent_total + self.bytes_queued, fds, one_shot))
-            counters.bytes_out += moved
-            counters.messages_out += 1
-        return wire, body
-
-    @property
-    def has_fds(self) -> bool:
-        """Descriptors wait to be sent with the output (:meth:`outgoing_fds`)."""
-        return bool(self._fd_marks)
-
-    def outgoing_fds(self) -> tuple[list[Buffer], list[int]]:
-        """:meth:`outgoing`, and the descriptors that must go with that write: those of the
-        DATA frames it reaches (a descriptor may arrive before its frame, never after). The
-        buffers stop before a frame whose descriptors do not fit in the same write."""
-        buffers = self.outgoing()
-        self._marks_in_write = 0
-        marks = self._fd_marks
-        if not marks:
-            return buffers, []
-        sent = self._sent_total
-        end = sent + sum(map(len, buffers))
-        fds: list[int] = []
-        for offset, mark_fds, _ in marks:
-            if offset >= end:
-                break
-            if len(fds) + len(mark_fds) > _shm.MAX_FDS_PER_WRITE:
-                buffers = _cut(buffers, offset - sent)
-                break
-            fds.extend(mark_fds)
-            self._marks_in_write += 1
-        return buffers, fds
-
-    def fds_written(self) -> None:
-        """The write with :meth:`outgoing_fds`'s descriptors took bytes: they are sent."""
-        marks = self._fd_marks
-        for _ in range(self._marks_in_write):
-            _, _, one_shot = marks.popleft()
-            for segment in one_shot:
-                segment.close()
-        self._marks_in_write = 0
-
-    def close_descriptors(self) -> None:
-        """The link is gone: close every descriptor it holds (received and unclaimed, ours
-        not sent, the send pool's)."""
-        fds = self.received_fds
-        while fds:
-            os.close(fds.popleft())
-        while self._fd_marks:
-            _, _, one_shot = self._fd_marks.popleft()
-            for segment in one_shot:
-                segment.close()
-        if self._send_pool is not None:
-            self._send_pool.close()
-            self._send_pool = None
-
-    @property
-    def shm_held(self) -> int:
-        """Segments of our pool the peer holds (sent, not released)."""
-        pool = self._send_pool
-        return pool.held() if pool is not None else 0
 
     def send_credit(self, nbytes: int, messages: int) -> None:
         """Grant the peer ``nbytes`` more bytes and ``messages`` more messages."""
@@ -804,16 +685,10 @@ class Connection:
                 self._complete(events)
             elif self._body_left < DIRECT_THRESHOLD:
                 self._direct = False
-            fds = self.received_fds
-            if fds and len(fds) > _shm.MAX_PENDING_FDS:
-                events.extend(self._too_many_fds())
             return events
         self._end += count
         if self._end == len(self._buffer) and len(self._buffer) < STAGING_SIZE:
             self._grow = True
-        fds = self.received_fds
-        if fds and len(fds) > _shm.MAX_PENDING_FDS:
-            return self._too_many_fds()
         return self._parse()
 
     def receive_data(self, data: Buffer) -> list[Event]:
@@ -828,29 +703,14 @@ class Connection:
             events.extend(self.receive_done(count))
         return events
 
-    def receive_eof(self) -> list[Event]:
-        """The peer closed its side. A goodbye before it makes this a clean end."""
+    def _receive_eof(self) -> list[Event]:
+        """receive_eof: a goodbye before the end makes this a clean end."""
         if self.state is ConnectionState.CLOSED:
             return []
         self._set_state(ConnectionState.CLOSED)
         if self._incoming is not None or self._end > self._start:
             return [ConnectionFailed(RemoteProtocolError("connection closed mid-frame"))]
-        if self.received_fds:
-            return [ConnectionFailed(RemoteProtocolError(
-                f"shared memory: {len(self.received_fds)} descriptor(s) without a DATA frame "
-                f"when the peer ended the link"))]
         return []
-
-    def _too_many_fds(self) -> list[Event]:
-        events: list[Event] = []
-        fds = self.received_fds
-        assert fds is not None
-        self._fail(events, RemoteProtocolError(
-            f"shared memory: {len(fds)} descriptors without DATA frames (at most "
-            f"{_shm.MAX_PENDING_FDS} may wait for theirs)"), ErrorCode.PROTOCOL)
-        while fds:
-            os.close(fds.popleft())
-        return events
 
     def _fail(self, events: list[Event], error: NetqError, code: ErrorCode) -> None:
         self.send_error(code, str(error))
@@ -1004,10 +864,9 @@ class Connection:
             return -1
         sizes = struct.unpack_from(f"<{nparts}Q", view, start + HEADER_SIZE + _DESCRIPTOR_SIZE)
         body = length - descriptor_size
-        last = bool(flags & _LAST)
         if self.received_fds is not None and any(s & SEGMENT_BIT for s in sizes):
-            return self._segment_header(events, view, start, end, flags, seq, total, sizes,
-                                        body, start + HEADER_SIZE + descriptor_size)
+            return self._segment_header(events, view, start, end, flags, seq, total, sizes, body)
+        last = bool(flags & _LAST)
         if sum(s & _SIZE_MASK for s in sizes) != total or body > total or last != (body == total):
             self._fail(events, RemoteProtocolError("descriptor sizes disagree with the frame"),
                        ErrorCode.PROTOCOL)
@@ -1026,70 +885,6 @@ class Connection:
             events.append(MessageReceived(seq, batch, parts, total))
             return position + total
         self._incoming = _Incoming(seq, batch, list(sizes), total, self._pool)
-        self._body_left = body
-        return position
-
-    def _segment_header(self, events: list[Event], view: memoryview, start: int, end: int,
-                        flags: int, seq: int, total: int, sizes: tuple[int, ...], body: int,
-                        position: int) -> int:
-        """The first chunk of a message with parts in shared-memory segments: claim and map
-        their descriptors (after every limit was checked), then take the rest as usual."""
-        last = bool(flags & _LAST)
-        wire = [raw for raw in sizes if not raw & SEGMENT_BIT]
-        wire_total = sum(raw & _PART_MASK for raw in wire)
-        if (sum(raw & _PART_MASK for raw in sizes) != total or body > wire_total
-                or last != (body == wire_total) or (body == 0 and wire_total)):
-            self._fail(events, RemoteProtocolError("descriptor sizes disagree with the frame"),
-                       ErrorCode.PROTOCOL)
-            return -1
-        fds = self.received_fds
-        assert fds is not None
-        count = len(sizes) - len(wire)
-        if len(fds) < count:
-            self._fail(events, RemoteProtocolError(
-                f"shared memory: a DATA frame names {count} segment(s), {len(fds)} "
-                f"descriptor(s) came with it"), ErrorCode.PROTOCOL)
-            return -1
-        claimed = [fds.popleft() for _ in range(count)]
-        segments: list[tuple[int, Part]] = []
-        moved = 0
-        for index, raw in enumerate(sizes):
-            if not raw & SEGMENT_BIT:
-                continue
-            fd = claimed.pop(0)
-            size = raw & _PART_MASK
-            try:
-                part = _shm.map_segment(fd, size, bool(raw & READONLY_BIT))
-            except (_shm.SegmentError, OSError) as error:
-                for other in claimed:
-                    os.close(other)
-                failure: NetqError
-                if isinstance(error, _shm.SegmentError):
-                    failure = RemoteProtocolError(f"shared memory: the peer sent {error}")
-                else:
-                    failure = LocalProtocolError(f"shared memory: cannot map a segment: {error}")
-                self._fail(events, failure, ErrorCode.PROTOCOL)
-                return -1
-            segments.append((index, part))
-            moved += size
-        counters = self.shm_counters
-        counters.bytes_in += moved
-        counters.messages_in += 1
-        self.recv_allowance_bytes -= total
-        if self.local.recv_messages != frames.UNLIMITED_MESSAGES:
-            self.recv_allowance_messages -= 1
-        batch = bool(flags & _BATCH)
-        if last and end - position >= wire_total:
-            parts = _cut_whole(view, self._buffer, position, tuple(wire), self._pool)
-            for index, part in segments:
-                parts.insert(index, part)
-            self.expected_seq += 1
-            events.append(MessageReceived(seq, batch, parts, total))
-            return position + wire_total
-        incoming = _Incoming(seq, batch, wire, wire_total, self._pool)
-        incoming.size = total
-        incoming.segments = segments
-        self._incoming = incoming
         self._body_left = body
         return position
 
@@ -1192,7 +987,6 @@ class Connection:
             self._fail(events, AuthenticationError(who), ErrorCode.AUTHENTICATION)
             return
         self.peer = hello
-        self.shm_out = self.local.shm and hello.shm
         self._chunk = max(1, min(self.max_size, hello.max_frame))
         self.send_credit_bytes = hello.recv_window
         self.send_credit_messages = hello.recv_messages
@@ -1208,21 +1002,6 @@ class Connection:
 
 def new_nonce() -> bytes:
     return os.urandom(16)
-
-
-def _cut(buffers: list[Buffer], limit: int) -> list[Buffer]:
-    """The front of ``buffers`` up to ``limit`` bytes, without copying."""
-    parts: list[Buffer] = []
-    size = 0
-    for buffer in buffers:
-        length = len(buffer)
-        if size + length >= limit:
-            if limit > size:
-                parts.append(memoryview(buffer)[: limit - size])
-            break
-        parts.append(buffer)
-        size += length
-    return parts
 
 
 def make_hello(role: Role, peer_id: uuid.UUID, *, auth: bool, max_message: int, max_frame: int,

@@ -476,12 +476,15 @@ def _recv_fds(sock: socket.socket, buffer: memoryview, fds: MutableSequence[int]
             usable = len(data) - len(data) % 4
             fds.extend(memoryview(data)[:usable].cast("i"))
     if flags & socket.MSG_CTRUNC:
-        while fds:
-            os.close(fds.pop())
-        raise RemoteProtocolError(
-            f"shared memory: the peer sent more than {_shm.MAX_FDS_PER_WRITE} descriptors "
-            f"with one write")
-    return count
+        why = f"more than {_shm.MAX_FDS_PER_WRITE} descriptors with one write"
+    elif len(fds) > _shm.MAX_PENDING_FDS:
+        why = (f"{len(fds)} descriptors without DATA frames (at most {_shm.MAX_PENDING_FDS} "
+               f"may wait for theirs)")
+    else:
+        return count
+    while fds:
+        os.close(fds.pop())
+    raise RemoteProtocolError(f"shared memory: the peer sent {why}")
 
 
 def _peer(sock: socket.socket) -> object:

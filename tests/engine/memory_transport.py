@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import netq as nq
+from netq._shm import ShmCounters
 from netq.communicator import Communicator
 from netq.contract import EngineAPI, Link
 from netq.protocol import ConnectionState
@@ -26,6 +27,7 @@ class MemoryTransport:
 
     direct_writes = False
     caller_leads = False  # no loop to lead: the test drives every turn itself
+    shm = ShmCounters()  # no shared memory in memory: always zero
     # The network the communicator being built joins (MemoryNetwork.communicator sets it).
     joining: MemoryNetwork | None = None
 

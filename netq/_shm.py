@@ -144,8 +144,15 @@ class Segment:
         self.capacity = capacity = _round(max(capacity, 1))
         self.fd = _new_memfd(capacity)
         try:
-            # MAP_POPULATE: the pages are allocated and mapped at once, not faulted one by one
-            # during the first copy.
+            # Allocate the pages (fallocate: in one call, where a mapping's faults would
+            # allocate them one by one) and map them all at once (MAP_POPULATE), so that the
+            # first copy into the segment runs at memcpy speed. Without the fallocate,
+            # populating a shared mapping of a hole maps the zero page, and the first copy
+            # then faults on every page anyway.
+            try:
+                os.posix_fallocate(self.fd, 0, capacity + PAGE)
+            except OSError:
+                pass  # the copy allocates them instead
             self.map = mmap.mmap(self.fd, capacity + PAGE,
                                  flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0))
         except BaseException:
@@ -174,11 +181,12 @@ class Segment:
 class SendPool:
     """A link's reusable segments (sender side). One thread at a time (the link's lock).
 
-    A pool that grows (every segment it has is held, and it has room) makes the new segment
-    at once and starts a *spare* of the same size on a helper thread: a stream of large
-    messages to a receiver that keeps the previous one needs one segment more than the one
-    just made, and populating a segment's pages (about 0.4 ms per MiB here) then overlaps
-    the copy into the first instead of following it. At most one spare at a time, within
+    A pool that makes a segment (every segment it has is held, and it has room) also starts
+    a *spare* of the same size on a helper thread: a stream of large messages to a receiver
+    that keeps the previous one needs one segment more than the one just made, and
+    populating a segment's pages (about 0.4 ms per MiB here) then overlaps the copy into
+    the first instead of following it. Taking the spare starts no other (a third segment
+    is made when needed, without a spare): at most one spare per size that appears, within
     the pool's bounds; it joins the pool only when taken.
     """
 
@@ -232,7 +240,7 @@ class SendPool:
             counters.pooled -= 1
         if self._room(need):
             spare = self._take_spare(need)
-            if need >= _SPARE_MIN and self._spare is None and self._room(need, 1):
+            if spare is None and need >= _SPARE_MIN and self._room(need, 1):
                 self._start_spare(need)  # populated while this one is made and filled
             segment = spare or Segment(need)
             segments.append(segment)

@@ -408,13 +408,13 @@ class Harness:
     def server_options(self, **overrides) -> nq.CommunicatorOptions:
         return build_options(self.spec.server_netloc(self.env),
                              self.spec.security(self.env, nq.Purpose.SERVER),
-                             **{**self.spec.defaults, **overrides})
+                             **{**getattr(self.spec, "defaults", {}), **overrides})
 
     def client_options(self, server, **overrides) -> nq.CommunicatorOptions:
         """``server``: a Communicator, or the NetworkLocation a client should use."""
         return build_options(self.location(server),
                              self.spec.security(self.env, nq.Purpose.CLIENT),
-                             **{**self.spec.defaults, **overrides})
+                             **{**getattr(self.spec, "defaults", {}), **overrides})
 
     def location(self, server) -> nq.NetworkLocation:
         """Where clients find ``server`` (a Communicator or a server Child); still valid

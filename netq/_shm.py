@@ -53,7 +53,9 @@ MAX_FDS_PER_WRITE = 32
 # Descriptors received and not yet claimed by a DATA frame, past which the link fails: a
 # sender's descriptors arrive at most one write ahead of the frames that claim them.
 MAX_PENDING_FDS = 2 * MAX_FDS_PER_WRITE
-POOL_SEGMENTS = 8  # reusable segments a link's sender keeps
+# Reusable segments a link's sender keeps: as many as a credit window of 1 MiB parts can have
+# on their way (32 MiB), with room for what the receiver's caller holds.
+POOL_SEGMENTS = 64
 POOL_BYTES = 2 << 30  # and their total capacity, at most (beyond: one-shot segments)
 _RELEASE_WAIT = 0.002  # seconds a full pool waits for a release before it grows
 _SPARE_MIN = 8 << 20  # segments this large get a spare made ahead when the pool grows
@@ -138,7 +140,7 @@ def _round(size: int) -> int:
 class Segment:
     """A sender's segment: its memfd and a shared, writable mapping of all of it."""
 
-    __slots__ = ("fd", "capacity", "map", "view")
+    __slots__ = ("fd", "capacity", "map", "view", "address")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity = _round(max(capacity, 1))
@@ -159,6 +161,7 @@ class Segment:
             os.close(self.fd)
             raise
         self.view = memoryview(self.map)
+        self.address = _address(self.view)
 
     @property
     def held(self) -> bool:
@@ -166,10 +169,16 @@ class Segment:
         return self.map[self.capacity] != 0
 
     def fill(self, part: Any) -> None:
-        """Copy ``part`` to the start of the segment and mark it held."""
+        """Copy ``part`` (a writable buffer) to the start of the segment and mark it held.
+        With ``ctypes.memmove``, which releases the GIL: the link's other thread (and, in
+        one process, the receiving side) runs while hundreds of MiB are copied."""
         size = len(part) if type(part) is not memoryview else part.nbytes
-        self.view[:size] = part if type(part) is not memoryview or part.format == "B" \
-            else part.cast("B")
+        try:
+            source = _address(part if type(part) is memoryview else memoryview(part))
+        except (TypeError, ValueError):  # not a writable buffer after all: copy it in Python
+            self.view[:size] = memoryview(part).cast("B")
+        else:
+            ctypes.memmove(self.address, source, size)
         self.map[self.capacity] = 1
 
     def close(self) -> None:

@@ -57,7 +57,8 @@ MAX_PENDING_FDS = 2 * MAX_FDS_PER_WRITE
 # on their way (32 MiB), with room for what the receiver's caller holds.
 POOL_SEGMENTS = 64
 POOL_BYTES = 2 << 30  # and their total capacity, at most (beyond: one-shot segments)
-_RELEASE_WAIT = 0.002  # seconds a full pool waits for a release before it grows
+_RELEASE_WAIT = 0.002  # seconds a pool, all held, waits for a release before it grows
+_RELEASE_WAIT_UP_TO = 2  # segments: larger pools grow at once
 _SPARE_MIN = 8 << 20  # segments this large get a spare made ahead when the pool grows
 _TRACKFD = sys.version_info >= (3, 13)  # mmap(trackfd=False): no dup()ed descriptor per map
 
@@ -227,10 +228,12 @@ class SendPool:
         need = _round(size)
         segments = self.segments
         free = [segment for segment in segments if not segment.held]
-        if segments and not free:
+        if segments and not free and len(segments) <= _RELEASE_WAIT_UP_TO:
             # A receiver's credit comes back from inside get(), before its caller drops the
             # previous message: its segment is usually released a moment later. Wait that
-            # moment (bounded) rather than grow the pool by a segment it does not need.
+            # moment (bounded) rather than grow the pool by a segment it does not need. Only
+            # while the pool is that small: a larger one that is all held has many messages
+            # on their way or kept by the receiver, and waiting would only slow it down.
             deadline = time.monotonic() + _RELEASE_WAIT
             while not free and time.monotonic() < deadline:
                 time.sleep(_RELEASE_WAIT / 20)

@@ -188,6 +188,20 @@ class Segment:
         os.close(self.fd)
 
 
+class Probe:
+    """The descriptor a link's first write carries (with its HELLO) where it takes segments:
+    the peer sends segments only if it arrived (a path that forwards bytes only drops it).
+    An empty memfd, closed once sent."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self) -> None:
+        self.fd = os.memfd_create("netq-probe", os.MFD_CLOEXEC)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class SendPool:
     """A link's reusable segments (sender side). One thread at a time (the link's lock).
 

@@ -46,7 +46,8 @@ __all__ = ("SharedMemorySide",)
 
 _SIZE_MASK = READONLY_BIT - 1
 _PART_MASK = SEGMENT_BIT - 1  # a part's size, without its READONLY and SEGMENT bits
-_Mark = tuple[int, list[int], list[_shm.Segment]]  # (frame offset, fds, one-shots to close)
+# (frame offset, fds, what to close once they are sent: one-shot segments, the probe)
+_Mark = tuple[int, list[int], list[_shm.Segment | _shm.Probe]]
 _SHARED_COUNTERS = _shm.ShmCounters()  # for connections nobody gave counters (tests)
 
 
@@ -60,6 +61,8 @@ class SharedMemorySide:
     _send_pool: _shm.SendPool | None = None
     _fd_marks: collections.deque[_Mark] | None = None  # descriptors to send, in order
     _marks_in_write = 0
+    _probe_sent = False  # our HELLO's write carried the probe descriptor
+    _peer_probe: bool | None = None  # the peer's HELLO came with its probe (None: not known)
 
     if TYPE_CHECKING:  # the Connection's state this side reads and writes
         local: Hello
@@ -95,9 +98,23 @@ class SharedMemorySide:
 
     @property
     def shm_out(self) -> bool:
-        """Both HELLOs said SHM: our large parts may go in segments."""
+        """Both HELLOs said SHM and the peer's came with its probe descriptor: our large parts
+        may go in segments."""
         peer = self.peer
-        return peer is not None and peer.shm and self.local.shm
+        return peer is not None and peer.shm and self.local.shm and self._peer_passes_fds()
+
+    def _peer_passes_fds(self) -> bool:
+        """Did the peer's HELLO come with a descriptor (its probe, the first it sends)? A
+        path that forwards bytes only (a proxy reading with recv) drops descriptors both
+        ways: then neither side sends segments, though both HELLOs said SHM. Once the
+        peer's HELLO was parsed (its probe, if any, came with its first byte)."""
+        got = self._peer_probe
+        if got is None:
+            fds = self.received_fds
+            got = self._peer_probe = bool(fds)
+            if fds:
+                os.close(fds.popleft())
+        return got
 
     def release_buffers(self) -> None:
         """Free what an idle link need not hold: the large buffers kept for reuse, the
@@ -120,6 +137,8 @@ class SharedMemorySide:
         """The peer closed its side. A goodbye before it makes this a clean end; a
         descriptor no frame claimed makes it the peer's failure."""
         events = self._receive_eof()
+        if self.peer is not None and self.local.shm:
+            self._peer_passes_fds()  # its probe is no stray descriptor
         fds = self._received
         if fds and not events:
             from .connection import ConnectionFailed
@@ -142,7 +161,7 @@ class SharedMemorySide:
         wire: list[bytes | memoryview] = []
         body = 0
         fds: list[int] = []
-        one_shot: list[_shm.Segment] = []
+        one_shot: list[_shm.Segment | _shm.Probe] = []
         moved = 0
         for index, part in enumerate(parts):
             raw = sizes[index]
@@ -179,13 +198,21 @@ class SharedMemorySide:
 
     @property
     def has_fds(self) -> bool:
-        """Descriptors wait to be sent with the output (:meth:`outgoing_fds`)."""
-        return bool(self._fd_marks)
+        """Descriptors wait to be sent with the output (:meth:`outgoing_fds`): segments', or
+        the probe that goes with our HELLO where we take segments."""
+        return bool(self._fd_marks) or (not self._probe_sent and self.local.shm)
 
     def outgoing_fds(self) -> tuple[list[Buffer], list[int]]:
         """``outgoing()``, and the descriptors that must go with that write: those of the
         DATA frames it reaches. The buffers stop before a frame whose descriptors do not fit
         in the same write (at most ``MAX_FDS_PER_WRITE``)."""
+        if not self._probe_sent and self.local.shm:
+            # The probe: an empty memfd with our first write (the HELLO, at offset 0).
+            self._probe_sent = True
+            probe = _shm.Probe()
+            if self._fd_marks is None:
+                self._fd_marks = collections.deque()
+            self._fd_marks.appendleft((self._sent_total, [probe.fd], [probe]))
         buffers = self.outgoing()
         self._marks_in_write = 0
         sent = self._sent_total
@@ -243,6 +270,7 @@ class SharedMemorySide:
         The new parse position, -1 to stop."""
         from .connection import MessageReceived, _cut_whole, _Incoming
 
+        self._peer_passes_fds()  # its probe first: it came before anything else
         position = start + HEADER_SIZE + DESCRIPTOR.size + 8 * len(sizes)
         last = bool(flags & DataFlags.LAST)
         wire = [raw for raw in sizes if not raw & SEGMENT_BIT]

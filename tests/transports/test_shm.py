@@ -203,6 +203,31 @@ def test_segments_count_against_the_receive_budget(make):
     assert server.statistics().shm_messages_in == 12
 
 
+def test_a_path_that_drops_descriptors_falls_back_to_the_socket(make, sock_path, tmp_path):
+    """Between the peers, a proxy that forwards bytes only (netq.relay reads with recv):
+    both HELLOs say SHM, but neither probe descriptor arrives, so neither side sends
+    segments, and large arrays arrive intact through the socket."""
+    from netq.relay import Relay
+
+    server = make("server")
+    relay = Relay(sock_path, path=str(tmp_path / "relay.sock"), name="netq-test-relay")
+    try:
+        client = nq.new(nq.Protocol.UNIX, "client", _options(relay.address))
+        try:
+            big = np.arange(2 * MiB // 8, dtype=np.float64)
+            client.put(big).result(T)
+            assert np.array_equal(server.get(timeout=T).data, big)
+            server.put(big, client.id).result(T)
+            assert np.array_equal(client.get(timeout=T).data, big)
+            for comm in (server, client):
+                stats = comm.statistics()
+                assert stats.shm_bytes_in == stats.shm_bytes_out == 0
+        finally:
+            client.close(timeout=3)
+    finally:
+        relay.close()
+
+
 # ============================================================================ hostile peers
 
 
@@ -214,7 +239,9 @@ def _raw_shm_client(path: str) -> tuple[socket.socket, proto.Connection]:
     conn = proto.Connection(proto.make_hello(
         proto.Role.CLIENT, uuid.uuid4(), auth=False, max_message=64 * MiB, max_frame=MiB,
         recv_window=8 * MiB, recv_messages=frames.UNLIMITED_MESSAGES, shm=True))
-    sock.sendall(conn.data_to_send())
+    probe = _memfd(0, seals=None)  # what an honest peer's HELLO comes with
+    _send_with_fds(sock, conn.data_to_send(), [probe])
+    os.close(probe)
     while conn.state is not proto.ConnectionState.OPEN:
         data = sock.recv(65536)
         assert data, "the server closed the link during the handshake"

@@ -59,7 +59,6 @@ POOL_SEGMENTS = 64
 POOL_BYTES = 2 << 30  # and their total capacity, at most (beyond: one-shot segments)
 _RELEASE_WAIT = 0.002  # seconds a pool, all held, waits for a release before it grows
 _RELEASE_WAIT_UP_TO = 2  # segments: larger pools grow at once
-_SPLIT_MIN = 4 << 20  # parts this large are copied by two threads
 _SPARE_MIN = 8 << 20  # segments this large get a spare made ahead when the pool grows
 _TRACKFD = sys.version_info >= (3, 13)  # mmap(trackfd=False): no dup()ed descriptor per map
 
@@ -180,29 +179,13 @@ class Segment:
         except (TypeError, ValueError):  # not a writable buffer after all: copy it in Python
             self.view[:size] = memoryview(part).cast("B")
         else:
-            _copy(self.address, source, size)
+            ctypes.memmove(self.address, source, size)
         self.map[self.capacity] = 1
 
     def close(self) -> None:
         self.view.release()
         self.map.close()
         os.close(self.fd)
-
-
-def _copy(target: int, source: int, size: int) -> None:
-    """memmove, in two halves on two threads for a large part: one thread copies at about
-    14 GB/s here, two at about 23 (the receiver has nothing to do meanwhile: its side of a
-    segment is a mapping). The helper thread lives for one copy (no thread outlives it)."""
-    if size < _SPLIT_MIN:
-        ctypes.memmove(target, source, size)
-        return
-    half = size // 2 & ~(PAGE - 1)
-    helper = threading.Thread(target=ctypes.memmove, args=(target + half, source + half,
-                                                          size - half),
-                              name="netq-shm-copy", daemon=True)
-    helper.start()
-    ctypes.memmove(target, source, half)
-    helper.join()
 
 
 class Probe:

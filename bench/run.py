@@ -93,6 +93,13 @@ THROUGHPUT = [
     # One numpy array (uint8, the same bytes) per put(): what researchers send.
     Row("netq-tcp-numpy", "netq_peer.py", "netq-tcp-numpy", "netq"),
     Row("netq-unix", "netq_peer.py", "netq-unix", "netq"),
+    # Same host (issue 38): raw Unix socket; numpy arrays over netq Unix with default options
+    # (large parts through shared memory), with shared memory off (every byte through the
+    # socket), and from a buffer netq handed out (comm.shared_array: no copy at all).
+    Row("raw-unix", "raw.py", "raw-unix"),
+    Row("netq-unix-numpy", "netq_peer.py", "netq-unix-numpy", "netq"),
+    Row("netq-unix-noshm-numpy", "netq_peer.py", "netq-unix-noshm-numpy", "netq"),
+    Row("netq-unix-handout", "netq_peer.py", "netq-unix-handout", "netq"),
     Row("netq-tls", "netq_peer.py", "netq-tls", "tls"),
     Row("raw-ssl", "raw.py", "raw-ssl", "ssl"),
     Row("net-queue", "netqueue_peer.py", "net-queue", "net-queue"),
@@ -107,6 +114,8 @@ THROUGHPUT = [
 # Rows compared with a floor of their own (same rep) besides raw-tcp: the same carrier driven
 # directly, without netq (netq-tcp: the plain-Python queue, where raw-tcp is not a queue).
 FLOORS = {"netq-tcp": "py-queue", "netq-tls": "raw-ssl", "netq-grpc": "raw-grpc",
+          "netq-unix-numpy": "raw-unix", "netq-unix-noshm-numpy": "raw-unix",
+          "netq-unix-handout": "raw-unix",
           "net-queue-grpc": "raw-grpc", "netq-mqtt": "mqtt-paho", "net-queue-mqtt": "mqtt-paho"}
 LATENCY = [
     Row("raw-tcp", "raw.py", "raw-tcp"),
@@ -1069,6 +1078,11 @@ README_THROUGHPUT = [  # (row, label, baseline row or None)
     ("netq-tcp", "**netq TCP ÷ plain-Python queue**", "py-queue"),
     ("netq-tcp-numpy", "**netq TCP, numpy arrays** (one `ndarray` per `put()`)", "raw-tcp"),
     ("netq-unix", "netq Unix", "raw-tcp"),
+    ("raw-unix", "raw Unix socket, one `sendmsg` per message", None),
+    ("netq-unix-numpy", "**netq Unix, numpy arrays** (shared memory, default options)",
+     "raw-unix"),
+    ("netq-unix-noshm-numpy", "netq Unix, numpy arrays, `shared_memory=False`", "raw-unix"),
+    ("netq-unix-handout", "**netq Unix, `comm.shared_array`** (no copy)", "raw-unix"),
     ("raw-ssl", "raw `ssl` socket, `sendall` per message", None),
     ("netq-tls", "**netq TLS**", "raw-ssl"),
     ("netq-tcp-batch", "netq `put_many`/`get_many`", "raw-tcp"),
@@ -1330,6 +1344,11 @@ def _target_value(record: dict, metric: str) -> float | None:
     raise ValueError(f"unknown target metric {metric!r}")
 
 
+SHM_SIZES = (16 * MiB, 256 * MiB)  # where the same-host targets apply
+SHM_BOUND = 2.0  # numpy arrays over netq Unix (shared memory) ≥ 2 × a raw Unix socket
+SHM_HANDOUT_BOUND = 4.0  # and from comm.shared_array ≥ 4 ×
+
+
 def targets(sizes: list[int]) -> list[Target]:
     """Every target of the per-message path that bench/run.py measures, at the run's sizes."""
     out = [Target(f"netq TCP one-way × raw TCP, {human(size)}", "throughput", "netq-tcp",
@@ -1357,6 +1376,15 @@ def targets(sizes: list[int]) -> list[Target]:
     if TLS_SIZE in sizes:
         out.append(Target(f"netq TLS one-way × raw `ssl`, {human(TLS_SIZE)}", "throughput",
                           "netq-tls", "raw-ssl", TLS_SIZE, "rate", TLS_BOUND, False))
+    # Same host (issue 38): numpy arrays over netq Unix with default options (shared memory),
+    # and from a buffer netq handed out, × a raw Unix socket.
+    out += [Target(f"netq Unix numpy arrays one-way × raw Unix socket, {human(size)}",
+                   "throughput", "netq-unix-numpy", "raw-unix", size, "rate", SHM_BOUND, False)
+            for size in sizes if size in SHM_SIZES]
+    out += [Target(f"netq Unix `comm.shared_array` one-way × raw Unix socket, {human(size)}",
+                   "throughput", "netq-unix-handout", "raw-unix", size, "rate",
+                   SHM_HANDOUT_BOUND, False)
+            for size in sizes if size in SHM_SIZES]
     return out
 
 

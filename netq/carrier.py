@@ -12,8 +12,10 @@ A carrier has eight members::
     admit(on)               client: start one attempt to reach the server (on) or give up the
                             one under way (off); server: stop taking newcomers (off)
     wait(timeout)           wait up to timeout s for something to happen; the events
-    read_into(ch, buffer)   bytes read into buffer (0: the peer ended the stream)
-    write(ch, buffers)      bytes taken from the front of buffers (0: none now)
+    read_into(ch, buffer)   bytes read into buffer (0: the peer ended the stream); with fds:
+                            the descriptors that came with them, too (info.passes_fds)
+    write(ch, buffers)      bytes taken from the front of buffers (0: none now); with fds:
+                            descriptors sent with the first byte (info.passes_fds)
     wake()                  any thread: end a wait() under way (or the next one) at once
     close(ch)               release one channel; close(None): everything, at the end
     explain()               client: what stands between us and the server now, if known
@@ -49,7 +51,7 @@ one at a time). ``write`` too, and from user threads when ``info.user_threads_wr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableSequence, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeAlias, TypeVar
 
@@ -111,6 +113,9 @@ class CarrierInfo:
     # heartbeats: an overloaded server answers the connections it queued in turn, and one
     # given up goes to the back of that queue.
     watches_peer_host: bool = False
+    # The carrier passes descriptors with the bytes (Unix sockets, SCM_RIGHTS): read_into and
+    # write take the fds argument, and links may carry parts in shared memory (netq._shm).
+    passes_fds: bool = False
 
 
 class Carrier(Protocol[ChannelT]):
@@ -125,11 +130,17 @@ class Carrier(Protocol[ChannelT]):
     def wait(self, timeout: float) -> Sequence[tuple[int, ChannelT | None, object]]:
         """Wait up to ``timeout`` seconds for events; what happened (maybe nothing)."""
 
-    def read_into(self, channel: ChannelT, buffer: memoryview) -> int:
-        """Bytes read into ``buffer``; 0 at the end of the stream; BlockingIOError: none now."""
+    def read_into(self, channel: ChannelT, buffer: memoryview,
+                  fds: MutableSequence[int] | None = None) -> int:
+        """Bytes read into ``buffer``; 0 at the end of the stream; BlockingIOError: none now.
+        With ``fds`` (only where ``info.passes_fds``): the descriptors that came with the
+        bytes are appended to it, in order; without, the kernel closes any that came."""
 
-    def write(self, channel: ChannelT, buffers: list[Buffer]) -> int:
-        """Bytes taken from the front of ``buffers`` (0: no room now; WRITABLE follows)."""
+    def write(self, channel: ChannelT, buffers: list[Buffer],
+              fds: list[int] | None = None) -> int:
+        """Bytes taken from the front of ``buffers`` (0: no room now; WRITABLE follows).
+        ``fds`` (only where ``info.passes_fds``) go with the first byte written (duplicated
+        for the peer; ours stay open); they are sent when the call took any byte."""
 
     def wake(self) -> None:
         """Any thread: end the wait() under way, or the next one, at once."""

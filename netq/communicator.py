@@ -20,6 +20,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
+from . import _shm
 from .contract import TransportFactory
 from .diagnostics import StallWarning
 from .engine import SessionEngine
@@ -198,6 +199,28 @@ class Communicator:
         where it is made, not in a future nobody may look at).
         """
         return self._put(self._dump_parts(data), False, peers, block, timeout)
+
+    def shared_buffer(self, nbytes: int) -> memoryview:
+        """A writable buffer of ``nbytes`` bytes in shared memory (a memfd segment). A
+        ``put()`` of it (over ``Protocol.UNIX`` with ``shared_memory`` on, to a peer that has
+        it on too) sends the segment's descriptor: no copy at all. Do not write it after
+        ``put()``: the receiver maps the same pages (see docs/guarantees.md). Elsewhere it
+        travels like any buffer. Where memfds are missing (not Linux), a plain bytearray's view.
+        """
+        if _shm.unavailable_cached() is not None:
+            return memoryview(bytearray(nbytes))
+        return _shm.shared_buffer(nbytes)
+
+    def shared_array(self, shape: Any, dtype: Any = "float64", order: str = "C") -> Any:
+        """A numpy array of ``shape`` and ``dtype`` over :meth:`shared_buffer` memory: a
+        ``put()`` of the whole array sends it without copying (numpy must be imported by
+        the caller: netq does not depend on it)."""
+        if _shm.unavailable_cached() is not None:
+            import sys
+
+            numpy: Any = sys.modules["numpy"]  # the caller imported it (shared_array's promise)
+            return numpy.empty(shape, dtype, order=order)
+        return _shm.shared_array(shape, dtype, order)
 
     def put_many(self, items: Iterable[Any], *peers: uuid.UUID, block: bool = True,
                  timeout: float | None = None) -> DeliveryFuture:
@@ -437,6 +460,7 @@ class Communicator:
                          blocked=engine.diagnostics.peer_blocked(session, now))
                 for session in engine.all_sessions()]
         connection = self.options.connection
+        shm = self._transport.shm
         return self._meter.snapshot(
             now=now,
             id=self.id,
@@ -454,6 +478,9 @@ class Communicator:
             send_budget=connection.send_budget,
             connect_error=engine.reach.connect_error if engine.reach else "",
             get_waiting=engine.diagnostics.get_wait(now),
+            shm_bytes_in=shm.bytes_in, shm_bytes_out=shm.bytes_out,
+            shm_messages_in=shm.messages_in, shm_messages_out=shm.messages_out,
+            shm_segments=shm.pooled, shm_held=shm.held, shm_one_shot=shm.one_shot,
         )
 
     # ------------------------------------------------------------------ display

@@ -45,6 +45,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
+from ._shm import ShmCounters
 from .carrier import Address
 from .options import CommunicatorOptions, Purpose
 from .protocol import Connection, Event, MessageReceived
@@ -181,8 +182,9 @@ class EngineAPI(Protocol):
     def consumer_sleeping(self) -> bool:
         """A get() sleeps until a message is handed to it: the loop must not be left idle."""
 
-    def new_connection(self) -> Connection:
-        """The protocol state for a new link (its HELLO is queued)."""
+    def new_connection(self, passes_fds: bool = False) -> Connection:
+        """The protocol state for a new link (its HELLO is queued); ``passes_fds``: its
+        carrier passes descriptors (the link may take parts in shared memory)."""
 
     def handle_events(self, link: Link, events: list[Event]) -> None:
         """What the link's Connection produced from received bytes (link lock held)."""
@@ -233,6 +235,10 @@ class TransportAPI(Protocol):
     # process (no CPU for a while: a storm of other threads, a suspended laptop) is not taken
     # for its peers' silence before the loop has looked again.
     looked_at: float
+
+    @property
+    def shm(self) -> ShmCounters:
+        """Shared-memory totals of the links (for statistics; netq._shm)."""
 
     @property
     def address(self) -> Address:

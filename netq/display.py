@@ -199,8 +199,16 @@ def header_line(stats: CommunicatorStatistics) -> str:
             f"out {format_count(stats.messages_out_per_s)} msg/s "
             f"{format_byte_rate(stats.bytes_out_per_s)}  "
             f"memory {format_bytes(stats.memory)}"
+            + (f"  {shm_fact(stats)}" if stats.shm_bytes_in or stats.shm_bytes_out else "")
             + (f"  CANNOT CONNECT: {stats.connect_error}" if stats.connect_error else "")
             + (f"  {stats.get_waiting}" if stats.get_waiting else ""))
+
+
+def shm_fact(stats: CommunicatorStatistics) -> str:
+    """What went through shared memory (Protocol.UNIX): bytes each way, segments pooled."""
+    return (f"shared memory in {format_bytes(stats.shm_bytes_in)}, "
+            f"out {format_bytes(stats.shm_bytes_out)}, {stats.shm_segments} segments "
+            f"({stats.shm_held} held by peers)")
 
 
 def waiting_lines(stats: CommunicatorStatistics,
@@ -417,7 +425,9 @@ def monitor_view(stats: CommunicatorStatistics,
                       f"{format_byte_rate(stats.bytes_in_per_s)}",
                       f"out {format_count(stats.messages_out_per_s)} msg/s, "
                       f"{format_byte_rate(stats.bytes_out_per_s)}",
-                      f"memory {format_bytes(stats.memory)}{budget}"],
+                      f"memory {format_bytes(stats.memory)}{budget}",
+                      *([shm_fact(stats)] if stats.shm_bytes_in or stats.shm_bytes_out
+                        else [])],
             "alerts": ([f"cannot connect: {with_names(stats.connect_error, names)}"]
                        if stats.connect_error else []),
         },

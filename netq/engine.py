@@ -238,11 +238,11 @@ class SessionEngine:
 
     # ================================================================== I/O thread: links
 
-    def new_connection(self) -> proto.Connection:
+    def new_connection(self, passes_fds: bool = False) -> proto.Connection:
         if self.reach is not None:
             self.reach.reached_server()
         # Not through self.handshake: a carrier's thread may get here before __init__ ends.
-        return new_connection(self.options, server=self._server,
+        return new_connection(self.options, server=self._server, passes_fds=passes_fds,
                               recv_messages=self._recv_messages, grant=self.budget.hello_grant())
 
     def handle_events(self, link: Link, events: list[proto.Event]) -> None:

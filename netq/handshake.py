@@ -35,7 +35,7 @@ LOGGER = logging.getLogger("netq")
 
 
 def new_connection(options: CommunicatorOptions, *, server: bool, recv_messages: int,
-                   grant: int) -> proto.Connection:
+                   grant: int, passes_fds: bool = False) -> proto.Connection:
     """The protocol state for a new link, its HELLO (granting ``grant`` bytes) queued.
 
     It depends on the options alone: a carrier's thread may ask for it while the engine
@@ -47,10 +47,13 @@ def new_connection(options: CommunicatorOptions, *, server: bool, recv_messages:
     hello = proto.make_hello(
         Role.SERVER if server else Role.CLIENT, options.id, auth=authkey is not None,
         max_message=options.serialization.message_limit, max_frame=connection.max_size,
-        recv_window=grant, recv_messages=recv_messages)
-    return proto.Connection(hello, authkey, max_size=connection.max_size,
+        recv_window=grant, recv_messages=recv_messages,
+        shm=passes_fds and connection.shared_memory)
+    conn = proto.Connection(hello, authkey, max_size=connection.max_size,
                             merge_size=connection.merge_size,
                             efficient_size=connection.efficient_size)
+    conn.shm_threshold = connection.shm_threshold
+    return conn
 
 
 class Handshake:
@@ -72,6 +75,7 @@ class Handshake:
         self._changed = changed
         self._options = options
         self._recv_messages = recv_messages
+        self._said_no_shm = False
         self._session_timeout = options.connection.session_timeout  # seconds
         self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
         self._goodbye_by: float | None = None  # see stopping()
@@ -92,6 +96,11 @@ class Handshake:
             transport.close_link(link, flush=True)
             return False
         link.peer_id = hello.id
+        if link.conn.local.shm and not hello.shm and not self._said_no_shm:
+            self._said_no_shm = True  # once per communicator
+            LOGGER.info("netq %s: peer %s does not take shared memory (its shared_memory "
+                        "option is off, or its platform lacks memfds): large parts go "
+                        "through the socket", "server" if self._server else "client", hello.id)
         if self._server:
             self._handshaking[link] = hello.id
             self._handshaking_peers[hello.id] += 1

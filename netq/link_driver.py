@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+from ._shm import ShmCounters
 from .carrier import READABLE, WRITABLE, Carrier, CarrierInfo, Opened
 from .contract import EngineAPI, Link
 from .exceptions import AuthenticationError, ConnectionLost, NetqError, RemoteProtocolError
@@ -56,6 +57,7 @@ class LinkDriver:
         self.handed_off = False  # a read handed small messages to a get() waiting for them
         self.changed = False  # links closed or began closing: the loop's due times change
         self.refused = 0  # links refused: their HELLO named another peer than they are bound to
+        self.shm = ShmCounters()  # shared-memory totals of every link (netq._shm)
 
     def links(self) -> list[Link]:
         return [link for link in self.by_channel.values() if not link.dropped]
@@ -73,7 +75,8 @@ class LinkDriver:
 
     def open(self, channel: object, opened: Opened) -> None:
         """A new channel the loop accepted: its link, and its HELLO on the way."""
-        link = Link(self.engine.new_connection(), opened.address, channel)
+        link = Link(self.engine.new_connection(self.info.passes_fds), opened.address, channel)
+        link.conn.shm_counters = self.shm
         self.by_channel[channel] = link
         if opened.bound_to is not None:
             self._bound[link] = opened.bound_to
@@ -119,13 +122,18 @@ class LinkDriver:
         conn = link.conn
         read_into = self.carrier.read_into
         channel = link.channel
+        fds = conn.received_fds  # None unless the link takes parts in shared memory
         for _ in range(READS_PER_EVENT):
             buffer = conn.receive_buffer()
             try:
-                count = read_into(channel, buffer)
+                count = read_into(channel, buffer) if fds is None else \
+                    read_into(channel, buffer, fds)
             except (BlockingIOError, InterruptedError):
                 return
             except (OSError, NetqError) as error:
+                if isinstance(error, RemoteProtocolError):  # the peer's bytes (descriptors)
+                    LOGGER.info("netq %s: link to %s failed: %s", self.engine.purpose.value,
+                                link.peer_name, error)
                 if link.error is None:
                     link.error = self.blamed(link, error) if isinstance(error, NetqError) \
                         else ConnectionLost(link.peer_id, f"receive failed: {error}")
@@ -254,7 +262,13 @@ class LinkDriver:
         blocked = conn.bytes_queued > 0
         while blocked:
             try:
-                sent = write(channel, conn.outgoing())
+                if conn.has_fds:
+                    buffers, fds = conn.outgoing_fds()
+                    sent = write(channel, buffers, fds)
+                    if sent:
+                        conn.fds_written()
+                else:
+                    sent = write(channel, conn.outgoing())
             except (BlockingIOError, InterruptedError):
                 break
             except (OSError, NetqError) as error:
@@ -311,5 +325,6 @@ class LinkDriver:
         self.held.discard(link)
         self.carrier.close(link.channel)
         with link.lock:
+            link.conn.close_descriptors()
             self.engine.link_closed(link)
         self._dropped(link)

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 
 from ._interrupts import LoopTurns
+from ._shm import ShmCounters
 from .carrier import (
     CLOSED,
     DATA,
@@ -139,6 +140,11 @@ class IOLoop:
         if self._parked:
             with self._park:
                 self._park.notify()
+
+    @property
+    def shm(self) -> ShmCounters:
+        """Shared-memory totals of this loop's links (netq._shm)."""
+        return self._driver.shm
 
     @property
     def refused_links(self) -> int:

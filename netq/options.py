@@ -129,6 +129,11 @@ class ConnectionOptions:
                     trades a little CPU for skipping a thread wake-up (tens of us) when the
                     next message is about to arrive. 0 (the default) disables it: on a busy
                     2-core machine spinning costs more than it saves.
+    shared_memory   over Protocol.UNIX, message parts of shm_threshold bytes or more travel in
+                    shared-memory segments (memfds whose descriptors cross the socket)
+                    instead of through it, when both ends have it on (Linux). False: every
+                    byte through the socket. See docs/transports.md.
+    shm_threshold   the smallest part (bytes) sent through shared memory (1 MiB).
     """
 
     max_size: int = 4 * MiB
@@ -145,6 +150,8 @@ class ConnectionOptions:
     reconnect_max: float = 1.0
     spin: float = 0.0
     stall_warning: float = 5.0
+    shared_memory: bool = True
+    shm_threshold: int = 1 * MiB
 
     def __post_init__(self) -> None:
         if self.max_size < 1024:
@@ -173,6 +180,8 @@ class ConnectionOptions:
             raise ValueError("stall_warning must be > 0")
         if self.spin < 0:
             raise ValueError("spin must be >= 0")
+        if self.shm_threshold < 4096:
+            raise ValueError("shm_threshold must be at least 4 KiB")
         if self.session_timeout < 0 or self.heartbeat <= 0:
             raise ValueError("session_timeout must be >= 0 and heartbeat > 0")
 

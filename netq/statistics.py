@@ -93,6 +93,17 @@ class CommunicatorStatistics:
     send_budget: int = 0
     connect_error: str = ""
     get_waiting: str = ""
+    # Shared memory (Protocol.UNIX, netq._shm): message parts that travelled in segments
+    # instead of through the socket (their bytes are in bytes_in/out too), the segments in the
+    # senders' pools, of those the ones the peers held at the last send, and parts sent in a
+    # one-shot segment because every pooled one was held.
+    shm_bytes_in: int = 0
+    shm_bytes_out: int = 0
+    shm_messages_in: int = 0
+    shm_messages_out: int = 0
+    shm_segments: int = 0
+    shm_held: int = 0
+    shm_one_shot: int = 0
 
     def peer(self, peer: uuid.UUID) -> PeerStatistics:
         for row in self.peers:
@@ -111,6 +122,9 @@ class CommunicatorStatistics:
                 f"{len(self.peers)} peers, in {self.messages_in} msg "
                 f"({self.bytes_in_per_s / 2**20:.1f} MiB/s), out {self.messages_out} msg "
                 f"({self.bytes_out_per_s / 2**20:.1f} MiB/s), memory {self.memory / 2**20:.1f} MiB")
+        if self.shm_bytes_in or self.shm_bytes_out:
+            line += (f", shared memory in {self.shm_bytes_in / 2**20:.1f} MiB, "
+                     f"out {self.shm_bytes_out / 2**20:.1f} MiB")
         if self.connect_error:
             line += f"; cannot connect: {self.connect_error}"
         if self.get_waiting:

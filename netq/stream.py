@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import builtins
 import io
+import mmap
 import pickle
 import struct
 import sys
@@ -597,6 +598,16 @@ def _load_array(parts: Sequence[Any], policy: _Policy | None) -> Any:
     return numpy.frombuffer(data, dtype).reshape(shape, order=layout.order)
 
 
+def _as_sent(obj: Any) -> Any:
+    """A top-level bytearray or memoryview travels as a bare out-of-band buffer, and pickle
+    hands back the received buffer object itself: a bytearray on the socket path, the
+    mapping of a shared-memory segment (an ``mmap``) over ``Protocol.UNIX``. The caller put a
+    bytearray, so it gets one (copied out of the segment, which is then released)."""
+    if type(obj) is mmap.mmap:
+        return bytearray(obj)
+    return obj
+
+
 class PickleSerializer:
     """Pickle protocol 5 with out-of-band buffers; optionally restricted to listed globals.
 
@@ -751,7 +762,7 @@ class PickleSerializer:
         if self._policy is None:
             if len(parts) == 1:
                 return pickle.loads(parts[0])
-            return pickle.loads(parts[0], buffers=parts[1:])
+            return _as_sent(pickle.loads(parts[0], buffers=parts[1:]))
         return self.load(Stream(parts))
 
     def load(self, stream: Stream) -> Any:
@@ -768,8 +779,8 @@ class PickleSerializer:
             return _load_array(list(chunks), self._policy)
         buffers = [_load_buffer(view) for view in islice(chunks, 1, None)]
         if self._policy is None:
-            return pickle.loads(data, buffers=buffers)
-        return _RestrictedUnpickler(_load_buffer(data), self._policy, buffers).load()
+            return _as_sent(pickle.loads(data, buffers=buffers))
+        return _as_sent(_RestrictedUnpickler(_load_buffer(data), self._policy, buffers).load())
 
     def __repr__(self) -> str:
         restrict = None if self._restrict is None else sorted(self._restrict)

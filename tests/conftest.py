@@ -111,7 +111,8 @@ def loopback_listener():
 TRANSPORTS: dict[str, TransportSpec] = {
     "tcp": SocketSpec("tcp", nq.Protocol.TCP, host="127.0.0.1"),
     "tls": SocketSpec("tls", nq.Protocol.TCP, host="127.0.0.1", tls=True),
-    "unix": SocketSpec("unix", nq.Protocol.UNIX),
+    "unix": SocketSpec("unix", nq.Protocol.UNIX),  # large parts in shared memory (the default)
+    "unix-noshm": SocketSpec("unix-noshm", nq.Protocol.UNIX, shared_memory=False),
     "tcp6": SocketSpec("tcp6", nq.Protocol.TCP, host="::1"),
     "mqtt": MQTTSpec(), "mqtt-rabbitmq": RabbitMQSpec(),
     "grpc": GRPCSpec("grpc"), "grpc-tls": GRPCSpec("grpc-tls", tls=True),

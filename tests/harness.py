@@ -142,6 +142,7 @@ class TransportSpec:
 
     name: str
     protocol: nq.Protocol
+    defaults: dict = {}  # option overrides of every communicator of the spec (read only)
     byte_stream = False  # raw_connect() works: the fault tests can speak bytes to the server
     supports_cut = False  # cut() works: the session-resume tests can break a live link
 
@@ -200,11 +201,12 @@ class SocketSpec(TransportSpec):
     supports_cut = True
 
     def __init__(self, name: str, protocol: nq.Protocol, host: str | None = None,
-                 tls: bool = False) -> None:
+                 tls: bool = False, **defaults) -> None:
         self.name = name
         self.protocol = protocol
         self.host = host
         self.tls = tls
+        self.defaults = defaults  # option overrides every communicator of the spec gets
 
     def __repr__(self) -> str:
         return f"<transport {self.name}>"
@@ -405,12 +407,14 @@ class Harness:
 
     def server_options(self, **overrides) -> nq.CommunicatorOptions:
         return build_options(self.spec.server_netloc(self.env),
-                             self.spec.security(self.env, nq.Purpose.SERVER), **overrides)
+                             self.spec.security(self.env, nq.Purpose.SERVER),
+                             **{**getattr(self.spec, "defaults", {}), **overrides})
 
     def client_options(self, server, **overrides) -> nq.CommunicatorOptions:
         """``server``: a Communicator, or the NetworkLocation a client should use."""
         return build_options(self.location(server),
-                             self.spec.security(self.env, nq.Purpose.CLIENT), **overrides)
+                             self.spec.security(self.env, nq.Purpose.CLIENT),
+                             **{**getattr(self.spec, "defaults", {}), **overrides})
 
     def location(self, server) -> nq.NetworkLocation:
         """Where clients find ``server`` (a Communicator or a server Child); still valid

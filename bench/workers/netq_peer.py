@@ -3,6 +3,9 @@
 netq-tcp        put() per message -> get() per message, TCP on 127.0.0.1
 netq-tcp-batch  put_many() of up to 1000 messages (<= 256 KiB per call) -> get_many(1000)
 netq-unix       as netq-tcp over a Unix stream socket in the run's temp dir
+netq-unix-numpy        netq-tcp-numpy over Unix, default options (shared memory)
+netq-unix-noshm-numpy  the same with ConnectionOptions(shared_memory=False)
+netq-unix-handout      numpy arrays from comm.shared_array (no copy on put())
 netq-tls        as netq-tcp with TLS (self-signed certificate made by run.py)
 
 The sender waits for the warm-up message's future before it sends the rest, so the
@@ -31,7 +34,12 @@ FUTURE_TIMEOUT = 120.0
 
 # ----------------------------------------------------------------------------- set-up
 def _protocol(spec: dict):
-    return nq.Protocol.UNIX if spec["transport"] == "netq-unix" else nq.Protocol.TCP
+    return nq.Protocol.UNIX if spec["transport"].startswith("netq-unix") else nq.Protocol.TCP
+
+
+def _connection(spec: dict) -> nq.ConnectionOptions:
+    """Default options, but shared memory off for the ``-noshm`` rows."""
+    return nq.ConnectionOptions(shared_memory="-noshm" not in spec["transport"])
 
 
 WATCHED: list = []          # every communicator of this process, described on SIGUSR2
@@ -74,7 +82,7 @@ common.on_diagnose(_describe)
 def _serve(spec: dict):
     """Bind a server for spec['transport']; returns (server, address for the client)."""
     security = None
-    if spec["transport"] == "netq-unix":
+    if spec["transport"].startswith("netq-unix"):
         path = os.path.join(spec["tmpdir"], "netq.sock")
         netloc, addr = nq.NetworkLocation(path=path), "unix:" + path
     else:
@@ -82,7 +90,8 @@ def _serve(spec: dict):
         netloc, addr = nq.NetworkLocation(host="127.0.0.1", port=port), f"127.0.0.1:{port}"
         if spec["transport"] == "netq-tls":
             security = nq.SecurityOptions(key=spec["tls"]["key"], certificate=spec["tls"]["cert"])
-    opts = nq.CommunicatorOptions(netloc=netloc, security=security)
+    opts = nq.CommunicatorOptions(netloc=netloc, security=security,
+                                  connection=_connection(spec))
     return _diagnosable(nq.new(_protocol(spec), nq.Purpose.SERVER, opts)), addr
 
 
@@ -95,7 +104,8 @@ def _connect(spec: dict):
         netloc = nq.NetworkLocation(host=host, port=int(port))
         if spec["transport"] == "netq-tls":
             security = nq.SecurityOptions(certificate=spec["tls"]["cert"])
-    opts = nq.CommunicatorOptions(netloc=netloc, security=security)
+    opts = nq.CommunicatorOptions(netloc=netloc, security=security,
+                                  connection=_connection(spec))
     return _diagnosable(nq.new(_protocol(spec), nq.Purpose.CLIENT, opts))
 
 
@@ -125,11 +135,18 @@ def recv(spec: dict) -> None:
     server.close()
 
 
-def _payload(spec: dict):
+def _payload(spec: dict, client=None):
     """The message put(): bytes, or for the ``-numpy`` rows the same bytes as a uint8 numpy
     array (what researchers send: one ndarray per put(); len() and the CRC check still see
-    its bytes)."""
+    its bytes); for ``netq-unix-handout`` that array in memory the client handed out
+    (``comm.shared_array``: put() sends it without a copy)."""
     payload = common.payload_of(spec["size"])
+    if spec["transport"] == "netq-unix-handout" and client is not None:
+        import numpy
+
+        array = client.shared_array(len(payload), numpy.uint8)
+        array[:] = numpy.frombuffer(payload, numpy.uint8)
+        return array
     if spec["transport"].endswith("-numpy"):
         import numpy
 
@@ -139,8 +156,8 @@ def _payload(spec: dict):
 
 def send(spec: dict) -> None:
     size, count = spec["size"], spec["count"]
-    payload = _payload(spec)
     client = _connect(spec)
+    payload = _payload(spec, client)
     clock = common.SendClock()
     clock.start()
     client.put(payload).result(FUTURE_TIMEOUT)          # warm-up, received before the rest

@@ -8,6 +8,7 @@ raw-tcp-batch  the sender coalesces frames <= 64 KiB into one scatter-gather ``s
                (<= 64 KiB or 1000 iovecs, no payload copy); the receiver ``recv_into`` a 1 MiB
                staging buffer, parses many frames per syscall and hands out owned ``bytes``;
                payloads > 64 KiB are read straight into a fresh ``bytearray`` (MSG_WAITALL).
+raw-unix       raw-tcp over a Unix stream socket in the run's temp dir (the same-host floor)
 raw-ssl        raw-tcp's framing over a blocking ``ssl`` socket (TLS 1.2 minimum, the run's
                self-signed certificate, verified by the client against it; whatever version
                and cipher OpenSSL negotiates: TLS 1.3, AES-GCM on x86). SSL sockets cannot
@@ -45,14 +46,27 @@ def listen() -> tuple[socket.socket, str]:
     return s, f"127.0.0.1:{s.getsockname()[1]}"
 
 
+def listen_unix(tmpdir: str) -> tuple[socket.socket, str]:
+    path = os.path.join(tmpdir, "raw.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.listen(1)
+    return s, "unix:" + path
+
+
 def accept(listener: socket.socket) -> socket.socket:
     conn, _ = listener.accept()
     listener.close()
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if conn.family != socket.AF_UNIX:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     return conn
 
 
 def connect(addr: str) -> socket.socket:
+    if addr.startswith("unix:"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect(addr[5:])
+        return s
     host, port = addr.rsplit(":", 1)
     s = socket.create_connection((host, int(port)))
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -173,7 +187,7 @@ class StagingReader:
 def recv(spec: dict) -> None:
     size, count = spec["size"], spec["count"]
     batched = spec["transport"] == "raw-tcp-batch"
-    listener, addr = listen()
+    listener, addr = listen_unix(spec["tmpdir"]) if spec["transport"] == "raw-unix" else listen()
     rec = common.Recorder(count, size)
     common.ready(addr)
     sock = accept(listener)

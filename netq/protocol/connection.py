@@ -22,6 +22,9 @@ queue of buffers; small frames are coalesced into one bytearray (``efficient_siz
 ``merge_size``), large parts are queued as views of the caller's memory. The I/O layer takes
 :meth:`Connection.outgoing` (an iovec list for ``sendmsg``) and reports :meth:`Connection.sent`.
 
+Parts in shared memory (Unix sockets: memfd segments whose descriptors travel with the bytes)
+are the business of the base class :class:`netq.protocol.segments.SharedMemorySide`.
+
 Errors never escape as exceptions from the receive path: a violation becomes a final
 :class:`ConnectionFailed` event after every event parsed before it, and an ERROR frame is queued
 for the peer. Nothing received before the bad bytes is lost.
@@ -52,6 +55,7 @@ from .frames import (
     HEADER,
     HEADER_SIZE,
     READONLY_BIT,
+    SEGMENT_BIT,
     DataFlags,
     ErrorCode,
     FrameType,
@@ -59,6 +63,7 @@ from .frames import (
     Role,
 )
 from .resume import resume_numbering
+from .segments import SharedMemorySide
 
 __all__ = [
     "Connection",
@@ -206,10 +211,12 @@ class ConnectionFailed(Event):
 class _Incoming:
     """A message being reassembled from chunks."""
 
-    __slots__ = ("seq", "batch", "objects", "views", "index", "pos", "remaining", "size")
+    __slots__ = ("seq", "batch", "objects", "views", "index", "pos", "remaining", "size",
+                 "segments")
 
     def __init__(self, seq: int, batch: bool, sizes: list[int], total: int,
                  pool: _buffers.ReceivePool) -> None:
+        self.segments: list[tuple[int, Part]] | None = None  # (index, mapped part), in order
         self.seq = seq
         self.batch = batch
         self.objects: list[Part] = []
@@ -258,6 +265,9 @@ class _Incoming:
         for view in self.views:
             view.release()
         self.views = []
+        if self.segments is not None:
+            for index, part in self.segments:
+                self.objects.insert(index, part)
         return MessageReceived(self.seq, self.batch, self.objects, self.size)
 
 
@@ -288,7 +298,7 @@ def _cut_whole(view: memoryview, buffer: bytearray, position: int, sizes: tuple[
 # ------------------------------------------------------------------------- connection
 
 
-class Connection:
+class Connection(SharedMemorySide):
     """One netq link's protocol state. Not thread-safe: one I/O thread drives it.
 
     ``local`` is our HELLO; the peer must have the opposite role. ``authkey`` enables the
@@ -382,9 +392,9 @@ class Connection:
     def receiving_message(self) -> bool:
         return self._incoming is not None
 
-    def release_buffers(self) -> None:
-        """Free what an idle link need not hold: the large buffers kept for reuse, and the
-        staging buffer when nothing is waiting in it (the next read allocates a small one)."""
+    def _release_core_buffers(self) -> None:
+        """release_buffers: the large buffers kept for reuse, and the staging buffer when
+        nothing is waiting in it (the next read allocates a small one)."""
         if self._incoming is None:
             self._pool.clear()
             if self._start == self._end and not self._direct:
@@ -394,10 +404,10 @@ class Connection:
                 self._grow = False
 
     @property
-    def buffered_bytes(self) -> int:
-        """Bytes of memory the core holds for this link, beyond the messages it hands out:
-        the staging buffer, output merged and not yet sent, and the receive pool's buffers
-        (an upper bound: a pooled buffer may be a message the user still holds)."""
+    def _core_buffered_bytes(self) -> int:
+        """buffered_bytes: the staging buffer, output merged and not yet sent, and the
+        receive pool's buffers (an upper bound: a pooled buffer may be a message the user
+        still holds)."""
         return len(self._buffer) + len(self._merge) + self._pool.capacity
 
     @property
@@ -478,12 +488,14 @@ class Connection:
             return
         sizes = [len(p) | READONLY_BIT if type(p) is not memoryview or p.readonly else len(p)
                  for p in parts]
+        parts, body = self._to_segments(parts, sizes) if self.shm_out \
+            and total >= self.shm_threshold else (parts, total)  # body: bytes in the frames
         first = _FIRST | _BATCH if batch else _FIRST
         chunk = self._chunk
-        if total <= chunk:
+        if body <= chunk:
             nparts = len(sizes)
             layout = _WHOLE_MESSAGE.get(nparts) or _whole_message_layout(nparts)
-            self._emit(layout.pack(_DATA, first | _LAST, 0, _DESCRIPTOR_SIZE + 8 * nparts + total,
+            self._emit(layout.pack(_DATA, first | _LAST, 0, _DESCRIPTOR_SIZE + 8 * nparts + body,
                                    seq, total, nparts, 0, *sizes))
             efficient = self.efficient_size
             for part in parts:
@@ -500,9 +512,9 @@ class Connection:
         part_index = 0
         part_offset = 0
         flags = first
-        while position < total:
-            size = min(chunk, total - position)
-            if position + size == total:
+        while position < body:
+            size = min(chunk, body - position)
+            if position + size == body:
                 flags |= _LAST
             extra = descriptor if flags & _FIRST else b""
             self._emit(_HEADER_PACK(_DATA, flags, 0, len(extra) + size, seq) + extra)
@@ -691,8 +703,8 @@ class Connection:
             events.extend(self.receive_done(count))
         return events
 
-    def receive_eof(self) -> list[Event]:
-        """The peer closed its side. A goodbye before it makes this a clean end."""
+    def _receive_eof(self) -> list[Event]:
+        """receive_eof: a goodbye before the end makes this a clean end."""
         if self.state is ConnectionState.CLOSED:
             return []
         self._set_state(ConnectionState.CLOSED)
@@ -852,6 +864,8 @@ class Connection:
             return -1
         sizes = struct.unpack_from(f"<{nparts}Q", view, start + HEADER_SIZE + _DESCRIPTOR_SIZE)
         body = length - descriptor_size
+        if self.received_fds is not None and any(s & SEGMENT_BIT for s in sizes):
+            return self._segment_header(events, view, start, end, flags, seq, total, sizes, body)
         last = bool(flags & _LAST)
         if sum(s & _SIZE_MASK for s in sizes) != total or body > total or last != (body == total):
             self._fail(events, RemoteProtocolError("descriptor sizes disagree with the frame"),
@@ -991,7 +1005,7 @@ def new_nonce() -> bytes:
 
 
 def make_hello(role: Role, peer_id: uuid.UUID, *, auth: bool, max_message: int, max_frame: int,
-               recv_window: int, recv_messages: int) -> Hello:
+               recv_window: int, recv_messages: int, shm: bool = False) -> Hello:
     """Our HELLO, with a fresh nonce."""
     return Hello(
         version=frames.VERSION,
@@ -1003,4 +1017,5 @@ def make_hello(role: Role, peer_id: uuid.UUID, *, auth: bool, max_message: int, 
         max_frame=max_frame,
         recv_window=recv_window,
         recv_messages=recv_messages,
+        shm=shm,
     )

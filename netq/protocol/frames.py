@@ -39,6 +39,7 @@ __all__ = [
     "DESCRIPTOR",
     "PART_SIZE",
     "READONLY_BIT",
+    "SEGMENT_BIT",
     "MAX_PARTS",
     "MAX_TEXT",
     "AUTH_SIZE",
@@ -64,6 +65,9 @@ HEADER_SIZE = HEADER.size  # 16
 # recv_messages. Fixed size: a HELLO of any other length is a protocol error.
 HELLO = struct.Struct("<4sHBB16s16sQIQI")
 HELLO_FLAG_AUTH = 0x01  # the sender holds an authkey and will send AUTH
+# The sender takes message parts in shared-memory segments (descriptors passed with the
+# frames, SCM_RIGHTS): set only over a carrier that passes descriptors (Unix sockets).
+HELLO_FLAG_SHM = 0x02
 
 # SESSION: token, last sequence number received from the peer, flags (bit 0: resumed), then
 # the bytes and messages of the peer's that the sender still holds (received, not released):
@@ -75,6 +79,10 @@ SESSION_FLAG_RESUMED = 0x01
 DESCRIPTOR = struct.Struct("<QII")
 PART_SIZE = struct.Struct("<Q")
 READONLY_BIT = 1 << 63  # set in a part size: the sender's buffer was read-only (bytes)
+# Set in a part size: the part's bytes are not in the frame body but in a shared-memory segment
+# whose descriptor came with the frames (the next one not claimed yet). Only between peers
+# whose HELLOs both set HELLO_FLAG_SHM.
+SEGMENT_BIT = 1 << 62
 MAX_PARTS = 1024  # pickle's out-of-band buffers per message; a descriptor is <= 8 KiB + 16
 MAX_DESCRIPTOR = DESCRIPTOR.size + MAX_PARTS * PART_SIZE.size
 
@@ -133,6 +141,7 @@ class Hello:
     max_frame: int  # largest DATA payload the sender accepts (plus a descriptor), bytes
     recv_window: int  # initial byte credit granted to the receiver of this HELLO
     recv_messages: int  # initial message credit (UNLIMITED_MESSAGES: none)
+    shm: bool = False  # takes parts in shared-memory segments (HELLO_FLAG_SHM)
 
 
 # Largest payload accepted per frame type, before looking at the payload. DATA is bounded by
@@ -171,7 +180,7 @@ def encode_hello(hello: Hello) -> bytes:
         MAGIC,
         hello.version,
         hello.role,
-        HELLO_FLAG_AUTH if hello.auth else 0,
+        (HELLO_FLAG_AUTH if hello.auth else 0) | (HELLO_FLAG_SHM if hello.shm else 0),
         hello.id.bytes,
         hello.nonce,
         hello.max_message,
@@ -198,6 +207,7 @@ def decode_hello(payload: bytes) -> Hello:
         max_frame=max_frame,
         recv_window=window,
         recv_messages=messages,
+        shm=bool(flags & HELLO_FLAG_SHM),
     )
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from collections.abc import MutableSequence
 from typing import Generic, TypeVar
 
 from ..carrier import (
@@ -169,10 +170,12 @@ class PacketCarrier(Generic[ChannelT]):
             self._blocked.clear()
         return taken
 
-    def read_into(self, channel: ChannelT, buffer: memoryview) -> int:
+    def read_into(self, channel: ChannelT, buffer: memoryview,
+                  fds: MutableSequence[int] | None = None) -> int:
         raise BlockingIOError  # packets come as DATA events
 
-    def write(self, channel: ChannelT, buffers: list[Buffer]) -> int:
+    def write(self, channel: ChannelT, buffers: list[Buffer],
+              fds: list[int] | None = None) -> int:  # no descriptors: info.passes_fds is off
         if not self._can_send(channel):
             self._blocked.add(channel)
             return 0

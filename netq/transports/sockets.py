@@ -16,6 +16,8 @@ file are handled (a small subclass at the end).
 
 from __future__ import annotations
 
+import array
+import dataclasses
 import errno
 import logging
 import os
@@ -24,10 +26,17 @@ import ssl
 import stat
 import sys
 import time
+from collections.abc import MutableSequence
 from typing import cast
 
+from .. import _shm
 from ..carrier import FAILED, OPENED, READABLE, Address, CarrierInfo, Event, Opened
-from ..exceptions import AuthenticationError, ConnectionLost, UnsupportedProtocol
+from ..exceptions import (
+    AuthenticationError,
+    ConnectionLost,
+    RemoteProtocolError,
+    UnsupportedProtocol,
+)
 from ..exposure import owner_only
 from ..options import CommunicatorOptions, Purpose
 from ..protocol.connection import Buffer
@@ -52,6 +61,8 @@ GATHER_WRITES = hasattr(socket.socket, "sendmsg")
 SocketAddress = str | tuple[object, ...]  # a Unix socket's path, or an IP (host, port, ...)
 # What the poller hands back for the sockets that are not channels.
 _WAKE, _LISTEN, _CONNECT = "wake", "listen", "connect"
+_FD_SPACE = _shm.fd_space() if hasattr(socket, "CMSG_SPACE") else 0
+_SAID_NO_SHM: list[str] = []  # why Unix sockets here pass no descriptors, once said
 
 
 _FAILURE_SUMMARY_EVERY = 5.0  # seconds between a server's summaries of failed TLS handshakes
@@ -296,18 +307,27 @@ class SocketCarrier:
             self._buffered.clear()
         return events
 
-    def read_into(self, channel: SocketChannel, buffer: memoryview) -> int:
+    def read_into(self, channel: SocketChannel, buffer: memoryview,
+                  fds: MutableSequence[int] | None = None) -> int:
         tls = channel.tls
         if tls is None:
-            return channel.sock.recv_into(buffer)
+            if fds is None:
+                return channel.sock.recv_into(buffer)
+            return _recv_fds(channel.sock, buffer, fds)
         if channel.handshaking and not self._handshake(channel):
             raise BlockingIOError
         return self._read_tls(channel, tls, buffer)
 
-    def write(self, channel: SocketChannel, buffers: list[Buffer]) -> int:
+    def write(self, channel: SocketChannel, buffers: list[Buffer],
+              fds: list[int] | None = None) -> int:
         tls = channel.tls
         try:
-            if tls is not None:
+            if fds:
+                rights = array.array("i", fds).tobytes()
+                sent = channel.sock.sendmsg(
+                    buffers, [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
+                total = sum(map(len, buffers))
+            elif tls is not None:
                 if channel.handshaking and not self._handshake(channel):
                     return 0
                 chunk = self._tls_chunk(buffers)
@@ -519,6 +539,27 @@ class SocketCarrier:
         return joined
 
 
+def _recv_fds(sock: socket.socket, buffer: memoryview, fds: MutableSequence[int]) -> int:
+    """recv_into, keeping the descriptors that came with the bytes (SCM_RIGHTS) in ``fds``.
+    More than one write's worth at once (the ancillary buffer overflowed: the kernel closed
+    the rest) is the peer's fault."""
+    count, ancillary, flags, _ = sock.recvmsg_into([buffer], _FD_SPACE)
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(data) - len(data) % 4
+            fds.extend(memoryview(data)[:usable].cast("i"))
+    if flags & socket.MSG_CTRUNC:
+        why = f"more than {_shm.MAX_FDS_PER_WRITE} descriptors with one write"
+    elif len(fds) > _shm.MAX_PENDING_FDS:
+        why = (f"{len(fds)} descriptors without DATA frames (at most {_shm.MAX_PENDING_FDS} "
+               f"may wait for theirs)")
+    else:
+        return count
+    while fds:
+        os.close(fds.pop())
+    raise RemoteProtocolError(f"shared memory: the peer sent {why}")
+
+
 _PEER_LEFT = "a peer that left"
 
 
@@ -653,6 +694,11 @@ class _TLSStream:
             self.unsent = self.unsent[count:]
 
 
+def shm_unavailable() -> str | None:
+    """Why Unix sockets here cannot carry shared-memory segments, or None (asked once)."""
+    return _shm.unavailable_cached()
+
+
 def listen_backlog() -> int:
     """The listen backlog a server asks for: the system's maximum (Linux:
     ``net.core.somaxconn``, which caps whatever is asked), so that a storm of clients
@@ -697,6 +743,14 @@ class UnixCarrier(SocketCarrier):
                 f"Protocol.UNIX needs Unix domain sockets (socket.AF_UNIX), which Python on "
                 f"{sys.platform} does not have: use Protocol.TCP on 127.0.0.1 instead")
         super().__init__(options, purpose)
+        if options.connection.shared_memory:
+            why = shm_unavailable()
+            if why is None:
+                self.info = dataclasses.replace(self.info, passes_fds=True)
+            elif not _SAID_NO_SHM:
+                _SAID_NO_SHM.append(why)  # once per process
+                LOGGER.info("netq: Protocol.UNIX without shared memory: %s; large parts go "
+                            "through the socket", why)
 
     def _address(self) -> tuple[int, SocketAddress]:
         return socket.AF_UNIX, self._options.netloc.unix_path()

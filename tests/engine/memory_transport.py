@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 import netq as nq
+from netq._shm import ShmCounters
 from netq.communicator import Communicator
 from netq.contract import EngineAPI, Link
 from netq.protocol import ConnectionState
@@ -31,6 +32,7 @@ class MemoryTransport:
     @property
     def looked_at(self) -> float:
         return time.monotonic()  # the test delivers every byte before it looks at the timers
+    shm = ShmCounters()  # no shared memory in memory: always zero
     # The network the communicator being built joins (MemoryNetwork.communicator sets it).
     joining: MemoryNetwork | None = None
 

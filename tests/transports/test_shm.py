@@ -1,0 +1,429 @@
+"""Shared memory over Protocol.UNIX (netq/_shm.py): large parts in sealed memfd segments whose
+descriptors cross the socket (SCM_RIGHTS).
+
+Real Unix sockets and, where a process must die, real processes. Leaks are checked with the
+descriptors themselves (the autouse ``leak_check`` compares ``/proc/self/fd`` before and
+after every test; the SIGKILL tests look at the survivor's ``/proc/<pid>/fd``), not timers.
+"""
+
+from __future__ import annotations
+
+import array
+import gc
+import logging
+import mmap
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+import netq as nq
+from netq import _shm, protocol as proto
+from netq.protocol import frames
+from netq_testing import error_codes, wait_for
+
+np = pytest.importorskip("numpy")
+
+KiB, MiB = nq.KiB, nq.MiB
+T = 30.0
+
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.skipif(_shm.unavailable() is not None, reason="no memfds here")]
+
+
+@pytest.fixture
+def sock_path():
+    directory = tempfile.mkdtemp(prefix="netq-shm-")
+    yield os.path.join(directory, "s.sock")
+    for name in os.listdir(directory):
+        os.unlink(os.path.join(directory, name))
+    os.rmdir(directory)
+
+
+def _options(path: str, **connection) -> nq.CommunicatorOptions:
+    return nq.CommunicatorOptions(netloc=nq.NetworkLocation(path=path),
+                                  connection=nq.ConnectionOptions(**connection))
+
+
+@pytest.fixture
+def make(sock_path):
+    made: list[nq.Communicator] = []
+
+    def new(purpose: str, **connection) -> nq.Communicator:
+        comm = nq.new(nq.Protocol.UNIX, purpose, _options(sock_path, **connection))
+        made.append(comm)
+        return comm
+
+    yield new
+    for comm in reversed(made):
+        comm.close(timeout=3)
+
+
+def _pair(make, server_options=None, client_options=None):
+    server = make("server", **(server_options or {}))
+    client = make("client", **(client_options or {}))
+    client.put("hello").result(T)
+    assert server.get(timeout=T).data == "hello"
+    return server, client
+
+
+def _fd_count(pid: int | str = "self") -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+# ============================================================================ round trips
+
+
+@pytest.mark.parametrize("size", [4 * KiB, MiB - 8, MiB, 3 * MiB + 8, 9 * MiB])
+def test_arrays_and_buffers_round_trip_intact(make, size):
+    """Arrays and bytearrays below and above the threshold arrive intact both ways; those
+    above went through shared memory (statistics say so), bytes keep the socket path."""
+    server, client = _pair(make)
+    rng = np.random.default_rng(size)
+    array_ = rng.integers(0, 255, size, dtype=np.uint8)
+    client.put(array_).result(T)
+    got = server.get(timeout=T).data
+    assert isinstance(got, np.ndarray) and got.flags.writeable
+    assert np.array_equal(got, array_)
+    got[:1] = 0  # copy-on-write: the receiver's own pages
+    blob = bytearray(array_.tobytes())
+    server.put(blob, client.id).result(T)
+    back = client.get(timeout=T).data
+    assert type(back) is bytearray and back == blob  # a bytearray put, a bytearray got
+    client.put(bytes(blob)).result(T)
+    plain = server.get(timeout=T).data
+    assert type(plain) is bytes and plain == bytes(blob)
+    shm = client.statistics()
+    expected = 1 if size >= MiB else 0
+    assert shm.shm_messages_out == expected and shm.shm_messages_in == expected
+    assert shm.shm_bytes_out == (size if expected else 0)
+    assert server.statistics().shm_bytes_in == (size if expected else 0)
+    del got, back, plain
+
+
+def test_multi_part_and_mixed_messages(make):
+    """A pickle with several large out-of-band arrays and small parts between them."""
+    server, client = _pair(make, {"max_size": 64 * KiB}, {"max_size": 64 * KiB})
+    data = {"a": np.arange(MiB // 4, dtype=np.int32), "b": "x" * 70_000,
+            "c": np.ones((512, 1024)), "d": bytearray(b"q" * (2 * MiB))}
+    client.put(data).result(T)
+    got = server.get(timeout=T).data
+    assert np.array_equal(got["a"], data["a"]) and np.array_equal(got["c"], data["c"])
+    assert got["b"] == data["b"] and type(got["d"]) is bytearray and got["d"] == data["d"]
+    assert client.statistics().shm_messages_out == 1
+
+
+def test_off_switch_and_a_peer_without_it(make, caplog):
+    """shared_memory=False on either end: every byte through the socket, one log line."""
+    caplog.set_level(logging.INFO, logger="netq")
+    server, client = _pair(make, {}, {"shared_memory": False})
+    big = np.arange(2 * MiB // 8, dtype=np.float64)
+    client.put(big).result(T)
+    assert np.array_equal(server.get(timeout=T).data, big)
+    server.put(big, client.id).result(T)
+    assert np.array_equal(client.get(timeout=T).data, big)
+    for comm in (server, client):
+        stats = comm.statistics()
+        assert stats.shm_bytes_in == stats.shm_bytes_out == 0
+    assert any("does not take shared memory" in r.getMessage() for r in caplog.records)
+
+
+def test_release_lets_the_pool_reuse_segments(make):
+    """A receiver that lets go of each array: the sender's pool keeps reusing one or two
+    segments, never a one-shot one."""
+    server, client = _pair(make)
+    big = np.full(2 * MiB // 8, 3.0)
+    for _ in range(20):
+        client.put(big).result(T)
+        got = server.get(timeout=T).data
+        assert got[0] == 3.0 and got[-1] == 3.0
+        del got
+    stats = client.statistics()
+    assert stats.shm_messages_out == 20
+    assert 1 <= stats.shm_segments <= 3 and stats.shm_one_shot == 0
+
+
+def test_what_the_receiver_holds_does_not_change(make):
+    """The receiver holds many arrays: the pool is full of held segments, later messages go
+    in one-shot segments, and none of the held arrays changes under the receiver."""
+    server, client = _pair(make)
+    held = []
+    for index in range(_shm.POOL_SEGMENTS + 4):
+        client.put(np.full(MiB // 8, float(index))).result(T)
+        held.append(server.get(timeout=T).data)
+    for index, got in enumerate(held):
+        assert got[0] == index and got[-1] == index and (got == index).all()
+    stats = client.statistics()
+    assert stats.shm_segments == _shm.POOL_SEGMENTS and stats.shm_one_shot == 4
+    assert stats.shm_held == _shm.POOL_SEGMENTS
+    held.clear()
+    gc.collect()
+    client.put(np.zeros(MiB // 8)).result(T)  # a released segment is reused
+    assert server.get(timeout=T).data.sum() == 0
+    assert client.statistics().shm_one_shot == 4
+
+
+def test_handed_out_buffers_travel_without_a_copy(make):
+    """comm.shared_array / shared_buffer: put() sends the segment itself."""
+    server, client = _pair(make)
+    shared = client.shared_array((256, 1024), np.float64)
+    shared[:] = np.arange(256 * 1024).reshape(256, 1024)
+    client.put(shared).result(T)
+    got = server.get(timeout=T).data
+    assert np.array_equal(got, shared)
+    buffer = client.shared_buffer(3 * MiB)
+    buffer[:3] = b"abc"
+    client.put(buffer).result(T)
+    assert bytes(server.get(timeout=T).data[:3]) == b"abc"
+    assert client._transport.shm.handed == 2 and client._transport.shm.copied == 0
+    del got, shared, buffer
+
+
+def test_segments_count_against_the_receive_budget(make):
+    """A receiver that does not get(): what the sender may have outstanding through shared
+    memory is bounded by the receive budget as on the socket path."""
+    server, client = _pair(make, {"recv_budget": 4 * MiB, "window_min": 256 * KiB},
+                           {"send_budget": 64 * MiB})
+    for _ in range(12):
+        client.put(np.ones(MiB // 8), block=False)
+    wait_for(lambda: server.statistics().shm_messages_in >= 3, T, message="arrivals")
+    # Give the sender every chance to overrun: it needs credit the receiver does not give.
+    wait_for(lambda: client.statistics().peers[0].queue_out > 0, T, message="a stalled queue")
+    stats = server.statistics()
+    assert stats.shm_bytes_in <= 4 * MiB + MiB + 16 * KiB
+    for _ in range(12):
+        assert server.get(timeout=T).data.sum() == MiB // 8
+    assert server.statistics().shm_messages_in == 12
+
+
+def test_a_path_that_drops_descriptors_falls_back_to_the_socket(make, sock_path, tmp_path):
+    """Between the peers, a proxy that forwards bytes only (netq.relay reads with recv):
+    both HELLOs say SHM, but neither probe descriptor arrives, so neither side sends
+    segments, and large arrays arrive intact through the socket."""
+    from netq.relay import Relay
+
+    server = make("server")
+    relay = Relay(sock_path, path=str(tmp_path / "relay.sock"), name="netq-test-relay")
+    try:
+        client = nq.new(nq.Protocol.UNIX, "client", _options(relay.address))
+        try:
+            big = np.arange(2 * MiB // 8, dtype=np.float64)
+            client.put(big).result(T)
+            assert np.array_equal(server.get(timeout=T).data, big)
+            server.put(big, client.id).result(T)
+            assert np.array_equal(client.get(timeout=T).data, big)
+            for comm in (server, client):
+                stats = comm.statistics()
+                assert stats.shm_bytes_in == stats.shm_bytes_out == 0
+        finally:
+            client.close(timeout=3)
+    finally:
+        relay.close()
+
+
+# ============================================================================ hostile peers
+
+
+def _raw_shm_client(path: str) -> tuple[socket.socket, proto.Connection]:
+    """A hand-driven client that says (in its HELLO) it takes shared memory, up to OPEN."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(T)
+    sock.connect(path)
+    conn = proto.Connection(proto.make_hello(
+        proto.Role.CLIENT, uuid.uuid4(), auth=False, max_message=64 * MiB, max_frame=MiB,
+        recv_window=8 * MiB, recv_messages=frames.UNLIMITED_MESSAGES, shm=True))
+    probe = _memfd(0, seals=None)  # what an honest peer's HELLO comes with
+    _send_with_fds(sock, conn.data_to_send(), [probe])
+    os.close(probe)
+    while conn.state is not proto.ConnectionState.OPEN:
+        data = sock.recv(65536)
+        assert data, "the server closed the link during the handshake"
+        for event in conn.receive_data(data):
+            if isinstance(event, proto.PeerAuthenticated):
+                conn.send_session(bytes(16), 0, False)
+        sock.sendall(conn.data_to_send())
+    return sock, conn
+
+
+def _segment_frame(size: int) -> bytes:
+    descriptor = frames.encode_descriptor(size, [size | frames.SEGMENT_BIT])
+    return frames.encode_header(frames.FrameType.DATA, frames.DataFlags.FIRST
+                                | frames.DataFlags.LAST, len(descriptor), 1) + descriptor
+
+
+def _send_with_fds(sock: socket.socket, data: bytes, fds: list[int]) -> None:
+    sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                           array.array("i", fds).tobytes())] if fds else [])
+
+
+def _memfd(size: int, seals: int | None = _shm.REQUIRED_SEALS) -> int:
+    fd = os.memfd_create("hostile", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    if seals:
+        import fcntl
+        fcntl.fcntl(fd, _shm.F_ADD_SEALS, seals)
+    return fd
+
+
+def _read_all(sock: socket.socket) -> bytes:
+    received = bytearray()
+    while True:
+        try:
+            data = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not data:
+            break
+        received += data
+    return bytes(received)
+
+
+HOSTILE = ["pipe", "regular-file", "unsealed-memfd", "size-lie", "too-many-fds",
+           "fd-without-frame", "frame-without-fd"]
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+def test_hostile_descriptors_fail_the_link(make, sock_path, case, caplog, tmp_path):
+    """Descriptors no honest peer sends: the link fails with a clear error (an ERROR frame
+    where the server can say it), nothing is mapped, every received descriptor is closed
+    (leak_check), and other clients carry on."""
+    caplog.set_level(logging.INFO, logger="netq")
+    server, client = _pair(make)
+    sock, _ = _raw_shm_client(sock_path)
+    ours: list[int] = []
+    size = 2 * MiB
+    expect = {"pipe": "not a memfd", "regular-file": "not a memfd",
+              "unsealed-memfd": "unsealed memfd", "size-lie": "lies about its size",
+              "too-many-fds": "more than 32 descriptors",
+              "fd-without-frame": "without a DATA frame",
+              "frame-without-fd": "1 segment(s), 0 descriptor(s)"}[case]
+    try:
+        if case == "pipe":
+            ours += os.pipe()
+            _send_with_fds(sock, _segment_frame(size), [ours[0]])
+        elif case == "regular-file":
+            path = tmp_path / "file"
+            path.write_bytes(bytes(size + mmap.PAGESIZE))
+            ours.append(os.open(path, os.O_RDWR))
+            _send_with_fds(sock, _segment_frame(size), ours)
+        elif case == "unsealed-memfd":
+            ours.append(_memfd(size + mmap.PAGESIZE, seals=None))
+            _send_with_fds(sock, _segment_frame(size), ours)
+        elif case == "size-lie":
+            ours.append(_memfd(size // 2 + mmap.PAGESIZE))
+            _send_with_fds(sock, _segment_frame(size), ours)
+        elif case == "too-many-fds":
+            ours += [_memfd(mmap.PAGESIZE) for _ in range(_shm.MAX_FDS_PER_WRITE + 8)]
+            _send_with_fds(sock, frames.encode_header(frames.FrameType.PING, 0, 0, 7), ours)
+        elif case == "fd-without-frame":
+            ours.append(_memfd(size + mmap.PAGESIZE))
+            _send_with_fds(sock, frames.encode_header(frames.FrameType.PING, 0, 0, 7), ours)
+            sock.shutdown(socket.SHUT_WR)  # and nothing else comes
+        elif case == "frame-without-fd":
+            _send_with_fds(sock, _segment_frame(size), [])
+        received = _read_all(sock)
+    finally:
+        sock.close()
+        for fd in ours:
+            os.close(fd)
+    if case not in ("too-many-fds", "fd-without-frame"):
+        assert frames.ErrorCode.PROTOCOL in error_codes(received)
+    wait_for(lambda: any(expect in record.getMessage() for record in caplog.records), 3,
+             message=f"the server to say {expect!r}: {[r.getMessage() for r in caplog.records]}")
+    assert server.statistics().shm_messages_in == 0
+    client.put(np.ones(MiB // 8)).result(T)
+    assert server.get(client.id, timeout=T).data.sum() == MiB // 8
+
+
+# ============================================================================ processes dying
+
+
+_SENDER = textwrap.dedent("""
+    import sys, numpy as np, netq as nq
+    options = nq.CommunicatorOptions(netloc=nq.NetworkLocation(path=sys.argv[1]))
+    comm = nq.new(nq.Protocol.UNIX, "client", options)
+    comm.put("ready").result(30)
+    print("ready", flush=True)
+    big = np.ones(int(sys.argv[2]) // 8)
+    while True:
+        comm.put(big)
+""")
+
+_HOLDER = textwrap.dedent("""
+    import sys, numpy as np, netq as nq
+    options = nq.CommunicatorOptions(netloc=nq.NetworkLocation(path=sys.argv[1]))
+    comm = nq.new(nq.Protocol.UNIX, "client", options)
+    comm.put("ready").result(30)
+    held = [comm.get(timeout=30).data for _ in range(int(sys.argv[2]))]
+    comm.put("holding").result(30)
+    print("holding", len(held), flush=True)
+    sys.stdin.read()
+""")
+
+
+def _spawn(script: str, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(Path(nq.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.Popen([sys.executable, "-c", script, *args], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=env)
+
+
+def test_sender_killed_mid_message_leaks_nothing(make, sock_path):
+    """A sender SIGKILLed while its segments are on their way: once its link is gone and
+    what arrived is taken and dropped, the receiver holds no descriptor more than before."""
+    server = make("server", session_timeout=0.5)
+    before = _fd_count()
+    child = _spawn(_SENDER, sock_path, str(4 * MiB))
+    try:
+        assert server.get(timeout=T).data == "ready"
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        for _ in range(3):
+            assert server.get(timeout=T).data.shape == (MiB // 2,)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(T)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(T)
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()
+    wait_for(lambda: not server.peers, T, message="the dead sender's session to end")
+    gc.collect()
+    wait_for(lambda: _fd_count() <= before, T, message="the receiver's descriptors to close")
+
+
+def test_receiver_killed_holding_arrays_leaks_nothing(make, sock_path):
+    """A receiver SIGKILLed while it holds arrays mapped from our segments: our link ends and
+    every segment of our pool is closed (our /proc/self/fd back where it was)."""
+    server = make("server", session_timeout=0.5)
+    before = _fd_count()
+    child = _spawn(_HOLDER, sock_path, "5")
+    try:
+        assert server.get(timeout=T).data == "ready"
+        peer = server.peers[0]
+        for index in range(5):
+            server.put(np.full(MiB // 4, float(index)), peer).result(T)
+        assert server.get(timeout=T).data == "holding"
+        assert child.stdout is not None and child.stdout.readline().split()[0] == "holding"
+        assert server.statistics().shm_segments == 5
+        assert _fd_count(child.pid) >= 5  # the holder's mappings keep descriptors or maps
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(T)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(T)
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()
+    wait_for(lambda: server.statistics().shm_segments == 0, T,
+             message="the pool to close with the link")
+    wait_for(lambda: _fd_count() <= before, T, message="our descriptors to close")

@@ -745,10 +745,14 @@ class UnixCarrier(SocketCarrier):
         super().__init__(options, purpose)
         if options.connection.shared_memory:
             why = shm_unavailable()
+            if why is None and self._ssl is not None:
+                why = "descriptors do not travel inside TLS (a Unix socket with TLS options)"
+            elif why is None and not self._gather:
+                why = "this platform's sockets have no sendmsg"
             if why is None:
                 self.info = dataclasses.replace(self.info, passes_fds=True)
-            elif not _SAID_NO_SHM:
-                _SAID_NO_SHM.append(why)  # once per process
+            elif why not in _SAID_NO_SHM:
+                _SAID_NO_SHM.append(why)  # once per process and reason
                 LOGGER.info("netq: Protocol.UNIX without shared memory: %s; large parts go "
                             "through the socket", why)
 

@@ -210,7 +210,11 @@ class Peer:
             seq += 1
 
     def _resolved(self, seq: int, error: BaseException | None, raised: bool = False) -> None:
-        self.journal.write("done", seq, None if error is None else type(error).__name__, raised)
+        name = None if error is None else type(error).__name__
+        if isinstance(error, nq.BroadcastIncomplete):
+            # Some peers did not acknowledge a broadcast: judged by why each of them did not.
+            name = "+".join(sorted({type(each).__name__ for each in error.exceptions}))
+        self.journal.write("done", seq, name, raised)
         with self.lock:
             self.unresolved.discard(seq)
 

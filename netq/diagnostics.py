@@ -500,7 +500,7 @@ class Diagnostics:
             if reach.attempt_reached_server and self._transport.watches_peer_host:
                 stage += (": the server's host answers, its netq has not yet (busy with a "
                           "storm of others, stuck, or not a netq server); the client keeps "
-                          "its place in the server's queue")
+                          "its place in the server's queue for up to session_timeout")
             progress = f"attempt {attempts} in progress for {now - started:.0f} s: {stage}"
             if failures:
                 progress += f"; {failures} failed before it, the last with: {error}"

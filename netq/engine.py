@@ -165,8 +165,7 @@ class SessionEngine:
         return self.peers.all()
 
     def raise_if_broken(self) -> None:
-        """Raise what stops put() and get() for good: the I/O thread died, or the client
-        cannot go on (wrong authkey, untrusted certificate)."""
+        """Raise what stops put() and get() for good: the I/O thread died, or a key was refused."""
         if self.failure is not None:
             raise ConnectionLost(None, f"I/O thread failed: {self.failure!r}")
         if self.fatal is not None:
@@ -431,7 +430,8 @@ class SessionEngine:
         self._timers_changed(self.options.connection.heartbeat * _HEARTBEAT_SLACK)
 
     def _timers(self, now: float) -> float:
-        heartbeat = self.options.connection.heartbeat
+        connection = self.options.connection
+        heartbeat = connection.heartbeat
         wait = min(heartbeat, self.handshake.expire_sessions(now))
         seen = self.transport.looked_at  # silence as of our last look: not our own stall
         for link in self.transport.links():
@@ -441,8 +441,8 @@ class SessionEngine:
             if silent >= 3 * heartbeat:
                 if link.session is not None or self._server:
                     link.error = ConnectionLost(link.peer_id, f"silent for {silent:.1f} s")
-                elif self.transport.watches_peer_host:
-                    continue  # its server's host answers: keep the place in its queue
+                elif self.transport.watches_peer_host and silent < connection.session_timeout:
+                    continue  # its server's host answers: keep the place in its queue a while
                 else:
                     link.error = ConnectionLost(None, explain_no_handshake(
                         silent, heard_hello=link.conn.peer is not None))

@@ -140,6 +140,30 @@ def test_a_client_keeps_its_place_in_a_slow_servers_queue(caplog):
         proxy.close()
 
 
+def test_a_client_waits_for_a_silent_handshake_no_longer_than_session_timeout():
+    """Patience has a bound: a connection that stays silent (a middlebox that keeps TCP up and
+    forwards nothing) is given up after session_timeout, the time a server holds a session,
+    and the client tries again."""
+    heartbeat, session_timeout = 0.3, 1.5
+    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER,
+                    nq.CommunicatorOptions(netloc=nq.NetworkLocation("127.0.0.1", 0)))
+    proxy = FaultProxy(server.address[:2])
+    proxy.blackhole()
+    connection = nq.ConnectionOptions(heartbeat=heartbeat, session_timeout=session_timeout,
+                                      reconnect_max=0.1)
+    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation(*proxy.address[:2]), connection=connection))
+    try:
+        started = time.monotonic()
+        client.put("later")
+        wait_for(lambda: "no netq handshake" in client.statistics().connect_error, T)
+        assert time.monotonic() - started >= session_timeout
+    finally:
+        client.close(timeout=1)
+        server.close(timeout=1)
+        proxy.close()
+
+
 def test_a_storm_of_newcomers_holds_expiry():
     """A server whose client's link broke keeps the session past session_timeout while
     newcomers it took in the last 3 heartbeats have not said who they are (the client may be

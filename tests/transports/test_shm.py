@@ -375,6 +375,16 @@ def _spawn(script: str, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, text=True, env=env)
 
 
+def _reap(child: subprocess.Popen) -> None:
+    """A child process of a test: killed if it still runs, waited for, its pipes closed."""
+    if child.poll() is None:
+        child.kill()
+        child.wait(T)
+    for pipe in (child.stdin, child.stdout):
+        if pipe is not None:
+            pipe.close()
+
+
 def test_sender_killed_mid_message_leaks_nothing(make, sock_path):
     """A sender SIGKILLed while its segments are on their way: once its link is gone and
     what arrived is taken and dropped, the receiver holds no descriptor more than before."""
@@ -389,12 +399,7 @@ def test_sender_killed_mid_message_leaks_nothing(make, sock_path):
         os.kill(child.pid, signal.SIGKILL)
         child.wait(T)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(T)
-        for pipe in (child.stdin, child.stdout):
-            if pipe is not None:
-                pipe.close()
+        _reap(child)
     wait_for(lambda: not server.peers, T, message="the dead sender's session to end")
     gc.collect()
     wait_for(lambda: _fd_count() <= before, T, message="the receiver's descriptors to close")
@@ -418,12 +423,7 @@ def test_receiver_killed_holding_arrays_leaks_nothing(make, sock_path):
         os.kill(child.pid, signal.SIGKILL)
         child.wait(T)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(T)
-        for pipe in (child.stdin, child.stdout):
-            if pipe is not None:
-                pipe.close()
+        _reap(child)
     wait_for(lambda: server.statistics().shm_segments == 0, T,
              message="the pool to close with the link")
     wait_for(lambda: _fd_count() <= before, T, message="our descriptors to close")

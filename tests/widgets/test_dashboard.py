@@ -6,6 +6,7 @@ page, the thread's end. What the browser would hold is recorded by :class:`Recor
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import threading
@@ -257,6 +258,9 @@ def test_many_links_fold_into_an_aggregate_row_and_the_map_stays_bounded(browser
 
 
 def test_the_marimo_hook_shows_the_live_widget_and_stop_keeps_it_static(browser):
+    # A board shows every communicator still alive in this process: one an earlier test closed
+    # but left in a reference cycle would make it "closed" until the collector runs.
+    gc.collect()
     board = Dashboard(interval=0.05)
     assert not board.running and board.view_state == "snapshot"
     assert board._display_() is board.widget and board.running  # marimo's display protocol

@@ -89,10 +89,10 @@ def test_hanging_attempts_fail_nothing_and_are_described_truthfully(caplog):
         proxy.reset()
         cut = time.monotonic()
         future = client.put("through the storm")
-        # The attempt reaches the relay's listener, which does not take it: the client waits
-        # on that connection (its host answers), past several session_timeouts.
+        # Attempts reach the relay's listener and time out unanswered (3 heartbeats each).
+        wait_for(lambda: "connected" in client.statistics().connect_error, T)
         wait_for(lambda: time.monotonic() - cut >= 4 * session_timeout
-                 and any("the server's host answers" in text for text in _messages(caplog)), T)
+                 and any("in progress" in text for text in _messages(caplog)), T)
         assert not future.done(), future.exception(0)
         proxy.restore()
         assert future.result(T) is None
@@ -106,62 +106,6 @@ def test_hanging_attempts_fail_nothing_and_are_described_truthfully(caplog):
     for text in warnings:
         assert "(0 attempts" not in text and "refused" not in text, text
         assert "attempt" in text, text
-
-
-def test_a_client_keeps_its_place_in_a_slow_servers_queue(caplog):
-    """The server's host takes the connection and its netq does not answer for longer than 3
-    heartbeats (a relay that does not accept: an overloaded server in a storm looks the same).
-    The client keeps that connection, with no second attempt, says why, and its put goes
-    through it once the server gets to it."""
-    caplog.set_level(logging.WARNING, logger="netq")
-    heartbeat = 0.3
-    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER,
-                    nq.CommunicatorOptions(netloc=nq.NetworkLocation("127.0.0.1", 0)))
-    proxy = FaultProxy(server.address[:2])
-    proxy.blackhole()  # its listener stops accepting: connections wait in its listen queue
-    connection = nq.ConnectionOptions(heartbeat=heartbeat, reconnect_max=0.1, stall_warning=0.5)
-    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, nq.CommunicatorOptions(
-        netloc=nq.NetworkLocation(*proxy.address[:2]), connection=connection))
-    try:
-        started = time.monotonic()
-        future = client.put("queued")
-        wait_for(lambda: time.monotonic() - started > 6 * heartbeat
-                 and any("the server's host answers" in text for text in _messages(caplog)), T)
-        assert not future.done()
-        assert client.statistics().connect_error == "", client.statistics().connect_error
-        proxy.restore()
-        assert future.result(T) is None
-        assert server.get(timeout=T).data == "queued"
-        assert proxy.stats().accepted == 1, proxy.stats()  # the one connection, kept
-        assert client.statistics().peers[0].reconnects == 0
-    finally:
-        client.close(timeout=5)
-        server.close(timeout=5)
-        proxy.close()
-
-
-def test_a_client_waits_for_a_silent_handshake_no_longer_than_session_timeout():
-    """Patience has a bound: a connection that stays silent (a middlebox that keeps TCP up and
-    forwards nothing) is given up after session_timeout, the time a server holds a session,
-    and the client tries again."""
-    heartbeat, session_timeout = 0.3, 1.5
-    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER,
-                    nq.CommunicatorOptions(netloc=nq.NetworkLocation("127.0.0.1", 0)))
-    proxy = FaultProxy(server.address[:2])
-    proxy.blackhole()
-    connection = nq.ConnectionOptions(heartbeat=heartbeat, session_timeout=session_timeout,
-                                      reconnect_max=0.1)
-    client = nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, nq.CommunicatorOptions(
-        netloc=nq.NetworkLocation(*proxy.address[:2]), connection=connection))
-    try:
-        started = time.monotonic()
-        client.put("later")
-        wait_for(lambda: "no netq handshake" in client.statistics().connect_error, T)
-        assert time.monotonic() - started >= session_timeout
-    finally:
-        client.close(timeout=1)
-        server.close(timeout=1)
-        proxy.close()
 
 
 def test_a_storm_of_newcomers_holds_expiry():

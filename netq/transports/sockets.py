@@ -164,8 +164,7 @@ class SocketCarrier:
         self.info = CarrierInfo(
             address=address, target=str(options.netloc), any_thread_waits=True,
             user_threads_write=self._ssl is None,
-            attempt_limit=3 * options.connection.heartbeat, ack_hold=ACK_HOLD,
-            watches_peer_host=True)
+            attempt_limit=3 * options.connection.heartbeat, ack_hold=ACK_HOLD)
 
     # ----------------------------------------------------------------- set-up
 

@@ -124,14 +124,7 @@ def test_off_switch_and_a_peer_without_it(make, caplog):
     """shared_memory=False on either end: every byte through the socket, one log line."""
     caplog.set_level(logging.INFO, logger="netq")
     server, client = _pair(make, {}, {"shared_memory": False})
-    big = np.arange(2 * MiB // 8, dtype=np.float64)
-    client.put(big).result(T)
-    assert np.array_equal(server.get(timeout=T).data, big)
-    server.put(big, client.id).result(T)
-    assert np.array_equal(client.get(timeout=T).data, big)
-    for comm in (server, client):
-        stats = comm.statistics()
-        assert stats.shm_bytes_in == stats.shm_bytes_out == 0
+    _both_ways_through_the_socket(server, client)
     assert any("does not take shared memory" in r.getMessage() for r in caplog.records)
 
 
@@ -214,14 +207,7 @@ def test_a_path_that_drops_descriptors_falls_back_to_the_socket(make, sock_path,
     try:
         client = nq.new(nq.Protocol.UNIX, "client", _options(relay.address))
         try:
-            big = np.arange(2 * MiB // 8, dtype=np.float64)
-            client.put(big).result(T)
-            assert np.array_equal(server.get(timeout=T).data, big)
-            server.put(big, client.id).result(T)
-            assert np.array_equal(client.get(timeout=T).data, big)
-            for comm in (server, client):
-                stats = comm.statistics()
-                assert stats.shm_bytes_in == stats.shm_bytes_out == 0
+            _both_ways_through_the_socket(server, client)
         finally:
             client.close(timeout=3)
     finally:
@@ -373,6 +359,18 @@ def _spawn(script: str, *args: str) -> subprocess.Popen:
         [str(Path(nq.__file__).parent.parent), os.environ.get("PYTHONPATH", "")]))
     return subprocess.Popen([sys.executable, "-c", script, *args], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True, env=env)
+
+
+def _both_ways_through_the_socket(server, client) -> None:
+    """A 2 MiB array each way arrives intact, and none of it went through shared memory."""
+    big = np.arange(2 * MiB // 8, dtype=np.float64)
+    client.put(big).result(T)
+    assert np.array_equal(server.get(timeout=T).data, big)
+    server.put(big, client.id).result(T)
+    assert np.array_equal(client.get(timeout=T).data, big)
+    for comm in (server, client):
+        stats = comm.statistics()
+        assert stats.shm_bytes_in == stats.shm_bytes_out == 0
 
 
 def _reap(child: subprocess.Popen) -> None:

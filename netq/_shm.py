@@ -449,12 +449,22 @@ def shared_buffer(nbytes: int) -> memoryview:
     return view
 
 
+def callers_numpy() -> Any:
+    """numpy, which the caller has imported (netq never imports it on its own); a
+    RuntimeError saying so where it has not."""
+    if "numpy" not in sys.modules:
+        raise RuntimeError("shared_array needs numpy: import numpy first (netq does not)")
+    # The statement, not sys.modules["numpy"]: while another thread still imports numpy,
+    # sys.modules holds it half made, and the statement waits for that import to end.
+    import numpy
+
+    return numpy
+
+
 def shared_array(shape: Any, dtype: Any = "float64", order: str = "C") -> Any:
     """A numpy array of ``shape`` and ``dtype`` in a segment (see :func:`shared_buffer`).
     Needs numpy, imported by the caller already."""
-    numpy: Any = sys.modules.get("numpy")
-    if numpy is None:
-        raise RuntimeError("shared_array needs numpy: import numpy first (netq does not)")
+    numpy = callers_numpy()
     dtype = numpy.dtype(dtype)
     count = 1
     for extent in (shape if isinstance(shape, tuple) else (shape,)):

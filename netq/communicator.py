@@ -216,10 +216,7 @@ class Communicator:
         ``put()`` of the whole array sends it without copying (numpy must be imported by
         the caller: netq does not depend on it)."""
         if _shm.unavailable_cached() is not None:
-            import sys
-
-            numpy: Any = sys.modules["numpy"]  # the caller imported it (shared_array's promise)
-            return numpy.empty(shape, dtype, order=order)
+            return _shm.callers_numpy().empty(shape, dtype, order=order)
         return _shm.shared_array(shape, dtype, order)
 
     def put_many(self, items: Iterable[Any], *peers: uuid.UUID, block: bool = True,

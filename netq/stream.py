@@ -558,12 +558,13 @@ def _load_array(parts: Sequence[Any], policy: _Policy | None) -> Any:
     if policy is not None and not ("numpy.ndarray" in policy.names or policy.owns("numpy")):
         raise pickle.UnpicklingError("global 'numpy.ndarray' is forbidden by restrict "
                                      "(the peer sent a numpy array)")
-    numpy: Any = sys.modules.get("numpy")
-    if numpy is None:
-        try:
-            import numpy  # only a peer that sends arrays needs numpy here
-        except ImportError:
-            raise ValueError("the peer sent a numpy array and numpy is not installed") from None
+    try:
+        # Not sys.modules.get("numpy"): while another thread imports numpy, sys.modules holds
+        # it half made (no dtype yet), and the import statement waits for that import to end.
+        import numpy as imported  # only a peer that sends arrays needs numpy here
+    except ImportError:
+        raise ValueError("the peer sent a numpy array and numpy is not installed") from None
+    numpy: Any = imported  # checked field by field below, not by numpy's stubs
     head = parts[0]
     if type(head) is memoryview and head.format != "B":
         head = head.cast("B")
@@ -704,8 +705,8 @@ class PickleSerializer:
         """Pickle ``obj``: chunk 0 is the pickle, chunks 1..n its out-of-band buffers."""
         threshold = self._copy_threshold
         kind = type(obj)
-        numpy = sys.modules.get("numpy")
-        if numpy is not None and kind is numpy.ndarray:
+        numpy = sys.modules.get("numpy")  # never imported here: only a caller's arrays
+        if numpy is not None and kind is getattr(numpy, "ndarray", None):  # as in dump_parts
             parts = _array_parts(obj, threshold)
             if parts is not None:
                 return Stream(parts)
@@ -748,7 +749,9 @@ class PickleSerializer:
             # Nothing in these can produce a PickleBuffer: skip the callback machinery.
             return (pickle.dumps(obj, self._protocol),)
         numpy = sys.modules.get("numpy")  # never imported here: only a caller's arrays
-        if numpy is not None and kind is numpy.ndarray:
+        # getattr with a default: a numpy that another thread is importing is in sys.modules
+        # before its ndarray is bound; an object of this thread is then no array of it.
+        if numpy is not None and kind is getattr(numpy, "ndarray", None):
             parts = _array_parts(obj, self._copy_threshold)
             if parts is not None:
                 return parts

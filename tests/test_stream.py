@@ -1031,3 +1031,88 @@ def test_arbitrary_bytes_behind_the_array_magic_raise_only_typed_errors(body: by
         PickleSerializer().load_parts([ARRAY_MAGIC + body, *rest])
     except (ValueError, pickle.UnpicklingError):
         pass
+
+
+# A fresh interpreter in which one thread's `import numpy` is held half done (in sys.modules,
+# nothing bound yet) while other threads serialize and deserialize: what a program sees when
+# a get() thread or a put() thread meets numpy being imported by another of its threads.
+_HALF_IMPORTED_NUMPY = r"""
+import importlib.abc, importlib.util, json, sys, threading
+from netq.stream import DEFAULT_SERIALIZER
+
+release, started = threading.Event(), threading.Event()
+
+class HeldNumpy(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "numpy":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("numpy")
+        real = spec.loader
+
+        class Held(importlib.abc.Loader):
+            def create_module(self, spec):
+                return real.create_module(spec)
+
+            def exec_module(self, module):
+                started.set()
+                release.wait(60)
+                real.exec_module(module)
+
+        spec.loader = Held()
+        return spec
+
+sys.meta_path.insert(0, HeldNumpy())
+importer = threading.Thread(target=lambda: __import__("numpy"))
+importer.start()
+assert started.wait(60), "numpy's import never started"
+assert "numpy" in sys.modules and not hasattr(sys.modules["numpy"], "ndarray")
+outcome = {}
+try:  # the send side, as put_many() and put() serialize
+    DEFAULT_SERIALIZER.dump_parts([b"x" * 10, 1])
+    DEFAULT_SERIALIZER.dump([1, 2])
+    outcome["dump"] = "ok"
+except Exception as error:
+    outcome["dump"] = repr(error)
+
+def load():  # the receive side: an array message, as get() deserializes it
+    try:
+        outcome["load"] = DEFAULT_SERIALIZER.load_parts([bytes.fromhex(sys.argv[1])]).tolist()
+    except Exception as error:
+        outcome["load"] = repr(error)
+
+loader = threading.Thread(target=load)
+loader.start()
+
+def waiting_for_the_import():
+    frame = sys._current_frames().get(loader.ident)
+    while frame is not None:
+        if "importlib._bootstrap" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+# Release numpy only once the loader has finished or waits for that import (bounded).
+for _ in range(6000):
+    if not loader.is_alive() or waiting_for_the_import():
+        break
+    loader.join(0.01)
+release.set()
+importer.join(60)
+loader.join(60)
+print(json.dumps(outcome))
+"""
+
+
+@pytest.mark.timeout(90)
+def test_numpy_half_imported_by_another_thread_is_waited_for_not_read() -> None:
+    import json
+    import subprocess
+
+    message = DEFAULT_SERIALIZER.dump_parts(np.arange(6, dtype=np.int32))
+    assert len(message) == 1 and bytes(message[0][:4]) == ARRAY_MAGIC
+    run = subprocess.run([sys.executable, "-c", _HALF_IMPORTED_NUMPY, bytes(message[0]).hex()],
+                         capture_output=True, text=True, timeout=80)
+    assert run.returncode == 0, run.stderr
+    outcome = json.loads(run.stdout.splitlines()[-1])
+    assert outcome == {"dump": "ok", "load": [0, 1, 2, 3, 4, 5]}

@@ -19,6 +19,7 @@ What is checked, each as it is stated in docs/guarantees.md:
   resolves), delivered or with ``ConnectionLost`` / ``ResourceClosed``;
 * budgets: each process's RSS stays within its budget over its first sample;
 * nothing outlives close(): no ``netq-`` thread, no extra descriptor;
+* no thread of a peer process dies of an exception (its puts would look lost);
 * every put() that blocked longer than ``stall_warning`` (+ slack) was announced by a WARNING on
   the ``netq`` logger within that time.
 """
@@ -133,6 +134,8 @@ class Checker:
                 self.warn_texts.append((t, process, line[2]))
             elif kind == "closed":
                 self.closed[process] = (line[2], line[3])
+            elif kind == "crash":
+                self._violate(t, "crash", f"{process}: thread {line[2]} died: {line[3]}")
             elif kind == "recv_error":
                 self._violate(t, "get", f"{process}: get() raised {line[2]}: {line[3]}")
         for process, line in self.pending_recv + receipts:

@@ -30,6 +30,7 @@ loses at most the line being written:
     rss     bytes                       sampled every second
     start   pid, rss                    before the communicator is made
     closed  threads, fds                after close(): netq- threads left, extra descriptors
+    crash   thread, traceback           an exception ended one of this process's threads
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import random
 import sys
 import threading
 import time
+import traceback
 import uuid
 import zlib
 
@@ -120,6 +122,9 @@ class Peer:
         self.rng = random.Random(f"{soak['seed']}/{self.name}/{self.incarnation}")
         self.journal = Journal(soak["journal"])
         self.warnings = _WarningsToJournal(self.journal)
+        # A thread that dies (the soak's own, or netq's) leaves puts unresolved that would be
+        # judged as lost futures: journal why it died, the checker reports it as such.
+        threading.excepthook = self._crashed
         logging.getLogger("netq").addHandler(self.warnings)
         self.fds_before = _fd_count()
         protocol, purpose, options = decode_options(spec)
@@ -138,6 +143,13 @@ class Peer:
                         threading.Thread(target=self._sample, name="soak-rss", daemon=True)]
         for thread in self.threads:
             thread.start()
+
+    def _crashed(self, args: threading.ExceptHookArgs) -> None:
+        text = "".join(traceback.format_exception(args.exc_type, args.exc_value,
+                                                  args.exc_traceback))
+        name = args.thread.name if args.thread is not None else "?"
+        self.journal.write("crash", name, text[-2000:])
+        sys.__stderr__.write(f"thread {name} died:\n{text}")
 
     # ------------------------------------------------------------------ traffic
 

@@ -70,7 +70,8 @@ def _journal(directory, name, lines) -> None:
 
 def test_the_checker_sees_each_kind_of_violation(tmp_path) -> None:
     """A journal with a duplicate, a reordering, a corrupt item, a loss, a future resolved
-    twice, an unannounced stall and a leak: each is reported (the checker can fail)."""
+    twice, an unannounced stall, a dead thread and a leak: each is reported (the checker can
+    fail)."""
     _journal(tmp_path, "c0.0.jsonl", [
         ["start", 1.0, 11, 10_000_000],
         ["sent", 1.0, 0, 0, [10], "server"], ["done", 1.1, 0, None, False],
@@ -79,6 +80,7 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path) -> None:
         ["done", 1.2, 2, "ConnectionLost", False],
         ["sent", 1.0, 3, 0, [10], "server"], ["done", 1.1, 3, None, False],
         ["block", 9.0, 2.0, 9.0],
+        ["crash", 9.5, "soak-send", "Traceback ...\nAttributeError: ..."],
         ["closed", 10.0, ["netq-io"], 0],
     ])
     _journal(tmp_path, "server.0.jsonl", [
@@ -94,7 +96,7 @@ def test_the_checker_sees_each_kind_of_violation(tmp_path) -> None:
     checker.final({})
     kinds = {violation.kind for violation in checker.violations}
     assert kinds == {"order", "duplicate", "corrupt", "lost", "future", "stall", "leak",
-                     "unsent"}, checker.violations
+                     "unsent", "crash"}, checker.violations
 
 
 def test_a_failure_report_shows_what_happened_to_the_peers_a_violation_names() -> None:

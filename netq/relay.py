@@ -39,6 +39,13 @@ Faults (thread-safe; each is in effect when the call returns):
                      first ``n`` bytes, which are forwarded, then that connection is closed
     close()          stop the thread and close every socket
 
+Descriptors: a byte relay drops what a Unix socket carries beside the bytes (``SCM_RIGHTS``),
+as a proxy between hosts would. ``pass_fds=True`` (Unix upstream only) forwards them instead,
+each with the chunk it came with and at the same byte, so a same-host link through the relay
+keeps netq's shared memory (netq._shm) under every fault: the descriptors of a chunk that a
+fault throws away (drop, a connection that ends) are closed, those of a truncated chunk go
+with its first bytes, and ``truncate(0)`` forwards none.
+
 Recording: a ``tap`` (see :class:`Tap`) sees every chunk read, on the relay thread, and is
 told how many bytes of each direction reached the other side when a connection ends;
 :class:`netq.trace.Recorder` decodes netq frames from it. Counters: :meth:`Relay.stats`.
@@ -56,6 +63,7 @@ process (so it does not share an interpreter lock with what it measures): it pri
 
 from __future__ import annotations
 
+import array
 import collections
 import dataclasses
 import ipaddress
@@ -85,6 +93,9 @@ MIN_CHUNK = 8 * 1024  # least bytes per recv() on a rate-capped direction
 DEFAULT_BUFFER = 4 * 1024 * 1024  # per direction, without a rate cap
 QUEUE = 1024 * 1024  # per direction, on top of the bandwidth-delay product
 CONTROL_TIMEOUT = 10.0  # seconds a control waits for the relay thread
+# Ancillary room per recvmsg() with pass_fds: more descriptors than a netq write sends at once
+# (netq._shm.MAX_FDS_PER_WRITE); what does not fit is closed by the kernel (MSG_CTRUNC).
+_ANCILLARY = socket.CMSG_SPACE(64 * 4) if hasattr(socket, "CMSG_SPACE") else 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +143,7 @@ class RelayStats:
     active: int  # relayed right now
     held: int = 0  # bytes waiting in the relay right now (all connections, both ways)
     dropped: int = 0  # bytes thrown away by drop()
+    descriptors: int = 0  # descriptors forwarded (pass_fds)
 
 
 class Tap(Protocol):
@@ -151,7 +163,8 @@ class _Direction:
         self.name = name
         self.source = source
         self.target = target
-        self.pending: collections.deque = collections.deque()  # [release_at, memoryview]
+        # [release_at, memoryview, descriptors that go with its first byte]
+        self.pending: collections.deque = collections.deque()
         self.pending_bytes = 0
         self.departure = 0.0  # when the bottleneck is free again
         self.last_release = 0.0
@@ -161,6 +174,12 @@ class _Direction:
 
     def due(self, now: float) -> bool:
         return bool(self.pending) and self.pending[0][0] <= now
+
+    def close_descriptors(self) -> None:
+        """The chunks that will never be written: their descriptors are ours to close."""
+        for entry in self.pending:
+            _close_all(entry[2])
+            entry[2] = ()
 
 
 class _Connection:
@@ -186,6 +205,26 @@ def _reset(sock: socket.socket) -> None:
     sock.close()
 
 
+def _close_all(fds) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _received_fds(ancdata) -> list[int]:
+    """The descriptors of recvmsg()'s ancillary data (SCM_RIGHTS; a truncated one is cut to
+    whole descriptors)."""
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            whole = array.array("i")
+            whole.frombytes(data[:len(data) - len(data) % whole.itemsize])
+            fds.extend(whole)
+    return fds
+
+
 def _directions(direction: str) -> tuple[str, ...]:
     if direction == BOTH:
         return UP, DOWN
@@ -203,14 +242,16 @@ class Relay:
     relay takes over). ``delay``, ``jitter``, ``rate``, ``buffer``: the :class:`Shape` of both
     directions (``shape()`` sets each). ``tap``: a recording :class:`Tap`. ``name``: of the
     relay thread. ``refuse_with_reset``: when the upstream is unreachable, turn the client
-    away with RST (True) or a plain close (False). Starts at once unless ``start=False``.
+    away with RST (True) or a plain close (False). ``pass_fds``: forward the descriptors a
+    Unix socket carries (see the module docstring). Starts at once unless ``start=False``.
     """
 
     def __init__(self, upstream, *, delay: float = 0.0, jitter: float = 0.0,
                  rate: float | None = None, buffer: int | None = None,
                  path: str | os.PathLike | None = None, listener: socket.socket | None = None,
                  tap: Tap | None = None, name: str = "netq-relay",
-                 refuse_with_reset: bool = True, start: bool = True) -> None:
+                 refuse_with_reset: bool = True, pass_fds: bool = False,
+                 start: bool = True) -> None:
         shape = Shape(delay, jitter, rate, buffer)
         if isinstance(upstream, (str, os.PathLike)):
             self.upstream = os.fspath(upstream)
@@ -219,6 +260,9 @@ class Relay:
             host = str(upstream[0])
             self.upstream = (host, int(upstream[1]))
             self._family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        if pass_fds and self._family != socket.AF_UNIX:
+            raise ValueError("pass_fds needs a Unix upstream: descriptors cross no other socket")
+        self._pass_fds = pass_fds
         self._unix_path = None
         if listener is None:
             if self._family == socket.AF_UNIX:
@@ -254,7 +298,7 @@ class Relay:
         self._dropping: set[str] = set()
         self._truncate_at: int | None = None
         self._counts = dict(bytes_up=0, bytes_down=0, accepted=0, refused=0, reset=0,
-                            truncated=0, dropped=0)
+                            truncated=0, dropped=0, descriptors=0)
         self._stopping = False
         self._closed = False
         self.failure: BaseException | None = None  # what ended the relay thread, if anything
@@ -528,14 +572,20 @@ class Relay:
 
     def _read(self, connection: _Connection, direction: _Direction) -> None:
         shape = self._shapes[direction.name]
+        fds: list[int] | tuple[()] = ()
         try:
-            data = direction.source.recv(shape.chunk)
+            if self._pass_fds:
+                data, ancdata, _, _ = direction.source.recvmsg(shape.chunk, _ANCILLARY)
+                fds = _received_fds(ancdata)
+            else:
+                data = direction.source.recv(shape.chunk)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:  # reset by that side: pass the reset on
             self._end(connection, rst=True)
             return
         if not data:
+            _close_all(fds)
             direction.eof = True
             self._flush(connection)
             return
@@ -544,6 +594,7 @@ class Relay:
             self._tap.read(connection.link, direction.name, data, not dropped)
         if dropped:
             self._count("dropped", len(data))
+            _close_all(fds)
             return
         now = time.monotonic()
         view = memoryview(data)
@@ -551,6 +602,9 @@ class Relay:
             view = view[:self._truncate_at]
             self._truncate_at = None
             connection.truncating = True
+            if not len(view):
+                _close_all(fds)
+                fds = ()
         departure = now
         if shape.rate is not None:  # the bottleneck: one chunk after the other at the rate
             departure = max(now, direction.departure) + len(view) / shape.rate
@@ -561,7 +615,7 @@ class Relay:
         release = max(release, direction.last_release)  # a delayed link still keeps order
         direction.last_release = release
         # (An empty view is kept too: truncate(0) closes after it, forwarding nothing.)
-        direction.pending.append([release, view])
+        direction.pending.append([release, view, fds])
         with self._lock:
             direction.pending_bytes += len(view)
         self._flush(connection)
@@ -577,7 +631,15 @@ class Relay:
                 view = entry[1]
                 if len(view):
                     try:
-                        sent = direction.target.send(view)
+                        if entry[2]:
+                            fds = entry[2]
+                            sent = direction.target.sendmsg([view], [(
+                                socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+                            entry[2] = ()  # they went with the first byte: ours are copies
+                            _close_all(fds)
+                            self._count("descriptors", len(fds))
+                        else:
+                            sent = direction.target.send(view)
                     except (BlockingIOError, InterruptedError):
                         break
                     except OSError:
@@ -616,6 +678,8 @@ class Relay:
             if connection not in self._connections:
                 return
             self._connections.remove(connection)
+        for direction in connection.directions:
+            direction.close_descriptors()
         for sock in (connection.client, connection.upstream):
             if sock in self._registered:
                 self._selector.unregister(sock)

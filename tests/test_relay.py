@@ -191,6 +191,74 @@ def test_drop_loses_bytes_until_restore(upstream):
         assert stats.dropped == 4 and stats.bytes_up == 4
 
 
+def _unix_pair_through(relay: Relay, listener: socket.socket) -> tuple:
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.settimeout(10)
+    client.connect(relay.address)
+    listener.settimeout(10)
+    server, _ = listener.accept()
+    server.settimeout(10)
+    return client, server
+
+
+def _send_fd(sock: socket.socket, data: bytes, fd: int) -> None:
+    socket.send_fds(sock, [data], [fd])
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_pass_fds_forwards_descriptors_with_their_bytes_and_closes_the_lost(tmp_path):
+    """With pass_fds a Unix relay forwards SCM_RIGHTS descriptors (the same open file, with
+    the bytes they came with); those of dropped or truncated-away chunks, and of chunks held
+    when a connection ends, are closed: the relay keeps none."""
+    before = _open_fds()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "up.sock"))
+    listener.listen(4)
+    marker = tmp_path / "marker"
+    marker.write_bytes(b"m")
+    with listener, Relay(str(tmp_path / "up.sock"), path=str(tmp_path / "relay.sock"),
+                         pass_fds=True) as relay:
+        client, server = _unix_pair_through(relay, listener)
+        with client, server:
+            with open(marker, "rb") as sent:
+                _send_fd(client, b"one", sent.fileno())
+                data, fds, _, _ = socket.recv_fds(server, 16, 4)
+                assert data == b"one" and len(fds) == 1
+                assert os.fstat(fds[0]).st_ino == os.fstat(sent.fileno()).st_ino
+                os.close(fds[0])
+                relay.drop(UP)
+                _send_fd(client, b"lost", sent.fileno())
+                wait = time.monotonic() + 10
+                while relay.stats().dropped < 4 and time.monotonic() < wait:
+                    time.sleep(0.01)
+                relay.restore()
+                relay.truncate(0)
+                _send_fd(client, b"cut", sent.fileno())
+                assert server.recv(16) == b""  # truncate(0): closed, nothing forwarded
+        assert relay.stats().descriptors == 1
+        client, server = _unix_pair_through(relay, listener)
+        with client, server, open(marker, "rb") as sent:
+            relay.delay(60)  # read and held, not yet due
+            _send_fd(client, b"held", sent.fileno())
+            wait = time.monotonic() + 10
+            while relay.stats().held < 4 and time.monotonic() < wait:
+                time.sleep(0.01)
+            assert relay.stats().held == 4
+            relay.reset()
+    wait = time.monotonic() + 10
+    while _open_fds() > before and time.monotonic() < wait:
+        time.sleep(0.01)
+    assert _open_fds() <= before
+
+
+def test_pass_fds_needs_a_unix_upstream(upstream):
+    with pytest.raises(ValueError, match="Unix upstream"):
+        Relay(upstream.getsockname(), pass_fds=True, start=False)
+
+
 def test_relay_in_its_own_process(upstream):
     relay = subprocess.Popen(
         [sys.executable, "-m", "netq.relay", "--upstream",

@@ -278,6 +278,7 @@ class Peer:
             timeout = command.get("timeout_")
             started = time.monotonic()
             self.comm.close(timeout=timeout)
+            stats = self.comm.statistics()
             # close(timeout=) that ran out ends the link without the goodbye getting through
             # (the peer holds the session as for a vanished process), and so does a goodbye a
             # broken link interrupted and no reconnect finished within the timeout
@@ -295,7 +296,8 @@ class Peer:
                     break
                 time.sleep(0.1)
             self.journal.write("closed", threads, extra)
-            return {"threads": threads, "fds": extra, "gave_up": gave_up}
+            return {"threads": threads, "fds": extra, "gave_up": gave_up,
+                    "shm_bytes": stats.shm_bytes_in + stats.shm_bytes_out}
         raise ValueError(f"unknown op {op!r}")
 
 

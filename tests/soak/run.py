@@ -192,6 +192,7 @@ class Cell:
         self.bridge = None
         self.server_netloc: nq.NetworkLocation | None = None
         self.faults = dict.fromkeys(FAULT_KINDS, 0)
+        self.shm_bytes = 0  # through shared memory, as the processes closed at the end said
         self.fired: list[str] = []
         self.started = time.monotonic()
         self.violations: list[Violation] = []
@@ -400,7 +401,8 @@ class Cell:
                     for t, (name, incarnation), text in self.checker.warn_texts]
         return Result(self.seed, self.transport, time.monotonic() - self.started,
                       {kind: count for kind, count in self.faults.items() if count},
-                      self.checker.counts() | {"violations": len(violations)},
+                      self.checker.counts() | {"shm_bytes": self.shm_bytes,
+                                               "violations": len(violations)},
                       violations, self.schedule, self.fired, warnings)
 
     def _setup(self) -> None:
@@ -419,7 +421,10 @@ class Cell:
         upstream = self._upstream()
         for index in range(self.clients):
             path = self.directory / f"relay{index}.sock" if isinstance(upstream, str) else None
-            relay = Relay(upstream, path=path, name=f"netq-relay-soak-c{index}")
+            # A Unix link's relay forwards descriptors too: shared memory (netq._shm) goes
+            # through the faults with the bytes.
+            relay = Relay(upstream, path=path, name=f"netq-relay-soak-c{index}",
+                          pass_fds=path is not None)
             self.relays.append(relay)
             self._spawn(nq.Purpose.CLIENT, f"c{index}", self._client_netloc(relay))
 
@@ -479,7 +484,11 @@ class Cell:
                 else:
                     self._note(f"{name} closed: {result}")
                     how = "gave_up" if result["gave_up"] else "close"
+                    self.shm_bytes += result.get("shm_bytes", 0)
                 self._end(name, how)
+        if self.protocol is nq.Protocol.UNIX and not self.shm_bytes:
+            self.violations.append(Violation(time.time(), "shm", "no byte went through shared "
+                                             "memory over Unix sockets (netq._shm)"))
         self._poll()
 
     def _teardown(self) -> None:

@@ -3,7 +3,9 @@ descriptors cross the socket (SCM_RIGHTS).
 
 Real Unix sockets and, where a process must die, real processes. Leaks are checked with the
 descriptors themselves (the autouse ``leak_check`` compares ``/proc/self/fd`` before and
-after every test; the SIGKILL tests look at the survivor's ``/proc/<pid>/fd``), not timers.
+after every test; the SIGKILL tests look at the survivor's ``/proc/<pid>/fd``) and with the
+memory the kernel charges for the segments (both peers in a memory cgroup of their own:
+``tests/transports/memory_cgroup.py``), not timers.
 """
 
 from __future__ import annotations
@@ -462,3 +464,131 @@ def test_receiver_killed_holding_arrays_leaks_nothing(make, sock_path):
     wait_for(lambda: server.statistics().shm_segments == 0, T,
              message="the pool to close with the link")
     wait_for(lambda: _fd_count() <= before, T, message="our descriptors to close")
+
+
+# ============================================================================ the memory cgroup
+
+# A process that waits for a line on stdin before it starts: the test moves it into its
+# cgroup first, so that every segment page it touches is charged there.
+_GATE = "import sys; sys.stdin.readline()\n"
+
+# The survivor: a server that does what stdin says, one command a line, and answers each.
+_CGROUP_SERVER = textwrap.dedent("""
+    import gc, json, os, sys, time
+    import numpy as np, netq as nq
+    options = nq.CommunicatorOptions(netloc=nq.NetworkLocation(path=sys.argv[1]),
+                                     connection=nq.ConnectionOptions(session_timeout=0.5))
+    server = nq.new(nq.Protocol.UNIX, "server", options)
+    print("listening", flush=True)
+    for line in sys.stdin:
+        op, *args = line.split()
+        if op == "get":  # take that many messages and drop them
+            for _ in range(int(args[0])):
+                server.get(timeout=30)
+            gc.collect()
+            print("got", flush=True)
+        elif op == "send":  # that many arrays of that many bytes to the one client
+            peer = server.peers[0]
+            for index in range(int(args[0])):
+                server.put(np.full(int(args[1]) // 8, float(index)), peer).result(30)
+            print("sent", flush=True)
+        elif op == "gone":  # until the client's session ended and no segment is pooled
+            deadline = time.monotonic() + 30
+            while (server.peers or server.statistics().shm_segments) \
+                    and time.monotonic() < deadline:
+                time.sleep(0.02)
+            gc.collect()
+            print(json.dumps({"peers": len(server.peers),
+                              "segments": server.statistics().shm_segments}), flush=True)
+    server.close(timeout=3)
+""")
+
+
+@pytest.fixture
+def memory_cgroup():
+    from transports.memory_cgroup import CgroupUnavailable, MemoryCgroup
+
+    try:
+        group = MemoryCgroup.create()
+    except CgroupUnavailable as error:
+        pytest.skip(f"no memory cgroup for the leak check: {error}")
+    yield group
+    group.close()
+
+
+def _start_in(group, script: str, *args: str) -> subprocess.Popen:
+    child = _spawn(_GATE + script, *args)
+    group.add(child.pid)
+    assert child.stdin is not None
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    return child
+
+
+def _ask(child: subprocess.Popen, command: str) -> str:
+    assert child.stdin is not None and child.stdout is not None
+    child.stdin.write(command + "\n")
+    child.stdin.flush()
+    return child.stdout.readline().strip()
+
+
+_SLACK = MiB  # shared memory the interpreters may hold of their own (none, in practice)
+
+
+def test_receiver_killed_holding_arrays_frees_its_segments_in_the_cgroup(memory_cgroup,
+                                                                          sock_path):
+    """Sender and receiver in a memory cgroup of their own: the receiver, SIGKILLed while it
+    holds 5 arrays mapped from the sender's segments, leaves no shared memory charged there
+    once the sender saw the link end (the sender is still running)."""
+    import json
+
+    server = _start_in(memory_cgroup, _CGROUP_SERVER, sock_path)
+    holder = None
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "listening"
+        baseline = memory_cgroup.shmem()
+        holder = _start_in(memory_cgroup, _HOLDER, sock_path, "5")
+        assert _ask(server, "get 1") == "got"  # its "ready"
+        assert _ask(server, f"send 5 {4 * MiB}") == "sent"
+        assert _ask(server, "get 1") == "got"  # its "holding"
+        assert holder.stdout is not None and holder.stdout.readline().split()[0] == "holding"
+        held = memory_cgroup.shmem()
+        assert held >= baseline + 5 * 4 * MiB, (baseline, held)  # the check sees segments
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait(T)
+        assert json.loads(_ask(server, "gone")) == {"peers": 0, "segments": 0}
+        wait_for(lambda: memory_cgroup.shmem() <= baseline + _SLACK, T,
+                 message="the segments' pages to be freed while the sender lives")
+        assert server.poll() is None
+    finally:
+        for child in (holder, server):
+            if child is not None:
+                _reap(child)
+
+
+def test_sender_killed_mid_message_frees_its_segments_in_the_cgroup(memory_cgroup, sock_path):
+    """Sender and receiver in a memory cgroup of their own: the sender, SIGKILLed while its
+    4 MiB arrays stream in, leaves no shared memory charged there once the receiver saw the
+    link end and dropped what it got (the receiver is still running)."""
+    import json
+
+    server = _start_in(memory_cgroup, _CGROUP_SERVER, sock_path)
+    sender = None
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "listening"
+        baseline = memory_cgroup.shmem()
+        sender = _start_in(memory_cgroup, _SENDER, sock_path, str(4 * MiB))
+        assert _ask(server, "get 1") == "got"  # its "ready"
+        assert sender.stdout is not None and sender.stdout.readline().strip() == "ready"
+        assert _ask(server, "get 3") == "got"
+        assert memory_cgroup.shmem() >= baseline + 4 * MiB  # the check sees segments
+        os.kill(sender.pid, signal.SIGKILL)
+        sender.wait(T)
+        assert json.loads(_ask(server, "gone")) == {"peers": 0, "segments": 0}
+        wait_for(lambda: memory_cgroup.shmem() <= baseline + _SLACK, T,
+                 message="the segments' pages to be freed while the receiver lives")
+        assert server.poll() is None
+    finally:
+        for child in (sender, server):
+            if child is not None:
+                _reap(child)

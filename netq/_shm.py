@@ -60,6 +60,7 @@ POOL_BYTES = 2 << 30  # and their total capacity, at most (beyond: one-shot segm
 _RELEASE_WAIT = 0.002  # seconds a pool, all held, waits for a release before it grows
 _RELEASE_WAIT_UP_TO = 2  # segments: larger pools grow at once
 _SPARE_MIN = 8 << 20  # segments this large get a spare made ahead when the pool grows
+_SPLIT_MIN = 4 << 20  # parts this large are copied into their segment by two threads
 _TRACKFD = sys.version_info >= (3, 13)  # mmap(trackfd=False): no dup()ed descriptor per map
 
 
@@ -169,23 +170,80 @@ class Segment:
         """Sent and not released by the receiver yet."""
         return self.map[self.capacity] != 0
 
-    def fill(self, part: Any) -> None:
+    def fill(self, part: Any, copy: Callable[[int, int, int], object] = ctypes.memmove) -> None:
         """Copy ``part`` (a writable buffer) to the start of the segment and mark it held.
-        With ``ctypes.memmove``, which releases the GIL: the link's other thread (and, in
-        one process, the receiving side) runs while hundreds of MiB are copied."""
+        ``copy(target, source, size)`` releases the GIL (``ctypes.memmove``, or a pool's
+        :meth:`SendPool.copy`): the link's other thread (and, in one process, the receiving
+        side) runs while hundreds of MiB are copied."""
         size = len(part) if type(part) is not memoryview else part.nbytes
         try:
             source = _address(part if type(part) is memoryview else memoryview(part))
         except (TypeError, ValueError):  # not a writable buffer after all: copy it in Python
             self.view[:size] = memoryview(part).cast("B")
         else:
-            ctypes.memmove(self.address, source, size)
+            copy(self.address, source, size)
         self.map[self.capacity] = 1
 
     def close(self) -> None:
         self.view.release()
         self.map.close()
         os.close(self.fd)
+
+
+class _Copier:
+    """A second thread for the copy of a large part into its segment: the sender's copy is
+    what a message over shared memory costs (the receiver maps it and copies nothing), and
+    one thread copies at memory speed for one core. Two threads, each a half, use the core
+    the receiver leaves idle. Lives as long as its pool (``stop``)."""
+
+    __slots__ = ("_job", "_go", "_done", "_thread")
+
+    def __init__(self) -> None:
+        self._job: tuple[int, int, int] | None = None
+        self._go = threading.Semaphore(0)
+        self._done = threading.Semaphore(0)
+        self._thread = threading.Thread(target=self._run, name="netq-shm-copy", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._go.acquire()
+            job = self._job
+            if job is None:
+                return
+            ctypes.memmove(*job)
+            self._done.release()
+
+    def copy(self, target: int, source: int, size: int) -> None:
+        half = size // 2 & ~(PAGE - 1)
+        self._job = (target + half, source + half, size - half)
+        self._go.release()
+        try:
+            ctypes.memmove(target, source, half)
+        finally:
+            # The helper's half must be done before the segment is sent, or reused by the
+            # next copy: wait for it even through an interrupt, then let the interrupt go on.
+            interrupted: BaseException | None = None
+            while True:
+                try:
+                    self._done.acquire()
+                    break
+                except BaseException as error:  # noqa: BLE001 - re-raised below
+                    interrupted = error
+            if interrupted is not None:
+                raise interrupted
+
+    def stop(self) -> None:
+        self._job = None
+        self._go.release()
+        self._thread.join()
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 class Probe:
@@ -214,12 +272,13 @@ class SendPool:
     the pool's bounds; it joins the pool only when taken.
     """
 
-    __slots__ = ("segments", "counters", "_spare", "_lock")
+    __slots__ = ("segments", "counters", "_spare", "_lock", "_copier")
 
     def __init__(self, counters: ShmCounters) -> None:
         self.segments: list[Segment] = []
         self.counters = counters
         self._spare: tuple[threading.Thread, list[Segment], int] | None = None
+        self._copier: _Copier | None = None  # made by the first part of _SPLIT_MIN or more
         # acquire() runs under the link's lock; trim() comes from the engine's timers.
         self._lock = threading.Lock()
 
@@ -308,6 +367,17 @@ class SendPool:
             for segment in spare[1]:
                 segment.close()
 
+    def copy(self, target: int, source: int, size: int) -> None:
+        """What :meth:`Segment.fill` copies with: a large part in two halves on two threads
+        where the process may run on two cores or more, else one ``memmove``."""
+        if size < _SPLIT_MIN or _cores() < 2:
+            ctypes.memmove(target, source, size)
+            return
+        copier = self._copier
+        if copier is None:
+            copier = self._copier = _Copier()
+        copier.copy(target, source, size)
+
     def held(self) -> int:
         return sum(1 for segment in self.segments if segment.held)
 
@@ -335,6 +405,9 @@ class SendPool:
 
     def _close(self) -> None:
         self._drop_spare()
+        copier, self._copier = self._copier, None
+        if copier is not None:
+            copier.stop()
         for segment in self.segments:
             segment.close()
         self.counters.pooled -= len(self.segments)

@@ -178,8 +178,9 @@ class SharedMemorySide:
             else:
                 if self._send_pool is None:
                     self._send_pool = _shm.SendPool(counters)
-                segment, pooled = self._send_pool.acquire(size)
-                segment.fill(part)
+                pool = self._send_pool
+                segment, pooled = pool.acquire(size)
+                segment.fill(part, pool.copy)
                 fd = segment.fd
                 if not pooled:
                     one_shot.append(segment)

@@ -60,7 +60,9 @@ POOL_BYTES = 2 << 30  # and their total capacity, at most (beyond: one-shot segm
 _RELEASE_WAIT = 0.002  # seconds a pool, all held, waits for a release before it grows
 _RELEASE_WAIT_UP_TO = 2  # segments: larger pools grow at once
 _SPARE_MIN = 8 << 20  # segments this large get a spare made ahead when the pool grows
-_SPLIT_MIN = 4 << 20  # parts this large are copied into their segment by two threads
+_SPLIT_MIN = 4 << 20  # parts this large may be copied into their segment by two threads
+_TRY_OTHER_EVERY = 8  # of those copies, one in this many goes the way that was slower
+_RATE_WEIGHT = 0.25  # of a new measurement in a way's running copy rate
 _TRACKFD = sys.version_info >= (3, 13)  # mmap(trackfd=False): no dup()ed descriptor per map
 
 
@@ -239,6 +241,37 @@ class _Copier:
         self._thread.join()
 
 
+class CopyChoice:
+    """Whether a large part is copied by one thread or two: whichever copied faster lately.
+
+    Two threads copy a part up to 1.4x faster when a core is idle (the receiver's side of a
+    segment is only a mapping), and about 10-25 % slower when other processes keep both cores
+    busy (each half then waits for a core). Neither is known ahead, so each way keeps a
+    running rate (bytes per second of the copy, a moving average of ``_RATE_WEIGHT``); the
+    faster one is used, and one copy in ``_TRY_OTHER_EVERY`` goes the other way, so a change
+    in the machine's load is seen within a few copies."""
+
+    __slots__ = ("copies", "rates")
+
+    def __init__(self) -> None:
+        self.copies = 0
+        self.rates = [0.0, 0.0]  # one thread, two threads (0: not measured yet)
+
+    def split(self) -> bool:
+        """Copy the next part in two halves?"""
+        self.copies += 1
+        single, double = self.rates
+        faster = double >= single
+        if self.copies % _TRY_OTHER_EVERY == 0:
+            return not faster
+        return faster
+
+    def record(self, split: bool, size: int, seconds: float) -> None:
+        rate = size / max(seconds, 1e-9)
+        old = self.rates[split]
+        self.rates[split] = rate if not old else old + _RATE_WEIGHT * (rate - old)
+
+
 def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -272,13 +305,14 @@ class SendPool:
     the pool's bounds; it joins the pool only when taken.
     """
 
-    __slots__ = ("segments", "counters", "_spare", "_lock", "_copier")
+    __slots__ = ("segments", "counters", "_spare", "_lock", "_copier", "_choice")
 
     def __init__(self, counters: ShmCounters) -> None:
         self.segments: list[Segment] = []
         self.counters = counters
         self._spare: tuple[threading.Thread, list[Segment], int] | None = None
-        self._copier: _Copier | None = None  # made by the first part of _SPLIT_MIN or more
+        self._copier: _Copier | None = None  # made by the first part copied in two halves
+        self._choice = CopyChoice()
         # acquire() runs under the link's lock; trim() comes from the engine's timers.
         self._lock = threading.Lock()
 
@@ -368,15 +402,23 @@ class SendPool:
                 segment.close()
 
     def copy(self, target: int, source: int, size: int) -> None:
-        """What :meth:`Segment.fill` copies with: a large part in two halves on two threads
-        where the process may run on two cores or more, else one ``memmove``."""
+        """What :meth:`Segment.fill` copies with: one ``memmove``, or for a large part where
+        the process may run on two cores, two halves on two threads when that has been the
+        faster way lately (:class:`CopyChoice`)."""
         if size < _SPLIT_MIN or _cores() < 2:
             ctypes.memmove(target, source, size)
             return
-        copier = self._copier
-        if copier is None:
-            copier = self._copier = _Copier()
-        copier.copy(target, source, size)
+        choice = self._choice
+        split = choice.split()
+        started = time.perf_counter()
+        if split:
+            copier = self._copier
+            if copier is None:
+                copier = self._copier = _Copier()
+            copier.copy(target, source, size)
+        else:
+            ctypes.memmove(target, source, size)
+        choice.record(split, size, time.perf_counter() - started)
 
     def held(self) -> int:
         return sum(1 for segment in self.segments if segment.held)

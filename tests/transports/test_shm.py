@@ -151,6 +151,29 @@ def test_the_pools_copy_of_a_large_part_is_exact_and_its_thread_ends_with_it(siz
     assert not [t for t in threading.enumerate() if t.name == "netq-shm-copy"]
 
 
+def test_the_copy_goes_the_way_that_was_faster_and_keeps_trying_the_other():
+    """CopyChoice: two threads while they copy faster, one once one is faster (a busy
+    machine), and back; one copy in _TRY_OTHER_EVERY goes the other way all along."""
+    choice = _shm.CopyChoice()
+    size = 8 * MiB
+
+    def run(copies: int, seconds_one: float, seconds_two: float) -> list[bool]:
+        ways = []
+        for _ in range(copies):
+            split = choice.split()
+            choice.record(split, size, seconds_two if split else seconds_one)
+            ways.append(split)
+        return ways
+
+    every = _shm._TRY_OTHER_EVERY
+    quiet = run(4 * every, seconds_one=1.0e-3, seconds_two=0.6e-3)
+    assert quiet.count(False) == 4 and quiet[-every:].count(True) == every - 1
+    busy = run(4 * every, seconds_one=1.0e-3, seconds_two=1.3e-3)
+    assert busy[-every:].count(False) == every - 1  # settled on one thread
+    again = run(6 * every, seconds_one=1.0e-3, seconds_two=0.6e-3)
+    assert again[-every:].count(True) == every - 1  # seen within a few tries of the other
+
+
 def test_an_interrupt_during_a_split_copy_waits_for_the_other_half(monkeypatch):
     """Ctrl-C on the calling thread in the middle of its half: the exception goes on only
     once the helper's half is copied (the segment is neither sent nor reused half-written,

@@ -624,13 +624,25 @@ def _ask(child: subprocess.Popen, command: str) -> str:
 _SLACK = MiB  # shared memory the interpreters may hold of their own (none, in practice)
 
 
+def _kill_and_see_it_freed(group, victim: subprocess.Popen, server: subprocess.Popen,
+                          baseline: int, survivor: str) -> None:
+    """SIGKILL ``victim``; the server sees its session end and its pool empty, takes what is
+    queued, and the cgroup's shared memory falls back to ``baseline`` while it still runs."""
+    import json
+
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait(T)
+    assert json.loads(_ask(server, "gone")) == {"peers": 0, "segments": 0}
+    wait_for(lambda: group.shmem() <= baseline + _SLACK, T,
+             message=f"the segments' pages to be freed while the {survivor} lives")
+    assert server.poll() is None
+
+
 def test_receiver_killed_holding_arrays_frees_its_segments_in_the_cgroup(memory_cgroup,
                                                                           sock_path):
     """Sender and receiver in a memory cgroup of their own: the receiver, SIGKILLed while it
     holds 5 arrays mapped from the sender's segments, leaves no shared memory charged there
     once the sender saw the link end (the sender is still running)."""
-    import json
-
     server = _start_in(memory_cgroup, _CGROUP_SERVER, sock_path)
     holder = None
     try:
@@ -643,12 +655,7 @@ def test_receiver_killed_holding_arrays_frees_its_segments_in_the_cgroup(memory_
         assert holder.stdout is not None and holder.stdout.readline().split()[0] == "holding"
         held = memory_cgroup.shmem()
         assert held >= baseline + 5 * 4 * MiB, (baseline, held)  # the check sees segments
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.wait(T)
-        assert json.loads(_ask(server, "gone")) == {"peers": 0, "segments": 0}
-        wait_for(lambda: memory_cgroup.shmem() <= baseline + _SLACK, T,
-                 message="the segments' pages to be freed while the sender lives")
-        assert server.poll() is None
+        _kill_and_see_it_freed(memory_cgroup, holder, server, baseline, "sender")
     finally:
         for child in (holder, server):
             if child is not None:
@@ -659,8 +666,6 @@ def test_sender_killed_mid_message_frees_its_segments_in_the_cgroup(memory_cgrou
     """Sender and receiver in a memory cgroup of their own: the sender, SIGKILLed while its
     4 MiB arrays stream in, leaves no shared memory charged there once the receiver saw the
     link end and dropped what it got (the receiver is still running)."""
-    import json
-
     server = _start_in(memory_cgroup, _CGROUP_SERVER, sock_path)
     sender = None
     try:
@@ -671,12 +676,7 @@ def test_sender_killed_mid_message_frees_its_segments_in_the_cgroup(memory_cgrou
         assert sender.stdout is not None and sender.stdout.readline().strip() == "ready"
         assert _ask(server, "get 3") == "got"
         assert memory_cgroup.shmem() >= baseline + 4 * MiB  # the check sees segments
-        os.kill(sender.pid, signal.SIGKILL)
-        sender.wait(T)
-        assert json.loads(_ask(server, "gone")) == {"peers": 0, "segments": 0}
-        wait_for(lambda: memory_cgroup.shmem() <= baseline + _SLACK, T,
-                 message="the segments' pages to be freed while the receiver lives")
-        assert server.poll() is None
+        _kill_and_see_it_freed(memory_cgroup, sender, server, baseline, "receiver")
     finally:
         for child in (sender, server):
             if child is not None:

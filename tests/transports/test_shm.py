@@ -11,6 +11,7 @@ memory the kernel charges for the segments (both peers in a memory cgroup of the
 from __future__ import annotations
 
 import array
+import contextlib
 import gc
 import logging
 import mmap
@@ -624,6 +625,25 @@ def _ask(child: subprocess.Popen, command: str) -> str:
 _SLACK = MiB  # shared memory the interpreters may hold of their own (none, in practice)
 
 
+@contextlib.contextmanager
+def _server_and_peer(group, sock_path: str, script: str, *args: str):
+    """``(server, peer, baseline)``: the survivor server in ``group``, listening, the cgroup's
+    shared memory then, and the peer ``script`` in ``group`` too, whose first message the
+    server took; both reaped at the end."""
+    server = _start_in(group, _CGROUP_SERVER, sock_path)
+    peer = None
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "listening"
+        baseline = group.shmem()
+        peer = _start_in(group, script, sock_path, *args)
+        assert _ask(server, "get 1") == "got"  # its "ready"
+        yield server, peer, baseline
+    finally:
+        for child in (peer, server):
+            if child is not None:
+                _reap(child)
+
+
 def _kill_and_see_it_freed(group, victim: subprocess.Popen, server: subprocess.Popen,
                           baseline: int, survivor: str) -> None:
     """SIGKILL ``victim``; the server sees its session end and its pool empty, takes what is
@@ -643,41 +663,22 @@ def test_receiver_killed_holding_arrays_frees_its_segments_in_the_cgroup(memory_
     """Sender and receiver in a memory cgroup of their own: the receiver, SIGKILLed while it
     holds 5 arrays mapped from the sender's segments, leaves no shared memory charged there
     once the sender saw the link end (the sender is still running)."""
-    server = _start_in(memory_cgroup, _CGROUP_SERVER, sock_path)
-    holder = None
-    try:
-        assert server.stdout is not None and server.stdout.readline().strip() == "listening"
-        baseline = memory_cgroup.shmem()
-        holder = _start_in(memory_cgroup, _HOLDER, sock_path, "5")
-        assert _ask(server, "get 1") == "got"  # its "ready"
+    with _server_and_peer(memory_cgroup, sock_path, _HOLDER, "5") as (server, holder, baseline):
         assert _ask(server, f"send 5 {4 * MiB}") == "sent"
         assert _ask(server, "get 1") == "got"  # its "holding"
         assert holder.stdout is not None and holder.stdout.readline().split()[0] == "holding"
         held = memory_cgroup.shmem()
         assert held >= baseline + 5 * 4 * MiB, (baseline, held)  # the check sees segments
         _kill_and_see_it_freed(memory_cgroup, holder, server, baseline, "sender")
-    finally:
-        for child in (holder, server):
-            if child is not None:
-                _reap(child)
 
 
 def test_sender_killed_mid_message_frees_its_segments_in_the_cgroup(memory_cgroup, sock_path):
     """Sender and receiver in a memory cgroup of their own: the sender, SIGKILLed while its
     4 MiB arrays stream in, leaves no shared memory charged there once the receiver saw the
     link end and dropped what it got (the receiver is still running)."""
-    server = _start_in(memory_cgroup, _CGROUP_SERVER, sock_path)
-    sender = None
-    try:
-        assert server.stdout is not None and server.stdout.readline().strip() == "listening"
-        baseline = memory_cgroup.shmem()
-        sender = _start_in(memory_cgroup, _SENDER, sock_path, str(4 * MiB))
-        assert _ask(server, "get 1") == "got"  # its "ready"
+    with _server_and_peer(memory_cgroup, sock_path, _SENDER, str(4 * MiB)) as (server, sender,
+                                                                                baseline):
         assert sender.stdout is not None and sender.stdout.readline().strip() == "ready"
         assert _ask(server, "get 3") == "got"
         assert memory_cgroup.shmem() >= baseline + 4 * MiB  # the check sees segments
         _kill_and_see_it_freed(memory_cgroup, sender, server, baseline, "receiver")
-    finally:
-        for child in (sender, server):
-            if child is not None:
-                _reap(child)

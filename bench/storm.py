@@ -214,6 +214,7 @@ def clients_main(port: int, first: int, count: int, timeout: float,
     security = _security(tls_dir, server=False)
     created: list[float] = []
     acked: list[float | None] = [None] * count
+    cpu_at_start = _cpu_seconds()
     clients = []
     for _ in range(count):
         created.append(time.monotonic())
@@ -237,7 +238,8 @@ def clients_main(port: int, first: int, count: int, timeout: float,
         time.sleep(0.01)
     connect = sorted(acked[i] - created[i] for i in range(count) if acked[i] is not None)
     _reply(connected=len(connect), failures=len(failed), failed=failed[:5], connect=connect,
-           first_created=created[0], last_acked=max(filter(None, acked), default=None))
+           first_created=created[0], last_acked=max(filter(None, acked), default=None),
+           cpu=_cpu_seconds() - cpu_at_start)
 
     def warned() -> dict:
         return {"warnings": warnings.count, "zero_attempts": warnings.zero_attempts,
@@ -488,6 +490,9 @@ def run_storm(clients: int = 2000, processes: int = 8, restart: bool = False,
         # after, until the count came back): the handshakes and the first puts.
         result["server_cpu_s"] = counted["cpu"] - listening["cpu"]
         result["server_cpu_us_per_client"] = 1e6 * result["server_cpu_s"] / clients
+        # The client processes' CPU from their first communicator's creation until all their
+        # clients were connected (the handshakes, and whatever else their threads did meanwhile).
+        result["client_cpu_us_per_client"] = 1e6 * sum(hello["cpu"] for hello in hellos) / clients
         counted_syscalls = syscalls.stop()  # the same span, a little later (the count's reply)
         result["server_syscalls_per_client"] = (None if counted_syscalls is None
                                                 else counted_syscalls / clients)
@@ -569,7 +574,8 @@ def _summary(result: dict) -> str:
             f"{s('all_connected_s')} s (p50 {s('connect_p50_s')}, p99 {s('connect_p99_s')}, "
             f"max {s('connect_max_s')} s; {s('handshakes_per_s')} handshakes/s; server CPU "
             f"{s('server_cpu_us_per_client')} us and {s('server_syscalls_per_client')} system "
-            f"calls per client); broadcast {s('broadcast_s')} s"
+            f"calls per client; client CPU {s('client_cpu_us_per_client')} us per client); "
+            f"broadcast {s('broadcast_s')} s"
             f"{failed}"
             f"; lost {result.get('lost')}; warnings {result.get('warnings')} (at most "
             f"{result.get('warnings_per_process_max')} in one process; false '0 attempts' "

@@ -410,7 +410,8 @@ class IOLoop:
         if since is not None and limit is not None and now - since > limit:
             self._abandon_attempt()
             self._attempt_failed(f"timed out after {limit:.0f} s "
-                                 f"(no answer: a firewall or an unreachable host?)")
+                                 f"(no answer: a server too busy to take new connections, a "
+                                 f"firewall, or an unreachable host?)")
 
     def _schedule_reconnect(self) -> None:
         if self._server or self._aborted or not self.engine.wants_connection():

@@ -15,11 +15,13 @@ Not thread-safe: one thread (the one leading the loop) uses a poller at a time.
 from __future__ import annotations
 
 import math
+import os
 import select
 import selectors
+import socket
 from typing import Any, Protocol
 
-__all__ = ("EVENT_READ", "EVENT_WRITE", "Poller", "EPOLL")
+__all__ = ("EVENT_READ", "EVENT_WRITE", "Poller", "EPOLL", "WakeUp")
 
 EVENT_READ = selectors.EVENT_READ
 EVENT_WRITE = selectors.EVENT_WRITE
@@ -125,3 +127,63 @@ class Poller:
             self._selector.close()
         else:
             self._epoll.close()
+
+
+class WakeUp:
+    """A descriptor a poller watches so that another thread can end its wait: ``signal()``
+    from any thread makes it readable until the waiting thread calls ``drain()``.
+
+    An ``eventfd`` where the platform has one (Linux: one descriptor, made and signalled by
+    one cheap system call each, which counts where a process opens a thousand communicators);
+    a non-blocking socket pair elsewhere (or with ``eventfd=False``: the tests run both)."""
+
+    def __init__(self, eventfd: bool = hasattr(os, "eventfd")) -> None:
+        self._event: int | None = None
+        self._reader: socket.socket | None = None
+        self._writer: socket.socket | None = None
+        if eventfd:
+            self._event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        else:
+            self._reader, self._writer = socket.socketpair()
+            self._reader.setblocking(False)
+            self._writer.setblocking(False)
+
+    def fileno(self) -> int:
+        if self._event is not None:
+            return self._event
+        assert self._reader is not None
+        return self._reader.fileno()
+
+    def signal(self) -> None:
+        """Any thread: make the descriptor readable (a no-op once closed)."""
+        try:
+            event = self._event  # read once: close() may set it to -1 meanwhile
+            if event is not None:
+                if event >= 0:
+                    os.eventfd_write(event, 1)
+            elif self._writer is not None:
+                self._writer.send(b"\0")
+        except (BlockingIOError, OSError):  # full (already signalled) or closed
+            pass
+
+    def drain(self) -> None:
+        """The waiting thread: take every signal so far; the descriptor is not readable now."""
+        try:
+            event = self._event
+            if event is not None:
+                if event >= 0:
+                    os.eventfd_read(event)
+            elif self._reader is not None:
+                while self._reader.recv(4096):
+                    pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        if self._event is not None and self._event >= 0:
+            # -1 first: a later signal() or drain() does nothing, never touching a reused number
+            event, self._event = self._event, -1
+            os.close(event)
+        for sock in (self._reader, self._writer):
+            if sock is not None:
+                sock.close()

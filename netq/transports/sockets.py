@@ -1,7 +1,7 @@
 """Byte-stream carriers: TCP (plain or TLS) and Unix domain sockets.
 
 A :class:`netq.carrier.Carrier` over a readiness poller (:class:`~netq.transports.poller.Poller`:
-epoll on Linux) watching the listening socket, every channel and a wake-up socketpair. The
+epoll on Linux) watching the listening socket, every channel and a wake-up descriptor. The
 loop (:class:`netq.loop.IOLoop`) reads straight into the buffers the protocol core points at
 (``recv_into``) and writes the core's iovec list with one scatter-gather ``sendmsg`` (one
 ``send`` per buffer where the platform has no ``sendmsg``: Windows). TLS runs over memory BIOs
@@ -40,7 +40,8 @@ from ..exceptions import (
 from ..exposure import owner_only
 from ..options import CommunicatorOptions, Purpose
 from ..protocol.connection import Buffer
-from .poller import EVENT_READ, EVENT_WRITE, Poller
+from .poller import EVENT_READ, EVENT_WRITE, Poller, WakeUp
+from .tls_contexts import tls_context
 
 __all__ = ("TCPCarrier", "UnixCarrier", "SocketCarrier", "SocketChannel")
 
@@ -54,6 +55,9 @@ _SOMAXCONN_FILE = "/proc/sys/net/core/somaxconn"
 _TLS_JOIN = 256 * 1024  # small buffers are joined up to this size for one SSL write
 _TLS_WRITE = 256 * 1024  # plaintext encrypted per TLS send: bounds the ciphertext a link holds
 _TLS_FILL = 256 * 1024  # bytes taken from a TLS link's socket per recv (many records at once)
+# ... starting from this (one full record and its framing), grown 4x per recv that filled it:
+# a process of many idle TLS clients keeps a small buffer each, a busy link reaches _TLS_FILL.
+_TLS_FILL_FIRST = 17 * 1024
 ACK_HOLD = 250e-6  # seconds an ACK may wait for the reply that a waiting get() is about to send
 # Windows has no socket.sendmsg: plain links then send the core's buffers one per call (small
 # messages are already coalesced into one buffer by the core; large ones go from their own).
@@ -131,17 +135,15 @@ class SocketChannel:
 
 class SocketCarrier:
     """TCP, TLS and Unix sockets as a :class:`netq.carrier.Carrier`: a readiness poller over
-    the listening socket, every channel and a wake-up socketpair."""
+    the listening socket, every channel and a wake-up descriptor."""
 
     def __init__(self, options: CommunicatorOptions, purpose: Purpose) -> None:
         self._options = options
         self._purpose = purpose
         self._server = purpose is Purpose.SERVER
         self._poller = Poller()
-        self._wake_reader, self._wake_writer = socket.socketpair()
-        self._wake_reader.setblocking(False)
-        self._wake_writer.setblocking(False)
-        self._poller.register(self._wake_reader, _READ, _WAKE)
+        self._wake_up = WakeUp()
+        self._poller.register(self._wake_up, _READ, _WAKE)
         self._wake_pending = False
         self._waiting = False  # a thread is in wait(), past its look at _rearm
         self._events: list[Event] = []  # reported by the next wait() (accepts, attempts)
@@ -157,7 +159,7 @@ class SocketCarrier:
         self._gather = GATHER_WRITES
         # Where TLS channels' ciphertext lands on its way from the socket into OpenSSL: one
         # buffer for all of them, as only the loop's thread reads.
-        self._tls_scratch = memoryview(bytearray(_TLS_FILL if self._ssl is not None else 0))
+        self._tls_scratch = _Scratch()
         address: Address = None
         if self._server:
             address = self._listen()  # bind now so a taken port raises from netq.new()
@@ -172,23 +174,7 @@ class SocketCarrier:
         security = self._options.security
         if security is None or security.certificate is None:  # not security.tls
             return None
-        if self._server:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            context.load_cert_chain(security.certificate, security.key)
-            # No TLS 1.3 session tickets: netq clients do not resume TLS sessions (a netq
-            # session outlives its links by itself), and making and sending two tickets per
-            # handshake is work a storm of clients multiplies.
-            context.num_tickets = 0
-            if security.client_ca is not None:
-                context.verify_mode = ssl.CERT_REQUIRED
-                context.load_verify_locations(security.client_ca)
-        else:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            context.load_verify_locations(security.certificate)
-            if security.client_certificate is not None:
-                context.load_cert_chain(security.client_certificate, security.key)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        return context
+        return tls_context(self._server, security)
 
     def _address(self) -> tuple[int, SocketAddress]:
         """The address family and the address to listen on or connect to."""
@@ -241,8 +227,7 @@ class SocketCarrier:
 
     def _close_wake(self) -> None:
         self._poller.close()
-        self._wake_reader.close()
-        self._wake_writer.close()
+        self._wake_up.close()
 
     # ----------------------------------------------------------------- the carrier interface
 
@@ -261,10 +246,7 @@ class SocketCarrier:
     def wake(self) -> None:
         if not self._wake_pending:
             self._wake_pending = True
-            try:
-                self._wake_writer.send(b"\0")
-            except (BlockingIOError, OSError):
-                pass
+            self._wake_up.signal()
 
     def wait(self, timeout: float) -> list[Event]:
         poller = self._poller
@@ -383,11 +365,7 @@ class SocketCarrier:
         pass
 
     def _drain_wake(self) -> None:
-        try:
-            while self._wake_reader.recv(4096):
-                pass
-        except (BlockingIOError, OSError):
-            pass
+        self._wake_up.drain()
         self._wake_pending = False
 
     # ----------------------------------------------------------------- server side
@@ -569,6 +547,29 @@ def _peer(sock: socket.socket) -> object:
         return _PEER_LEFT
 
 
+class _Scratch:
+    """Where TLS ciphertext lands between the socket and OpenSSL (copied into the BIO at once):
+    one per carrier, as one thread at a time leads its loop; made on first use and grown up
+    to _TLS_FILL by the reads that fill it."""
+
+    __slots__ = ("_view",)
+
+    def __init__(self) -> None:
+        self._view: memoryview | None = None
+
+    @property
+    def view(self) -> memoryview:
+        view = self._view
+        if view is None:
+            view = self._view = memoryview(bytearray(_TLS_FILL_FIRST))
+        return view
+
+    def grow(self) -> None:
+        size = len(self.view)
+        if size < _TLS_FILL:
+            self._view = memoryview(bytearray(min(_TLS_FILL, 4 * size)))
+
+
 def _want_write() -> ssl.SSLWantWriteError:
     return ssl.SSLWantWriteError(ssl.SSL_ERROR_WANT_WRITE,
                                  "the socket cannot take the TLS output yet")
@@ -596,7 +597,7 @@ class _TLSStream:
     __slots__ = ("sock", "tls", "incoming", "outgoing", "scratch", "unsent", "encrypted")
 
     def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_side: bool,
-                 hostname: str | None, scratch: memoryview) -> None:
+                 hostname: str | None, scratch: _Scratch) -> None:
         self.sock = sock
         self.incoming = ssl.MemoryBIO()
         self.outgoing = ssl.MemoryBIO()
@@ -663,13 +664,16 @@ class _TLSStream:
         """Move what the socket holds (up to _TLS_FILL bytes) into the incoming BIO; False
         when it holds nothing yet."""
         try:
-            count = self.sock.recv_into(self.scratch)
+            scratch = self.scratch.view
+            count = self.sock.recv_into(scratch)
         except (BlockingIOError, InterruptedError):
             return False
         if not count:
             self.incoming.write_eof()
             return True
-        self.incoming.write(self.scratch[:count])
+        self.incoming.write(scratch[:count])
+        if count == len(scratch):
+            self.scratch.grow()
         if self.outgoing.pending:
             # What reading made OpenSSL say (post-handshake messages). A failure to send it
             # is the next send's to report: this is a read.

@@ -1,15 +1,18 @@
 """The byte-stream loop's poller (netq/transports/poller.py), epoll and selectors forms alike,
 over real socket pairs: what is ready comes back with the data it was registered with, an
-error or hang-up reports the socket ready for what it waits for, misuse is a KeyError."""
+error or hang-up reports the socket ready for what it waits for, misuse is a KeyError; and the
+wake-up descriptor (eventfd and socket-pair forms alike)."""
 
 from __future__ import annotations
 
+import os
 import socket
+import threading
 import time
 
 import pytest
 
-from netq.transports.poller import EPOLL, EVENT_READ, EVENT_WRITE, Poller
+from netq.transports.poller import EPOLL, EVENT_READ, EVENT_WRITE, Poller, WakeUp
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -104,3 +107,35 @@ def test_many_sockets_ready_at_once_all_come_back(poller):
         for left, right in pairs:
             left.close()
             right.close()
+
+
+@pytest.fixture(params=[pytest.param(True, id="eventfd"), pytest.param(False, id="socketpair")])
+def wake_up(request):
+    if request.param and not hasattr(os, "eventfd"):
+        pytest.skip("no eventfd on this platform")
+    wake_up = WakeUp(eventfd=request.param)
+    yield wake_up
+    wake_up.close()
+
+
+def test_a_wake_up_from_another_thread_ends_a_wait_and_drains(poller, wake_up):
+    poller.register(wake_up, EVENT_READ, "wake")
+    assert poller.select(0) == []
+    signaller = threading.Thread(target=wake_up.signal)
+    started = time.monotonic()
+    signaller.start()
+    assert poller.select(T) == [("wake", EVENT_READ)]
+    signaller.join()
+    assert time.monotonic() - started < T
+    for _ in range(3):  # signals add up; one drain takes them all
+        wake_up.signal()
+    wake_up.drain()
+    assert poller.select(0) == []
+    poller.unregister(wake_up)
+
+
+def test_a_closed_wake_up_ignores_signals_and_drains(wake_up):
+    wake_up.close()
+    wake_up.signal()
+    wake_up.drain()
+    wake_up.close()  # twice is harmless

@@ -29,10 +29,8 @@ def pair(tls_files):
     server_context.load_cert_chain(tls_files.server_cert, tls_files.server_key)
     client_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client_context.load_verify_locations(tls_files.ca)
-    server = sockets._TLSStream(a, server_context, True, None,
-                                memoryview(bytearray(sockets._TLS_FILL)))
-    client = sockets._TLSStream(b, client_context, False, "localhost",
-                                memoryview(bytearray(sockets._TLS_FILL)))
+    server = sockets._TLSStream(a, server_context, True, None, sockets._Scratch())
+    client = sockets._TLSStream(b, client_context, False, "localhost", sockets._Scratch())
     try:
         done = set()
         for _ in range(50):  # a handful of flights; each step moves at least one
@@ -82,6 +80,22 @@ def test_a_large_payload_arrives_intact_in_many_records_per_syscall(pair):
         if got == len(payload):
             break
     assert sent == len(payload) and received == payload
+    # The receiver's scratch grew from one record's size to the full fill by the reads that
+    # filled it; the sender's, which read nothing but the handshake, stayed small.
+    assert len(server.scratch.view) == sockets._TLS_FILL
+    assert len(client.scratch.view) == sockets._TLS_FILL_FIRST
+
+
+def test_a_scratch_buffer_is_made_on_first_use_and_grows_4x_up_to_the_fill():
+    scratch = sockets._Scratch()
+    sizes = [len(scratch.view)]
+    for _ in range(6):
+        scratch.grow()
+        sizes.append(len(scratch.view))
+    first, full = sockets._TLS_FILL_FIRST, sockets._TLS_FILL
+    assert sizes[0] == first
+    assert sizes == sorted(sizes) and sizes[-1] == full
+    assert all(b in (min(full, 4 * a), a) for a, b in zip(sizes, sizes[1:], strict=False))
 
 
 def test_a_send_counts_only_once_its_ciphertext_is_in_the_socket(pair):

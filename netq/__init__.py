@@ -112,7 +112,10 @@ def new(protocol: Protocol | str = Protocol.TCP, purpose: Purpose | str = Purpos
     """Create a communicator. Never blocks on the network.
 
     A server binds at once (so a taken port raises ``OSError`` here); a client connects, and
-    reconnects, on its I/O thread. Each call without ``options`` gets a fresh random id.
+    reconnects, on its I/O thread. Each call without ``options`` gets a fresh random id; a
+    server knows a client by it, so a client whose options' id another live client of this
+    process uses for the same server raises :class:`LocalProtocolError` (give each client its
+    own :class:`CommunicatorOptions`).
     A server that other machines can reach and that would unpickle anything from
     unauthenticated peers raises :class:`UnprotectedServer` before it binds (see
     :mod:`netq.exposure` and ``SecurityOptions.allow_untrusted_peers``).

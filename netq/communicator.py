@@ -89,6 +89,43 @@ _live_communicators: weakref.WeakSet[Communicator] = weakref.WeakSet()
 _live_communicators_lock = threading.Lock()
 
 
+# Clients of this process by (protocol, server, id, authkey): a server knows a client by its
+# id, so two live clients of one server under one id (and one key: with another key the server
+# refuses one) take each other's connection in turn and neither gets through
+# (CommunicatorOptions made once and passed to several netq.new() calls).
+_ClientKey = tuple[str, object, uuid.UUID, bytes | None]
+_client_ids: dict[_ClientKey, weakref.ref[Communicator]] = {}
+
+
+def _client_key(client: Communicator) -> _ClientKey:
+    security = client.options.security
+    return (client.protocol.value, client.options.netloc, client.id,
+            None if security is None else security.authkey)
+
+
+def _check_client_id(client: Communicator) -> None:
+    """LocalProtocolError if a live client of this process already uses this new client's id
+    for its server (one that began closing has let it go)."""
+    with _live_communicators_lock:
+        held = _client_ids.get(_client_key(client))
+        other = held() if held is not None else None
+        if other is not None and not other.closed:
+            raise LocalProtocolError(
+                f"another live client of this process ({other!r}) already uses id {client.id} "
+                f"for the server at {client.options.netloc}: the server would take each one's "
+                f"connection for the other's and neither would get through. Give each client "
+                f"its own CommunicatorOptions (each gets a fresh id), or "
+                f"options.replace(id=uuid.uuid4())")
+
+
+def _claim_client_id(client: Communicator) -> None:
+    with _live_communicators_lock:
+        if len(_client_ids) > 2 * len(_live_communicators) + 64:  # drop the collected ones
+            for stale in [k for k, ref in _client_ids.items() if ref() is None]:
+                del _client_ids[stale]
+        _client_ids[_client_key(client)] = weakref.ref(client)
+
+
 def live_communicators() -> list[Communicator]:
     """The communicators of this process that are still referenced, oldest first (open or
     closed: a closed one stays listed until it is garbage-collected)."""
@@ -133,6 +170,8 @@ class Communicator:
         self._creator_pid = os.getpid()
         # Set in a forked child by _mark_inherited_after_fork: every call there raises it.
         self._fork_error: UsedInForkedChild | None = None
+        if self.purpose is Purpose.CLIENT:
+            _check_client_id(self)  # before anything is made: a mistake costs nothing
         self._dump_parts, self._load_parts = _part_codecs(options.serialization)
         self._message_limit = options.serialization.message_limit
         self._stall_warning = options.connection.stall_warning
@@ -147,6 +186,8 @@ class Communicator:
         self._transport = self._engine.transport
         # What get() hands out stays held until the next get() (netq.credit.ReceiveBudget.lend).
         self._budget = self._engine.budget
+        if self.purpose is Purpose.CLIENT:
+            _claim_client_id(self)
         self._engine.start()
         self._created = time.monotonic()
         with _live_communicators_lock:

@@ -76,6 +76,7 @@ class Handshake:
         self._options = options
         self._recv_messages = recv_messages
         self._said_no_shm = False
+        self._replaced_said_at: float | None = None  # client: when it last said it was replaced
         self._session_timeout = options.connection.session_timeout  # seconds
         self.totals_closed = [0, 0, 0, 0]  # messages/bytes in/out of sessions now gone
         self._goodbye_by: float | None = None  # see stopping()
@@ -239,6 +240,8 @@ class Handshake:
         if code == ErrorCode.REPLACED:
             link.error = ConnectionLost(link.peer_id, "replaced by a newer connection")
             link.replaced = True
+            if not self._server:
+                self._say_replaced()
         elif code == ErrorCode.SHUTDOWN:
             link.error = ResourceClosed(link.peer_id, "the peer shut down")
             session = link.session
@@ -248,6 +251,22 @@ class Handshake:
             link.error = AuthenticationError(f"peer rejected us: {event.text}")
         else:
             link.error = RemoteProtocolError(f"peer reported error {code}: {event.text}")
+
+    def _say_replaced(self) -> None:
+        """Client: the server took a newer connection under this client's id instead of ours.
+        Our own newer attempt never replaces a link we still hold, so another live client uses
+        this id: said once a minute at most, as two such clients take turns."""
+        now = time.monotonic()
+        if self._replaced_said_at is not None and now - self._replaced_said_at < 60:
+            return
+        self._replaced_said_at = now
+        LOGGER.warning(
+            "netq client %s: the server at %s replaced this client's connection with a newer "
+            "one under the same id: another live client uses id %s (another process, or a "
+            "worker that inherited these CommunicatorOptions through a fork), and the two take "
+            "each other's connection in turn. Give each client its own CommunicatorOptions "
+            "(each gets a fresh id)", self._options.id, self._transport.connect_target(),
+            self._options.id)
 
     def link_closed(self, link: Link, now: float) -> str | None:
         """The link is gone: its session waits for a reconnect, or ends. Returns, for a client

@@ -116,6 +116,9 @@ class CarrierInfo:
     # The carrier passes descriptors with the bytes (Unix sockets, SCM_RIGHTS): read_into and
     # write take the fds argument, and links may carry parts in shared memory (netq._shm).
     passes_fds: bool = False
+    # A descriptor that is readable whenever wait(0) would report something (an epoll set),
+    # so that one thread can watch many carriers (netq.shared_io); None: not pollable.
+    poll_fd: int | None = None
 
 
 class Carrier(Protocol[ChannelT]):

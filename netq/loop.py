@@ -44,6 +44,7 @@ from .carrier import (
 from .contract import EngineAPI, Link, TransportAPI
 from .link_driver import LinkDriver
 from .options import Purpose
+from .shared_io import client_thread, own_thread_ended
 
 __all__ = ("IOLoop", "carrier_loop")
 
@@ -73,7 +74,19 @@ class IOLoop:
         info = self.carrier.info
         self.info = info
         self.direct_writes = info.user_threads_write
-        self.caller_leads = info.any_thread_waits
+        # A client may run on the process's shared I/O thread (netq.shared_io), where no
+        # caller leads it (the shared thread serves the others meanwhile).
+        self._owns_client_thread = not self._server and info.any_thread_waits
+        self._shared = client_thread(engine.options.connection.io_thread, info.poll_fd) \
+            if self._owns_client_thread else None
+        self._owns_client_thread &= self._shared is None
+        self.poll_fd = info.poll_fd if self._shared is not None and info.poll_fd is not None \
+            else -1
+        self._ended = threading.Event()  # a shared loop has ended (what join() waits for)
+        self._woken = False  # wake() since the start of a shared loop's turn
+        self._handled = 0  # events the latest turn acted on
+        self._next_turn_in = 0.0  # seconds until the latest turn wants the next
+        self.caller_leads = info.any_thread_waits and self._shared is None
         self.watches_peer_host = info.watches_peer_host
         self.looked_at = time.monotonic()
         # The links and what happens to each (netq.link_driver); the engine's calls about one
@@ -101,7 +114,7 @@ class IOLoop:
         self._due_at = 0.0
         self._leader_ident: int | None = None
         self._turns = LoopTurns()  # a caller's turns on the main thread defer Ctrl-C (see lead)
-        self._thread = threading.Thread(
+        self._thread = None if self._shared is not None else threading.Thread(
             target=self._run,
             name=f"netq-io-{engine.purpose.value}-{str(engine.id)[:8]}", daemon=True)
 
@@ -118,11 +131,19 @@ class IOLoop:
         return self.carrier.explain()
 
     def start(self) -> None:
-        self._thread.start()
+        if self._thread is None:
+            assert self._shared is not None
+            self._shared.add(self)
+        else:
+            self._thread.start()
 
     def join(self) -> None:
-        if self._thread.ident is not None and threading.get_ident() != self._thread.ident:
-            self._thread.join()
+        thread = self._thread
+        if thread is None:
+            if threading.get_ident() != self._io_ident:
+                self._ended.wait()
+        elif thread.ident is not None and threading.get_ident() != thread.ident:
+            thread.join()
 
     def abort(self) -> None:
         self._aborted = True
@@ -130,6 +151,7 @@ class IOLoop:
         self.wake()
 
     def wake(self) -> None:
+        self._woken = True
         if self._parked:
             self.unpark()
         if self._idle:
@@ -164,11 +186,10 @@ class IOLoop:
     # ----------------------------------------------------------------- the loop
 
     def _run(self) -> None:
-        engine = self.engine
-        self._io_ident = self._leader_ident = threading.get_ident()
+        """The loop on a thread of its own."""
+        error: BaseException | None = None
         try:
-            if not self._server:
-                self._connect()
+            self.begin()
             while not self._aborted:
                 with self._lead:
                     self._leader_ident = self._io_ident
@@ -178,12 +199,53 @@ class IOLoop:
                     park = self._driver.handed_off and self.caller_leads
                 if park:
                     self._park_for_callers()
-        except BaseException as error:  # noqa: BLE001 - must reach futures and get()
-            engine.failed(error)
+        except BaseException as failure:  # noqa: BLE001 - must reach futures and get()
+            error = failure
+        finally:
+            self.end(error)
+
+    # The shared I/O thread calls begin(), then turn() until it returns None, then end().
+
+    def begin(self) -> None:
+        """The first thing the loop does on its thread: a client starts to connect."""
+        self._io_ident = self._leader_ident = threading.get_ident()
+        if not self._server:
+            self._connect()
+
+    def turn(self) -> float | None:
+        """One turn on the shared I/O thread, with a wait of 0: seconds until the loop wants
+        the next (0: at once), or None when it may end."""
+        if self._aborted:
+            return None
+        self._woken = False
+        with self._lead:
+            self._leader_ident = self._io_ident
+            try:
+                if self._step(0.0):
+                    return None
+            finally:
+                self._leader_ident = None  # another member's callback is not this loop's
+        if self._aborted:
+            return None
+        if self._woken or self._handled or self._due_at == 0.0 or self._driver.changed:
+            # Woken during the turn, or what it did (events, a reconnect scheduled, a link
+            # closing) may want a turn sooner than its wait was worked out before.
+            return 0.0
+        return self._next_turn_in
+
+    def end(self, error: BaseException | None) -> None:
+        """The loop ends (``error``: why it failed): links closed, the engine told."""
+        try:
+            if error is not None:
+                self.engine.failed(error)
         finally:
             with self._lead:  # a caller leading the loop ends its turn first (it sees _aborted)
                 self._shutdown()
-            engine.finished()
+            if self._owns_client_thread:
+                self._owns_client_thread = False
+                own_thread_ended()
+            self.engine.finished()
+            self._ended.set()
 
     def _step(self, cap: float | None) -> bool:
         """One turn of the loop (whoever leads it); True when a closing loop may end.
@@ -209,15 +271,14 @@ class IOLoop:
             timeout = min(timeout, max(0.0, self._attempt_since + self.info.attempt_limit - now))
         driver.changed = False
         self._due_at = now + timeout
-        if cap is not None:
-            timeout = min(timeout, cap)
         # Set before looking at the engine's queue: a user thread that queues work after the
-        # look sees _idle and signals the wait (no lost wake-up).
+        # look sees _idle and signals the wait (no lost wake-up). A shared loop is idle
+        # between its turns too: it stays set.
         self._idle = True
         if engine.has_work:
             timeout = 0
-        self._wait(timeout)
-        self._idle = False
+        self._wait(timeout, cap)
+        self._idle = self._shared is not None
         now = time.monotonic()
         if self._reconnect_at is not None and now >= self._reconnect_at:
             self._reconnect_at = None
@@ -229,11 +290,15 @@ class IOLoop:
                     driver.drop(link)
         return False
 
-    def _wait(self, timeout: float) -> None:
-        """Wait for the carrier's events (at most ``timeout`` s) and act on each."""
+    def _wait(self, timeout: float, cap: float | None) -> None:
+        """Wait for the carrier's events (at most ``timeout`` s, and ``cap``) and act on
+        each."""
         driver = self._driver
         if driver.held:
             timeout = min(timeout, driver.release_holds())
+        self._next_turn_in = timeout
+        if cap is not None:
+            timeout = min(timeout, cap)
         turns = self._turns
         # Whatever had arrived by now, this wait reports (and what it reports is read before
         # the timers look again); stamped after it, a stall of this process between the poll
@@ -248,6 +313,7 @@ class IOLoop:
         else:
             events = self.carrier.wait(timeout)
         self.looked_at = looked_at
+        self._handled = len(events)
         links = driver.by_channel
         for kind, channel, value in events:
             if kind <= 3:  # READABLE and/or WRITABLE

@@ -134,6 +134,14 @@ class ConnectionOptions:
                     instead of through it, when both ends have it on (Linux). False: every
                     byte through the socket. See docs/transports.md.
     shm_threshold   the smallest part (bytes) sent through shared memory (1 MiB).
+    io_thread       client only: "own" runs this communicator's I/O on a thread of its own
+                    (a blocked get() may then run its loop itself: the fastest round trip);
+                    "shared" on the one I/O thread the process's shared clients have in
+                    common (a process that runs a thousand clients runs one such thread, not
+                    a thousand: see netq.shared_io; a done-callback that blocks holds up all
+                    of them); "auto" (the default) own for a process's first 8 clients open
+                    at once, shared from then on. Servers always run their own. On platforms
+                    without epoll every client runs its own.
     """
 
     max_size: int = 4 * MiB
@@ -152,6 +160,7 @@ class ConnectionOptions:
     stall_warning: float = 5.0
     shared_memory: bool = True
     shm_threshold: int = 1 * MiB
+    io_thread: str = "auto"
 
     def __post_init__(self) -> None:
         if self.max_size < 1024:
@@ -180,6 +189,8 @@ class ConnectionOptions:
             raise ValueError("stall_warning must be > 0")
         if self.spin < 0:
             raise ValueError("spin must be >= 0")
+        if self.io_thread not in ("auto", "own", "shared"):
+            raise ValueError(f"io_thread must be 'auto', 'own' or 'shared', not {self.io_thread!r}")
         if self.shm_threshold < 4096:
             raise ValueError("shm_threshold must be at least 4 KiB")
         if self.session_timeout < 0 or self.heartbeat <= 0:

@@ -114,6 +114,11 @@ TRANSPORTS: dict[str, TransportSpec] = {
     "unix": SocketSpec("unix", nq.Protocol.UNIX),  # large parts in shared memory (the default)
     "unix-noshm": SocketSpec("unix-noshm", nq.Protocol.UNIX, shared_memory=False),
     "tcp6": SocketSpec("tcp6", nq.Protocol.TCP, host="::1"),
+    # Clients on the process's shared I/O thread (netq.shared_io: a process's 9th client on)
+    "tcp-shared": SocketSpec("tcp-shared", nq.Protocol.TCP, host="127.0.0.1",
+                             io_thread="shared"),
+    "tls-shared": SocketSpec("tls-shared", nq.Protocol.TCP, host="127.0.0.1", tls=True,
+                             io_thread="shared"),
     "mqtt": MQTTSpec(), "mqtt-rabbitmq": RabbitMQSpec(),
     "grpc": GRPCSpec("grpc"), "grpc-tls": GRPCSpec("grpc-tls", tls=True),
 }
@@ -126,8 +131,12 @@ def _transport_ids():
 # RabbitMQ runs the conformance suite: what the MQTT transport promises, on another broker. The
 # fault, flow-control and hostile-input suites test netq's side of a link and run on mosquitto;
 # RabbitMQ's own failures (node and cluster restarts, either start order) are
-# tests/transports/test_mqtt_brokers.py. This keeps CI within its time.
-_SUITES_PER_TRANSPORT = {"mqtt-rabbitmq": ("test_conformance.py",)}
+# tests/transports/test_mqtt_brokers.py. The shared I/O thread changes which thread runs a
+# client's loop, not what a link does: the conformance suite covers it. This keeps CI within
+# its time.
+_SUITES_PER_TRANSPORT = {"mqtt-rabbitmq": ("test_conformance.py",),
+                         "tcp-shared": ("test_conformance.py", "test_fork.py"),
+                         "tls-shared": ("test_conformance.py",)}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

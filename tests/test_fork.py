@@ -115,7 +115,8 @@ def _multiprocessing_child(server, client, connection) -> None:
 # Not gRPC: grpcio's own fork handlers crash a child forked while its channels and servers run
 # (a segmentation fault in the child, before any netq code there), which netq cannot prevent;
 # README "Platforms and processes" says so.
-@pytest.mark.parametrize("transport", ["tcp", "unix", "tls", "mqtt"], indirect=True)
+@pytest.mark.parametrize("transport", ["tcp", "tcp-shared", "unix", "tls", "mqtt"],
+                         indirect=True)
 def test_multiprocessing_fork_child_fails_fast_and_parent_keeps_working(transport):
     server, client = connected_pair(transport)
     context = multiprocessing.get_context("fork")

@@ -57,6 +57,11 @@ class Poller:
     def __len__(self) -> int:
         return len(self._registered)
 
+    def fileno(self) -> int | None:
+        """The epoll set's descriptor (readable while a registered socket is ready, so that
+        another poller can watch this one); None under :mod:`selectors`."""
+        return None if self._epoll is None else self._epoll.fileno()
+
     @staticmethod
     def _epoll_events(events: int) -> int:
         return (_EPOLLIN if events & EVENT_READ else 0) | (_EPOLLOUT if events & EVENT_WRITE

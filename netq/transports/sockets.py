@@ -145,7 +145,10 @@ class SocketCarrier:
         self._wake_up = WakeUp()
         self._poller.register(self._wake_up, _READ, _WAKE)
         self._wake_pending = False
-        self._waiting = False  # a thread is in wait(), past its look at _rearm
+        # A thread is in wait(), past its look at _rearm; it stays set after a wait that did
+        # not block, as the loop may then not come back before a wake-up (a shared I/O thread
+        # gives each of its carriers a wait of 0 per turn): what needs a look wakes it.
+        self._waiting = False
         self._events: list[Event] = []  # reported by the next wait() (accepts, attempts)
         # Channels whose write interest changes at the next wait(): a write may come from a
         # user's thread, and only the thread that waits may touch the poller.
@@ -166,7 +169,8 @@ class SocketCarrier:
         self.info = CarrierInfo(
             address=address, target=str(options.netloc), any_thread_waits=True,
             user_threads_write=self._ssl is None,
-            attempt_limit=3 * options.connection.heartbeat, ack_hold=ACK_HOLD)
+            attempt_limit=3 * options.connection.heartbeat, ack_hold=ACK_HOLD,
+            poll_fd=self._poller.fileno())
 
     # ----------------------------------------------------------------- set-up
 
@@ -265,7 +269,8 @@ class SocketCarrier:
         if self._failed_handshakes.count:
             self._failed_handshakes.summarize()
         ready = poller.select(timeout)
-        self._waiting = False
+        if timeout > 0:
+            self._waiting = False
         if events:
             self._events = []
         else:
@@ -364,6 +369,16 @@ class SocketCarrier:
     def _unlink_socket_file(self) -> None:
         pass
 
+    def _report_later(self, event: Event) -> None:
+        self._events.append(event)
+        self._look_again()
+
+    def _look_again(self) -> None:
+        """Something for the next wait() to report that no descriptor shows: a loop that
+        may not come back by itself must be woken (see _waiting)."""
+        if self._waiting:
+            self.wake()
+
     def _drain_wake(self) -> None:
         self._wake_up.drain()
         self._wake_pending = False
@@ -415,12 +430,12 @@ class SocketCarrier:
             family, address = self._address()
             sock = self._new_socket(family)
         except OSError as error:
-            self._events.append((FAILED, None, f"cannot resolve or open a socket: {error}"))
+            self._report_later((FAILED, None, f"cannot resolve or open a socket: {error}"))
             return
         code = sock.connect_ex(address)
         if code not in (0, errno.EINPROGRESS):
             sock.close()
-            self._events.append((FAILED, None, _connect_error(code, family)))
+            self._report_later((FAILED, None, _connect_error(code, family)))
             return
         self._connecting = sock
         self._poller.register(sock, _WRITE, _CONNECT)
@@ -482,6 +497,7 @@ class SocketCarrier:
             # The peer's first data came with its last handshake flight: it is out of the
             # socket already, so no readable event will report it.
             self._buffered.add(channel)
+            self._look_again()
         return True
 
     def _read_tls(self, channel: SocketChannel, stream: _TLSStream, buffer: memoryview) -> int:
@@ -501,6 +517,7 @@ class SocketCarrier:
             return got
         if got == size and stream.buffered:
             self._buffered.add(channel)  # more already taken from the socket
+            self._look_again()
         return got
 
     @staticmethod

@@ -85,6 +85,19 @@ class SharedIOThread:
     # ----------------------------------------------------------------- the thread
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as error:  # no member may wait for a dead thread
+            LOGGER.exception("netq: the shared I/O thread failed")
+            with self._lock:
+                stranded = [*self._members.values(), *self._joining]
+                self._members.clear()
+                self._joining.clear()
+                self._close_locked()
+            for member in stranded:
+                self._end(member, error)
+
+    def _serve(self) -> None:
         self.ident = threading.get_ident()
         epoll = self._epoll
         assert epoll is not None
@@ -110,7 +123,7 @@ class SharedIOThread:
                 due[member] = -math.inf
             if ready:
                 timeout = 0.0
-            elif heap:
+            elif heap and heap[0][0] < math.inf:
                 # Whole milliseconds, rounded up: rounding down would wake before the timer
                 # and spin until it is due.
                 timeout = max(0.0, math.ceil((heap[0][0] - time.monotonic()) * 1e3) * 1e-3)

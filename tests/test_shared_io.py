@@ -187,3 +187,87 @@ def test_a_forked_child_gets_a_shared_thread_of_its_own():
     finally:
         parent_client.close(timeout=T)
         server.close(timeout=T)
+
+
+# ============================================================================ the thread alone
+
+
+class _Member:
+    """A stand-in loop: an eventfd as its poller descriptor, turns recorded."""
+
+    def __init__(self, waits: list[float | None], fail_on_turn: int | None = None) -> None:
+        self.poll_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.waits = waits  # what each turn returns (the last one repeats)
+        self.fail_on_turn = fail_on_turn
+        self.turns: list[float] = []
+        self.begun = 0
+        self.ended = threading.Event()
+        self.error: BaseException | None = None
+
+    def begin(self) -> None:
+        self.begun += 1
+
+    def turn(self) -> float | None:
+        self.turns.append(time.monotonic())
+        if self.fail_on_turn == len(self.turns):
+            raise RuntimeError("this turn fails")
+        try:
+            os.eventfd_read(self.poll_fd)  # what it was woken for is taken
+        except BlockingIOError:
+            pass
+        index = min(len(self.turns), len(self.waits)) - 1
+        return self.waits[index]
+
+    def end(self, error: BaseException | None) -> None:
+        self.error = error
+        os.close(self.poll_fd)
+        self.ended.set()
+
+
+def test_the_shared_thread_turns_a_member_when_woken_when_due_and_ends_with_the_last():
+    thread = shared_io.SharedIOThread()
+    sleeper = _Member([3600.0])  # wants no turn of its own for an hour
+    ticker = _Member([0.05, 0.05, 0.05, None])  # three timed turns, then it ends
+    thread.add(sleeper)
+    thread.add(ticker)
+    assert ticker.ended.wait(T) and ticker.error is None
+    assert len(ticker.turns) == 4 and ticker.begun == 1
+    timed = ticker.turns[1:]  # the turns its timers asked for
+    gaps = [later - earlier for earlier, later in zip(timed, timed[1:], strict=False)]
+    assert all(gap >= 0.05 for gap in gaps), gaps  # never before its timer
+    _wait_until(lambda: len(sleeper.turns) == 1, "begun")
+    os.eventfd_write(sleeper.poll_fd, 1)  # its descriptor readable: a turn at once
+    _wait_until(lambda: len(sleeper.turns) == 2, "woken")
+    sleeper.waits = [None]
+    os.eventfd_write(sleeper.poll_fd, 1)
+    assert sleeper.ended.wait(T) and sleeper.error is None
+    _wait_until(lambda: thread.ident is None, "ended with its last member")
+    assert len(thread) == 0
+
+
+def test_a_member_whose_turn_raises_ends_with_that_error_and_the_others_go_on():
+    thread = shared_io.SharedIOThread()
+    failing = _Member([0.01], fail_on_turn=2)
+    steady = _Member([0.01, 0.01, 0.01, 0.01, 0.01, None])
+    thread.add(failing)
+    thread.add(steady)
+    assert failing.ended.wait(T)
+    assert isinstance(failing.error, RuntimeError)
+    assert steady.ended.wait(T) and steady.error is None and len(steady.turns) == 6
+    _wait_until(lambda: thread.ident is None, "ended")
+
+
+def test_if_the_shared_thread_itself_fails_every_member_hears_why(monkeypatch):
+    thread = shared_io.SharedIOThread()
+    members = [_Member([0.01]), _Member([3600.0])]
+
+    def broken(*_args):
+        raise RuntimeError("the thread's own bookkeeping failed")
+
+    monkeypatch.setattr(shared_io.heapq, "heappush", broken)
+    for member in members:
+        thread.add(member)
+    for member in members:
+        assert member.ended.wait(T), "a member of a dead thread was left waiting"
+        assert isinstance(member.error, RuntimeError)
+    _wait_until(lambda: thread.ident is None, "closed")

@@ -46,6 +46,31 @@ class TLSFiles:
     client_key: Path
 
 
+def report_from_forked_child(target, args: tuple, wait: float) -> dict:
+    """Run ``target(*args, connection)`` in a child forked by ``multiprocessing`` and return
+    the JSON report it sends through ``connection``; the child is killed if it outlives
+    ``wait`` seconds, and must exit with 0."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+    child = context.Process(target=target, args=(*args, sender))
+    child.start()
+    sender.close()
+    try:
+        assert receiver.poll(wait), "the forked child reported nothing"
+        report = json.loads(receiver.recv())
+        child.join(wait)
+        assert child.exitcode == 0, child.exitcode
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join(wait)
+        child.close()
+        receiver.close()
+    return report
+
+
 def write_tls_files(directory: Path, *, ips: tuple[str, ...] = ("127.0.0.1", "::1"),
                     dns: tuple[str, ...] = ("localhost",), name: str = "netq test") -> TLSFiles:
     """A throwaway CA, a server certificate for ``ips`` and ``dns`` and a client certificate

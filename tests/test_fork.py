@@ -21,6 +21,7 @@ import time
 import pytest
 
 import netq as nq
+from harness import report_from_forked_child
 
 T = 20.0  # seconds any single blocking step in the parent may take before the test is stuck
 FAST = 2.0  # seconds: a call in the child must fail within this
@@ -119,22 +120,7 @@ def _multiprocessing_child(server, client, connection) -> None:
                          indirect=True)
 def test_multiprocessing_fork_child_fails_fast_and_parent_keeps_working(transport):
     server, client = connected_pair(transport)
-    context = multiprocessing.get_context("fork")
-    receiver, sender = context.Pipe(duplex=False)
-    child = context.Process(target=_multiprocessing_child, args=(server, client, sender))
-    child.start()
-    sender.close()
-    try:
-        assert receiver.poll(T), "the forked child reported nothing"
-        report = json.loads(receiver.recv())
-        child.join(T)
-        assert child.exitcode == 0, child.exitcode
-    finally:
-        if child.is_alive():
-            child.kill()
-            child.join(T)
-        child.close()
-        receiver.close()
+    report = report_from_forked_child(_multiprocessing_child, (server, client), T)
     check_child_report(report, os.getpid(), server, client)
     check_parent_unaffected(server, client)
 

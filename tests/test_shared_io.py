@@ -11,7 +11,6 @@ shared thread of its own.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import threading
 import time
@@ -19,6 +18,7 @@ import time
 import pytest
 
 import netq as nq
+from harness import report_from_forked_child
 from netq import shared_io
 
 T = 30.0  # seconds a single step may take before the test counts as stuck
@@ -48,6 +48,12 @@ def _client(server: nq.Communicator, io_thread: str = "auto") -> nq.Communicator
     return nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, nq.CommunicatorOptions(
         netloc=nq.NetworkLocation("127.0.0.1", server.address[1]),
         connection=nq.ConnectionOptions(io_thread=io_thread)))
+
+
+def _close_all(server: nq.Communicator, clients: list[nq.Communicator]) -> None:
+    for client in clients:
+        client.close(timeout=T)
+    server.close(timeout=T)
 
 
 def _wait_until(condition, what: str) -> None:
@@ -83,9 +89,7 @@ def test_a_process_with_many_clients_runs_one_shared_io_thread():
         late.put("late").result(timeout=T)
         assert server.get(timeout=T) == (late.id, "late")
     finally:
-        for client in clients:
-            client.close(timeout=T)
-        server.close(timeout=T)
+        _close_all(server, clients)
 
 
 def test_own_and_shared_are_what_they_say():
@@ -100,9 +104,7 @@ def test_own_and_shared_are_what_they_say():
             client.put("hello").result(timeout=T)
             assert server.get(timeout=T) == (client.id, "hello")
     finally:
-        for client in clients:
-            client.close(timeout=T)
-        server.close(timeout=T)
+        _close_all(server, clients)
     with pytest.raises(ValueError, match="io_thread"):
         nq.ConnectionOptions(io_thread="pooled")
 
@@ -132,10 +134,7 @@ def test_a_done_callback_on_the_shared_thread_may_use_another_shared_client():
         relayed[0].result(timeout=T)
         assert on_thread == ["netq-io-shared"]
     finally:
-        for client in (first, second):
-            if client is not None:
-                client.close(timeout=T)
-        server.close(timeout=T)
+        _close_all(server, [client for client in (first, second) if client is not None])
 
 
 def _child_client(port: int, connection) -> None:
@@ -163,21 +162,7 @@ def test_a_forked_child_gets_a_shared_thread_of_its_own():
     try:
         parent_client.put("before").result(timeout=T)
         assert server.get(timeout=T) == (parent_client.id, "before")
-        context = multiprocessing.get_context("fork")
-        receiver, sender = context.Pipe(duplex=False)
-        child = context.Process(target=_child_client, args=(server.address[1], sender))
-        child.start()
-        sender.close()
-        try:
-            assert receiver.poll(T + 10), "the forked child reported nothing"
-            report = json.loads(receiver.recv())
-            child.join(T)
-        finally:
-            if child.is_alive():
-                child.kill()
-                child.join(T)
-            child.close()
-            receiver.close()
+        report = report_from_forked_child(_child_client, (server.address[1],), T + 10)
         assert report.get("ok"), report
         assert report["threads"]["shared"] == 1, report
         message = server.get(timeout=T)
@@ -185,8 +170,7 @@ def test_a_forked_child_gets_a_shared_thread_of_its_own():
         parent_client.put("after").result(timeout=T)
         assert server.get(timeout=T) == (parent_client.id, "after")
     finally:
-        parent_client.close(timeout=T)
-        server.close(timeout=T)
+        _close_all(server, [parent_client])
 
 
 # ============================================================================ the thread alone

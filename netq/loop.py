@@ -76,10 +76,10 @@ class IOLoop:
         self.direct_writes = info.user_threads_write
         # A client may run on the process's shared I/O thread (netq.shared_io), where no
         # caller leads it (the shared thread serves the others meanwhile).
-        self._owns_client_thread = not self._server and info.any_thread_waits
+        client = not self._server and info.any_thread_waits
         self._shared = client_thread(engine.options.connection.io_thread, info.poll_fd) \
-            if self._owns_client_thread else None
-        self._owns_client_thread &= self._shared is None
+            if client else None
+        self._owns_client_thread = client and self._shared is None  # counted per process
         self.poll_fd = info.poll_fd if self._shared is not None and info.poll_fd is not None \
             else -1
         self._ended = threading.Event()  # a shared loop has ended (what join() waits for)

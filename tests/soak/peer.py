@@ -10,11 +10,13 @@ The spec is :func:`tests.netq_child.encode_options`'s form plus ``soak``: this p
 
 It speaks :class:`tests.harness.Child`'s protocol on stdin/stdout (one JSON line per command):
 
-    pause   seconds        the receiver stops calling get() for that long (a stalled reader)
+    pause   seconds        the receiver stops calling get() for that long (a stalled reader);
+                           answered once no get() is under way
     quiesce timeout_       stop putting; once every future has resolved (or after timeout_
                            seconds), answer with the sequence numbers still unresolved
-    close   timeout_       close(timeout=timeout_), traffic may still be running; then check
-                           that no ``netq-`` thread or descriptor outlives it
+    close   timeout_       close(timeout=timeout_), traffic may still be running; then take
+                           what arrived and was not read, and check that no ``netq-``
+                           thread or descriptor outlives it
 
 Journal lines are JSON arrays ``[kind, time.time(), ...]``, one write() each, so a SIGKILL
 loses at most the line being written:
@@ -59,6 +61,17 @@ def _rss() -> int:
 
 def _fd_count() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+def _fd_targets() -> dict[str, str]:
+    """Every open descriptor and what it points at (a socket, a pipe, a memfd, a file)."""
+    targets = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            targets[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed between the listing and the readlink, or the listing's own
+            pass
+    return targets
 
 
 ARRAY_MIN = 1024 * 1024  # large parts from this size are sometimes numpy arrays
@@ -127,6 +140,7 @@ class Peer:
         threading.excepthook = self._crashed
         logging.getLogger("netq").addHandler(self.warnings)
         self.fds_before = _fd_count()
+        self.fd_targets_before = _fd_targets()
         protocol, purpose, options = decode_options(spec)
         self.is_server = purpose is nq.Purpose.SERVER
         self.journal.write("start", os.getpid(), _rss())
@@ -135,6 +149,7 @@ class Peer:
         self.sending.set()
         self.stopped = threading.Event()
         self.paused_until = 0.0
+        self.reader_paused = threading.Event()
         self.lock = threading.Lock()
         self.unresolved: set[int] = set()
         self.sent_bytes = 0
@@ -233,6 +248,7 @@ class Peer:
     def _receive(self) -> None:
         while not self.stopped.is_set():
             if time.monotonic() < self.paused_until:
+                self.reader_paused.set()
                 self.stopped.wait(min(0.1, self.paused_until - time.monotonic()))
                 continue
             try:
@@ -246,12 +262,14 @@ class Peer:
             except nq.NetqError as error:
                 self.journal.write("recv_error", type(error).__name__, str(error)[:200])
                 continue
-            sender, incarnation, seq, part, parts, crc, data = message.data
-            view = data if type(data) is bytes else memoryview(data).cast("B")
-            self.journal.write("recv", sender, incarnation, seq, part, parts, len(data),
-                               zlib.crc32(view) == crc
-                               and view == payload(sender, incarnation, seq, part, len(data)))
-            del view, data
+            self._journal_received(message)
+
+    def _journal_received(self, message: nq.Message) -> None:
+        sender, incarnation, seq, part, parts, crc, data = message.data
+        view = data if type(data) is bytes else memoryview(data).cast("B")
+        self.journal.write("recv", sender, incarnation, seq, part, parts, len(data),
+                           zlib.crc32(view) == crc
+                           and view == payload(sender, incarnation, seq, part, len(data)))
 
     def _sample(self) -> None:
         while not self.stopped.wait(1.0):
@@ -262,7 +280,11 @@ class Peer:
     def serve(self, command: dict):
         op = command["op"]
         if op == "pause":
+            self.reader_paused.clear()
             self.paused_until = time.monotonic() + command["seconds"]
+            # answered once the reader has seen it: a get() under way when the command came
+            # may still return a message, none starts after the answer
+            self.reader_paused.wait(10)
             return None
         if op == "quiesce":
             self.sending.clear()
@@ -287,6 +309,13 @@ class Peer:
             self.stopped.set()
             for thread in self.threads:
                 thread.join(10)
+            # What arrived and was not read (a paused reader) is still ours to get() after
+            # close; a message in shared memory keeps its mapping's descriptors until taken.
+            while True:
+                try:
+                    self._journal_received(self.comm.get(block=False))
+                except (nq.ResourceClosed, nq.Empty):
+                    break
             deadline = time.monotonic() + 10
             while True:
                 threads = [t.name for t in threading.enumerate()
@@ -295,6 +324,11 @@ class Peer:
                 if (not threads and extra <= 0) or time.monotonic() > deadline:
                     break
                 time.sleep(0.1)
+            if extra > 0:
+                # name what outlived close(), so a leak report says which kind of descriptor
+                new = {fd: target for fd, target in _fd_targets().items()
+                       if self.fd_targets_before.get(fd) != target}
+                self.journal.write("warn", f"descriptors left after close(): {new}")
             self.journal.write("closed", threads, extra)
             return {"threads": threads, "fds": extra, "gave_up": gave_up,
                     "shm_bytes": stats.shm_bytes_in + stats.shm_bytes_out}

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import threading
 import time
 import uuid
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -316,3 +318,44 @@ def test_close_without_a_timeout_tries_no_longer_than_the_server_holds_the_sessi
         setup.relay.restore()
         _the_next_process_with_the_id_receives_nothing_twice(setup.server, setup.options,
                                                              setup.client.id)
+
+
+def test_what_a_closed_client_has_not_read_is_not_called_a_leak(tmp_path):
+    """Soak seed 4263096297 (unix, 1 min): a client closed while its reader was paused had
+    shared-memory messages in its inbox. After close() they are still the caller's to get()
+    (the README's contract), and each keeps the descriptors of its mapping until taken; the
+    peer counted them as descriptors leaked by close(). It takes what arrived, as get() allows
+    after close, before it counts; and that is all it takes to free them."""
+    np = pytest.importorskip("numpy")
+    from netq import _shm
+    if _shm.unavailable() is not None:
+        pytest.skip(f"no shared memory here: {_shm.unavailable()}")
+    from harness import Child  # tests/ is on sys.path (conftest)
+    from netq_child import encode_options
+    from tests.soak.peer import payload
+    from tests.soak.run import PEER_SCRIPT
+
+    netloc = nq.NetworkLocation(path=str(tmp_path / "server.sock"))
+    options = nq.CommunicatorOptions(netloc=netloc)
+    server = nq.new(nq.Protocol.UNIX, nq.Purpose.SERVER, options)
+    spec = encode_options(nq.Protocol.UNIX, nq.Purpose.CLIENT, options)
+    spec["soak"] = {"name": "c0", "incarnation": 0, "seed": 0, "peers": {},
+                    "journal": str(tmp_path / "c0.0.jsonl"),
+                    # puts nothing of its own: one every 1e9 s on average, and no bytes
+                    "rate": 1e-9, "large_every": 60, "max_size": 0, "budget_bytes": 0}
+    child = Child(spec, tmp_path / "c0.0.log", netloc, script=PEER_SCRIPT)
+    try:
+        child.request("pause", seconds=3600)
+        data = payload("server", 0, 0, 0, 2 * nq.MiB)
+        array = np.frombuffer(data, np.uint8).copy()  # out of band: through shared memory
+        crc = zlib.crc32(data)
+        server.put(("server", 0, 0, 0, 1, crc, array), child.id).result(T)  # in its inbox
+        assert server.statistics().shm_bytes_out >= 2 * nq.MiB
+        closed = child.request("close", timeout=T, timeout_=T)
+        assert closed["fds"] == 0 and closed["threads"] == [], closed
+        journal = [json.loads(line) for line in (tmp_path / "c0.0.jsonl").read_text().splitlines()]
+        received = [line[2:] for line in journal if line[0] == "recv"]
+        assert received == [["server", 0, 0, 0, 1, 2 * nq.MiB, True]], received
+    finally:
+        child.close()
+        server.close(timeout=T)

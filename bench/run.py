@@ -50,6 +50,7 @@ import distance  # noqa: E402
 import idle  # noqa: E402
 import netqueue_env  # noqa: E402
 import storm  # noqa: E402
+from busy import BusyLoops  # noqa: E402
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SIZES = [64, 4 * KiB, 64 * KiB, MiB, 16 * MiB]
@@ -362,49 +363,6 @@ class Session:
     def collect(self, *workers: Worker) -> None:
         for w in workers:
             w.finish(self.deadline)
-
-
-class BusyLoops:
-    """``--busy N``: N pure-Python busy loops, one process each, for the whole run.
-
-    Stopped when the run ends, however it ends (main()'s ``finally``; SIGTERM is turned into
-    SystemExit there); each loop also exits by itself within milliseconds once its parent
-    is gone, so even a SIGKILLed orchestrator leaves none behind."""
-
-    SCRIPT = ("import os, sys\n"
-              "parent = int(sys.argv[1])\n"
-              "while os.getppid() == parent:\n"
-              "    for _ in range(200_000):\n"
-              "        pass\n")
-
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self) -> None:
-        try:
-            for _ in range(self.count):
-                self.procs.append(subprocess.Popen(
-                    [sys.executable, "-c", self.SCRIPT, str(os.getpid())],
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL, start_new_session=True))
-        except BaseException:
-            self.stop()
-            raise
-        if self.procs:
-            log(f"busy: {self.count} busy-loop process(es) running: "
-                + " ".join(str(p.pid) for p in self.procs))
-
-    def stop(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                log(f"busy loop {p.pid} did not exit after SIGKILL")
-        self.procs = []
 
 
 # ============================================================================= context

@@ -7,6 +7,7 @@
     nice -n 10 python3 bench/storm.py --clients 10000 --processes 8    # issue 39's storm
     python3 bench/storm.py --tls --profile /tmp/server.prof            # TLS; cProfile of
                                                                        # the server's loop
+    python3 bench/storm.py --clients 10000 --tls --busy 2              # beside 2 busy loops
 
 One run: a server with default options in a child process; ``--processes`` child processes
 each create their share of the clients in one loop (default options, nothing staggered) and
@@ -650,6 +651,9 @@ def main() -> None:
                         help="seconds each wait of a run may take before the run fails")
     parser.add_argument("--json", help="write every run's results to this file")
     parser.add_argument("--tls", action="store_true", help="TLS (a throwaway CA) instead of TCP")
+    parser.add_argument("--busy", type=int, default=0,
+                        help="run N pure-Python busy loops beside the storm (a machine with "
+                             "other work)")
     parser.add_argument("--nice", type=int, default=0,
                         help="the client processes' niceness (they stand for other machines)")
     parser.add_argument("--profile", help="profile the server's loop (cProfile) into files "
@@ -668,14 +672,27 @@ def main() -> None:
         return
     if args.profile:
         os.environ["NETQ_STORM_PROFILE"] = args.profile  # the server child inherits it
+    if args.busy < 0:
+        raise SystemExit("--busy: a number of processes, >= 0")
+    sys.path.insert(0, str(HERE))
+    from busy import BusyLoops
+
     results = []
-    for run in range(args.runs):
-        load = os.getloadavg()[0]
-        result = run_storm(args.clients, args.processes, args.restart, args.timeout,
-                           client_nice=args.nice, tls=args.tls)
-        result["load_before"] = load
-        results.append(result)
-        print(f"run {run + 1}/{args.runs} (load {load:.1f}): {_summary(result)}", flush=True)
+    busy = BusyLoops(args.busy)
+    try:
+        busy.start()
+        for run in range(args.runs):
+            load = os.getloadavg()[0]
+            result = run_storm(args.clients, args.processes, args.restart, args.timeout,
+                               client_nice=args.nice, tls=args.tls)
+            result["load_before"] = load
+            result["busy"] = args.busy
+            results.append(result)
+            print(f"run {run + 1}/{args.runs} (load {load:.1f}"
+                  f"{f', {args.busy} busy loops' if args.busy else ''}): {_summary(result)}",
+                  flush=True)
+    finally:
+        busy.stop()
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     if args.profile:

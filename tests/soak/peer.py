@@ -284,7 +284,9 @@ class Peer:
             self.paused_until = time.monotonic() + command["seconds"]
             # answered once the reader has seen it: a get() under way when the command came
             # may still return a message, none starts after the answer
-            self.reader_paused.wait(10)
+            if not self.reader_paused.wait(10):
+                self.journal.write("warn", "pause: the reader did not stop within 10 s "
+                                   "(a get() still under way)")
             return None
         if op == "quiesce":
             self.sending.clear()

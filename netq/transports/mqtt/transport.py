@@ -32,7 +32,6 @@ import time
 
 import paho.mqtt.client as paho
 
-from ...brokers import INSTALL_HINT
 from ...carrier import Event
 from ...exceptions import BrokerUnavailable, ConnectionLost, RemoteProtocolError
 from ...options import CommunicatorOptions, Purpose
@@ -364,7 +363,8 @@ class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
             raise BrokerUnavailable(
                 f"no MQTT broker at {netloc.host}:{netloc.port} within "
                 f"{self._mqtt.connect_timeout:g} s ({why}); start one with "
-                f"netq.brokers.local_broker(), or {INSTALL_HINT}")
+                f"netq.lab.brokers.local_broker() (it runs mosquitto: `sudo apt-get install "
+                f"-y mosquitto` on Debian/Ubuntu, `brew install mosquitto` on macOS)")
 
     def _start_connect(self) -> None:
         with self._lock:

@@ -127,7 +127,8 @@ STAGES = (
     "get(): inbox, hand-over",
     "other (builtins)",
 )
-_BY_FILE = {"futures.py": 0, "stream.py": 1, "flow.py": 6, "session.py": 6, "loop.py": 4,
+_BY_FILE = {"futures.py": 0, "stream.py": 1, "serializers.py": 1, "numpy_arrays.py": 1,
+            "restricted_pickle.py": 1, "flow.py": 6, "session.py": 6, "loop.py": 4,
             "selectors.py": 4, "threading.py": 7, "communicator.py": 7, "credit.py": 6,
             "inbox.py": 7, "_interrupts.py": 4}
 _BY_NAME = {
@@ -159,7 +160,8 @@ def stage_of(filename: str, name: str) -> str:
             index = 6
         elif filename == "connection.py":
             index = 5 if name.startswith(("receive", "_parse", "_on", "_control")) else 2
-        elif filename == "sockets.py":
+        elif filename in ("sockets.py", "tls_stream.py", "fd_passing.py",
+                          "connection_failures.py"):
             index = 4
         else:
             index = 8

@@ -55,8 +55,9 @@ from .options import (
     SecurityOptions,
     SerializationOptions,
 )
+from .serializers import BytesSerializer, PickleSerializer
 from .statistics import CommunicatorStatistics, PeerStatistics
-from .stream import BytesSerializer, PickleSerializer, Stream
+from .stream import Stream
 
 __version__ = "0.1.0"
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .stream import DEFAULT_SERIALIZER, Stream
+from .serializers import DEFAULT_SERIALIZER
+from .stream import Stream
 
 __all__ = (
     "Protocol",
@@ -210,7 +211,7 @@ class SerializationOptions:
     queue_size      most messages from one peer waiting in our receive queue (-1: bounded
                     only by recv_budget bytes). Enforced with message credits.
     load / dump     ``dump(obj) -> Stream`` and ``load(Stream) -> obj``; the default is
-                    :class:`netq.stream.PickleSerializer`.
+                    :class:`netq.serializers.PickleSerializer`.
     """
 
     message_size: int = -1

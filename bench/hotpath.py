@@ -54,7 +54,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HDR = struct.Struct("!Q")
-ROWS = ("netq-tcp", "netq-unix", "netq-tls", "raw-tcp")
+ROWS = ("netq-tcp", "netq-unix", "netq-tls", "netq-grpc", "raw-tcp")
 KINDS = ("oneway", "rtt")
 
 
@@ -93,8 +93,12 @@ class _ThreadProfiles:
         threading.setprofile(None)
         for profile in self.profiles:
             profile.disable()
-        stats = pstats.Stats(self.profiles[0])
-        for profile in self.profiles[1:]:
+        # A thread that ran no Python code while profiled (gRPC's own) has nothing to add.
+        for profile in self.profiles:
+            profile.create_stats()
+        measured = [profile for profile in self.profiles if profile.stats]  # type: ignore[attr-defined]
+        stats = pstats.Stats(measured[0])
+        for profile in measured[1:]:
             stats.add(profile)
         stages: dict[str, float] = {}
         for (path, _, name), (_, _, own, _, _) in stats.stats.items():  # type: ignore[attr-defined]
@@ -179,7 +183,7 @@ def _netq_pair(row: str, purpose: str, address: str, tmpdir: str):
     else:
         host, port = address.rsplit(":", 1)
         netloc = netq.NetworkLocation(host=host, port=int(port))
-        protocol = netq.Protocol.TCP
+        protocol = netq.Protocol.GRPC if row == "netq-grpc" else netq.Protocol.TCP
     if row == "netq-tls":
         cert, key = os.path.join(tmpdir, "cert.pem"), os.path.join(tmpdir, "key.pem")
         options["security"] = netq.SecurityOptions(certificate=cert, key=key,

@@ -280,15 +280,10 @@ class PickleSerializer:
             return False
 
         data = pickle.dumps(obj, self._protocol, buffer_callback=out_of_band)
-        stream = Stream()
-        chunks = stream._chunks
-        chunks.append(memoryview(data))
         nbytes = len(data)
         for view in views:
-            chunks.append(view)
             nbytes += view.nbytes
-        stream._nbytes = nbytes
-        return stream
+        return Stream.from_flat_views((memoryview(data), *views), nbytes)
 
     def dump_parts(self, obj: Any) -> Sequence[Any]:
         """:meth:`dump` as a plain sequence: the pickle (``bytes``), then out-of-band views.
@@ -310,7 +305,7 @@ class PickleSerializer:
             if parts is not None:
                 return parts
         return [chunk if index else bytes(chunk) if chunk.nbytes < 4096 else chunk
-                for index, chunk in enumerate(self.dump(obj)._chunks)]
+                for index, chunk in enumerate(self.dump(obj))]
 
     def load_parts(self, parts: list) -> Any:
         """:meth:`load` from a plain list of received buffers."""
@@ -328,13 +323,12 @@ class PickleSerializer:
         Does not consume ``stream``. Raises :class:`pickle.UnpicklingError` on an empty stream
         or a global forbidden by ``restrict``.
         """
-        chunks = stream._chunks
-        if not chunks:
+        if stream.empty():
             raise pickle.UnpicklingError("cannot load an empty stream")
-        data = chunks[0]
+        data = stream.peekchunk()
         if data[:1] == b"\x00":
-            return load_array(list(chunks), self._policy)
-        buffers = [_load_buffer(view) for view in islice(chunks, 1, None)]
+            return load_array(list(stream), self._policy)
+        buffers = [_load_buffer(view) for view in islice(stream, 1, None)]
         if self._policy is None:
             return _as_sent(pickle.loads(data, buffers=buffers))
         return _as_sent(RestrictedUnpickler(_load_buffer(data), self._policy, buffers).load())

@@ -94,6 +94,18 @@ class Stream:
             self.writechunks(chunks)
 
     @classmethod
+    def from_flat_views(cls, views: Iterable[memoryview], nbytes: int) -> Stream:
+        """A stream of ``views`` as they are, for a serializer that made them itself.
+
+        The caller vouches for what :meth:`writechunks` would check: every view is flat,
+        C-contiguous, of format ``"B"`` and not empty, and ``nbytes`` is their total size.
+        """
+        stream = cls.__new__(cls)
+        stream._chunks = deque(views)
+        stream._nbytes = nbytes
+        return stream
+
+    @classmethod
     def frombytes(cls, data: Buffer) -> Stream:
         """A stream of one chunk viewing ``data`` (no copy; empty ``data``: an empty stream)."""
         stream = cls()

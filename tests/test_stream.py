@@ -59,6 +59,15 @@ def test_frombytes_is_one_view_without_copy() -> None:
     assert Stream.frombytes(b"").empty()
 
 
+def test_from_flat_views_keeps_the_views_and_the_size_it_is_given() -> None:
+    head, body = bytearray(b"head"), bytearray(b"body-bytes")
+    stream = Stream.from_flat_views([memoryview(head), memoryview(body)], 14)
+    assert (stream.nchunks, stream.nbytes) == (2, 14)
+    body[0:4] = b"BODY"  # the views are the caller's memory, not copies
+    assert stream.tobytes() == b"headBODY-bytes"
+    assert [chunk.obj for chunk in stream] == [head, body]
+
+
 @pytest.mark.parametrize(
     "buffer",
     [

@@ -1,4 +1,4 @@
-"""netq.relay: the link emulator's shaping (delay, jitter, rate, bounded buffers), its faults,
+"""netq.lab.relay: the link emulator's shaping (delay, jitter, rate, bounded buffers), its faults,
 its own-process mode, and the netem namespace link (skipped, saying why, where it cannot run).
 
 Margins: delays are checked within [configured, configured + SLACK] and rates against the cap
@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from netq.relay import (
+from netq.lab.relay import (
     BOTH,
     DOWN,
     UP,
@@ -261,7 +261,7 @@ def test_pass_fds_needs_a_unix_upstream(upstream):
 
 def test_relay_in_its_own_process(upstream):
     relay = subprocess.Popen(
-        [sys.executable, "-m", "netq.relay", "--upstream",
+        [sys.executable, "-m", "netq.lab.relay", "--upstream",
          f"127.0.0.1:{upstream.getsockname()[1]}", "--delay", "0.02", "--rate", "50e6"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

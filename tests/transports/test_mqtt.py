@@ -29,7 +29,7 @@ import pytest
 pytest.importorskip("paho.mqtt", reason="Protocol.MQTT needs paho-mqtt")
 
 import netq as nq
-from netq.brokers import LocalBroker, local_broker
+from netq.lab.brokers import LocalBroker, local_broker
 from netq.protocol import make_hello
 from netq.protocol.connection import Connection
 from netq.protocol.frames import Role
@@ -208,7 +208,7 @@ def test_local_broker_config_and_stop_by_pid(tmp_path):
 
 
 def test_broker_uses_the_environment_broker_unless_limits_are_asked_for(mqtt_broker, monkeypatch):
-    from netq.brokers import broker
+    from netq.lab.brokers import broker
 
     monkeypatch.setenv("NETQ_MQTT_BROKER", f"{mqtt_broker.host}:{mqtt_broker.port}")
     with broker() as shared:
@@ -226,12 +226,12 @@ def test_broker_uses_the_environment_broker_unless_limits_are_asked_for(mqtt_bro
             with broker():
                 pass
     monkeypatch.setenv("NETQ_MQTT_BROKER", "[::1]:1883")
-    from netq.brokers import environment_broker
+    from netq.lab.brokers import environment_broker
     assert environment_broker() == nq.NetworkLocation("::1", 1883)
 
 
 def test_missing_mosquitto_says_how_to_install(monkeypatch):
-    import netq.brokers as helpers
+    import netq.lab.brokers as helpers
 
     monkeypatch.setattr(helpers, "_SEARCH", ())
     monkeypatch.setenv("PATH", "/nonexistent")

@@ -1,7 +1,7 @@
 """MQTT brokers for tests, demos and notebooks: a private mosquitto, or the one named by
 ``$NETQ_MQTT_BROKER``. (The MQTT *transport* is :mod:`netq.transports.mqtt`.)
 
-    from netq.brokers import local_broker
+    from netq.lab.brokers import local_broker
 
     with local_broker() as broker:                  # mosquitto on a free loopback port
         options = nq.CommunicatorOptions(netloc=broker.netloc)
@@ -38,8 +38,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Self
 
-from .exceptions import BrokerUnavailable
-from .options import NetworkLocation
+from ..exceptions import BrokerUnavailable
+from ..options import NetworkLocation
 
 __all__ = ("LocalBroker", "local_broker", "AmqttBroker", "RabbitMQCluster", "RabbitMQNode",
            "find_rabbitmq", "broker", "environment_broker", "find_mosquitto", "free_port",
@@ -490,7 +490,7 @@ class RabbitMQNode:
     def wait_started(self, timeout: float = RABBITMQ_START_TIMEOUT) -> None:
         """:meth:`wait_ready` after a first start. A node that exited because one of its ports
         was taken while it booted (another program bound it first) gets new ports and starts
-        again (three starts in all), with a warning on the ``netq.brokers`` logger."""
+        again (three starts in all), with a warning on the ``netq.lab.brokers`` logger."""
         for attempt in range(1, _PORT_ATTEMPTS + 1):
             try:
                 self.wait_ready(timeout)

@@ -48,14 +48,14 @@ with its first bytes, and ``truncate(0)`` forwards none.
 
 Recording: a ``tap`` (see :class:`Tap`) sees every chunk read, on the relay thread, and is
 told how many bytes of each direction reached the other side when a connection ends;
-:class:`netq.trace.Recorder` decodes netq frames from it. Counters: :meth:`Relay.stats`.
+:class:`netq.lab.trace.Recorder` decodes netq frames from it. Counters: :meth:`Relay.stats`.
 
 Packet loss is something a byte relay cannot produce (TCP below it repairs every loss). For
 that, :class:`NetemLink` puts the relay's listening socket in a network namespace joined to
 this one by a veth pair with the kernel's ``netem`` on both ends (root, ``ip`` and ``tc``
 needed; :func:`netem_unavailable` says why not when it cannot).
 
-``python -m netq.relay --upstream HOST:PORT [--delay S] [--rate B/S] ...`` runs one in its own
+``python -m netq.lab.relay --upstream HOST:PORT [--delay S] [--rate B/S] ...`` runs one in its own
 process (so it does not share an interpreter lock with what it measures): it prints
 ``READY {"addr": "127.0.0.1:PORT"}``, relays until its stdin closes, then prints
 ``RESULT {...stats...}``.
@@ -79,8 +79,8 @@ import threading
 import time
 from typing import Protocol
 
-from ._threads import call_on_thread
-from .options import NetworkLocation
+from .._threads import call_on_thread
+from ..options import NetworkLocation
 
 __all__ = ("Relay", "RelayStats", "Shape", "Tap", "NetemLink", "netem_unavailable", "UP", "DOWN",
            "BOTH")
@@ -868,7 +868,7 @@ def _main(argv: list[str] | None = None) -> int:
     import json
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m netq.relay", description=(
+    parser = argparse.ArgumentParser(prog="python -m netq.lab.relay", description=(
         "A shaped loopback relay: READY {addr} on stdout, relays until stdin closes, then "
         "RESULT {stats}."))
     parser.add_argument("--upstream", required=True, help="HOST:PORT to relay to")

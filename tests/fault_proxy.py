@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 
-from netq.lab.relay import CHUNK, CONTROL_TIMEOUT, Relay, RelayStats
+from netq.lab.relay import CONTROL_TIMEOUT, Relay, RelayStats
+from netq.lab.shaping import CHUNK
 
 __all__ = ("FaultProxy", "ProxyStats", "CHUNK", "BUFFER_LIMIT", "CONTROL_TIMEOUT")
 

@@ -17,16 +17,9 @@ import time
 
 import pytest
 
-from netq.lab.relay import (
-    BOTH,
-    DOWN,
-    UP,
-    NetemLink,
-    Relay,
-    Shape,
-    namespaces_unavailable,
-    netem_unavailable,
-)
+from netq.lab.netem import NetemLink, namespaces_unavailable, netem_unavailable
+from netq.lab.relay import BOTH, DOWN, UP, Relay
+from netq.lab.shaping import Shape
 from netq_testing import pair_through, recv_exactly
 
 SLACK = 0.15  # s a delayed chunk may arrive late on a loaded machine (never early)

@@ -91,7 +91,8 @@ def test_core_netq_works_without_the_widget_dependencies(tmp_path):
                     raise ImportError(f"blocked {name}")
         sys.meta_path.insert(0, Block())
         import netq as nq
-        from netq import demo, display
+        from netq import display
+        from netq.lab import demo
         assert not [m for m in sys.modules
                     if m.startswith(("ipywidgets", "anywidget", "bokeh", "netq.widgets"))]
         server = nq.new(purpose=nq.Purpose.SERVER, options=nq.CommunicatorOptions(

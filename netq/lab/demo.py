@@ -33,7 +33,7 @@ import time
 import uuid
 from typing import Any
 
-from . import (
+from .. import (
     CommunicatorOptions,
     ConnectionOptions,
     Empty,
@@ -45,8 +45,8 @@ from . import (
     new,
     transports,
 )
-from .display import format_bytes, format_count, format_rate, text_table
-from .exposure import reachable_by_others
+from ..display import format_bytes, format_count, format_rate, text_table
+from ..exposure import reachable_by_others
 
 SIZES = (64, 4096, 65536, 1 << 20)  # bytes; chosen per message with WEIGHTS
 WEIGHTS = (60, 25, 10, 5)
@@ -102,8 +102,8 @@ def missing(protocol: str) -> str | None:
         if not found:
             return f"{package} is not installed: pip install 'netq[{extra}]'"
     if protocol == "mqtt":
+        from ..exceptions import BrokerUnavailable
         from .brokers import find_mosquitto
-        from .exceptions import BrokerUnavailable
 
         try:
             find_mosquitto()
@@ -186,7 +186,7 @@ def run(clients: int = 4, seconds: float = 5.0, interval: float | None = None,
         protocol: str = "tcp", port: int = 0, out=sys.stdout, host: str = "127.0.0.1") -> dict:
     """Run the demo; returns the summary (messages, bytes, seconds, losses).
 
-    ``protocol="mqtt"`` starts a private mosquitto (netq.brokers.local_broker) for the run.
+    ``protocol="mqtt"`` starts a private mosquitto (netq.lab.brokers.local_broker) for the run.
     ``host`` (tcp and grpc) is where the server listens; beyond loopback the run uses an
     authkey of its own. Raises :class:`Unavailable` naming what is missing when the protocol
     cannot run here, and :class:`ValueError` for a ``host`` with unix or mqtt.
@@ -397,10 +397,3 @@ def command(args: argparse.Namespace) -> int:
     ok = (summary["sent"] == summary["received"] and not summary["problems"]
           and not summary["failed"])
     return 0 if ok else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m netq demo ARGS`` (kept for callers of netq.demo.main)."""
-    from .__main__ import main as netq_main
-
-    return netq_main(["demo", *(sys.argv[1:] if argv is None else argv)])

@@ -142,7 +142,11 @@ class ChannelTable:
         self._role = role
         self._publish = publish
         self._connected = connected
-        self._events = events
+        # The loop's posts, held as bound methods (the table keeps nothing else of the carrier).
+        self._post_opened = events.channel_opened
+        self._post_packet = events.packet_received
+        self._post_closed = events.channel_closed
+        self._wake = events.wake
         self._live_servers = live_servers
         self._instance = instance
         self._lock = threading.Lock()  # the registry: see the class docstring
@@ -206,7 +210,7 @@ class ChannelTable:
         # Bound to the client id of its topics: the peer's HELLO must name that id (no
         # impersonation through someone else's topics).
         channel.opened = True
-        self._events.channel_opened(channel, f"mqtt:{cid}", bound_to=cid)
+        self._post_opened(channel, f"mqtt:{cid}", bound_to=cid)
         return channel
 
     def _judge(self, channel: Channel, kind: int, flags: int, seq: int, ack: int,
@@ -221,7 +225,7 @@ class ChannelTable:
                 # it on paho's thread, which judges its packets; a client's peer answers only
                 # after the link (set once registered) has published its OPEN.
                 assert channel.opened
-                self._events.packet_received(channel, memoryview(payload)[HEADER_SIZE:])
+                self._post_packet(channel, memoryview(payload)[HEADER_SIZE:])
         elif verdict is Verdict.DUPLICATE:
             self.counters["duplicates"] += 1
         elif verdict is Verdict.GAP:
@@ -257,10 +261,10 @@ class ChannelTable:
             if not channel.ack_due:
                 channel.ack_due = time.monotonic()
             self.acks_due = True
-            self._events.wake()
+            self._wake()
         if channel.wants_wake and state.can_send():
             channel.wants_wake = False
-            self._events.wake()
+            self._wake()
 
     def _reply_close(self, cid: str, epoch: int) -> None:
         """A packet for an epoch we do not have: tell its sender (rate-limited) to move on."""
@@ -296,7 +300,7 @@ class ChannelTable:
         if tell_base and channel.opened:
             # A reason string comes only from the base closing the link (tell_base=False).
             assert isinstance(error, BaseException)
-            self._events.channel_closed(channel, error)
+            self._post_closed(channel, error)
 
     def end_all(self, why: str) -> None:
         """The broker connection is gone (paho's thread): every link ends, unannounced."""
@@ -434,7 +438,7 @@ class ChannelTable:
             channel.server_id = next(iter(servers.values()), "")
             self.current = channel
         channel.opened = True
-        self._events.channel_opened(channel, self._address)
+        self._post_opened(channel, self._address)
 
     # ------------------------------------------------------------------ introspection
 

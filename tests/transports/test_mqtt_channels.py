@@ -9,6 +9,7 @@ kept after that server left, a link ack never sent (the peer's window stalls).
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -55,6 +56,7 @@ class Harness:
         self.published: list[tuple[str, bytes, int]] = []
         self.connected = True
         self.servers: dict[int, str] = {}
+        self.live_servers = lambda: dict(self.servers)  # presence's, as the table calls it
         self.instance = 0x1234
         self.cid = str(uuid.uuid4())
         self.table = ChannelTable(
@@ -62,7 +64,7 @@ class Harness:
             address="mqtt://broker:1883/netq/svc", role="server" if is_server else "client",
             publish=lambda topic, payload, qos: self.published.append((topic, payload, qos)),
             connected=lambda: self.connected, events=self.loop,
-            live_servers=lambda: dict(self.servers), instance=lambda: self.instance)
+            live_servers=lambda: self.live_servers(), instance=lambda: self.instance)
 
 
 def _packet(kind: int, epoch: int, seq: int, body: bytes = b"", flags: int = 0,
@@ -154,6 +156,29 @@ def test_a_client_opens_only_when_asked_connected_and_a_server_is_live():
     [(_, error)] = h.loop.closed
     assert "the server left" in str(error)
     assert h.published == []  # unannounced: the server is gone
+
+
+def test_a_server_leaving_while_a_link_opens_with_it_ends_that_link():
+    """Presence forgets a server, then tells the table (server_left) on paho's thread, while
+    the loop's thread opens a link with the servers it read just before: the table must end
+    that link once it is registered, not look too early and miss it."""
+    h = Harness(is_server=False)
+    left: list[threading.Thread] = []
+
+    def live_servers() -> dict[int, str]:
+        servers = {0xAA: ""}  # read; presence forgets 0xAA right after and says so
+        thread = threading.Thread(target=h.table.server_left, args=(0xAA,))
+        thread.start()
+        thread.join(0.2)  # it waits for the link to be registered
+        left.append(thread)
+        return servers
+
+    h.live_servers = live_servers
+    h.table.request_attempt()
+    left[0].join(5)
+    [(channel, _, _)] = h.loop.opened
+    assert channel.closed and h.table.current is None
+    assert "the server left" in str(h.loop.closed[0][1])
 
 
 def test_a_client_ignores_packets_of_other_epochs():

@@ -319,8 +319,10 @@ class ChannelTable:
 
     def server_left(self, instance: int) -> None:
         """Client: that server instance's status went offline (paho's thread): the link opened
-        while it was live ends."""
-        current = self.current
+        while it was live ends. Read under the lock: a link being opened with that
+        instance among its servers (maybe_open) is registered first, then ended here."""
+        with self._lock:
+            current = self.current
         if current is not None and instance in current.servers:
             self.end(current, ConnectionLost(self.peer(current),
                                              "the server left (its MQTT status went offline)"),

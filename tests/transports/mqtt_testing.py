@@ -72,7 +72,7 @@ class MQTTSpec:
 
     def cut(self, client: nq.Communicator) -> bool:
         transport = client._transport.carrier
-        if transport._current is None or transport._current.closed:
+        if transport.links.current is None or transport.links.current.closed:
             return False
         sock = transport._client.socket()
         return sock is not None and shut_down_below(sock.fileno())

@@ -30,6 +30,7 @@ from .exceptions import (
     LocalProtocolError,
     MessageTooLarge,
     ResourceClosed,
+    ResourceGone,
     UsedInForkedChild,
 )
 from .exposure import check as check_exposure
@@ -359,7 +360,7 @@ class Communicator:
                 if len(messages) < max_messages:
                     try:
                         current = self._take(peers, False, None)
-                    except (Empty, ResourceClosed):
+                    except (Empty, ResourceGone):
                         pass
         except BaseException as error:
             # What was opened goes back in order, for the next get. So does the message being

@@ -3,11 +3,17 @@
 The tree, read as "who is to blame"::
 
     NetqError
-    ├── ResourceClosed              a peer or the communicator is gone; ``.peer`` says which
-    │   │                           (``None``: this communicator itself)
-    │   ├── ConnectionLost          ... without a goodbye: killed, cut off, session expired
-    │   └── UsedInForkedChild       a communicator created before ``os.fork()`` was used in
-    │                               the child: its connections belong to the parent
+    ├── ResourceGone                it cannot be used any more; ``.peer`` says what
+    │   │                           (``None``: this communicator itself); catch it when who
+    │   │                           ended it does not matter
+    │   ├── ResourceClosed          you closed it: close() was called (``put()`` after it,
+    │   │   │                       ``get()`` once everything received was taken, what was
+    │   │   │                       pending when close(timeout=) ran out)
+    │   │   └── UsedInForkedChild   a communicator created before ``os.fork()`` was used in
+    │   │                           the child: its connections belong to the parent
+    │   └── ConnectionLost          it broke: the peer left or shut down, was killed or cut
+    │                               off, its session expired, the server is gone, or this
+    │                               communicator's own link or I/O thread failed
     ├── BroadcastIncomplete (+ ExceptionGroup)
     │                               a put() to several peers reached some of them only:
     │                               how many it reached, and each other peer's error
@@ -32,9 +38,10 @@ The tree, read as "who is to blame"::
                                     wrong version, frames out of order
 
 The split follows trio ("you closed it" vs "it broke": :class:`ResourceClosed` vs
-:class:`ConnectionLost`) and h11 (:class:`LocalProtocolError` vs
-:class:`RemoteProtocolError`). A remote protocol error closes that one connection; every other
-peer is unaffected.
+:class:`ConnectionLost`, siblings as trio's ``ClosedResourceError`` and
+``BrokenResourceError`` are, with :class:`ResourceGone` to catch both) and h11
+(:class:`LocalProtocolError` vs :class:`RemoteProtocolError`). A remote protocol error closes
+that one connection; every other peer is unaffected.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ import uuid
 
 __all__ = (
     "NetqError",
+    "ResourceGone",
     "ResourceClosed",
     "ConnectionLost",
     "UsedInForkedChild",
@@ -67,34 +75,53 @@ class NetqError(Exception):
     """Base class of every netq error."""
 
 
-class ResourceClosed(NetqError):
-    """The peer or the communicator closed before the operation could complete.
+class ResourceGone(NetqError):
+    """The peer or the communicator can no longer be used: the common base of
+    :class:`ResourceClosed` (you closed it) and :class:`ConnectionLost` (it broke), for code
+    that does not care which.
 
-    ``peer`` is the peer's id, or ``None`` when this communicator itself is closed.
+    ``peer`` is the peer's id, or ``None`` when this communicator itself is meant; ``reason``
+    says why, in words.
     """
 
     def __init__(self, peer: uuid.UUID | None = None, reason: str = "") -> None:
         self.peer = peer
         self.reason = reason
-        what = "communicator is closed" if peer is None else f"peer {peer} is gone"
+        what = self._what()
         super().__init__(f"{what}: {reason}" if reason else what)
+
+    def _what(self) -> str:
+        return "gone" if self.peer is None else f"peer {self.peer} is gone"
 
     def __reduce__(self):  # pickled with what it was made from (a future crosses processes)
         return type(self), (self.peer, self.reason)
 
 
-class ConnectionLost(ResourceClosed):
-    """The peer vanished without a goodbye (killed, network cut, session expired).
+class ResourceClosed(ResourceGone):
+    """This communicator was closed (``close()`` was called) before, or while, the operation
+    ran: a ``put()`` after ``close()``, a ``get()`` once everything received was taken, what
+    was still pending when ``close(timeout=)`` ran out. The caller's doing, never the peer's
+    or the network's (that is :class:`ConnectionLost`).
+
+    ``peer`` is ``None`` (this communicator) unless a subclass says otherwise.
+    """
+
+    def _what(self) -> str:
+        return "communicator is closed" if self.peer is None else f"peer {self.peer} is closed"
+
+
+class ConnectionLost(ResourceGone):
+    """The peer or the network ended it, not this side: the peer left (said goodbye) or shut
+    down, was killed, the network cut it off and no reconnect came within
+    ``session_timeout``, or the server is gone; the message says which.
 
     ``peer`` ``None``: this communicator's own link failed (a client that cannot reach its
     server, its I/O thread failed); the communicator itself is not closed, and the message
     says "connection lost", not "communicator is closed".
     """
 
-    def __init__(self, peer: uuid.UUID | None = None, reason: str = "") -> None:
-        super().__init__(peer, reason)
-        if peer is None:
-            self.args = (f"connection lost: {reason}" if reason else "connection lost",)
+    def _what(self) -> str:
+        return "connection lost" if self.peer is None else f"peer {self.peer} is gone"
 
 
 class UsedInForkedChild(ResourceClosed):

@@ -373,8 +373,10 @@ class SessionEngine:
             peer = conn.peer
             assert peer is not None
             if message.size > (limit := peer.max_message):
-                # Within our limit, over the peer's: only this message fails.
-                message.future._fail_peer(MessageTooLarge(message.size, limit), session.id)
+                # Within our limit, over the peer's, learnt after the put() (which raises
+                # for a peer connected then): only this message fails, for this peer.
+                message.future._fail_peer(MessageTooLarge(message.size, limit, session.id),
+                                          session.id)
                 continue
             seq = session.next_seq
             session.next_seq = seq + 1

@@ -21,7 +21,9 @@ The tree, read as "who is to blame"::
     ├── Full   (+ queue.Full)       put would exceed the peer's send window
     ├── UnknownPeer  (+ KeyError)   a peer id this communicator has never seen
     ├── MessageTooLarge (+ ValueError)
-    │                               a message over ``SerializationOptions.message_size``
+    │                               a message over our ``SerializationOptions.message_size``
+    │                               or a connected peer's: raised by ``put()`` itself (a
+    │                               peer's limit learnt after the put: by its future)
     ├── DeserializationError        ``load`` failed on a received message (that message only)
     ├── UnsupportedProtocol (+ ValueError)
     │                               no transport is registered under that name
@@ -218,15 +220,23 @@ class UnknownPeer(NetqError, KeyError):
 
 
 class MessageTooLarge(NetqError, ValueError):
-    """A message larger than ``SerializationOptions.message_size``; it is never split."""
+    """A message larger than a ``SerializationOptions.message_size``: ours, or the peer's
+    (``peer``: which one; ``None``: ours). It is never split, and never sent.
 
-    def __init__(self, size: int, limit: int) -> None:
+    ``put()`` raises it itself, before queueing anything, when the message is over our limit
+    or over a connected peer's (known from its handshake); only a limit learnt after the
+    ``put()`` (a peer not connected yet) fails the future instead.
+    """
+
+    def __init__(self, size: int, limit: int, peer: uuid.UUID | None = None) -> None:
         self.size = size
         self.limit = limit
-        super().__init__(f"message of {size} bytes exceeds message_size={limit} bytes")
+        self.peer = peer
+        whose = "" if peer is None else f"peer {peer}'s "
+        super().__init__(f"message of {size} bytes exceeds {whose}message_size={limit} bytes")
 
     def __reduce__(self):
-        return type(self), (self.size, self.limit)
+        return type(self), (self.size, self.limit, self.peer)
 
 
 class DeserializationError(NetqError):

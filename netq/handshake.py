@@ -93,6 +93,9 @@ class Handshake:
         # after 3 silent heartbeats).
         self._handshaking: dict[Link, uuid.UUID] = {}
         self._handshaking_peers: collections.Counter[uuid.UUID] = collections.Counter()
+        # The lowest message_size of any peer that ever attached (only ever lowered): a put()
+        # under it needs to look at no peer's (Communicator.put checks it before queueing).
+        self.smallest_peer_limit = options.serialization.message_limit
 
     def authenticated(self, link: Link, hello: proto.frames.Hello) -> bool:
         """The peer proved who it is (or needs no proof). False if the transport refuses it."""
@@ -211,6 +214,9 @@ class Handshake:
         self._budget.session_opened(session, link)
 
     def _attach(self, session: PeerSession, link: Link, now: float) -> None:
+        hello = link.conn.peer
+        if hello is not None and hello.max_message < self.smallest_peer_limit:
+            self.smallest_peer_limit = hello.max_message
         session.link = link
         link.session = session
         session.state = PeerState.CONNECTED

@@ -28,7 +28,8 @@ def _cases() -> list[tuple[BaseException, dict[str, object]]]:
          {"communicator_id": PEER, "parent_pid": 10, "child_pid": 11}),
         (nq.UnknownPeer(PEER), {"peer": PEER}),
         (nq.ResourceGone(PEER, "either"), {"peer": PEER, "reason": "either"}),
-        (nq.MessageTooLarge(10, 5), {"size": 10, "limit": 5}),
+        (nq.MessageTooLarge(10, 5), {"size": 10, "limit": 5, "peer": None}),
+        (nq.MessageTooLarge(10, 5, PEER), {"size": 10, "limit": 5, "peer": PEER}),
         (nq.DeserializationError(PEER, ValueError("bad")), {"peer": PEER}),
         (nq.BroadcastIncomplete(2, 3, [(PEER, lost)]), {"delivered": 2, "addressed": 3}),
         (nq.Empty("nothing"), {}),
@@ -77,6 +78,9 @@ def test_each_says_whose_doing_it_was():
     assert str(nq.ResourceClosed(None)) == "communicator is closed"
     assert str(nq.ConnectionLost(None, "no server")) == "connection lost: no server"
     assert str(nq.ConnectionLost(PEER, "killed")) == f"peer {PEER} is gone: killed"
+    assert str(nq.MessageTooLarge(10, 5)) == "message of 10 bytes exceeds message_size=5 bytes"
+    assert str(nq.MessageTooLarge(10, 5, PEER)) == \
+        f"message of 10 bytes exceeds peer {PEER}'s message_size=5 bytes"
 
 
 def test_the_docstring_tree_shows_closed_and_broken_side_by_side():

@@ -159,8 +159,9 @@ class BroadcastIncomplete(ExceptionGroup, NetqError):
 
     ``delivered``: how many of the ``addressed`` peers acknowledged it. ``failed``: each other
     peer's id and why it did not (a :class:`ConnectionLost` for a peer that left, a
-    :class:`MessageTooLarge` for one whose limit is lower). Those errors are this group's
-    exceptions, so ``except* ConnectionLost:`` handles the peers that left.
+    :class:`MessageTooLarge` for one whose lower limit was learnt only after the ``put()``:
+    a limit known then makes ``put()`` raise, sending to no one). Those errors are this
+    group's exceptions, so ``except* ConnectionLost:`` handles the peers that left.
     """
 
     delivered: int

@@ -41,6 +41,7 @@ from .. import (
     Protocol,
     Purpose,
     ResourceClosed,
+    ResourceGone,
     SecurityOptions,
     new,
     transports,
@@ -287,7 +288,7 @@ def _run(clients: int, seconds: float, interval: float | None, protocol: str,
                 while True:
                     client.get_nowait()
                     replies[index] += 1
-            except (Empty, ResourceClosed):
+            except (Empty, ResourceGone):
                 pass
 
     received = [0] * clients
@@ -310,7 +311,7 @@ def _run(clients: int, seconds: float, interval: float | None, protocol: str,
                 if sequence % REPLY_EVERY == 0:
                     try:
                         server.put(("reply", sequence), message.peer)
-                    except ResourceClosed:
+                    except ResourceGone:  # the client left, or we are closing
                         pass
 
     threads = [threading.Thread(target=client_main, args=(i,), name=f"demo-client-{i}")

@@ -556,27 +556,27 @@ class Communicator:
         without it, a static text/HTML summary (and a warning). Options: see
         ``netq.widgets.Monitor``.
         """
-        from .display import monitor
+        from .display.notebook import monitor
 
         return monitor(self, interval=interval, **options)
 
     def _repr_mimebundle_(self, include: Any = None,
                           exclude: Any = None) -> dict[str, Any] | tuple[dict, dict]:
         """Jupyter display: a live monitor in a kernel with ``netq[widgets]``, else static."""
-        from .display import communicator_bundle
+        from .display.notebook import communicator_bundle
 
         return communicator_bundle(self, include, exclude)
 
     def _ipython_display_(self) -> None:
         """Jupyter display with a display id, so the live view can be replaced by its final
         static form when it stops (see :mod:`netq.display`)."""
-        from .display import communicator_display
+        from .display.notebook import communicator_display
 
         communicator_display(self)
 
     def _display_(self) -> Any:
         """marimo display (asked before any ``_repr_*``): a live monitor, or a static summary
         without ``netq[widgets]``."""
-        from .display import communicator_marimo
+        from .display.notebook import communicator_marimo
 
         return communicator_marimo(self)

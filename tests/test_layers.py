@@ -189,3 +189,26 @@ def test_the_check_sees_an_import_of_the_lab():
     assert imports_the_lab(imports_of("from .laboratory import x", "netq.engine")) == []
     # ...and the command line's own import of the demo is one, exempt by name only.
     assert imports_the_lab(imported_modules(COMMAND_LINE)) == ["netq.lab", "netq.lab.demo"]
+
+
+# What netq.display may import from netq: itself, the snapshots it shows and the engine's byte
+# formatter. Nothing above it (the netq package, the communicator, the engine): the communicator
+# imports the display, so an arrow back up would close a circle through netq/__init__.py.
+DISPLAY_MAY_IMPORT = ("netq.display", "netq.statistics", "netq.diagnostics")
+
+
+def test_the_display_imports_nothing_above_it():
+    paths = sources("display")
+    assert len(paths) >= 7  # the package and its modules are all looked at
+    for path in paths:
+        # The optional live views (the netq[widgets] extra), which the notebook hooks offer
+        # when a notebook asks for one: imported inside the hooks only (see the next check).
+        allowed = DISPLAY_MAY_IMPORT + (("netq.widgets",) if path.name == "notebook.py" else ())
+        upward = sorted(name for name in imported_modules(path) if not name.startswith(allowed))
+        assert not upward, f"{path.relative_to(PACKAGE)} imports {upward}"
+    hooks = ast.parse((PACKAGE / "display" / "notebook.py").read_text())
+    at_import = {alias.name for node in hooks.body if isinstance(node, ast.Import)
+                 for alias in node.names}
+    assert "netq.widgets" not in at_import and not [
+        node for node in hooks.body
+        if isinstance(node, ast.ImportFrom) and "widgets" in (node.module or "")]

@@ -4,7 +4,7 @@ Each client is a separate communicator (its own I/O thread and connection) that 
 ``(client index, sequence number, payload)`` tuples of mixed sizes and counts its delivery
 futures as they resolve; the server gets them, checks each client's order, and puts a short
 reply back for every 100th message, so traffic flows both ways. On a terminal the server's
-per-peer table (the same fields as the Jupyter widget, :mod:`netq.display`) is redrawn in
+per-peer table (the same fields as the Jupyter widget, :mod:`netq.display.tables`) is redrawn in
 place; written to a file or a pipe, one plain line per interval instead. At the end: the
 final table, a legend, and a summary with a delivery check.
 
@@ -46,7 +46,8 @@ from .. import (
     new,
     transports,
 )
-from ..display import format_bytes, format_count, format_rate, text_table
+from ..display.formatting import format_bytes, format_count, format_rate
+from ..display.tables import text_table
 from ..exposure import reachable_by_others
 
 SIZES = (64, 4096, 65536, 1 << 20)  # bytes; chosen per message with WEIGHTS
@@ -144,7 +145,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def render(stats, names: dict[uuid.UUID, str]) -> str:
-    """The per-peer table as text: the same fields as the Jupyter widget (netq.display)."""
+    """The per-peer table as text: the same fields as the Jupyter widget (netq.display.tables)."""
     return text_table(stats, names)
 
 

@@ -22,7 +22,6 @@ from typing import Any, NamedTuple
 
 from . import _shm
 from .contract import TransportFactory
-from .diagnostics import StallWarning
 from .engine import SessionEngine
 from .exceptions import (
     DeserializationError,
@@ -39,6 +38,7 @@ from .options import CommunicatorOptions, Protocol, Purpose
 from .protocol.connection import MessageReceived as Incoming  # what waits in an inbox
 from .protocol.frames import MAX_PARTS
 from .session import Outgoing, PeerSession
+from .stall import StallWarning
 from .statistics import CommunicatorStatistics, RateMeter, peer_row
 from .stream import Stream
 

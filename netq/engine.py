@@ -44,7 +44,6 @@ from .diagnostics import (
     WAITING_CLIENTS,
     Diagnostics,
     Reachability,
-    StallWarning,
     explain_no_handshake,
 )
 from .exceptions import (
@@ -59,6 +58,7 @@ from .options import CommunicatorOptions, Purpose
 from .peers import PeerTable
 from .protocol.frames import UNLIMITED_MESSAGES
 from .session import QUEUED_MESSAGE_COST, Outgoing, PeerSession, PeerState
+from .stall import StallWarning
 
 __all__ = ("EngineAPI", "Inbox", "SessionEngine")
 

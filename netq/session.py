@@ -33,7 +33,7 @@ from .protocol.resume import Resume
 
 if TYPE_CHECKING:
     from .contract import Link
-    from .diagnostics import StallWarning
+    from .stall import StallWarning
     from .stream import Buffer
 
 __all__ = ("NO_TOKEN", "Outgoing", "PeerSession", "PeerState")

@@ -284,8 +284,7 @@ class Communicator:
             size = 0
             for part in parts:
                 size += len(part)
-        future = DeliveryFuture(len(targets))
-        future._sessions = targets  # where cancel() withdraws it from (PeerSession.withdraw)
+        future = DeliveryFuture(len(targets), targets)  # cancel() withdraws it from targets
         if size > self._message_limit:
             future._fail(MessageTooLarge(size, self._message_limit))
             return future

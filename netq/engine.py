@@ -203,9 +203,7 @@ class SessionEngine:
                 # Request/response: nothing in flight and no put just before this one.
                 # Writing from this thread saves waking the I/O thread on the way out.
                 try:
-                    # A session's link is a contract Link (netq.session.AttachedLink): told by
-                    # annotation, not typing.cast (a Python call per put).
-                    link: Link | None = session.link  # type: ignore[assignment]
+                    link: Link | None = session.link  # type: ignore[assignment]  # AttachedLink
                     if link is not None and link.direct_ok and not link.write_blocked:
                         self._pump(session, link)
                         conn = link.conn
@@ -401,7 +399,7 @@ class SessionEngine:
         for _ in range(len(attention)):
             session = attention.popleft()
             session.scheduled = False  # before pumping: later puts must schedule again
-            link: Link | None = session.link  # type: ignore[assignment]  # see submit()
+            link: Link | None = session.link  # type: ignore[assignment]  # AttachedLink
             if link is None or link.closing:
                 continue
             with session.send_lock:

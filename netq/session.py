@@ -70,7 +70,10 @@ class Outgoing(NamedTuple):
 class AttachedLink(Protocol):
     """What the session knows of the link attached to it: a :class:`netq.contract.Link`,
     which points back at its session (``Link.session``). The contract sits above the session
-    and names it; the session names only this, so the two modules import one way."""
+    and names it; the session names only this, so the two modules import one way. Where the
+    engine hands a session's link to the loop it tells the type checker that it is a Link by
+    annotating (``link: Link | None = session.link``), not with ``typing.cast``: that would be
+    a Python call per put."""
 
     @property
     def conn(self) -> Connection:

@@ -22,7 +22,6 @@ from typing import Any, NamedTuple
 
 from . import _shm
 from .contract import TransportFactory
-from .diagnostics import StallWarning
 from .engine import SessionEngine
 from .exceptions import (
     DeserializationError,
@@ -40,6 +39,7 @@ from .options import CommunicatorOptions, Protocol, Purpose
 from .protocol.connection import MessageReceived as Incoming  # what waits in an inbox
 from .protocol.frames import MAX_PARTS
 from .session import Outgoing, PeerSession
+from .stall import StallWarning
 from .statistics import CommunicatorStatistics, RateMeter, peer_row
 from .stream import Stream
 
@@ -313,8 +313,7 @@ class Communicator:
             raise MessageTooLarge(size, self._message_limit)
         if size > engine.handshake.smallest_peer_limit:  # some peer takes less than we do
             _check_peer_limits(targets, size)
-        future = DeliveryFuture(len(targets))
-        future._sessions = targets  # where cancel() withdraws it from (PeerSession.withdraw)
+        future = DeliveryFuture(len(targets), targets)  # cancel() withdraws it from targets
         if len(parts) > MAX_PARTS:
             # A custom dump() made more parts than a message can carry. Caught here, on the
             # caller's thread: in the pump it would end the link or the I/O thread.

@@ -119,6 +119,10 @@ class Link(LinkIO):
     once the handshake is done), ``peer_id`` (from the peer's HELLO), liveness
     (``last_received_at``, which the transport stamps on every read, ``ping_sent_at``,
     ``rtt``), ``direct_ok`` and ``credit_counted``.
+
+    The session points back at its link (``PeerSession.link``) typed as
+    :class:`netq.session.AttachedLink`, what the session's readers need of it, so that the
+    session module does not import this one: the contract sits above the session.
     """
 
     __slots__ = ("session", "peer_id", "opened_at", "last_received_at", "ping_sent_at", "rtt",

@@ -32,9 +32,9 @@ from collections.abc import Callable, Iterable
 
 from . import flow
 from .contract import Link
-from .diagnostics import StallWarning
 from .protocol.connection import MessageReceived
 from .session import PeerSession
+from .stall import StallWarning
 
 __all__ = ("BDP_PING", "ReceiveBudget")
 

@@ -3,8 +3,9 @@
 A silent wait is a bug (docs/guarantees.md): a ``put()`` waiting for send budget, a
 ``close()`` waiting for acknowledgements, a client that cannot reach its server, a full
 receive budget all say, within ``stall_warning`` seconds, what they wait for and what would
-change it: as a WARNING on the ``netq`` logger (repeated every :data:`REPEAT_WARNING`
-seconds while the wait lasts, through :class:`StallWarning`) and in ``statistics()``
+change it: as a WARNING on the ``netq`` logger (repeated every
+:data:`netq.stall.REPEAT_WARNING` seconds while the wait lasts: when is the stall timer's,
+:class:`netq.stall.StallWarning`; what, this module's) and in ``statistics()``
 (:meth:`Diagnostics.peer_blocked`). A ``get()`` that has waited that long says so in
 ``statistics()`` (:meth:`Diagnostics.get_wait`), and on a server with no client connected
 (nobody who could send) also in one WARNING per wait: waiting for a peer that is there is a
@@ -29,14 +30,14 @@ from typing import Protocol
 from .options import CommunicatorOptions
 from .peers import PeerTable
 from .session import PeerSession, PeerState
+from .stall import StallWarning
 
 LOGGER = logging.getLogger("netq")
 
-__all__ = ("REPEAT_WARNING", "SUMMARY_EVERY", "BudgetView", "ConnectView", "Diagnostics",
-           "GetterView", "Reachability", "StallWarning", "WAITING_CLIENTS", "WaitingClients",
-           "explain_no_handshake", "format_bytes")
+__all__ = ("SUMMARY_EVERY", "BudgetView", "ConnectView", "Diagnostics", "GetterView",
+           "Reachability", "WAITING_CLIENTS", "WaitingClients", "explain_no_handshake",
+           "format_bytes")
 
-REPEAT_WARNING = 30.0  # seconds between repeated warnings about the same ongoing wait
 # Seconds between the summary WARNINGs of a process whose clients wait for their server
 # together (a connection storm): one line for them all, not one per client.
 SUMMARY_EVERY = 5.0
@@ -65,52 +66,6 @@ def explain_no_handshake(silent: float, *, heard_hello: bool) -> str:
     return (f"connected, but no netq handshake in {silent:.0f} s: the server has not taken the "
             f"connection from its queue (overloaded, or stuck), or the other end is not a netq "
             f"server")
-
-
-class StallWarning:
-    """When to warn about one ongoing wait: once it has lasted ``stall_warning`` seconds
-    without progress, then every ``repeat`` seconds while it lasts."""
-
-    __slots__ = ("stall_warning", "repeat", "since", "warned_at", "summarized")
-
-    def __init__(self, stall_warning: float, since: float,
-                 repeat: float = REPEAT_WARNING) -> None:
-        self.stall_warning = stall_warning
-        self.repeat = repeat
-        self.since = since  # when the wait (or its last progress) began
-        self.warned_at: float | None = None  # when we last warned about it
-        self.summarized = False  # its last warning went into a summary of many (no own line)
-
-    def progress(self, now: float) -> None:
-        """Something moved: the stall clock starts again (the repeat clock does not)."""
-        self.since = now
-
-    def due(self, now: float) -> bool:
-        """True when a warning is due now; the caller logs it (it counts as given)."""
-        if now - self.since < self.stall_warning:
-            return False
-        if self.warned_at is not None and now - self.warned_at < self.repeat:
-            return False
-        self.warned_at = now
-        return True
-
-    def defer(self, now: float, seconds: float) -> None:
-        """The warning due now was not given: due again ``seconds`` from ``now``."""
-        self.warned_at = now - self.repeat + seconds
-
-    def next_due(self, now: float) -> float:
-        """Seconds until a warning is next due (the first, or the next repeat)."""
-        if self.warned_at is None:
-            return max(self.stall_warning - (now - self.since), 0.0)
-        return max(self.warned_at + self.repeat - now, 0.0)
-
-    def until_due(self, now: float) -> float:
-        """Seconds until the first warning could be due (0 once the stall is long enough)."""
-        return max(self.stall_warning - (now - self.since), 0.0)
-
-    @property
-    def warned(self) -> bool:
-        return self.warned_at is not None
 
 
 class Reachability:

@@ -44,7 +44,6 @@ from .diagnostics import (
     WAITING_CLIENTS,
     Diagnostics,
     Reachability,
-    StallWarning,
     explain_no_handshake,
 )
 from .exceptions import (
@@ -59,6 +58,7 @@ from .options import CommunicatorOptions, Purpose
 from .peers import PeerTable
 from .protocol.frames import UNLIMITED_MESSAGES
 from .session import QUEUED_MESSAGE_COST, Outgoing, PeerSession, PeerState
+from .stall import StallWarning
 
 __all__ = ("EngineAPI", "Inbox", "SessionEngine")
 
@@ -203,7 +203,7 @@ class SessionEngine:
                 # Request/response: nothing in flight and no put just before this one.
                 # Writing from this thread saves waking the I/O thread on the way out.
                 try:
-                    link = session.link
+                    link: Link | None = session.link  # type: ignore[assignment]  # AttachedLink
                     if link is not None and link.direct_ok and not link.write_blocked:
                         self._pump(session, link)
                         conn = link.conn
@@ -399,7 +399,7 @@ class SessionEngine:
         for _ in range(len(attention)):
             session = attention.popleft()
             session.scheduled = False  # before pumping: later puts must schedule again
-            link = session.link
+            link: Link | None = session.link  # type: ignore[assignment]  # AttachedLink
             if link is None or link.closing:
                 continue
             with session.send_lock:

@@ -12,6 +12,19 @@ collector a large share of a put's CPU. It stays a real ``concurrent.futures.Fut
 every path that needs the condition or the waiters goes through the lazy ``_condition`` and
 ``_waiters`` properties.
 
+What those helpers and the inherited ``done()``, ``result()``, ``exception()`` read is the
+stdlib's own protocol between a future and its waiters: ``_condition``, ``_waiters``,
+``_state``, ``_result``, ``_exception``. Its state values are plain strings, compared by
+equality; this module spells them itself (:data:`PENDING` ... :data:`FINISHED`) rather than
+importing them from the private ``concurrent.futures._base``, and tests/test_futures.py checks
+them against the states a stock ``Future`` takes. Only this class writes ``_state``, so its own
+comparisons use ``is``.
+
+A future knows the queues its message waits in (:class:`SendQueue`: a
+:class:`~netq.session.PeerSession` is one, and this module does not know it), to tell them
+"withdraw me" when the put is cancelled; what a queue holds and how it drops a message is the
+queue's.
+
 Start and cancel race lock-free for the right to decide a message's fate: each of them
 appends its kind to the future's ``_gate`` and reads the first entry back (``bytearray.append``
 is atomic under the GIL), so every thread agrees on who came first, whether another start (send
@@ -41,26 +54,33 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from concurrent.futures._base import (  # the states Future's own methods compare against
-    CANCELLED,
-    CANCELLED_AND_NOTIFIED,
-    FINISHED,
-    PENDING,
-)
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .exceptions import BroadcastIncomplete, ResourceGone
 
-if TYPE_CHECKING:
-    from .session import PeerSession
+__all__ = ("DeliveryFuture", "SendQueue")
 
-__all__ = ("DeliveryFuture",)
+# The states of concurrent.futures.Future (its _state), which its inherited methods and
+# wait()/as_completed() compare against by value. RUNNING is never written here: running() is
+# answered from the gate.
+PENDING = "PENDING"
+CANCELLED = "CANCELLED"
+CANCELLED_AND_NOTIFIED = "CANCELLED_AND_NOTIFIED"
+FINISHED = "FINISHED"
 
 LOGGER = logging.getLogger("netq")
 _CREATE = threading.Lock()  # taken by whoever makes a future's condition (waiters only)
 _UNWATCHED = object()  # in _cond: resolved while no condition existed (see the module docstring)
 _STARTED = 1  # _gate entries
 _CANCELLED = 2
+
+
+class SendQueue(Protocol):
+    """A queue a put's message waits in (:class:`netq.session.PeerSession`, one per addressed
+    peer): told to drop it at once when the put is cancelled before it reached the wire."""
+
+    def withdraw(self, future: DeliveryFuture) -> None:
+        """Drop the message of ``future`` if it is still queued here (any thread)."""
 
 
 class DeliveryFuture(Future):
@@ -76,8 +96,8 @@ class DeliveryFuture(Future):
     A failure does not stop the message: a broadcast still goes to every peer it was queued
     for whose session lasts. Only ``cancel()`` withdraws it, and
     only before any peer's copy went on the wire; after a successful ``cancel()`` the message
-    leaves the queues of ``_sessions`` (the peers ``put`` addressed) at once, so a cancelled
-    put holds no memory and no room in the send window.
+    leaves its ``queues`` (:class:`SendQueue`: the sessions of the peers ``put`` addressed) at
+    once, so a cancelled put holds no memory and no room in the send window.
 
     ``_state`` stays PENDING until the future resolves (``running()`` is answered from the
     gate instead). Only the resolver writes it, and whoever makes the condition after an
@@ -94,18 +114,20 @@ class DeliveryFuture(Future):
     _addressed = 1  # a broadcast sets the number of peers it was put to
     _failures: list[tuple[Any, Exception]] | None = None  # a broadcast's peers that failed
 
-    def __init__(self, remaining: int = 1) -> None:  # no super(): no Condition up front
+    def __init__(self, remaining: int = 1,
+                 queues: Sequence[SendQueue] = ()) -> None:  # no super(): no Condition yet
         self._state = PENDING
         # _STARTED / _CANCELLED, in the order they came: the first one decides. A bytearray,
         # not a list: its append is as atomic, and it holds no references, so the cyclic GC
         # never tracks it (a put makes one future per message; see the module docstring).
         self._gate = bytearray()
         self.remaining = remaining
-        # The peers put() addressed (put() sets them; adapters address none). Set here,
-        # always, so that every future sets its attributes in one order: CPython then keeps
-        # sharing one key table among them, where a future that got an attribute out of that
-        # order carries a dict of its own (about 270 bytes more per queued message).
-        self._sessions: Sequence[PeerSession] = ()
+        # Where the message waits: the queues of the peers put() addressed (adapters address
+        # none), told to withdraw it on cancel(). Set here, always, so that every future sets
+        # its attributes in one order: CPython then keeps sharing one key table among them,
+        # where a future that got an attribute out of that order carries a dict of its own
+        # (about 270 bytes more per queued message).
+        self._queues = queues
         if remaining > 1:  # after the shared attributes: a broadcast's dict is its own anyway
             self._addressed = remaining
 
@@ -164,8 +186,8 @@ class DeliveryFuture(Future):
                     else:
                         waiter.add_exception(self)
                 cond.notify_all()
-        if self._sessions:
-            self._sessions = ()  # a finished future does not keep the peers' sessions alive
+        if self._queues:
+            self._queues = ()  # a finished future does not keep the peers' queues alive
         callbacks = self._done_callbacks
         if callbacks:
             self._done_callbacks = ()
@@ -216,8 +238,8 @@ class DeliveryFuture(Future):
             # Nobody waits, and no callback can be registered: add_done_callback() makes the
             # condition first, and one made from now on publishes FINISHED to it.
             self._state = FINISHED
-            if self._sessions:
-                self._sessions = ()
+            if self._queues:
+                self._queues = ()
         else:
             self._settle(cond, FINISHED, None)
 
@@ -255,10 +277,10 @@ class DeliveryFuture(Future):
             return False  # started first: it is on the wire
         # From here on no peer sends it. Out of the queues first, so done-callbacks already
         # see it gone from statistics(). A failure that resolved it first keeps its word (and
-        # _finish has emptied _sessions: a second cancel() withdraws nothing).
+        # _finish has emptied _queues: a second cancel() withdraws nothing).
         try:
-            for session in self._sessions:
-                session.withdraw(self)
+            for queue in self._queues:
+                queue.withdraw(self)
         finally:
             self._finish(CANCELLED_AND_NOTIFIED, None)
         return self._state is CANCELLED_AND_NOTIFIED

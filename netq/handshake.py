@@ -17,6 +17,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable
+from typing import cast
 
 from . import protocol as proto
 from .contract import Link, TransportAPI
@@ -132,7 +133,7 @@ class Handshake:
             self._handshake_ended(link)
             ended_here = self._peers.ended(link.peer_id)
             session, resumed = self._peers.open(link.peer_id)
-            old = session.link
+            old = cast("Link | None", session.link)  # netq.session.AttachedLink: a Link
             if old is not None and old is not link and old.serial > link.serial:
                 # A stale attempt: the peer connected again after this link (a client that
                 # gave up on a handshake a storm delayed), and the newer link's handshake

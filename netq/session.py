@@ -25,18 +25,18 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .exceptions import ConnectionLost, Full, ResourceClosed
 from .futures import DeliveryFuture
 from .protocol.resume import Resume
 
 if TYPE_CHECKING:
-    from .contract import Link
-    from .diagnostics import StallWarning
+    from .protocol.connection import Connection
+    from .stall import StallWarning
     from .stream import Buffer
 
-__all__ = ("NO_TOKEN", "Outgoing", "PeerSession", "PeerState")
+__all__ = ("NO_TOKEN", "AttachedLink", "Outgoing", "PeerSession", "PeerState")
 
 NO_TOKEN = bytes(16)  # a client's session token before the server has answered
 LOGGER = logging.getLogger("netq")
@@ -67,6 +67,23 @@ class Outgoing(NamedTuple):
     future: DeliveryFuture
 
 
+class AttachedLink(Protocol):
+    """What the session knows of the link attached to it: a :class:`netq.contract.Link`,
+    which points back at its session (``Link.session``). The contract sits above the session
+    and names it; the session names only this, so the two modules import one way. Where the
+    engine hands a session's link to the loop it tells the type checker that it is a Link by
+    annotating (``link: Link | None = session.link``), not with ``typing.cast``: that would be
+    a Python call per put."""
+
+    @property
+    def conn(self) -> Connection:
+        """The link's sans-I/O protocol state (its credit, its output)."""
+
+    @property
+    def serial(self) -> int:
+        """The order links were made in: of two links of one peer, the newer keeps it."""
+
+
 class PeerSession:
     """One peer, as seen from this communicator."""
 
@@ -75,7 +92,7 @@ class PeerSession:
         self.id = peer_id
         self.token = token or os.urandom(16)
         self.state = PeerState.CONNECTING
-        self.link: Link | None = None  # the attached transport link
+        self.link: AttachedLink | None = None  # the attached transport link
         self.disconnected_at: float | None = None
         self.connected_at: float | None = None
         self.reconnects = 0
@@ -119,7 +136,7 @@ class PeerSession:
         # The bandwidth-delay probe under way (netq.credit.ReceiveBudget.probe): its PING
         # token (0: none), the link it went out on, and the bytes received since.
         self.bdp_token = 0
-        self.bdp_link: Link | None = None
+        self.bdp_link: AttachedLink | None = None
         self.bdp_bytes = 0
         self.bdp_backoff = 0.0  # seconds until the next probe after one that did not grow
         self.bdp_next_at = 0.0  # monotonic time before which no probe starts

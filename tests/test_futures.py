@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 
+from netq import futures
 from netq.exceptions import BroadcastIncomplete, ConnectionLost, MessageTooLarge, ResourceClosed
 from netq.futures import DeliveryFuture
 
@@ -48,6 +49,41 @@ def test_is_a_stdlib_future_without_an_eager_condition():
     future = DeliveryFuture()
     assert isinstance(future, cf.Future)
     assert future._cond is None  # nothing allocated until someone waits
+
+
+def test_its_states_are_the_ones_a_stock_future_takes():
+    # netq.futures spells Future's states itself (not from concurrent.futures._base): they
+    # must be the values the inherited methods and wait()/as_completed() compare against.
+    stock = cf.Future()
+    assert stock._state == futures.PENDING
+    stock.cancel()
+    assert stock._state == futures.CANCELLED
+    stock.set_running_or_notify_cancel()
+    assert stock._state == futures.CANCELLED_AND_NOTIFIED
+    finished = cf.Future()
+    finished.set_result(None)
+    assert finished._state == futures.FINISHED
+    assert DeliveryFuture()._state == futures.PENDING
+
+
+def test_cancel_withdraws_from_its_queues_and_a_finished_future_lets_them_go():
+    class Queue:
+        def __init__(self):
+            self.withdrawn = []
+
+        def withdraw(self, future):
+            self.withdrawn.append(future)
+
+    first, second = Queue(), Queue()
+    cancelled = DeliveryFuture(2, (first, second))
+    assert cancelled.cancel() and cancelled.cancelled()
+    assert first.withdrawn == second.withdrawn == [cancelled]
+    assert cancelled._queues == ()  # resolved: it holds its queues no longer
+    assert cancelled.cancel() and first.withdrawn == [cancelled]  # still cancelled; withdrawn once
+    delivered = DeliveryFuture(1, (first,))
+    assert delivered._start()
+    delivered._delivered()
+    assert delivered._queues == () and first.withdrawn == [cancelled]
 
 
 def test_resolves_after_every_peer_acknowledged():
@@ -335,7 +371,7 @@ def test_a_future_resolved_before_anyone_waited_answers_every_question():
     assert delivered._start() and failed._start()
     delivered._delivered()
     failed._fail(ConnectionError("peer left"))
-    assert not delivered._finish(cf._base.FINISHED, RuntimeError("late"))  # resolved once
+    assert not delivered._finish(futures.FINISHED, RuntimeError("late"))  # resolved once
     # No condition existed when they resolved: the first question makes one and publishes.
     assert delivered.done() and delivered.result(timeout=0) is None
     assert isinstance(failed.exception(timeout=0), ConnectionError)

@@ -212,3 +212,174 @@ def test_the_display_imports_nothing_above_it():
     assert "netq.widgets" not in at_import and not [
         node for node in hooks.body
         if isinstance(node, ast.ImportFrom) and "widgets" in (node.module or "")]
+
+
+# ---------------------------------------------------------------- no import circles
+# Every module of netq/ (its subpackages too, whatever they are: netq/lab/ is looked at as
+# soon as it exists) imports in one direction only. An import under TYPE_CHECKING and one
+# inside a function count: they are part of the design (a type checker and a lazy caller
+# follow them), and a circle through one is a knot all the same.
+
+
+def _graph_module(path: Path, root: Path, top: str) -> tuple[str, bool]:
+    """The dotted name of the module at ``path`` (a package: its own name) and whether it is
+    a package."""
+    parts = path.relative_to(root).with_suffix("").parts
+    if parts[-1] == "__init__":
+        return ".".join((top, *parts[:-1])), True
+    return ".".join((top, *parts)), False
+
+
+def module_imports(text: str, module: str, is_package: bool,
+                   modules: set[str]) -> dict[str, int]:
+    """The modules of ``modules`` that ``module``'s source ``text`` imports, each with the line
+    of its first import. ``from pkg import name`` imports ``pkg.name`` when that is a module,
+    else ``pkg``; relative imports, imports in functions and under TYPE_CHECKING count."""
+    package = module if is_package else module.rpartition(".")[0]
+    found: dict[str, int] = {}
+
+    def add(name: str, line: int) -> None:
+        if name != module:
+            found.setdefault(name, line)
+
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in modules:
+                    add(alias.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            name = node.module or ""
+            full = (f"{base}.{name}" if name else base) if node.level else name
+            for alias in node.names:
+                if f"{full}.{alias.name}" in modules:
+                    add(f"{full}.{alias.name}", node.lineno)
+                elif full in modules:
+                    add(full, node.lineno)
+    return dict(sorted(found.items()))
+
+
+def package_import_graph(root: Path = PACKAGE, top: str = "netq") -> dict[str, dict[str, str]]:
+    """Every module under ``root`` -> {module of the package it imports: "file:line"}."""
+    files = {_graph_module(path, root, top): path for path in sorted(root.rglob("*.py"))}
+    modules = {name for name, _ in files}
+    graph: dict[str, dict[str, str]] = {}
+    for (name, is_package), path in files.items():
+        where = path.relative_to(root.parent)
+        graph[name] = {imported: f"{where}:{line}" for imported, line
+                       in module_imports(path.read_text(), name, is_package, modules).items()}
+    return graph
+
+
+def import_circles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's, iteratively), each
+    sorted, in order of their first module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, targets = work[-1]
+            for target in targets:
+                if target not in graph:
+                    continue
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        circles.append(sorted(component))
+    return sorted(circles)
+
+
+def describe_circles(graph: dict[str, dict[str, str]], circles: list[list[str]]) -> str:
+    """Each circle: a shortest way round it, then every arrow inside it with where it is."""
+    lines = [f"{len(circles)} import circle(s) (imports under TYPE_CHECKING and in functions "
+             f"count; cut an arrow: move what it imports down, or name it through a Protocol "
+             f"defined below both):"]
+    for members in circles:
+        inside = set(members)
+        first = members[0]
+        came_from: dict[str, str] = {}
+        frontier = [first]
+        while frontier and first not in came_from:
+            following = []
+            for node in frontier:
+                for target in sorted(graph[node]):
+                    if target in inside and target not in came_from:
+                        came_from[target] = node
+                        following.append(target)
+            frontier = following
+        path = [first]
+        node = came_from[first]
+        while node != first:
+            path.append(node)
+            node = came_from[node]
+        path.append(first)
+        lines.append(f"  {len(members)} modules: {' -> '.join(reversed(path))}")
+        for member in members:
+            for target, where in graph[member].items():
+                if target in inside:
+                    lines.append(f"      {member} -> {target}    ({where})")
+    return "\n".join(lines)
+
+
+def test_the_package_imports_form_no_circle():
+    graph = package_import_graph()
+    assert "netq.engine" in graph and "netq.transports.sockets" in graph  # all of netq/
+    circles = import_circles(graph)
+    assert not circles, describe_circles(graph, circles)
+
+
+def test_the_circle_check_finds_a_circle_in_a_small_package(tmp_path):
+    root = tmp_path / "pkg"
+    (root / "sub").mkdir(parents=True)
+    files = {
+        "__init__.py": "from .a import A\n",  # pkg -> pkg.a: no way back
+        "a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\n",
+        "b.py": "def lazy():\n    from pkg.sub import d\n",  # pkg.sub.d is a module
+        "sub/__init__.py": "",
+        "sub/d.py": "from .. import c\nfrom ..c import helper\n",
+        "c.py": "from . import a\n",
+        "lonely.py": "from .sub.d import name\nimport pkg.c\n",
+    }
+    for name, text in files.items():
+        (root / name).write_text(text)
+    graph = package_import_graph(root, "pkg")
+    assert graph["pkg.b"] == {"pkg.sub.d": "pkg/b.py:2"}  # a name that is a module
+    assert set(graph["pkg.sub.d"]) == {"pkg.c"}  # a module, and a name in it
+    assert set(graph["pkg.lonely"]) == {"pkg.sub.d", "pkg.c"}
+    circles = import_circles(graph)
+    assert circles == [["pkg.a", "pkg.b", "pkg.c", "pkg.sub.d"]]
+    told = describe_circles(graph, circles)
+    assert "4 modules: pkg.a -> pkg.b -> pkg.sub.d -> pkg.c -> pkg.a" in told
+    assert "pkg.a -> pkg.b    (pkg/a.py:3)" in told
+    del graph["pkg.c"]["pkg.a"]  # cut one arrow: no circle is left
+    assert import_circles(graph) == []

@@ -13,16 +13,15 @@ import pytest
 
 import netq as nq
 from netq.diagnostics import (
-    REPEAT_WARNING,
     WAITING_CLIENTS,
     Diagnostics,
     Reachability,
-    StallWarning,
     WaitingClients,
     format_bytes,
 )
 from netq.peers import PeerTable
 from netq.session import PeerState
+from netq.stall import REPEAT_WARNING, StallWarning
 
 
 @pytest.mark.parametrize(("value", "text"), [

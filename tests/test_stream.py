@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from netq._buffers import LARGE
 from netq.stream import (
     ARRAY_MAGIC,
     DEFAULT_SERIALIZER,
@@ -27,13 +28,24 @@ from netq.stream import (
 THRESHOLD = 65536
 
 
+def received(chunk) -> bytes | bytearray | memoryview:
+    """What a transport delivers for a chunk (netq._buffers): a fresh ``bytearray`` for a
+    writable one; for a read-only one ``bytes`` below LARGE and from LARGE a read-only
+    memoryview of a fresh receive buffer."""
+    view = memoryview(chunk)
+    if not view.readonly:
+        return bytearray(view)
+    if view.nbytes < LARGE:
+        return bytes(view)
+    return memoryview(bytearray(view)).toreadonly()
+
+
 def transmit(stream: Stream) -> Stream:
-    """What a transport hands to ``load``: one fresh receive buffer per chunk, ``bytes`` for a
-    read-only chunk and ``bytearray`` for a writable one."""
-    received = Stream()
+    """What a transport hands to ``load``: one fresh receive buffer per chunk (received())."""
+    out = Stream()
     for chunk in stream:
-        received.writechunk(bytes(chunk) if chunk.readonly else bytearray(chunk))
-    return received
+        out.writechunk(received(chunk))
+    return out
 
 
 def global_pickle(module: str, name: str) -> bytes:
@@ -468,6 +480,32 @@ def test_bytes_serializer_empty_and_multi_chunk() -> None:
     assert ser.load(Stream([b"ab", b"cd"])) == b"abcd"
 
 
+@pytest.mark.parametrize("size", [LARGE - 1, LARGE, 3 * LARGE])
+def test_bytes_serializer_hands_a_lone_read_only_part_back_as_it_arrived(size: int) -> None:
+    """get() with BytesSerializer: bytes below LARGE, the read-only view of the receive
+    buffer from LARGE (no copy); a writable part or several parts are joined into bytes."""
+    ser = BytesSerializer()
+    data = os.urandom(size)
+    (part,) = [received(p) for p in ser.dump_parts(data)]
+    out = ser.load_parts([part])
+    assert out is part and out == data
+    assert type(out) is (bytes if size < LARGE else memoryview)
+    joined = ser.load_parts([bytearray(data)])
+    assert type(joined) is bytes and joined == data
+    assert ser.load_parts([part, b"x"]) == data + b"x"
+
+
+def test_pickled_arrays_from_read_only_parts_stay_read_only() -> None:
+    """Out-of-band buffers of a pickled (structured) array: read-only when the sender's was."""
+    ser = PickleSerializer()
+    for writable in (True, False):
+        array_ = np.zeros(THRESHOLD, dtype=[("a", "<i4"), ("b", ">f8")])
+        array_.flags.writeable = writable
+        out = ser.load(transmit(ser.dump(array_)))
+        assert out.flags.writeable == writable
+        np.testing.assert_array_equal(out, array_)
+
+
 @given(st.binary(max_size=2000))
 def test_bytes_serializer_property(data: bytes) -> None:
     ser = BytesSerializer()
@@ -513,7 +551,7 @@ def test_small_bytes_stay_in_band() -> None:
     assert type(out) is bytes and out == data
 
 
-def test_large_bytes_go_out_of_band_and_come_back_as_that_bytes_object() -> None:
+def test_large_bytes_go_out_of_band_and_come_back_as_a_read_only_view_of_the_buffer() -> None:
     ser = PickleSerializer()
     data = os.urandom(THRESHOLD)  # exactly the threshold: out of band
     stream = ser.dump(data)
@@ -521,10 +559,10 @@ def test_large_bytes_go_out_of_band_and_come_back_as_that_bytes_object() -> None
     assert stream.nbytes < THRESHOLD + 100  # not also copied into the pickle
     assert list(stream)[1].obj is data  # the payload itself, not a copy
     assert ser.load(stream) is data
-    received = transmit(stream)
-    out = ser.load(received)
-    assert type(out) is bytes
-    assert out is list(received)[1].obj  # the receive buffer itself, no copy
+    arrived = transmit(stream)
+    out = ser.load(arrived)
+    assert type(out) is memoryview and out.readonly
+    assert out.obj is list(arrived)[1].obj  # the receive buffer itself, no copy
     assert out == data
 
 
@@ -553,7 +591,8 @@ def test_memoryview_comes_back_as_bytes_or_bytearray(size: int) -> None:
     ser = PickleSerializer()
     readonly = memoryview(os.urandom(size))
     writable = memoryview(bytearray(os.urandom(size)))
-    for view, kind in ((readonly, bytes), (writable, bytearray)):
+    for view, kind in ((readonly, bytes if size < LARGE else memoryview),
+                       (writable, bytearray)):
         stream = ser.dump(view)
         assert stream.nchunks == (1 if size < THRESHOLD else 2)
         out = ser.load(transmit(stream))
@@ -596,10 +635,12 @@ def test_dump_parts_is_dump_as_a_sequence(threshold: int, size: int, kind: type)
     assert [bytes(part) for part in parts] == [bytes(chunk) for chunk in ser.dump(data)]
     if kind is bytes and size and size >= threshold:
         assert len(parts) == 2 and parts[1] is data
-    # What a transport delivers: bytes for a read-only part, bytearray for a writable one.
-    received = [bytes(part) if memoryview(part).readonly else bytearray(part) for part in parts]
-    out = ser.load_parts(received)
-    assert type(out) is kind and out == data
+    # What a transport delivers (received()): a read-only part of LARGE or more as a
+    # read-only memoryview, which a top-level bytes payload then comes back as.
+    arrived = [received(part) for part in parts]
+    out = ser.load_parts(arrived)
+    expected = memoryview if kind is bytes and size >= LARGE and size >= threshold else kind
+    assert type(out) is expected and out == data
 
 
 @pytest.mark.parametrize(
@@ -952,15 +993,14 @@ def test_plain_numpy_arrays_travel_as_a_header_and_their_bytes(array_: np.ndarra
     assert bytes(parts[0][:4]) == ARRAY_MAGIC
     assert len(parts) == (2 if array_.nbytes >= THRESHOLD else 1)
     assert ser.dump(array_).nchunks == len(parts)
-    for received in (ser.load(transmit(ser.dump(array_))),
-                     ser.load_parts([p if not isinstance(p, memoryview)
-                                     else bytes(p) if p.readonly else bytearray(p)
-                                     for p in parts])):
-        assert type(received) is np.ndarray
-        assert received.dtype == array_.dtype and received.shape == array_.shape
-        assert received.flags.f_contiguous == array_.flags.f_contiguous
-        np.testing.assert_array_equal(received, array_)
-        assert received.flags.writeable == (writable or len(parts) == 1)
+    for out in (ser.load(transmit(ser.dump(array_))),
+                ser.load_parts([p if not isinstance(p, memoryview) else received(p)
+                                for p in parts])):
+        assert type(out) is np.ndarray
+        assert out.dtype == array_.dtype and out.shape == array_.shape
+        assert out.flags.f_contiguous == array_.flags.f_contiguous
+        np.testing.assert_array_equal(out, array_)
+        assert out.flags.writeable == (writable or len(parts) == 1)
 
 
 @pytest.mark.parametrize(

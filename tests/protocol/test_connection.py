@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from netq import _buffers
+from netq._buffers import LARGE
 from netq.exceptions import AuthenticationError, LocalProtocolError, RemoteProtocolError
 from netq.protocol import connection as connection_module, frames
 from netq.protocol.connection import (
@@ -471,9 +472,11 @@ def test_message_every_way(name, allocations):
                            ((4093,), (1, 65536, 3), (100_000,), (31, 32768, 32769), (17,)),
                            eof=True)
     assert events == [expected_message(1, objects, batch)]
-    # Readonly parts are bytes, writable parts bytearray (the sender's buffer kinds).
+    # Writable parts are bytearrays, read-only ones bytes below LARGE and read-only
+    # memoryviews from LARGE (netq._buffers).
     assert [t for t, _ in events[0][3]] == [
-        "bytes" if ro else "bytearray" for _, ro in specs]
+        "bytearray" if not ro else "bytes" if size < LARGE else "memoryview"
+        for size, ro in specs]
     # Each allocation is exactly one part.
     total = sum(size for size, _ in specs)
     assert all(size <= total for _, size in allocations)
@@ -570,7 +573,8 @@ def test_direct_receive_writes_into_the_final_object():
         events += conn.receive_done(count)
     (message,) = events
     writable, readonly = message.parts
-    assert type(writable) is bytearray and type(readonly) is bytes
+    assert type(writable) is bytearray
+    assert type(readonly) is memoryview and readonly.readonly  # 100_000 bytes: >= LARGE
     assert writable == objects[0] and readonly == objects[1]
     # Most of the writable body went straight into the object the user gets.
     direct = sum(size for obj, size in targets if obj is writable)

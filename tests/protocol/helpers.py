@@ -125,6 +125,11 @@ def open_pair(client_key: bytes | None = None, server_key: bytes | None = None, 
 # ----------------------------------------------------------------------------- messages
 
 
+def server_open(**server_hello) -> Connection:
+    """A fresh server that has completed the handshake (the receiver in most tests)."""
+    return open_pair(server=server_hello).server
+
+
 def payload(size: int, seed: int = 0) -> bytes:
     return random.Random(seed * 1_000_003 + size).randbytes(size)
 

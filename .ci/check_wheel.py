@@ -59,7 +59,7 @@ def main() -> None:
 
     names = sorted(f.parent.as_posix().replace("/", ".") for f in
                    importlib.metadata.files("netq") or [] if f.name == "__init__.py")
-    for expected in ("netq", "netq.protocol", "netq.transports", *NEEDS_EXTRA):
+    for expected in ("netq", "netq.protocol", "netq.transports", "netq.lab", *NEEDS_EXTRA):
         check(expected in names, f"subpackage {expected} is missing from the wheel")
     for name in names:
         try:

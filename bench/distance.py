@@ -2,7 +2,7 @@
 
 The seed sizes netq's windows for "the bandwidth-delay product of a typical connection";
 loopback has no delay, so the throughput section cannot show whether netq fills a long fat
-pipe. Here the receiver worker binds as usual, a relay process (``python -m netq.relay``, its
+pipe. Here the receiver worker binds as usual, a relay process (``python -m netq.lab.relay``, its
 own process so it shares no interpreter lock with the workers) listens in front of it with
 ``DELAY`` each way (a 50 ms round trip) and a ``RATE`` cap per direction, and the sender
 worker connects to the relay. The same rows as the throughput section (``raw-tcp``,
@@ -34,7 +34,7 @@ def through_relay(run, ctx, row) -> dict:
     with run.Session(ctx, max(60.0, ctx.timeout * 2)) as s:
         rx = s.spawn("receiver", row, role="recv", size=SIZE, count=COUNT)
         addr = rx.expect("READY", s.deadline)["addr"]
-        relay = s.run("relay", [ctx.python["main"], "-m", "netq.relay", "--upstream", addr,
+        relay = s.run("relay", [ctx.python["main"], "-m", "netq.lab.relay", "--upstream", addr,
                                 "--delay", str(DELAY), "--rate", str(RATE)])
         relayed = relay.expect("READY", s.deadline)
         tx = s.spawn("sender", row, role="send", size=SIZE, count=COUNT, addr=relayed["addr"])

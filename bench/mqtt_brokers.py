@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import netq as nq
-from netq.brokers import AMQTT_VERSION, AmqttBroker, RabbitMQCluster, local_broker
+from netq.lab.brokers import AMQTT_VERSION, AmqttBroker, local_broker
+from netq.lab.rabbitmq import RabbitMQCluster
 from netq.transports.mqtt import link_statistics
 
 BROKERS = ("mosquitto", "rabbitmq", "rabbitmq-cluster", "amqtt")

@@ -30,7 +30,7 @@ sys.path.insert(0, REPO)
 
 import psutil  # noqa: E402
 
-from netq.brokers import local_broker  # noqa: E402
+from netq.lab.brokers import local_broker  # noqa: E402
 
 LIMITS = {"max_inflight_messages": 2, "max_queued_messages": 10}
 IDLE_END = 3.0  # seconds without a message after which the raw consumer stops waiting

@@ -76,7 +76,7 @@ nitpick_ignore_regex = [
                r"threading|pathlib|os|io|logging|types|dataclasses|weakref|pickle|"
                r"multiprocessing|subprocess|secrets|bokeh|anywidget|traitlets|ipywidgets|grpc|paho)(\..*)?"),
     (r"py:.*", r"netq\.(protocol|engine|loop|link_driver|contract|peers|credit|diagnostics|"
-               r"handshake|inbox|session|flow|relay|_\w+|"
+               r"handshake|inbox|session|flow|lab\.(relay|shaping|netem)|_\w+|"
                r"transports\.(base|packets|sockets|mqtt\.\w+|grpc\.\w+)|"
                r"widgets\.replaceable)(\..*)?"),
     (r"py:.*", r"(.*\.)?_\w+"),

@@ -34,6 +34,7 @@ from .exceptions import (
     ProtocolError,
     RemoteProtocolError,
     ResourceClosed,
+    ResourceGone,
     UnknownPeer,
     UnprotectedServer,
     UnsupportedProtocol,
@@ -55,8 +56,9 @@ from .options import (
     SecurityOptions,
     SerializationOptions,
 )
+from .serializers import BytesSerializer, PickleSerializer
 from .statistics import CommunicatorStatistics, PeerStatistics
-from .stream import BytesSerializer, PickleSerializer, Stream
+from .stream import Stream
 
 __version__ = "0.1.0"
 
@@ -82,6 +84,7 @@ __all__ = [
     "PickleSerializer",
     "BytesSerializer",
     "NetqError",
+    "ResourceGone",
     "ResourceClosed",
     "ConnectionLost",
     "UsedInForkedChild",

@@ -2,7 +2,7 @@
 
 One argparse parser with a subcommand per tool, so ``--help`` at every level, ``--version``
 and the subcommands' options all come from the same definitions (the demo's live in
-:func:`netq.demo.add_arguments`).
+:func:`netq.lab.demo.add_arguments`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _indented_usage(parser: argparse.ArgumentParser) -> str:
 
 def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The whole command line: ``--version`` and one subparser per command."""
-    from . import demo
+    from .lab import demo
 
     prog = prog or _prog()
     parser = argparse.ArgumentParser(

@@ -30,6 +30,7 @@ from .exceptions import (
     LocalProtocolError,
     MessageTooLarge,
     ResourceClosed,
+    ResourceGone,
     UsedInForkedChild,
 )
 from .exposure import check as check_exposure
@@ -148,6 +149,20 @@ if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
     os.register_at_fork(after_in_child=_mark_inherited_after_fork)
 
 
+def _check_peer_limits(targets: Sequence[PeerSession], size: int) -> None:
+    """put(): raise :class:`MessageTooLarge` if a connected target's ``message_size`` (from its
+    HELLO) is under ``size``, naming the peer with the lowest such limit."""
+    lowest: tuple[int, uuid.UUID] | None = None
+    for session in targets:
+        link = session.link
+        hello = None if link is None else link.conn.peer
+        if hello is not None and size > hello.max_message \
+                and (lowest is None or hello.max_message < lowest[0]):
+            lowest = (hello.max_message, session.id)
+    if lowest is not None:
+        raise MessageTooLarge(size, lowest[0], lowest[1])
+
+
 class Communicator:
     """A server or client endpoint. Thread-safe; use as a context manager.
 
@@ -232,12 +247,21 @@ class Communicator:
 
         The object is serialized once for all peers and must not be mutated until the returned
         future resolves; the future resolves when every peer's netq has received the message
-        and fails with :class:`ResourceClosed` if a peer or this communicator goes away first.
-        Blocks while a peer's unsent bytes exceed ``send_budget`` (``block=False``: raise
-        :class:`Full`; ``timeout``: raise :class:`Full` after that many seconds), logging a
-        WARNING that says why after ``stall_warning`` seconds. On a closed communicator it
-        raises :class:`ResourceClosed` at once (a mistake in the caller's code is reported
-        where it is made, not in a future nobody may look at).
+        and fails with :class:`ConnectionLost` if a peer leaves or the link breaks for good
+        first, with :class:`ResourceClosed` if this communicator is closed first
+        (``close(timeout=)``). Blocks while a peer's unsent bytes exceed ``send_budget``
+        (``block=False``: raise :class:`Full`; ``timeout``: raise :class:`Full` after that many
+        seconds), logging a WARNING that says why after ``stall_warning`` seconds.
+
+        A mistake in the caller's code is raised here, where it is made, not put in a future
+        nobody may look at; nothing is queued and the communicator stays usable:
+        :class:`ResourceClosed` on a closed communicator; :class:`MessageTooLarge` for a
+        message over our ``message_size``, or over the ``message_size`` of a peer it goes to
+        that is connected (its handshake said its limit), and then to none of the peers, even
+        those that would take it. A limit learnt only after the put (a peer not connected yet,
+        or one that reconnects with a lower limit) fails the future with
+        :class:`MessageTooLarge` instead, for that peer only (a put to several peers then fails
+        with :class:`BroadcastIncomplete`, the others received it).
         """
         return self._put(self._dump_parts(data), False, peers, block, timeout)
 
@@ -284,11 +308,13 @@ class Communicator:
             size = 0
             for part in parts:
                 size += len(part)
+        # Too large: raised here, on the caller's thread, before anything is queued.
+        if size > self._message_limit:
+            raise MessageTooLarge(size, self._message_limit)
+        if size > engine.handshake.smallest_peer_limit:  # some peer takes less than we do
+            _check_peer_limits(targets, size)
         future = DeliveryFuture(len(targets))
         future._sessions = targets  # where cancel() withdraws it from (PeerSession.withdraw)
-        if size > self._message_limit:
-            future._fail(MessageTooLarge(size, self._message_limit))
-            return future
         if len(parts) > MAX_PARTS:
             # A custom dump() made more parts than a message can carry. Caught here, on the
             # caller's thread: in the pump it would end the link or the I/O thread.
@@ -359,7 +385,7 @@ class Communicator:
                 if len(messages) < max_messages:
                     try:
                         current = self._take(peers, False, None)
-                    except (Empty, ResourceClosed):
+                    except (Empty, ResourceGone):
                         pass
         except BaseException as error:
             # What was opened goes back in order, for the next get. So does the message being
@@ -530,27 +556,27 @@ class Communicator:
         without it, a static text/HTML summary (and a warning). Options: see
         ``netq.widgets.Monitor``.
         """
-        from .display import monitor
+        from .display.notebook import monitor
 
         return monitor(self, interval=interval, **options)
 
     def _repr_mimebundle_(self, include: Any = None,
                           exclude: Any = None) -> dict[str, Any] | tuple[dict, dict]:
         """Jupyter display: a live monitor in a kernel with ``netq[widgets]``, else static."""
-        from .display import communicator_bundle
+        from .display.notebook import communicator_bundle
 
         return communicator_bundle(self, include, exclude)
 
     def _ipython_display_(self) -> None:
         """Jupyter display with a display id, so the live view can be replaced by its final
         static form when it stops (see :mod:`netq.display`)."""
-        from .display import communicator_display
+        from .display.notebook import communicator_display
 
         communicator_display(self)
 
     def _display_(self) -> Any:
         """marimo display (asked before any ``_repr_*``): a live monitor, or a static summary
         without ``netq[widgets]``."""
-        from .display import communicator_marimo
+        from .display.notebook import communicator_marimo
 
         return communicator_marimo(self)

@@ -373,8 +373,8 @@ class SessionEngine:
             peer = conn.peer
             assert peer is not None
             if message.size > (limit := peer.max_message):
-                # Within our limit, over the peer's: only this message fails.
-                message.future._fail_peer(MessageTooLarge(message.size, limit), session.id)
+                # Over the peer's limit, learnt after the put() (which raises for a known one).
+                message.future._fail_peer(MessageTooLarge(message.size, limit, peer.id), peer.id)
                 continue
             seq = session.next_seq
             session.next_seq = seq + 1

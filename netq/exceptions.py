@@ -3,11 +3,17 @@
 The tree, read as "who is to blame"::
 
     NetqError
-    ├── ResourceClosed              a peer or the communicator is gone; ``.peer`` says which
-    │   │                           (``None``: this communicator itself)
-    │   ├── ConnectionLost          ... without a goodbye: killed, cut off, session expired
-    │   └── UsedInForkedChild       a communicator created before ``os.fork()`` was used in
-    │                               the child: its connections belong to the parent
+    ├── ResourceGone                it cannot be used any more; ``.peer`` says what
+    │   │                           (``None``: this communicator itself); catch it when who
+    │   │                           ended it does not matter
+    │   ├── ResourceClosed          you closed it: close() was called (``put()`` after it,
+    │   │   │                       ``get()`` once everything received was taken, what was
+    │   │   │                       pending when close(timeout=) ran out)
+    │   │   └── UsedInForkedChild   a communicator created before ``os.fork()`` was used in
+    │   │                           the child: its connections belong to the parent
+    │   └── ConnectionLost          it broke: the peer left or shut down, was killed or cut
+    │                               off, its session expired, the server is gone, or this
+    │                               communicator's own link or I/O thread failed
     ├── BroadcastIncomplete (+ ExceptionGroup)
     │                               a put() to several peers reached some of them only:
     │                               how many it reached, and each other peer's error
@@ -15,7 +21,9 @@ The tree, read as "who is to blame"::
     ├── Full   (+ queue.Full)       put would exceed the peer's send window
     ├── UnknownPeer  (+ KeyError)   a peer id this communicator has never seen
     ├── MessageTooLarge (+ ValueError)
-    │                               a message over ``SerializationOptions.message_size``
+    │                               a message over our ``SerializationOptions.message_size``
+    │                               or a connected peer's: raised by ``put()`` itself (a
+    │                               peer's limit learnt after the put: by its future)
     ├── DeserializationError        ``load`` failed on a received message (that message only)
     ├── UnsupportedProtocol (+ ValueError)
     │                               no transport is registered under that name
@@ -32,9 +40,10 @@ The tree, read as "who is to blame"::
                                     wrong version, frames out of order
 
 The split follows trio ("you closed it" vs "it broke": :class:`ResourceClosed` vs
-:class:`ConnectionLost`) and h11 (:class:`LocalProtocolError` vs
-:class:`RemoteProtocolError`). A remote protocol error closes that one connection; every other
-peer is unaffected.
+:class:`ConnectionLost`, siblings as trio's ``ClosedResourceError`` and
+``BrokenResourceError`` are, with :class:`ResourceGone` to catch both) and h11
+(:class:`LocalProtocolError` vs :class:`RemoteProtocolError`). A remote protocol error closes
+that one connection; every other peer is unaffected.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ import uuid
 
 __all__ = (
     "NetqError",
+    "ResourceGone",
     "ResourceClosed",
     "ConnectionLost",
     "UsedInForkedChild",
@@ -67,34 +77,53 @@ class NetqError(Exception):
     """Base class of every netq error."""
 
 
-class ResourceClosed(NetqError):
-    """The peer or the communicator closed before the operation could complete.
+class ResourceGone(NetqError):
+    """The peer or the communicator can no longer be used: the common base of
+    :class:`ResourceClosed` (you closed it) and :class:`ConnectionLost` (it broke), for code
+    that does not care which.
 
-    ``peer`` is the peer's id, or ``None`` when this communicator itself is closed.
+    ``peer`` is the peer's id, or ``None`` when this communicator itself is meant; ``reason``
+    says why, in words.
     """
 
     def __init__(self, peer: uuid.UUID | None = None, reason: str = "") -> None:
         self.peer = peer
         self.reason = reason
-        what = "communicator is closed" if peer is None else f"peer {peer} is gone"
+        what = self._what()
         super().__init__(f"{what}: {reason}" if reason else what)
+
+    def _what(self) -> str:
+        return "gone" if self.peer is None else f"peer {self.peer} is gone"
 
     def __reduce__(self):  # pickled with what it was made from (a future crosses processes)
         return type(self), (self.peer, self.reason)
 
 
-class ConnectionLost(ResourceClosed):
-    """The peer vanished without a goodbye (killed, network cut, session expired).
+class ResourceClosed(ResourceGone):
+    """This communicator was closed (``close()`` was called) before, or while, the operation
+    ran: a ``put()`` after ``close()``, a ``get()`` once everything received was taken, what
+    was still pending when ``close(timeout=)`` ran out. The caller's doing, never the peer's
+    or the network's (that is :class:`ConnectionLost`).
+
+    ``peer`` is ``None`` (this communicator) unless a subclass says otherwise.
+    """
+
+    def _what(self) -> str:
+        return "communicator is closed" if self.peer is None else f"peer {self.peer} is closed"
+
+
+class ConnectionLost(ResourceGone):
+    """The peer or the network ended it, not this side: the peer left (said goodbye) or shut
+    down, was killed, the network cut it off and no reconnect came within
+    ``session_timeout``, or the server is gone; the message says which.
 
     ``peer`` ``None``: this communicator's own link failed (a client that cannot reach its
     server, its I/O thread failed); the communicator itself is not closed, and the message
     says "connection lost", not "communicator is closed".
     """
 
-    def __init__(self, peer: uuid.UUID | None = None, reason: str = "") -> None:
-        super().__init__(peer, reason)
-        if peer is None:
-            self.args = (f"connection lost: {reason}" if reason else "connection lost",)
+    def _what(self) -> str:
+        return "connection lost" if self.peer is None else f"peer {self.peer} is gone"
 
 
 class UsedInForkedChild(ResourceClosed):
@@ -130,8 +159,9 @@ class BroadcastIncomplete(ExceptionGroup, NetqError):
 
     ``delivered``: how many of the ``addressed`` peers acknowledged it. ``failed``: each other
     peer's id and why it did not (a :class:`ConnectionLost` for a peer that left, a
-    :class:`MessageTooLarge` for one whose limit is lower). Those errors are this group's
-    exceptions, so ``except* ConnectionLost:`` handles the peers that left.
+    :class:`MessageTooLarge` for one whose lower limit was learnt only after the ``put()``:
+    a limit known then makes ``put()`` raise, sending to no one). Those errors are this
+    group's exceptions, so ``except* ConnectionLost:`` handles the peers that left.
     """
 
     delivered: int
@@ -191,15 +221,23 @@ class UnknownPeer(NetqError, KeyError):
 
 
 class MessageTooLarge(NetqError, ValueError):
-    """A message larger than ``SerializationOptions.message_size``; it is never split."""
+    """A message larger than a ``SerializationOptions.message_size``: ours, or the peer's
+    (``peer``: which one; ``None``: ours). It is never split, and never sent.
 
-    def __init__(self, size: int, limit: int) -> None:
+    ``put()`` raises it itself, before queueing anything, when the message is over our limit
+    or over a connected peer's (known from its handshake); only a limit learnt after the
+    ``put()`` (a peer not connected yet) fails the future instead.
+    """
+
+    def __init__(self, size: int, limit: int, peer: uuid.UUID | None = None) -> None:
         self.size = size
         self.limit = limit
-        super().__init__(f"message of {size} bytes exceeds message_size={limit} bytes")
+        self.peer = peer
+        whose = "" if peer is None else f"peer {peer}'s "
+        super().__init__(f"message of {size} bytes exceeds {whose}message_size={limit} bytes")
 
     def __reduce__(self):
-        return type(self), (self.size, self.limit)
+        return type(self), (self.size, self.limit, self.peer)
 
 
 class DeserializationError(NetqError):

@@ -1,6 +1,6 @@
 """Who can reach a server, and whether it may unpickle what they send: the exposure decision.
 
-The default serializer, an unrestricted :class:`~netq.stream.PickleSerializer`, runs whatever
+The default serializer, an unrestricted :class:`~netq.serializers.PickleSerializer`, runs whatever
 code a received pickle names. That is fine between processes of one user on one host, and
 remote code execution for everyone who can reach the port otherwise. This module is the one
 place that decides, before a server binds, whether strangers can reach it and whether anything
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from .exceptions import UnprotectedServer
 from .options import CommunicatorOptions, Protocol, Purpose, SecurityOptions
-from .stream import BytesSerializer, PickleSerializer
+from .serializers import BytesSerializer, PickleSerializer
 
 __all__ = ("check", "reachable_by_others", "broker_exposure", "protection", "shared_authkey",
            "owner_only", "AUTHKEY_BYTES")

@@ -49,7 +49,7 @@ from concurrent.futures._base import (  # the states Future's own methods compar
 )
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import BroadcastIncomplete
+from .exceptions import BroadcastIncomplete, ResourceGone
 
 if TYPE_CHECKING:
     from .session import PeerSession
@@ -227,7 +227,7 @@ class DeliveryFuture(Future):
 
     def _fail_peer(self, exception: Exception, peer: Any) -> None:
         """Addressed peer ``peer`` (its id) will never acknowledge the message."""
-        if self._addressed == 1 or getattr(exception, "peer", 0) is None:
+        if self._addressed == 1 or (isinstance(exception, ResourceGone) and exception.peer is None):
             # One peer; or this communicator itself closed or broke: nobody else gets it.
             self._finish(FINISHED, exception)
             return

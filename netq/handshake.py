@@ -22,7 +22,13 @@ from . import protocol as proto
 from .contract import Link, TransportAPI
 from .credit import ReceiveBudget
 from .diagnostics import Reachability
-from .exceptions import AuthenticationError, ConnectionLost, RemoteProtocolError, ResourceClosed
+from .exceptions import (
+    AuthenticationError,
+    ConnectionLost,
+    RemoteProtocolError,
+    ResourceClosed,
+    ResourceGone,
+)
 from .options import CommunicatorOptions
 from .peers import PeerTable
 from .protocol.frames import ErrorCode, Role
@@ -87,6 +93,9 @@ class Handshake:
         # after 3 silent heartbeats).
         self._handshaking: dict[Link, uuid.UUID] = {}
         self._handshaking_peers: collections.Counter[uuid.UUID] = collections.Counter()
+        # The lowest message_size of any peer that ever attached (only ever lowered): a put()
+        # under it needs to look at no peer's (Communicator.put checks it before queueing).
+        self.smallest_peer_limit = options.serialization.message_limit
 
     def authenticated(self, link: Link, hello: proto.frames.Hello) -> bool:
         """The peer proved who it is (or needs no proof). False if the transport refuses it."""
@@ -205,6 +214,9 @@ class Handshake:
         self._budget.session_opened(session, link)
 
     def _attach(self, session: PeerSession, link: Link, now: float) -> None:
+        hello = link.conn.peer
+        if hello is not None and hello.max_message < self.smallest_peer_limit:
+            self.smallest_peer_limit = hello.max_message
         session.link = link
         link.session = session
         session.state = PeerState.CONNECTED
@@ -221,19 +233,29 @@ class Handshake:
             # The client leaves: nothing more goes to it. Messages already on the wire still
             # get acknowledged (it reads until our BYE); queued ones fail now.
             with session.send_lock:
-                session.fail_queued(ResourceClosed(session.id, "the peer closed"))
+                session.fail_queued(ConnectionLost(session.id, "the peer closed"))
                 session.state = PeerState.CLOSING
                 link.conn.send_bye("goodbye")
                 session.goodbye_sent = True
             self._transport.close_link(link, flush=True)
         else:
             session.state = PeerState.CLOSED
+            error = self._ended_by(session)  # before goodbye_sent says we answered
             if not session.goodbye_sent:  # the server shut us out
                 link.conn.send_bye("goodbye")
                 session.goodbye_sent = True
             with session.send_lock:
-                session.fail_outbound(ResourceClosed(session.id, "the server closed"))
+                session.fail_outbound(error)
             self._transport.close_link(link, flush=True)
+
+    def _ended_by(self, session: PeerSession) -> ResourceGone:
+        """What a session's pending messages fail with when its goodbye is over: a client that
+        said goodbye first closed it itself (close() ran out of time); otherwise the peer
+        ended it (it said goodbye, or shut down)."""
+        if session.goodbye_sent and not self._server:
+            return ResourceClosed(None, "the communicator closed")
+        return ConnectionLost(session.id, "the server closed" if not self._server
+                              else "the peer closed")
 
     def error_frame(self, link: Link, event: proto.ErrorReceived) -> None:
         code = event.code
@@ -243,7 +265,7 @@ class Handshake:
             if not self._server:
                 self._say_replaced()
         elif code == ErrorCode.SHUTDOWN:
-            link.error = ResourceClosed(link.peer_id, "the peer shut down")
+            link.error = ConnectionLost(link.peer_id, "the peer shut down")
             session = link.session
             if session is not None:
                 session.state = PeerState.CLOSED
@@ -279,7 +301,7 @@ class Handshake:
             error = link.error
             if session is None and not self._server and error is not None \
                     and not isinstance(error, AuthenticationError):
-                reason = error.reason if isinstance(error, ResourceClosed) and error.reason \
+                reason = error.reason if isinstance(error, ResourceGone) and error.reason \
                     else str(error)
                 if not reason.startswith("connected"):
                     reason = f"connected, then before the netq handshake ended: {reason}"
@@ -287,7 +309,7 @@ class Handshake:
             return None
         if session.goodbye_received or session.state is PeerState.CLOSED:
             session.link = None
-            self.end_session(session, ResourceClosed(session.id, "the peer closed"))
+            self.end_session(session, self._ended_by(session))
             return None
         # A goodbye the link took with it is said again on the next link (see goodbyes()).
         session.goodbye_sent = False

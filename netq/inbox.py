@@ -27,7 +27,7 @@ from typing import Any
 from .contract import TransportAPI
 from .credit import ReceiveBudget
 from .engine import SessionEngine
-from .exceptions import Empty, ResourceClosed
+from .exceptions import ConnectionLost, Empty, ResourceClosed
 from .protocol.connection import MessageReceived as Incoming  # what waits in an inbox
 from .session import PeerSession, PeerState
 
@@ -181,7 +181,9 @@ class Inboxes:
                     engine.raise_if_broken()
                 server = self._server_session
                 if server is not None and server.state is PeerState.CLOSED and not server.inbox:
-                    raise ResourceClosed(server.id, "the server closed the session")
+                    if engine.closing:  # its BYE answered ours: we closed it
+                        raise ResourceClosed(None, "closed and every received message was taken")
+                    raise ConnectionLost(server.id, "the server closed the session")
                 if not block:
                     raise Empty()
                 if timeout is not None:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .stream import DEFAULT_SERIALIZER, Stream
+from .serializers import DEFAULT_SERIALIZER
+from .stream import Stream
 
 __all__ = (
     "Protocol",
@@ -205,12 +206,15 @@ class SerializationOptions:
     """How objects become bytes, and how many the receive side holds.
 
     message_size    largest serialized message in bytes, both ways (-1: up to 4 GiB, the cap
-                    that stops a peer from claiming an absurd size). A larger put fails its
-                    future with MessageTooLarge; it is never split into several messages.
+                    that stops a peer from claiming an absurd size). put() raises
+                    MessageTooLarge for a larger message, or one over the message_size of a
+                    connected peer it goes to, before queueing anything; a peer's limit
+                    learnt after the put (not connected yet) fails that peer's part of the
+                    future instead. A message is never split into several.
     queue_size      most messages from one peer waiting in our receive queue (-1: bounded
                     only by recv_budget bytes). Enforced with message credits.
     load / dump     ``dump(obj) -> Stream`` and ``load(Stream) -> obj``; the default is
-                    :class:`netq.stream.PickleSerializer`.
+                    :class:`netq.serializers.PickleSerializer`.
     """
 
     message_size: int = -1

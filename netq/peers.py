@@ -8,7 +8,7 @@ session expiry) alike. It holds
   ordinary entry too, created up front so that ``put()`` can queue before the first
   connection: its id is learnt in the handshake);
 * the ids of peers that left (up to :data:`DEPARTED_MEMORY` of them), so that naming one
-  raises :class:`ResourceClosed` ("it was here and left") rather than :class:`UnknownPeer`
+  raises :class:`ConnectionLost` ("it was here and left") rather than :class:`UnknownPeer`
   ("never heard of it").
 
 Rules of :meth:`PeerTable.resolve` (what ``put(data, *peers)`` and ``get(*peers)`` accept):
@@ -17,8 +17,8 @@ Rules of :meth:`PeerTable.resolve` (what ``put(data, *peers)`` and ``get(*peers)
 peer named                             put()                  get()
 =====================================  =====================  ===========================
 never seen (client: not the server)    UnknownPeer            UnknownPeer
-left, session forgotten                ResourceClosed         ResourceClosed
-session closing or closed              ResourceClosed         its unread messages
+left, session forgotten                ConnectionLost         ConnectionLost
+session closing or closed              ConnectionLost         its unread messages
 =====================================  =====================  ===========================
 
 Threads: the I/O thread adds and forgets sessions; user threads look up (a dict read is
@@ -30,12 +30,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Sequence
 
-from .exceptions import ResourceClosed, UnknownPeer
+from .exceptions import ConnectionLost, UnknownPeer
 from .session import NO_TOKEN, PeerSession, PeerState
 
 __all__ = ("DEPARTED_MEMORY", "PeerTable")
 
-DEPARTED_MEMORY = 65536  # ids of departed peers remembered (ResourceClosed, not UnknownPeer)
+DEPARTED_MEMORY = 65536  # ids of departed peers remembered (ConnectionLost, not UnknownPeer)
 _GONE = (PeerState.CLOSED, PeerState.CLOSING)
 
 
@@ -104,7 +104,7 @@ class PeerTable:
                 if peer != server.id:
                     raise UnknownPeer(peer)
             if sending and server.state is PeerState.CLOSED:
-                raise ResourceClosed(server.id, "the server closed the session")
+                raise ConnectionLost(server.id, "the server closed the session")
             return self._server_only if sending or peers else ()
         sessions = self._sessions
         if not peers:
@@ -115,11 +115,11 @@ class PeerTable:
             session = sessions.get(peer)
             if session is None:
                 if peer in self._departed:
-                    raise ResourceClosed(peer, "the peer left" if sending else
+                    raise ConnectionLost(peer, "the peer left" if sending else
                                          "the peer left and everything it sent was taken")
                 raise UnknownPeer(peer)
             if sending and session.state in _GONE:
-                raise ResourceClosed(peer, "the peer left")
+                raise ConnectionLost(peer, "the peer left")
             found.append(session)
         return found
 

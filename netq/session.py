@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .exceptions import Full, ResourceClosed
+from .exceptions import ConnectionLost, Full, ResourceClosed
 from .futures import DeliveryFuture
 from .protocol.resume import Resume
 
@@ -214,7 +214,8 @@ class PeerSession:
         ``explain()``: why) while nothing moves.
 
         Raises :class:`Full` after ``timeout`` seconds, :class:`ResourceClosed` when the
-        communicator (``closing()``) or the peer closes meanwhile.
+        communicator closes meanwhile (``closing()``), :class:`ConnectionLost` when the peer
+        leaves.
         """
         start = stall.since
         deadline = None if timeout is None else start + timeout
@@ -225,7 +226,8 @@ class PeerSession:
         try:
             while not self.has_room(send_budget, send_messages):
                 if closing() or self.state is PeerState.CLOSED:
-                    raise ResourceClosed(None if closing() else self.id)
+                    raise ResourceClosed(None, "close() was called") if closing() \
+                        else ConnectionLost(self.id, "the peer left")
                 now = time.monotonic()
                 if (self.dequeued_bytes, self.acked_messages) != progress:
                     progress = (self.dequeued_bytes, self.acked_messages)

@@ -113,7 +113,7 @@ def run(transport: str, combination: str, files: TLSFiles, directory: Path) -> d
     broker = None
     try:
         if protocol is nq.Protocol.MQTT:
-            from netq.brokers import LocalBroker
+            from netq.lab.brokers import LocalBroker
 
             tls = ({"certfile": files.server_cert, "keyfile": files.server_key}
                    if combination == "broker-tls" else {})

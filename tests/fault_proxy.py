@@ -1,10 +1,10 @@
-"""The fault-injecting relay of the network-fault tests: :class:`netq.relay.Relay`.
+"""The fault-injecting relay of the network-fault tests: :class:`netq.lab.relay.Relay`.
 
 ``FaultProxy(upstream, path=None)`` is a Relay on a ``netq-proxy`` thread, started at once:
 it listens on loopback (the family of ``upstream``: TCP over IPv4 or IPv6, or ``path`` for a
 Unix upstream) and relays every accepted connection byte for byte, both ways, with the faults
 the tests ask for, live: ``delay(seconds, jitter=0)``, ``blackhole()``, ``refuse()``,
-``restore()``, ``reset()``, ``truncate(n)``, ``stats()`` and ``close()`` (see netq/relay.py
+``restore()``, ``reset()``, ``truncate(n)``, ``stats()`` and ``close()`` (see netq/lab/relay.py
 for what each does, and for the shaping and recording the same relay offers).
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 
-from netq.relay import CHUNK, CONTROL_TIMEOUT, Relay, RelayStats
+from netq.lab.relay import CONTROL_TIMEOUT, Relay, RelayStats
+from netq.lab.shaping import CHUNK
 
 __all__ = ("FaultProxy", "ProxyStats", "CHUNK", "BUFFER_LIMIT", "CONTROL_TIMEOUT")
 
@@ -21,7 +22,7 @@ ProxyStats = RelayStats
 
 
 class FaultProxy(Relay):
-    """A :class:`netq.relay.Relay` named ``netq-proxy`` that holds at most
+    """A :class:`netq.lab.relay.Relay` named ``netq-proxy`` that holds at most
     :data:`BUFFER_LIMIT` per direction (the RSS bounds of the fault tests count on it)."""
 
     def __init__(self, upstream, path: str | os.PathLike | None = None) -> None:

@@ -154,3 +154,16 @@ def recv_exactly(sock: socket.socket, n: int) -> bytes:
         assert chunk, f"EOF after {len(data)} of {n} bytes"
         data += chunk
     return bytes(data)
+
+
+def seconds_to_move(sock_in: socket.socket, sock_out: socket.socket, size: int) -> float:
+    """Seconds to move ``size`` random bytes from ``sock_in`` to ``sock_out`` (sent by a
+    thread, received here and compared)."""
+    payload = os.urandom(size)
+    sender = threading.Thread(target=sock_in.sendall, args=(payload,), name="test-send")
+    started = time.monotonic()
+    sender.start()
+    assert recv_exactly(sock_out, size) == payload
+    elapsed = time.monotonic() - started
+    sender.join(10)
+    return elapsed

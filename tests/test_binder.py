@@ -181,7 +181,7 @@ def test_fresh_venv_from_binder_runs_every_notebook_through_start(tmp_path):
                       *map(str, notebooks)], 1500)
         assert re.search(r"\d+ passed", result.stdout), result.stdout[-2000:]
         assert "failed" not in result.stdout.splitlines()[-1], result.stdout[-2000:]
-        # The MQTT notebook talked to the broker binder/start ran (netq.brokers.broker()).
+        # The MQTT notebook talked to the broker binder/start ran (netq.lab.brokers.broker()).
         log = (tmp_path / "broker" / "mosquitto.log").read_text(errors="replace")
         assert "New client connected" in log, log[-2000:]
     finally:

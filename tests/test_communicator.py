@@ -18,7 +18,7 @@ import threading
 import pytest
 
 import netq as nq
-from netq.stream import PickleSerializer
+from netq.serializers import PickleSerializer
 from netq_testing import blocked_get, wait_for
 
 T = 30.0  # seconds any single blocking step may take before the test is considered stuck

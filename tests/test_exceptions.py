@@ -27,7 +27,9 @@ def _cases() -> list[tuple[BaseException, dict[str, object]]]:
         (nq.UsedInForkedChild(PEER, 10, 11),
          {"communicator_id": PEER, "parent_pid": 10, "child_pid": 11}),
         (nq.UnknownPeer(PEER), {"peer": PEER}),
-        (nq.MessageTooLarge(10, 5), {"size": 10, "limit": 5}),
+        (nq.ResourceGone(PEER, "either"), {"peer": PEER, "reason": "either"}),
+        (nq.MessageTooLarge(10, 5), {"size": 10, "limit": 5, "peer": None}),
+        (nq.MessageTooLarge(10, 5, PEER), {"size": 10, "limit": 5, "peer": PEER}),
         (nq.DeserializationError(PEER, ValueError("bad")), {"peer": PEER}),
         (nq.BroadcastIncomplete(2, 3, [(PEER, lost)]), {"delivered": 2, "addressed": 3}),
         (nq.Empty("nothing"), {}),
@@ -53,3 +55,38 @@ def test_a_pickled_broadcast_failure_keeps_each_peers_error():
     assert isinstance(copy.failed[PEER], nq.ConnectionLost) and copy.failed[PEER].peer == PEER
     assert copy.failed[None].limit == 5
     assert [type(e) for e in copy.exceptions] == [nq.ConnectionLost, nq.MessageTooLarge]
+
+
+def test_closed_and_broken_are_siblings_under_one_base():
+    """"You closed it" (ResourceClosed) and "it broke" (ConnectionLost) are told apart by
+    type, as trio's ClosedResourceError and BrokenResourceError are; ResourceGone catches
+    both, for code that does not care which."""
+    assert not issubclass(nq.ConnectionLost, nq.ResourceClosed)
+    assert not issubclass(nq.ResourceClosed, nq.ConnectionLost)
+    for error in (nq.ResourceClosed(None, "close() was called"), nq.ConnectionLost(PEER, "killed"),
+                  nq.UsedInForkedChild(PEER, 10, 11)):
+        with pytest.raises(nq.ResourceGone):
+            raise error
+        assert isinstance(error, nq.NetqError)
+    assert issubclass(nq.UsedInForkedChild, nq.ResourceClosed)  # the caller's doing
+    assert nq.ResourceGone.__bases__ == (nq.NetqError,)
+    assert nq.ResourceClosed.__bases__ == nq.ConnectionLost.__bases__ == (nq.ResourceGone,)
+    assert nq.ResourceGone is nq.exceptions.ResourceGone and "ResourceGone" in nq.__all__
+
+
+def test_each_says_whose_doing_it_was():
+    assert str(nq.ResourceClosed(None)) == "communicator is closed"
+    assert str(nq.ConnectionLost(None, "no server")) == "connection lost: no server"
+    assert str(nq.ConnectionLost(PEER, "killed")) == f"peer {PEER} is gone: killed"
+    assert str(nq.MessageTooLarge(10, 5)) == "message of 10 bytes exceeds message_size=5 bytes"
+    assert str(nq.MessageTooLarge(10, 5, PEER)) == \
+        f"message of 10 bytes exceeds peer {PEER}'s message_size=5 bytes"
+
+
+def test_the_docstring_tree_shows_closed_and_broken_side_by_side():
+    tree = nq.exceptions.__doc__
+    gone = tree.index("├── ResourceGone")
+    closed = tree.index("│   ├── ResourceClosed")
+    forked = tree.index("│   │   └── UsedInForkedChild")
+    lost = tree.index("│   └── ConnectionLost")
+    assert gone < closed < forked < lost

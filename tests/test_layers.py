@@ -151,3 +151,64 @@ def test_no_class_outgrows_one_decision():
         assert sizes[name] <= FACADE_AND_ENGINE_LINES, (name, sizes[name])
     too_big = {name: size for name, size in sizes.items() if size > CLASS_LINES}
     assert not too_big, too_big
+
+
+# The lab (netq/lab/: relay, netem, trace, brokers, the demo) is built on the library, never the
+# other way round. The command line is the one exception: it runs the demo.
+LAB = "netq.lab"
+COMMAND_LINE = PACKAGE / "__main__.py"
+
+
+def imports_the_lab(names: set[str]) -> list[str]:
+    return sorted(name for name in names if name == LAB or name.startswith(LAB + "."))
+
+
+def test_the_core_imports_nothing_from_the_lab():
+    lab = PACKAGE / "lab"
+    core = [path for path in sorted(PACKAGE.rglob("*.py"))
+            if not path.is_relative_to(lab) and path != COMMAND_LINE]
+    # The MQTT transport names netq.lab.brokers.local_broker() in an error message, as text.
+    assert len(core) > 30 and PACKAGE / "transports" / "mqtt" / "transport.py" in core
+    for path in core:
+        found = imports_the_lab(imported_modules(path))
+        assert not found, f"{path.relative_to(PACKAGE)} imports {found}"
+
+
+def test_the_check_sees_an_import_of_the_lab():
+    """The checker itself: absolute, relative, lazy and TYPE_CHECKING imports of the lab are
+    found, and a module whose name merely starts with "lab" is not mistaken for it."""
+    lazy = "def hint():\n    from .lab.brokers import local_broker\n"
+    assert imports_the_lab(imports_of(lazy, "netq.display")) == ["netq.lab.brokers",
+                                                                 "netq.lab.brokers.local_broker"]
+    assert imports_the_lab(imports_of("from . import lab", "netq.engine")) == ["netq.lab"]
+    guarded = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import netq.lab.relay\n"
+    assert imports_the_lab(imports_of(guarded, "netq.stream")) == ["netq.lab.relay"]
+    deep = "from ...lab import trace"
+    assert imports_the_lab(imports_of(deep, "netq.transports.mqtt.transport")) == [
+        "netq.lab", "netq.lab.trace"]
+    assert imports_the_lab(imports_of("from .laboratory import x", "netq.engine")) == []
+    # ...and the command line's own import of the demo is one, exempt by name only.
+    assert imports_the_lab(imported_modules(COMMAND_LINE)) == ["netq.lab", "netq.lab.demo"]
+
+
+# What netq.display may import from netq: itself, the snapshots it shows and the engine's byte
+# formatter. Nothing above it (the netq package, the communicator, the engine): the communicator
+# imports the display, so an arrow back up would close a circle through netq/__init__.py.
+DISPLAY_MAY_IMPORT = ("netq.display", "netq.statistics", "netq.diagnostics")
+
+
+def test_the_display_imports_nothing_above_it():
+    paths = sources("display")
+    assert len(paths) >= 7  # the package and its modules are all looked at
+    for path in paths:
+        # The optional live views (the netq[widgets] extra), which the notebook hooks offer
+        # when a notebook asks for one: imported inside the hooks only (see the next check).
+        allowed = DISPLAY_MAY_IMPORT + (("netq.widgets",) if path.name == "notebook.py" else ())
+        upward = sorted(name for name in imported_modules(path) if not name.startswith(allowed))
+        assert not upward, f"{path.relative_to(PACKAGE)} imports {upward}"
+    hooks = ast.parse((PACKAGE / "display" / "notebook.py").read_text())
+    at_import = {alias.name for node in hooks.body if isinstance(node, ast.Import)
+                 for alias in node.names}
+    assert "netq.widgets" not in at_import and not [
+        node for node in hooks.body
+        if isinstance(node, ast.ImportFrom) and "widgets" in (node.module or "")]

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from netq.brokers import free_port
+from netq.lab.brokers import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"^```python\n(# (server|client)\.py\n.*?)^```", re.MULTILINE | re.DOTALL)

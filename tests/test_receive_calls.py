@@ -59,4 +59,4 @@ def test_a_get_that_finds_its_message_makes_four_python_calls(transport):
         got = [server.get(timeout=T).data for _ in range(10)]
     assert got == list(range(1, 11))
     assert sum(calls.values()) == 4 * 10, calls
-    assert calls["credit.py:settle_lent"] == 10 and calls["stream.py:load_parts"] == 10, calls
+    assert calls["credit.py:settle_lent"] == 10 and calls["serializers.py:load_parts"] == 10, calls

@@ -28,7 +28,7 @@ import pytest
 import netq as nq
 import netq.aio
 from netq import exposure
-from netq.brokers import free_port
+from netq.lab.brokers import free_port
 
 HERE = Path(__file__).resolve().parent
 NOT_HERE = "198.18.0.1"  # benchmarking range: never an address of this host outside a namespace
@@ -362,7 +362,7 @@ def test_beyond_loopback_in_a_network_namespace(transport):
         pytest.importorskip("grpc")
     if transport == "mqtt":
         pytest.importorskip("paho.mqtt")
-        from netq.brokers import find_mosquitto
+        from netq.lab.brokers import find_mosquitto
 
         try:
             find_mosquitto()

@@ -45,15 +45,14 @@ from typing import Any, NamedTuple
 import traitlets
 
 from ..communicator import live_communicators
-from ..display import (
+from ..display.formatting import (
     format_address,
     format_byte_rate,
     format_bytes,
     format_count,
     format_duration,
-    title_state,
-    with_names,
 )
+from ..display.tables import title_state, with_names
 from ..statistics import CommunicatorStatistics, PeerStatistics
 from .replaceable import LiveWidget, ReplaceableView
 from .sampler import view_thread_class
@@ -201,7 +200,7 @@ def find_links(stats: Mapping[uuid.UUID, CommunicatorStatistics]) -> list[Link]:
 
 
 def communicator_state(stats: CommunicatorStatistics) -> str:
-    """The word a communicator's badge shows: :func:`netq.display.title_state`, and
+    """The word a communicator's badge shows: :func:`netq.display.tables.title_state`, and
     ``waiting`` also while one of its ``get()`` calls waits."""
     word = title_state(stats)
     if word in ("open", "connecting") and stats.get_waiting:
@@ -466,7 +465,7 @@ class Dashboard(ReplaceableView):
 
     def named(self, text: str) -> str:
         """``text`` (a sentence of ``statistics()``) with every id in it written as its
-        display name (:func:`netq.display.with_names` with this dashboard's name table)."""
+        display name (:func:`netq.display.tables.with_names` with this dashboard's name table)."""
         found = {uuid.UUID(match) for match in _UUID.findall(text)}
         return with_names(text, {ident: self.name(ident) for ident in found}) if found else text
 

@@ -6,9 +6,9 @@ module and CSS (``widgets/frontend/monitor.js`` and ``monitor.css``) ship in the
 lab extension, no CDN. Python computes everything people read (``netq.display``: units,
 ticks, names, order, the badge) and the browser draws it. The synced traits:
 
-* ``view``: :func:`netq.display.monitor_view`, the title row, the table's busiest
+* ``view``: :func:`netq.display.view_model.monitor_view`, the title row, the table's busiest
   ``max_rows`` rows, one ``others`` row for the rest, the total, waits and footnotes;
-* ``frame``: :func:`netq.display.chart_frame`, the axes (ticks already labelled) and the
+* ``frame``: :func:`netq.display.charts.chart_frame`, the axes (ticks already labelled) and the
   plotted peers (at most ``max_peers``, the busiest) with their colours;
 * ``point``: the newest sample of every plotted peer. The browser appends each one to the
   history it keeps (``history`` points); a view that starts later asks for the whole history
@@ -34,18 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 import traitlets
 
-from ..display import (
-    CHARTS,
-    PEER_COLOURS,
-    SAMPLE,
-    busiest_first,
-    chart_frame,
-    monitor_html,
-    monitor_view,
-    peer_name,
-    peer_sample,
-    text_table,
-)
+from ..display.charts import CHARTS, PEER_COLOURS, SAMPLE, chart_frame, peer_sample
+from ..display.static_form import monitor_html
+from ..display.tables import peer_name, text_table
+from ..display.view_model import busiest_first, monitor_view
 from .replaceable import LiveWidget, ReplaceableView
 from .sampler import DEFAULT_INTERVAL, Sampler
 
@@ -83,8 +75,8 @@ class MonitorWidget(LiveWidget):
 class PlotHistory:
     """The charts' data: the last ``history`` samples of at most ``max_peers`` plotted peers.
 
-    The plotted peers are the busiest (:func:`netq.display.busiest_first`); a peer keeps its
-    place, colour and past until it has ranked outside the busiest ``max_peers`` for
+    The plotted peers are the busiest (:func:`netq.display.view_model.busiest_first`); a peer
+    keeps its place, colour and past until it has ranked outside the busiest ``max_peers`` for
     ``HYSTERESIS`` samples and a busier one needs the place, or until it left (its lines
     end; it is dropped once its data has rolled out of the window or its place is needed).
     Only plotted peers have a history: memory and CPU are bounded by ``max_peers x history``.
@@ -202,7 +194,7 @@ class PlotHistory:
         return entries
 
     def frame(self) -> dict[str, Any]:
-        """:func:`netq.display.chart_frame` of the current window."""
+        """:func:`netq.display.charts.chart_frame` of the current window."""
         highest = {metric: max(values, default=0.0) for metric, values in self._highest.items()}
         return chart_frame(list(self.times), self.legend(), highest, self.history)
 
@@ -224,14 +216,14 @@ class PlotHistory:
         return {"type": "history", "t": list(self.times), "series": self.series_json()}
 
     def series(self, peer: uuid.UUID, metric: str) -> list[float]:
-        """One plotted peer's values of ``metric`` (a name in :data:`netq.display.SAMPLE`),
+        """One plotted peer's values of ``metric`` (a name in :data:`netq.display.charts.SAMPLE`),
         NaN where it was absent."""
         index = SAMPLE.index(metric)
         return [math.nan if sample is None else sample[index] for sample in self.samples[peer]]
 
 
 class PeerTable:
-    """What the table shows: the last ``view`` (:func:`netq.display.monitor_view`)."""
+    """What the table shows: the last ``view`` (:func:`netq.display.view_model.monitor_view`)."""
 
     def __init__(self, names: Mapping[uuid.UUID, str] | None = None, *,
                  max_rows: int | None = 50) -> None:

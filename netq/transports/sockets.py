@@ -5,7 +5,7 @@ epoll on Linux) watching the listening socket, every channel and a wake-up descr
 loop (:class:`netq.loop.IOLoop`) reads straight into the buffers the protocol core points at
 (``recv_into``) and writes the core's iovec list with one scatter-gather ``sendmsg`` (one
 ``send`` per buffer where the platform has no ``sendmsg``: Windows). TLS runs over memory BIOs
-(``_TLSStream``: many records per syscall both ways); its handshake is driven by the channel's
+(``TLSStream``: many records per syscall both ways); its handshake is driven by the channel's
 first reads and writes. An OpenSSL object must not be written by two threads, so TLS channels
 are written by the loop's thread only (``user_threads_write`` off), small buffers joined first.
 
@@ -25,23 +25,23 @@ import socket
 import ssl
 import stat
 import sys
-import time
 from collections.abc import MutableSequence
 from typing import cast
 
-from .. import _shm
 from ..carrier import FAILED, OPENED, READABLE, Address, CarrierInfo, Event, Opened
 from ..exceptions import (
     AuthenticationError,
     ConnectionLost,
-    RemoteProtocolError,
     UnsupportedProtocol,
 )
 from ..exposure import owner_only
 from ..options import CommunicatorOptions, Purpose
 from ..protocol.connection import Buffer
+from .connection_failures import FailedHandshakes, connect_error
+from .fd_passing import recv_fds, shm_unavailable
 from .poller import EVENT_READ, EVENT_WRITE, Poller, WakeUp
 from .tls_contexts import tls_context
+from .tls_stream import Scratch, TLSStream
 
 __all__ = ("TCPCarrier", "UnixCarrier", "SocketCarrier", "SocketChannel")
 
@@ -53,11 +53,6 @@ _WRITE = EVENT_WRITE
 _ACCEPTS_PER_EVENT = 256
 _SOMAXCONN_FILE = "/proc/sys/net/core/somaxconn"
 _TLS_JOIN = 256 * 1024  # small buffers are joined up to this size for one SSL write
-_TLS_WRITE = 256 * 1024  # plaintext encrypted per TLS send: bounds the ciphertext a link holds
-_TLS_FILL = 256 * 1024  # bytes taken from a TLS link's socket per recv (many records at once)
-# ... starting from this (one full record and its framing), grown 4x per recv that filled it:
-# a process of many idle TLS clients keeps a small buffer each, a busy link reaches _TLS_FILL.
-_TLS_FILL_FIRST = 17 * 1024
 ACK_HOLD = 250e-6  # seconds an ACK may wait for the reply that a waiting get() is about to send
 # Windows has no socket.sendmsg: plain links then send the core's buffers one per call (small
 # messages are already coalesced into one buffer by the core; large ones go from their own).
@@ -65,56 +60,12 @@ GATHER_WRITES = hasattr(socket.socket, "sendmsg")
 SocketAddress = str | tuple[object, ...]  # a Unix socket's path, or an IP (host, port, ...)
 # What the poller hands back for the sockets that are not channels.
 _WAKE, _LISTEN, _CONNECT = "wake", "listen", "connect"
-_FD_SPACE = _shm.fd_space() if hasattr(socket, "CMSG_SPACE") else 0
 _SAID_NO_SHM: list[str] = []  # why Unix sockets here pass no descriptors, once said
 
 
-_FAILURE_SUMMARY_EVERY = 5.0  # seconds between a server's summaries of failed TLS handshakes
-
-
-class _FailedHandshakes:
-    """A server's failed TLS handshakes, said at a rate that does not grow with a storm: the
-    first one in its own WARNING line, the ones that follow within
-    :data:`_FAILURE_SUMMARY_EVERY` seconds counted into one summary line (clients that give up
-    a handshake under load fail theirs by the thousand)."""
-
-    __slots__ = ("next_line_at", "since", "count", "left", "last")
-
-    def __init__(self) -> None:
-        self.next_line_at = 0.0  # monotonic time before which failures are only counted
-        self.since = 0.0
-        self.count = 0  # counted, not said yet
-        self.left = 0  # of them: the peer had closed or reset the connection
-        self.last = ""
-
-    def failed(self, text: str, peer_left: bool) -> None:
-        now = time.monotonic()
-        if not self.count and now >= self.next_line_at:
-            LOGGER.warning("netq server: %s", text)
-            self.next_line_at = now + _FAILURE_SUMMARY_EVERY
-            return
-        if not self.count:
-            self.since = now
-        self.count += 1
-        self.left += peer_left
-        self.last = text
-
-    def summarize(self) -> None:
-        """Say what was counted, once its interval is over (called every turn of the loop)."""
-        now = time.monotonic()
-        if not self.count or now < self.next_line_at:
-            return
-        LOGGER.warning(
-            "netq server: %d more TLS handshake(s) failed in %.0f s, %d of them with peers that "
-            "closed or reset the connection during it (clients that gave up: a storm, or a "
-            "client that does not trust this certificate); the last: %s",
-            self.count, now - self.since, self.left, self.last)
-        self.count = self.left = 0
-        self.next_line_at = now + _FAILURE_SUMMARY_EVERY
-
-
 class SocketChannel:
-    """One link's socket and, on TLS, the TLS layer over it (:class:`_TLSStream`).
+    """One link's socket and, on TLS, the TLS layer over it
+    (:class:`~netq.transports.tls_stream.TLSStream`).
 
     ``sock`` is the plain, non-blocking socket (what the poller watches, what plain links
     read and write); ``tls`` is what TLS links read and write through (None on plain links).
@@ -123,7 +74,7 @@ class SocketChannel:
 
     __slots__ = ("sock", "tls", "handshaking", "armed")
 
-    def __init__(self, sock: socket.socket, tls: _TLSStream | None) -> None:
+    def __init__(self, sock: socket.socket, tls: TLSStream | None) -> None:
         self.sock = sock
         self.tls = tls
         self.handshaking = tls is not None  # the TLS handshake is not done yet
@@ -158,11 +109,11 @@ class SocketCarrier:
         self._listener: socket.socket | None = None
         self._connecting: socket.socket | None = None
         self._ssl = self._make_ssl_context()
-        self._failed_handshakes = _FailedHandshakes()
+        self._failed_handshakes = FailedHandshakes()
         self._gather = GATHER_WRITES
         # Where TLS channels' ciphertext lands on its way from the socket into OpenSSL: one
         # buffer for all of them, as only the loop's thread reads.
-        self._tls_scratch = _Scratch()
+        self._tls_scratch = Scratch()
         address: Address = None
         if self._server:
             address = self._listen()  # bind now so a taken port raises from netq.new()
@@ -299,7 +250,7 @@ class SocketCarrier:
         if tls is None:
             if fds is None:
                 return channel.sock.recv_into(buffer)
-            return _recv_fds(channel.sock, buffer, fds)
+            return recv_fds(channel.sock, buffer, fds)
         if channel.handshaking and not self._handshake(channel):
             raise BlockingIOError
         return self._read_tls(channel, tls, buffer)
@@ -410,14 +361,14 @@ class SocketCarrier:
         if not server_side:
             self._watch_peer_host(sock)
         context = self._ssl
-        stream: _TLSStream | None = None
+        stream: TLSStream | None = None
         if context is not None:
             hostname = None
             if not server_side:
                 security = self._options.security
                 assert security is not None  # the TLS context was made from it
                 hostname = security.server_hostname or self._options.netloc.host
-            stream = _TLSStream(sock, context, server_side, hostname, self._tls_scratch)
+            stream = TLSStream(sock, context, server_side, hostname, self._tls_scratch)
         channel = SocketChannel(sock, stream)
         self._channels.add(channel)
         self._poller.register(sock, _READ, channel)
@@ -435,7 +386,7 @@ class SocketCarrier:
         code = sock.connect_ex(address)
         if code not in (0, errno.EINPROGRESS):
             sock.close()
-            self._report_later((FAILED, None, _connect_error(code, family)))
+            self._report_later((FAILED, None, connect_error(code, family)))
             return
         self._connecting = sock
         self._poller.register(sock, _WRITE, _CONNECT)
@@ -448,7 +399,7 @@ class SocketCarrier:
         code = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if code:
             sock.close()
-            events.append((FAILED, None, _connect_error(code, sock.family)))
+            events.append((FAILED, None, connect_error(code, sock.family)))
             return
         try:
             address = sock.getpeername()
@@ -500,7 +451,7 @@ class SocketCarrier:
             self._look_again()
         return True
 
-    def _read_tls(self, channel: SocketChannel, stream: _TLSStream, buffer: memoryview) -> int:
+    def _read_tls(self, channel: SocketChannel, stream: TLSStream, buffer: memoryview) -> int:
         """A TLS read returns at most one record (16 KiB): fill ``buffer`` record by record
         (one read of the loop per buffer, not per record) until the socket is drained."""
         size = len(buffer)
@@ -533,27 +484,6 @@ class SocketCarrier:
         return joined
 
 
-def _recv_fds(sock: socket.socket, buffer: memoryview, fds: MutableSequence[int]) -> int:
-    """recv_into, keeping the descriptors that came with the bytes (SCM_RIGHTS) in ``fds``.
-    More than one write's worth at once (the ancillary buffer overflowed: the kernel closed
-    the rest) is the peer's fault."""
-    count, ancillary, flags, _ = sock.recvmsg_into([buffer], _FD_SPACE)
-    for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            usable = len(data) - len(data) % 4
-            fds.extend(memoryview(data)[:usable].cast("i"))
-    if flags & socket.MSG_CTRUNC:
-        why = f"more than {_shm.MAX_FDS_PER_WRITE} descriptors with one write"
-    elif len(fds) > _shm.MAX_PENDING_FDS:
-        why = (f"{len(fds)} descriptors without DATA frames (at most {_shm.MAX_PENDING_FDS} "
-               f"may wait for theirs)")
-    else:
-        return count
-    while fds:
-        os.close(fds.pop())
-    raise RemoteProtocolError(f"shared memory: the peer sent {why}")
-
-
 _PEER_LEFT = "a peer that left"
 
 
@@ -562,161 +492,6 @@ def _peer(sock: socket.socket) -> object:
         return sock.getpeername()
     except OSError:
         return _PEER_LEFT
-
-
-class _Scratch:
-    """Where TLS ciphertext lands between the socket and OpenSSL (copied into the BIO at once):
-    one per carrier, as one thread at a time leads its loop; made on first use and grown up
-    to _TLS_FILL by the reads that fill it."""
-
-    __slots__ = ("_view",)
-
-    def __init__(self) -> None:
-        self._view: memoryview | None = None
-
-    @property
-    def view(self) -> memoryview:
-        view = self._view
-        if view is None:
-            view = self._view = memoryview(bytearray(_TLS_FILL_FIRST))
-        return view
-
-    def grow(self) -> None:
-        size = len(self.view)
-        if size < _TLS_FILL:
-            self._view = memoryview(bytearray(min(_TLS_FILL, 4 * size)))
-
-
-def _want_write() -> ssl.SSLWantWriteError:
-    return ssl.SSLWantWriteError(ssl.SSL_ERROR_WANT_WRITE,
-                                 "the socket cannot take the TLS output yet")
-
-
-class _TLSStream:
-    """A TLS link's socket: OpenSSL over memory BIOs (``ssl.SSLObject``), not an SSLSocket.
-
-    An SSLSocket reads every record with two ``read`` calls (its header, then its body) and
-    writes every record with a ``write`` of its own: about 130 syscalls per MiB received and
-    64 per MiB sent. Here up to _TLS_FILL bytes of ciphertext are taken from the socket per
-    ``recv`` and records are decrypted from memory, and up to _TLS_WRITE bytes of plaintext
-    are encrypted at once and sent with one ``send``.
-
-    It offers the calls the transport makes on an SSLSocket, with the same outcomes:
-    ``do_handshake``, ``recv_into`` (0 at the end of the stream, with or without the peer's
-    close_notify), ``send`` (like a non-blocking SSL_write: until all the ciphertext of a
-    send is in the socket it raises ``SSLWantWriteError`` and the caller retries with the
-    same data, so a closing link waits for it like for any unsent output), ``fileno`` and
-    ``close``; ``SSLWantReadError``/``SSLWantWriteError`` when the socket is not ready,
-    ``SSLError`` or ``OSError`` on failure. Only the I/O thread reads (the scratch buffer is
-    the transport's); writes happen under the link's lock.
-    """
-
-    __slots__ = ("sock", "tls", "incoming", "outgoing", "scratch", "unsent", "encrypted")
-
-    def __init__(self, sock: socket.socket, context: ssl.SSLContext, server_side: bool,
-                 hostname: str | None, scratch: _Scratch) -> None:
-        self.sock = sock
-        self.incoming = ssl.MemoryBIO()
-        self.outgoing = ssl.MemoryBIO()
-        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_side=server_side,
-                                    server_hostname=hostname)
-        self.scratch = scratch
-        self.unsent = memoryview(b"")  # ciphertext out of the outgoing BIO, not yet sent
-        self.encrypted = 0  # plaintext bytes of the pending send() (its ciphertext unsent)
-
-    def fileno(self) -> int:
-        return self.sock.fileno()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    @property
-    def buffered(self) -> bool:
-        """Input already taken from the socket (a readable event will not report it)."""
-        return bool(self.incoming.pending or self.tls.pending())
-
-    def do_handshake(self) -> None:
-        while True:
-            try:
-                self.tls.do_handshake()
-                break
-            except ssl.SSLWantReadError:
-                if not self._flush():
-                    raise _want_write() from None
-                if not self._fill():
-                    raise
-            except ssl.SSLError:
-                try:
-                    self._flush()  # the alert that says why, as an SSLSocket sends it
-                except OSError:
-                    pass
-                raise
-        if not self._flush():
-            raise _want_write()
-
-    def recv_into(self, buffer: memoryview, fill: bool = True) -> int:
-        """Decrypt into buffer what has arrived; from the socket too unless ``fill`` is
-        false (then ``SSLWantReadError`` once what was already taken is read)."""
-        while True:
-            try:
-                # With a buffer, SSLObject.read returns the count (typeshed says bytes).
-                return cast(int, self.tls.read(len(buffer), buffer))
-            except ssl.SSLWantReadError:
-                if not (fill and self._fill()):
-                    raise
-            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
-                return 0
-
-    def send(self, data: Buffer) -> int:
-        if not self.encrypted:
-            view = memoryview(data).cast("B")
-            self.encrypted = self.tls.write(view[:_TLS_WRITE] if len(view) > _TLS_WRITE
-                                            else view)
-        if not self._flush():
-            raise _want_write()
-        count, self.encrypted = self.encrypted, 0
-        return count
-
-    def _fill(self) -> bool:
-        """Move what the socket holds (up to _TLS_FILL bytes) into the incoming BIO; False
-        when it holds nothing yet."""
-        try:
-            scratch = self.scratch.view
-            count = self.sock.recv_into(scratch)
-        except (BlockingIOError, InterruptedError):
-            return False
-        if not count:
-            self.incoming.write_eof()
-            return True
-        self.incoming.write(scratch[:count])
-        if count == len(scratch):
-            self.scratch.grow()
-        if self.outgoing.pending:
-            # What reading made OpenSSL say (post-handshake messages). A failure to send it
-            # is the next send's to report: this is a read.
-            try:
-                self._flush()
-            except OSError:
-                pass
-        return True
-
-    def _flush(self) -> bool:
-        """Send the ciphertext not sent yet; True when all of it is in the socket."""
-        while True:
-            if not self.unsent:
-                if not self.outgoing.pending:
-                    return True
-                self.unsent = memoryview(self.outgoing.read())
-            try:
-                count = self.sock.send(self.unsent)
-            except (BlockingIOError, InterruptedError):
-                return False
-            self.unsent = self.unsent[count:]
-
-
-def shm_unavailable() -> str | None:
-    """Why Unix sockets here cannot carry shared-memory segments, or None (asked once)."""
-    return _shm.unavailable_cached()
 
 
 def listen_backlog() -> int:
@@ -729,25 +504,6 @@ def listen_backlog() -> int:
             return max(int(file.read().split()[0]), socket.SOMAXCONN)
     except (OSError, ValueError, IndexError):
         return max(socket.SOMAXCONN, 4096)
-
-
-def _connect_error(code: int, family: int) -> str:
-    """A connect() errno as a sentence that says what it means for a netq client: "refused"
-    only when the kernel said so (ECONNREFUSED: a reset in answer to our SYN, or no socket
-    listening on the file)."""
-    text = os.strerror(code).lower()
-    if code == errno.ECONNREFUSED:
-        return f"{text} (nothing listens there: is the server running, on this port?)"
-    if code in (errno.ENOENT,):
-        return f"{text} (no socket file: is the server running?)"
-    if code in (errno.EAGAIN, errno.EWOULDBLOCK):
-        if family == socket.AF_UNIX:
-            return (f"{text} (the server's queue of connections to accept is full: it is busy "
-                    f"accepting others)")
-        return f"{text} (no free local port for another connection)"
-    if code in (errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH):
-        return f"{text} (the host does not answer)"
-    return text
 
 
 class TCPCarrier(SocketCarrier):

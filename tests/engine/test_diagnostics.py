@@ -35,9 +35,9 @@ def test_format_bytes(value, text):
 
 
 def test_display_and_diagnostics_share_format_bytes():
-    from netq import display
+    from netq.display import formatting
 
-    assert display.format_bytes is format_bytes
+    assert formatting.format_bytes is format_bytes
 
 
 def test_a_stall_warning_is_due_after_stall_warning_then_every_repeat():

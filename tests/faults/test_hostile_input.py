@@ -31,7 +31,7 @@ import pytest
 import netq as nq
 from netq import protocol as proto
 from netq.protocol import frames
-from netq.stream import PickleSerializer
+from netq.serializers import PickleSerializer
 from netq_testing import error_codes, frames_in, peer_row, rss, sequence_payload, wait_for
 
 from .helpers import T, client_hello, raw_handshake, read_until_closed, round_trip
@@ -390,7 +390,8 @@ def test_more_buffers_than_a_message_carries(transport):
     the caller's thread and the I/O thread alike; a custom ``dump`` that makes more parts than
     that fails only its own future with LocalProtocolError, and the link goes on."""
     from netq.protocol.frames import MAX_PARTS
-    from netq.stream import MAX_OUT_OF_BAND, Stream
+    from netq.serializers import MAX_OUT_OF_BAND
+    from netq.stream import Stream
 
     assert MAX_OUT_OF_BAND == MAX_PARTS - 1
     eager = PickleSerializer(copy_threshold=16)  # every buffer of 16 B or more out of band

@@ -34,8 +34,10 @@ from pathlib import Path
 
 ALLOWED_ERRORS = frozenset({"ConnectionLost", "ResourceClosed", "raised"})
 # What put() itself may raise (no future made): the addressed peer left since the sender
-# looked at comm.peers, or the communicator is being closed.
-RAISED_ERRORS = frozenset({"UnknownPeer", "ResourceClosed"})
+# looked at comm.peers (ConnectionLost; UnknownPeer once its id is forgotten), or the
+# communicator is being closed (ResourceClosed). MessageTooLarge, raised or in a future, is
+# judged with the put's size.
+RAISED_ERRORS = frozenset({"UnknownPeer", "ConnectionLost", "ResourceClosed"})
 # How a process ended that leaves its peer holding its session, as for a process that vanished:
 # SIGKILL, or close(timeout=) that ran out before its goodbye got through (a cut link).
 VANISHED = frozenset({"kill", "gave_up"})

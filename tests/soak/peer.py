@@ -255,7 +255,7 @@ class Peer:
                 message = self.comm.get(timeout=0.5)
             except nq.Empty:
                 continue
-            except nq.ResourceClosed:
+            except nq.ResourceGone:  # we closed (then stop), or the server closed our session
                 if self.comm.closed:
                     return
                 continue
@@ -316,7 +316,7 @@ class Peer:
             while True:
                 try:
                     self._journal_received(self.comm.get(block=False))
-                except (nq.ResourceClosed, nq.Empty):
+                except (nq.ResourceGone, nq.Empty):
                     break
             deadline = time.monotonic() + 10
             while True:

@@ -1,5 +1,5 @@
 """The soak runner: per transport, a server and clients in child processes, every client's link
-through its own :class:`netq.relay.Relay`, a seeded schedule of faults, and the invariants of
+through its own :class:`netq.lab.relay.Relay`, a seeded schedule of faults, and the invariants of
 :mod:`tests.soak.check` judged while it runs and at the end.
 
 The schedule is a pure function of ``(seed, transport, seconds, clients)``
@@ -25,7 +25,7 @@ import uuid
 from pathlib import Path
 
 import netq as nq
-from netq.relay import Relay
+from netq.lab.relay import Relay
 
 from .check import Checker, Violation, journal_path
 
@@ -407,7 +407,7 @@ class Cell:
 
     def _setup(self) -> None:
         if self.protocol is nq.Protocol.MQTT:
-            from netq.brokers import LocalBroker
+            from netq.lab.brokers import LocalBroker
 
             if self.transport == "mqtt-bridge":
                 from transports.mqtt_bridge_testing import BridgedBrokers

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import netq as nq
-from netq.brokers import free_port
+from netq.lab.brokers import free_port
 
 T = 30.0
 
@@ -86,8 +86,8 @@ def test_a_cut_during_connect_does_not_downgrade_a_proven_mqtt5_broker(caplog, t
     before the next CONNACK (a reset, a truncated packet, a broker restart) is the network, not
     the protocol (seed 2, mqtt: a truncated CONNECT switched a client to MQTT 3.1.1 for good,
     and two resets during resends then cut its packets to half a large publish's size)."""
-    from netq.brokers import LocalBroker, find_mosquitto
-    from netq.relay import Relay
+    from netq.lab.brokers import LocalBroker, find_mosquitto
+    from netq.lab.relay import Relay
     from netq.transports.mqtt import link_statistics
 
     try:
@@ -128,7 +128,7 @@ def test_a_resume_after_the_servers_session_expired_duplicates_nothing():
     own clock); when it got through, its unacknowledged message arrived a second time. Now the
     server says, in the new session, how far it got in the one that ended: what it had
     resolves (delivered), nothing comes twice."""
-    from netq.relay import DOWN, Relay
+    from netq.lab.relay import DOWN, Relay
 
     server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, nq.CommunicatorOptions(
         netloc=nq.NetworkLocation("127.0.0.1", 0),
@@ -175,7 +175,7 @@ class _Goodbye:
 @contextlib.contextmanager
 def _a_client_that_took_a_message_the_server_does_not_know_it_took(
         connection: nq.ConnectionOptions) -> Iterator[_Goodbye]:
-    from netq.relay import UP, Relay
+    from netq.lab.relay import UP, Relay
 
     server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, nq.CommunicatorOptions(
         netloc=nq.NetworkLocation("127.0.0.1", 0), connection=connection))

@@ -2,8 +2,8 @@
 conformance suite's ``mqtt-rabbitmq`` case.
 
 * ``rabbitmq`` (session): a RabbitMQ node of its own, and ``rabbitmq_cluster`` (session): a
-  2-node cluster (:class:`netq.brokers.RabbitMQCluster`, Debian's ``rabbitmq-server`` with the
-  ``rabbitmq_mqtt`` plugin); the single node and the cluster's first node are launched
+  2-node cluster (:class:`netq.lab.rabbitmq.RabbitMQCluster`, Debian's ``rabbitmq-server``
+  with the ``rabbitmq_mqtt`` plugin); the single node and the cluster's first node are launched
   together on first use, the cluster's second node once its first has booted (about 15-35 s
   on this 2-core machine).
 * ``amqtt_binary`` (session): the ``amqtt`` script of a venv of its own (amqtt's pins must not
@@ -28,14 +28,9 @@ from pathlib import Path
 import pytest
 
 import netq as nq
-from netq.brokers import (
-    AMQTT_VERSION,
-    RABBITMQ_START_TIMEOUT,
-    RabbitMQCluster,
-    RabbitMQNode,
-    find_rabbitmq,
-)
 from netq.exceptions import BrokerUnavailable
+from netq.lab.brokers import AMQTT_VERSION
+from netq.lab.rabbitmq import RABBITMQ_START_TIMEOUT, RabbitMQCluster, RabbitMQNode, find_rabbitmq
 from transports.mqtt_testing import MQTTSpec
 
 AMQTT_VENV_VARIABLE = "NETQ_AMQTT_VENV"
@@ -74,7 +69,7 @@ class RabbitMQBrokers:
 
 
 # Seconds a test that may be the first to need RabbitMQ gets on top of its own timeout: the
-# nodes' start, bounded by netq.brokers' own wait (BrokerUnavailable past it), must not be
+# nodes' start, bounded by netq.lab.brokers' own wait (BrokerUnavailable past it), must not be
 # cut short by the test's timeout on a loaded machine.
 RABBITMQ_START_ALLOWANCE = RABBITMQ_START_TIMEOUT
 RABBITMQ_FIXTURES = frozenset({"rabbitmq", "rabbitmq_cluster", "rabbitmq_brokers"})

@@ -14,8 +14,9 @@ The bridge can run through a :class:`fault_proxy.FaultProxy` (``via_proxy=True``
 can break the bridge link alone (``proxy.reset()``) while both brokers and every netq
 communicator keep their own broker connections.
 
-Brokers are started with :class:`netq.brokers.LocalBroker` (free port, ``mosquitto -c <conf>`` in
-the foreground, killed by pid); the bridge lines go in through its ``extra`` settings.
+Brokers are started with :class:`netq.lab.brokers.LocalBroker` (free port,
+``mosquitto -c <conf>`` in the foreground, killed by pid); the bridge lines go in through its
+``extra`` settings.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import uuid
 from pathlib import Path
 
 import netq as nq
-from netq.brokers import LocalBroker
+from netq.lab.brokers import LocalBroker
 
 PREFIX = "netq"  # netq's default MQTTOptions.prefix: everything netq publishes is under it
 BRIDGE_QOS = 1  # netq publishes at QoS 1; the bridge must not downgrade it to 0
@@ -73,7 +74,7 @@ def bridge_lines(remote_host: str, remote_port: int, *, name: str, prefix: str =
 class BridgedBrokers:
     """Broker A (server side) and broker B (client side) with B bridged to A.
 
-    ``a`` and ``b`` are :class:`netq.brokers.LocalBroker`; ``server_netloc(service)`` and
+    ``a`` and ``b`` are :class:`netq.lab.brokers.LocalBroker`; ``server_netloc(service)`` and
     ``client_netloc(service)`` are where netq connects. ``overrides`` go to
     :func:`bridge_lines`; ``limits`` (``max_queued_messages`` etc.) apply to both brokers,
     ``a_limits`` to broker A only (over ``limits``).

@@ -20,7 +20,7 @@ from netq_testing import shut_down_below
 @pytest.fixture(scope="session")
 def mqtt_broker():
     """A mosquitto on a free loopback port for the whole session (default limits)."""
-    from netq.brokers import local_broker
+    from netq.lab.brokers import local_broker
 
     broker = local_broker()
     try:
@@ -44,7 +44,7 @@ class MQTTSpec:
         try:
             import paho.mqtt  # noqa: F401
 
-            from netq.brokers import find_mosquitto
+            from netq.lab.brokers import find_mosquitto
             find_mosquitto()
         except (ImportError, BrokerUnavailable) as error:
             return f"MQTT not usable here: {error}"
@@ -72,7 +72,7 @@ class MQTTSpec:
 
     def cut(self, client: nq.Communicator) -> bool:
         transport = client._transport.carrier
-        if transport._current is None or transport._current.closed:
+        if transport.links.current is None or transport.links.current.closed:
             return False
         sock = transport._client.socket()
         return sock is not None and shut_down_below(sock.fileno())
@@ -80,7 +80,7 @@ class MQTTSpec:
 
 def mosquitto_missing() -> str | None:
     """Why no private mosquitto can be started here (None when one can)."""
-    from netq.brokers import find_mosquitto
+    from netq.lab.brokers import find_mosquitto
 
     try:
         find_mosquitto()

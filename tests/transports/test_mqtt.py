@@ -1,7 +1,7 @@
 """Protocol.MQTT beyond the conformance suite: the link layer (sans I/O) and a real mosquitto.
 
 * the link layer's sequence numbers, duplicates, gaps, probes and AIMD window, byte by byte;
-* the broker helper (config, missing binary);
+* a server whose broker is gone (the broker helper itself: tests/lab/test_brokers.py);
 * a broker with tiny ``max_inflight_messages``/``max_queued_messages`` and a consumer much
   slower than its producer, in three processes: every message arrives intact and in order, and
   RSS stays bounded in the broker and both peers;
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -29,7 +28,7 @@ import pytest
 pytest.importorskip("paho.mqtt", reason="Protocol.MQTT needs paho-mqtt")
 
 import netq as nq
-from netq.brokers import LocalBroker, local_broker
+from netq.lab.brokers import local_broker
 from netq.protocol import make_hello
 from netq.protocol.connection import Connection
 from netq.protocol.frames import Role
@@ -188,56 +187,7 @@ def test_window_aimd():
     assert window.packets == 2  # floor
 
 
-# ============================================================================ broker helper
-
-
-@needs_broker
-def test_local_broker_config_and_stop_by_pid(tmp_path):
-    broker = LocalBroker(max_inflight_messages=3, max_queued_messages=7, max_packet_size=65536,
-                         directory=tmp_path)
-    text = broker.config()
-    for line in ("allow_anonymous true", "persistence false", "max_inflight_messages 3",
-                 "max_queued_messages 7", "max_packet_size 65536"):
-        assert line in text
-    with broker:
-        pid = broker.pid
-        assert psutil.pid_exists(pid)
-        assert f"listener {broker.port} 127.0.0.1" in broker.config_path.read_text()
-    assert broker.pid is None
-    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", 5)
-
-
-def test_broker_uses_the_environment_broker_unless_limits_are_asked_for(mqtt_broker, monkeypatch):
-    from netq.brokers import broker
-
-    monkeypatch.setenv("NETQ_MQTT_BROKER", f"{mqtt_broker.host}:{mqtt_broker.port}")
-    with broker() as shared:
-        assert (shared.host, shared.port) == (mqtt_broker.host, mqtt_broker.port)
-    assert mqtt_broker.process.poll() is None  # a shared broker is left running
-    with broker(max_queued_messages=10) as private:
-        assert private.port != mqtt_broker.port  # special limits: a private broker
-        with socket.create_connection((private.host, private.port), timeout=5):
-            pass
-    with pytest.raises(ConnectionRefusedError):
-        socket.create_connection((private.host, private.port), timeout=5).close()
-    for malformed in ("localhost", "127.0.0.1:http", "127.0.0.1:70000", ":1883"):
-        monkeypatch.setenv("NETQ_MQTT_BROKER", malformed)
-        with pytest.raises(ValueError, match="NETQ_MQTT_BROKER"):
-            with broker():
-                pass
-    monkeypatch.setenv("NETQ_MQTT_BROKER", "[::1]:1883")
-    from netq.brokers import environment_broker
-    assert environment_broker() == nq.NetworkLocation("::1", 1883)
-
-
-def test_missing_mosquitto_says_how_to_install(monkeypatch):
-    import netq.brokers as helpers
-
-    monkeypatch.setattr(helpers, "_SEARCH", ())
-    monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.delenv("NETQ_MOSQUITTO", raising=False)
-    with pytest.raises(nq.BrokerUnavailable, match="apt-get install -y mosquitto"):
-        local_broker()
+# ============================================================================ no broker
 
 
 @needs_broker

@@ -7,7 +7,7 @@ retained "online" status and every client's Last Will cross a mosquitto bridge (
 * numbered traffic both ways, 0 B to 1 MiB, three clients: every message arrives once, intact
   and in order, and every put future resolves;
 * presence: a client joining shows in ``server.peers``; one that closes leaves and puts to it
-  raise ResourceClosed; a SIGKILLed client process is noticed through its Last Will, carried
+  raise ConnectionLost; a SIGKILLed client process is noticed through its Last Will, carried
   by the bridge, long before netq's own heartbeat could;
 * faults: broker B (the clients' side) crashes and restarts mid-traffic, then the bridge link
   alone is reset; after netq reconnects every message has arrived exactly once, in order,
@@ -301,7 +301,7 @@ def test_packet_limit_of_the_far_broker_set_in_mqtt_options(bridged, cluster_fac
 def test_presence_join_close_and_killed_client_through_the_bridge(bridged, cluster_factory,
                                                                   tmp_path):
     """Join: a client on B shows in server.peers. Close: it leaves and puts to it raise
-    ResourceClosed. Kill: a client process SIGKILLed is seen through its Last Will (broker B
+    ConnectionLost. Kill: a client process SIGKILLed is seen through its Last Will (broker B
     publishes it when the socket closes, the bridge carries it to A) within the keepalive,
     although the heartbeat (60 s: 3 minutes of silence before netq's own liveness check
     would end the link) is far longer; its session then expires after session_timeout."""
@@ -321,7 +321,7 @@ def test_presence_join_close_and_killed_client_through_the_bridge(bridged, clust
 
     client.close(timeout=T)
     wait_for(lambda: client.id not in server.peers, T, message="the closed client to leave")
-    with pytest.raises(nq.ResourceClosed) as caught:
+    with pytest.raises(nq.ConnectionLost) as caught:  # the client closed, not the server
         server.put("after close", client.id)
     assert caught.value.peer == client.id
 

@@ -29,7 +29,8 @@ import pytest
 pytest.importorskip("paho.mqtt", reason="Protocol.MQTT needs paho-mqtt")
 
 import netq as nq
-from netq.brokers import AmqttBroker, RabbitMQCluster, free_port, local_broker
+from netq.lab.brokers import AmqttBroker, free_port, local_broker
+from netq.lab.rabbitmq import RabbitMQCluster
 from netq.transports.mqtt import link_statistics
 from netq_testing import wait_for
 from transports.brokers_testing import crash_and_restart, rabbitmq_missing
@@ -247,7 +248,7 @@ def test_a_rabbitmq_node_whose_port_is_taken_while_it_boots_starts_on_new_ports(
     reason = rabbitmq_missing()
     if reason is not None:
         pytest.skip(reason)
-    caplog.set_level(logging.WARNING, logger="netq.brokers")
+    caplog.set_level(logging.WARNING, logger="netq.lab.rabbitmq")
     cluster = RabbitMQCluster(1)
     node = cluster.nodes[0]
     taken = node.amqp_port

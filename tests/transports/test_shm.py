@@ -289,10 +289,10 @@ def test_segments_count_against_the_receive_budget(make):
 
 
 def test_a_path_that_drops_descriptors_falls_back_to_the_socket(make, sock_path, tmp_path):
-    """Between the peers, a proxy that forwards bytes only (netq.relay reads with recv):
+    """Between the peers, a proxy that forwards bytes only (netq.lab.relay reads with recv):
     both HELLOs say SHM, but neither probe descriptor arrives, so neither side sends
     segments, and large arrays arrive intact through the socket."""
-    from netq.relay import Relay
+    from netq.lab.relay import Relay
 
     server = make("server")
     relay = Relay(sock_path, path=str(tmp_path / "relay.sock"), name="netq-test-relay")
@@ -311,7 +311,7 @@ def test_a_path_that_passes_descriptors_keeps_shared_memory_through_a_reset(make
     """Between the peers, a relay that forwards descriptors too (pass_fds): the probe
     arrives, large arrays go in segments both ways, and again after the relay resets the
     link mid-traffic (the segments of what was cut are closed, not leaked: leak_check)."""
-    from netq.relay import Relay
+    from netq.lab.relay import Relay
 
     server = make("server")
     relay = Relay(sock_path, path=str(tmp_path / "relay.sock"), name="netq-test-relay",

@@ -1,4 +1,4 @@
-"""The TLS link socket of the byte-stream transports (``_TLSStream``: OpenSSL over memory BIOs)
+"""The TLS link socket of the byte-stream transports (``TLSStream``: OpenSSL over memory BIOs)
 keeps the contract of the non-blocking SSLSocket it replaced: ``SSLWantReadError`` /
 ``SSLWantWriteError`` when the socket is not ready, a send reported only once all its
 ciphertext is in the socket (retried with the same data, like SSL_write), 0 at the end of the
@@ -12,7 +12,7 @@ import ssl
 
 import pytest
 
-from netq.transports import sockets
+from netq.transports import tls_stream
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -29,8 +29,8 @@ def pair(tls_files):
     server_context.load_cert_chain(tls_files.server_cert, tls_files.server_key)
     client_context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     client_context.load_verify_locations(tls_files.ca)
-    server = sockets._TLSStream(a, server_context, True, None, sockets._Scratch())
-    client = sockets._TLSStream(b, client_context, False, "localhost", sockets._Scratch())
+    server = tls_stream.TLSStream(a, server_context, True, None, tls_stream.Scratch())
+    client = tls_stream.TLSStream(b, client_context, False, "localhost", tls_stream.Scratch())
     try:
         done = set()
         for _ in range(50):  # a handful of flights; each step moves at least one
@@ -82,17 +82,17 @@ def test_a_large_payload_arrives_intact_in_many_records_per_syscall(pair):
     assert sent == len(payload) and received == payload
     # The receiver's scratch grew from one record's size to the full fill by the reads that
     # filled it; the sender's, which read nothing but the handshake, stayed small.
-    assert len(server.scratch.view) == sockets._TLS_FILL
-    assert len(client.scratch.view) == sockets._TLS_FILL_FIRST
+    assert len(server.scratch.view) == tls_stream._TLS_FILL
+    assert len(client.scratch.view) == tls_stream._TLS_FILL_FIRST
 
 
 def test_a_scratch_buffer_is_made_on_first_use_and_grows_4x_up_to_the_fill():
-    scratch = sockets._Scratch()
+    scratch = tls_stream.Scratch()
     sizes = [len(scratch.view)]
     for _ in range(6):
         scratch.grow()
         sizes.append(len(scratch.view))
-    first, full = sockets._TLS_FILL_FIRST, sockets._TLS_FILL
+    first, full = tls_stream._TLS_FILL_FIRST, tls_stream._TLS_FILL
     assert sizes[0] == first
     assert sizes == sorted(sizes) and sizes[-1] == full
     assert all(b in (min(full, 4 * a), a) for a, b in zip(sizes, sizes[1:], strict=False))
@@ -101,11 +101,11 @@ def test_a_scratch_buffer_is_made_on_first_use_and_grows_4x_up_to_the_fill():
 def test_a_send_counts_only_once_its_ciphertext_is_in_the_socket(pair):
     server, client = pair
     client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    payload = b"x" * (2 * sockets._TLS_WRITE)
+    payload = b"x" * (2 * tls_stream._TLS_WRITE)
     with pytest.raises(ssl.SSLWantWriteError):
         client.send(payload)  # the socket takes a part of the ciphertext only
-    assert client.encrypted == sockets._TLS_WRITE  # encrypted, kept, not reported
-    sink = memoryview(bytearray(sockets._TLS_WRITE))
+    assert client.encrypted == tls_stream._TLS_WRITE  # encrypted, kept, not reported
+    sink = memoryview(bytearray(tls_stream._TLS_WRITE))
     got = 0
     for _ in range(10_000):
         got += _receive_all(server, sink[got:])
@@ -116,7 +116,7 @@ def test_a_send_counts_only_once_its_ciphertext_is_in_the_socket(pair):
             continue
     else:
         pytest.fail("the pending send never completed")
-    assert count == sockets._TLS_WRITE and client.encrypted == 0 and not client.unsent
+    assert count == tls_stream._TLS_WRITE and client.encrypted == 0 and not client.unsent
     while got < count:
         got += _receive_all(server, sink[got:])
     assert bytes(sink) == payload[:count]

@@ -1,7 +1,7 @@
 """Real frontends for tests/widgets/test_browser.py: their servers, and what a page shows.
 
 Each frontend (JupyterLab, Notebook 7, Voila, marimo) is a real server on 127.0.0.1 and a free
-port (``netq.brokers.free_port``), started with this interpreter in its own session, with its
+port (``netq.lab.brokers.free_port``), started with this interpreter in its own session, with its
 own config/data/runtime directories and a log file, and stopped by its pid (its kernels
 deleted first where the server has a kernels API, then any process it started that outlived
 it, by pid). The kernels are this interpreter importing this checkout's netq first.
@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from netq.brokers import free_port
+from netq.lab.brokers import free_port
 from netq_testing import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

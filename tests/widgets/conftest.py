@@ -2,7 +2,8 @@
 
 When the dependencies are installed but ``netq.widgets`` cannot be imported (this checkout
 is not the installed netq, or was installed before the widgets/ mapping existed), these
-modules are not collected, and ``tests/test_display.py::test_netq_widgets_importable`` fails
+modules are not collected, and
+``tests/display/test_notebook.py::test_netq_widgets_importable_when_its_dependencies_are`` fails
 with the fix, so the rest of the suite still runs.
 """
 
@@ -16,7 +17,7 @@ for _module in ("ipywidgets", "anywidget"):
 try:
     import netq.widgets  # noqa: F401
 except ImportError:
-    collect_ignore_glob = ["test_*.py"]  # reported by tests/test_display.py
+    collect_ignore_glob = ["test_*.py"]  # reported by tests/display/test_notebook.py
 else:
     import comm as comm_package
 

@@ -68,7 +68,7 @@ from browser_testing import (
     title_port,
     wait_for_page,
 )
-from netq.brokers import free_port
+from netq.lab.brokers import free_port
 
 NOTEBOOK = "views.ipynb"
 MARIMO_APP = "views_app.py"

@@ -20,7 +20,7 @@ import pytest
 from netq.widgets import Monitor
 from netq.widgets.monitor import FRONTEND
 
-from netq.display import MiB
+from netq.display.formatting import MiB
 from widget_testing import make_row, make_stats
 
 REPO = Path(__file__).resolve().parents[2]

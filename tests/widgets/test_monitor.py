@@ -16,7 +16,8 @@ from netq.widgets import Monitor, MonitorWidget, Sampler
 from netq.widgets.replaceable import PARKED_ESM
 
 import netq
-from netq.display import LIVE_STATES, STATIC_STATES, peer_fields
+from netq.display.tables import peer_fields
+from netq.display.view_model import LIVE_STATES, STATIC_STATES
 from netq_testing import wait_for
 from widget_testing import Traffic
 
@@ -152,9 +153,9 @@ def test_restart_after_stop_and_after_close(frontend):
 def test_displayed_in_a_kernel_it_is_live_beside_a_static_snapshot(frontend, monkeypatch):
     import netq.widgets.replaceable as replaceable_module
 
-    import netq.display
+    import netq.display.notebook
 
-    monkeypatch.setattr(netq.display, "in_kernel", lambda: True)
+    monkeypatch.setattr(netq.display.notebook, "in_kernel", lambda: True)
     monkeypatch.setattr(replaceable_module, "in_kernel", lambda: True)
     with Traffic(clients=2) as traffic:
         bundle = traffic.server._repr_mimebundle_()  # a communicator as a cell's last line

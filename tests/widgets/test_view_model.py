@@ -1,6 +1,7 @@
 """What the monitor's synced traits carry, without a browser: snapshots built by hand go through
-``PlotHistory`` and ``netq.display`` (busiest-first order, the ``others`` row, the bounded
-history, the ticks the module draws, names for ids, the static form never live)."""
+``PlotHistory`` and ``netq.display``'s view model and charts (busiest-first order, the
+``others`` row, the bounded history, the ticks the module draws, names for ids, the static form
+never live)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import uuid
 from netq.widgets import Monitor, PlotHistory
 from netq.widgets.monitor import HYSTERESIS
 
-from netq import display
-from netq.display import MiB
+from netq.display import formatting, static_form, tables, view_model
+from netq.display.charts import CHART_BOTTOM, CHART_HEIGHT, CHART_TOP, axis_ticks, time_axis
+from netq.display.formatting import MiB
 from widget_testing import make_row, make_stats
 
 A, B, C = (uuid.UUID(int=i) for i in (0xA0, 0xB0, 0xC0))
@@ -72,26 +74,26 @@ def test_the_sampled_json_is_bounded_by_the_plotted_peers_not_the_peers():
 
 def test_busiest_first_with_a_total_and_one_others_row():
     peers, rows = many(60, busy=60)
-    view = display.monitor_view(make_stats(rows), max_rows=50, live=True)
+    view = view_model.monitor_view(make_stats(rows), max_rows=50, live=True)
     names = [row["peer"] for row in view["rows"]]
     # peer i sends i + 1 MiB/s: the busiest (the last made) first
-    assert names == [display.peer_name(p) for p in reversed(peers)][:50]
+    assert names == [tables.peer_name(p) for p in reversed(peers)][:50]
     assert len(view["rows"]) == 50
     others = view["others"]
     keys = [key for key, _, _ in view["columns"]]
     cells = dict(zip(keys, others["cells"], strict=True))
     assert others["count"] == 10 and cells["peer"] == "others (10 peers)"
-    assert cells["mb_in"] == display.format_rate(sum(range(1, 11)))  # the 10 quietest
-    assert cells["queue_in"] == display.format_count(sum(range(10)))
+    assert cells["mb_in"] == formatting.format_rate(sum(range(1, 11)))  # the 10 quietest
+    assert cells["queue_in"] == formatting.format_count(sum(range(10)))
     total = dict(zip(keys, view["total"], strict=True))
-    assert total["peer"] == "total" and total["mb_in"] == display.format_rate(sum(range(1, 61)))
+    assert total["peer"] == "total" and total["mb_in"] == formatting.format_rate(sum(range(1, 61)))
     # same bytes/s: more messages/s first, then by name
     tie = [make_row(A, bytes_in_per_s=MiB, messages_in_per_s=1.0),
            make_row(B, bytes_in_per_s=MiB, messages_in_per_s=5.0),
            make_row(C, bytes_in_per_s=MiB, messages_in_per_s=1.0)]
-    order = [r.peer for r in display.busiest_first(tie, {A: "zulu", C: "charlie"})]
+    order = [r.peer for r in view_model.busiest_first(tie, {A: "zulu", C: "charlie"})]
     assert order == [B, C, A]
-    assert display.monitor_view(make_stats(rows[:3]), max_rows=50)["others"] is None
+    assert view_model.monitor_view(make_stats(rows[:3]), max_rows=50)["others"] is None
 
 
 def test_at_most_max_peers_are_plotted_the_busiest_and_places_change_slowly():
@@ -140,26 +142,26 @@ def test_ticks_integers_for_counts_binary_units_for_bytes_top_above_every_value(
     assert [label for _, label in throughput["ticks"]][1:] == [
         "1 MiB/s", "2 MiB/s", "3 MiB/s", "4 MiB/s"]
     assert all(label.endswith("iB") or label == "0" for _, label in charts["memory"]["ticks"])
-    assert display.axis_ticks(0, "count") == (1.0, [[0.0, "0"], [1.0, "1"]])
+    assert axis_ticks(0, "count") == (1.0, [[0.0, "0"], [1.0, "1"]])
     # a fraction of a message never shows, whatever the range
     for highest in (1, 3, 9, 11, 99, 101, 12345):
-        top, ticks = display.axis_ticks(highest, "count")
+        top, ticks = axis_ticks(highest, "count")
         assert top >= highest and len(ticks) <= 5
         assert all(value == int(value) for value, _ in ticks)
     # the time axis: round steps inside the window, at least three ticks however young
-    assert display.time_axis(12.3, 17.5) == [[13.0, "13 s"], [14.0, "14 s"], [15.0, "15 s"],
+    assert time_axis(12.3, 17.5) == [[13.0, "13 s"], [14.0, "14 s"], [15.0, "15 s"],
                                              [16.0, "16 s"], [17.0, "17 s"]]
-    assert [label for _, label in display.time_axis(1.0, 2.9)] == ["1 s", "1.5 s", "2 s",
+    assert [label for _, label in time_axis(1.0, 2.9)] == ["1 s", "1.5 s", "2 s",
                                                                    "2.5 s"]
     for start, end in ((0, 0.4), (0.3, 2.9), (5, 65), (0, 600), (100, 3700)):
-        ticks = display.time_axis(start, end)
+        ticks = time_axis(start, end)
         assert 3 <= len(ticks) <= 7 and all(start <= t <= end for t, _ in ticks), ticks
 
 
 def test_names_replace_ids_in_every_sentence_and_a_waiting_get_turns_the_badge_red():
     why = f"peer {B} has granted no credit for 6 s: its code is not calling get()"
     stats = make_stats([make_row(A), make_row(B, blocked=why, blocked_for=6.0)])
-    view = display.monitor_view(stats, NAMES, live=True)
+    view = view_model.monitor_view(stats, NAMES, live=True)
     assert view["title"]["state"] == "waiting"
     blocked = {row["peer"]: row["blocked"] for row in view["rows"]}
     assert blocked["bravo"] == why.replace(str(B), "bravo") and str(B) not in blocked["bravo"]
@@ -169,38 +171,38 @@ def test_names_replace_ids_in_every_sentence_and_a_waiting_get_turns_the_badge_r
     import dataclasses
 
     idle = dataclasses.replace(idle, get_waiting=f"get() has waited 7 s for {A}")
-    view = display.monitor_view(idle, NAMES, live=True)
+    view = view_model.monitor_view(idle, NAMES, live=True)
     assert view["title"]["state"] == "waiting"
     assert view["waiting"] == ["get() has waited 7 s for alpha"]
-    assert display.title_state(idle) == "waiting"
+    assert tables.title_state(idle) == "waiting"
 
 
 def test_a_negative_credit_is_explained_where_it_shows():
     stats = make_stats([make_row(A, credit_in=-1024), make_row(B, credit_out=4096)])
-    view = display.monitor_view(stats, NAMES)
+    view = view_model.monitor_view(stats, NAMES)
     marks = {row["peer"]: row["marks"] for row in view["rows"]}
     assert marks["alpha"] == {"credit_in": "negative-credit"} and marks["bravo"] == {}
-    assert view["notes"] == {"negative-credit": display.NEGATIVE_CREDIT}
-    assert "up to one message" in display.NEGATIVE_CREDIT
-    markup = display.monitor_html(view)
+    assert view["notes"] == {"negative-credit": view_model.NEGATIVE_CREDIT}
+    assert "up to one message" in view_model.NEGATIVE_CREDIT
+    markup = static_form.monitor_html(view)
     assert markup.count('class="netq-mark"') == 1 and "up to one message" in markup
-    assert display.monitor_view(make_stats([make_row(A)]))["notes"] == {}
+    assert view_model.monitor_view(make_stats([make_row(A)]))["notes"] == {}
 
 
 def test_a_static_form_is_never_live_and_says_when_it_was_taken():
     for state, expected in (("open", "snapshot"), ("closing", "snapshot"),
                             ("closed", "closed")):
         stats = make_stats([make_row(A)], state=state)
-        view = display.monitor_view(stats, NAMES, live=False, taken_at=0.0)
+        view = view_model.monitor_view(stats, NAMES, live=False, taken_at=0.0)
         assert view["title"]["state"] == expected and not view["live"]
         assert re.fullmatch(r"snapshot taken \d\d:\d\d:\d\d, not live.*", view["snapshot"])
-        markup = display.monitor_html(view).split("</style>", 1)[1]
+        markup = static_form.monitor_html(view).split("</style>", 1)[1]
         assert 'data-live="0"' in markup and 'class="netq-snapshot"' in markup
         assert f'data-state="{expected}"' in markup and "<script" not in markup
-    stopped = display.monitor_view(make_stats([make_row(A)]), live=False, view_state="stopped")
+    stopped = view_model.monitor_view(make_stats([make_row(A)]), live=False, view_state="stopped")
     assert stopped["title"]["state"] == "stopped" and "stopped" in stopped["snapshot"]
-    live = display.monitor_view(make_stats([make_row(A)]), live=True)
-    assert live["snapshot"] == "" and live["title"]["state"] in display.LIVE_STATES
+    live = view_model.monitor_view(make_stats([make_row(A)]), live=True)
+    assert live["snapshot"] == "" and live["title"]["state"] in view_model.LIVE_STATES
 
 
 def test_the_static_charts_draw_every_plotted_line_inside_the_frame():
@@ -208,15 +210,15 @@ def test_the_static_charts_draw_every_plotted_line_inside_the_frame():
     for t in range(5):
         tick(plots, float(t), make_row(A, queue_in=t, bytes_in_per_s=t * MiB),
              *([make_row(B, queue_in=1)] if t >= 2 else []))
-    view = display.monitor_view(make_stats([make_row(A)]), NAMES, colours=plots.colours())
-    markup = display.monitor_html(view, plots.frame(), list(plots.times), plots.series_json())
+    view = view_model.monitor_view(make_stats([make_row(A)]), NAMES, colours=plots.colours())
+    markup = static_form.monitor_html(view, plots.frame(), list(plots.times), plots.series_json())
     assert markup.count('<svg class="netq-chart"') == 3
     assert {m for m in re.findall(r'data-metric="([a-z]+)"', markup)} == {
         "throughput", "queue", "memory"}
     assert markup.count('class="netq-legend-entry"') == 2
     ys = [float(y) for d in re.findall(r' d="([^"]+)"', markup)
           for y in re.findall(r",([0-9.]+)", d)]
-    bottom = display.CHART_HEIGHT - display.CHART_BOTTOM
-    assert ys and all(display.CHART_TOP <= y <= bottom for y in ys)
+    bottom = CHART_HEIGHT - CHART_BOTTOM
+    assert ys and all(CHART_TOP <= y <= bottom for y in ys)
     json.dumps(plots.frame(), allow_nan=False)  # no NaN on the wire
     json.dumps(plots.history_message(), allow_nan=False)

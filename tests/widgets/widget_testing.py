@@ -256,7 +256,7 @@ class Traffic:
                 try:
                     while True:
                         client.get_nowait()
-                except (nq.Empty, nq.ResourceClosed):
+                except (nq.Empty, nq.ResourceGone):  # closed, or the server went away
                     pass
                 stop.wait(self.pause)
 

@@ -11,8 +11,8 @@
 // VS Code, Colab, marimo).
 
 const SVG = "http://www.w3.org/2000/svg";
-// The chart geometry in pixels: the same numbers as netq.display (CHART_HEIGHT, CHART_LEFT,
-// CHART_RIGHT, CHART_TOP, CHART_BOTTOM), so the static form's charts look the same.
+// The chart geometry in pixels: the same numbers as netq.display.charts (CHART_HEIGHT,
+// CHART_LEFT, CHART_RIGHT, CHART_TOP, CHART_BOTTOM), so the static form's charts look the same.
 const HEIGHT = 150, LEFT = 66, RIGHT = 10, TOP = 10, BOTTOM = 20;
 const MIN_CHART_WIDTH = 190, GAP = 8; // three charts side by side from 602 px
 

@@ -32,11 +32,13 @@ the link's Connection on its I/O thread. The loop's ``write`` calls (its I/O thr
 user's thread for a lone put on an idle link: ``user_threads_write``) cut the output into
 packets and publish them (``_send``); paho writes a publish on the calling thread when the
 socket takes it (plain sockets), else on its own thread. A requested link ack rides on the
-next packet published, else goes alone 2 ms after it was asked for (``_flush_acks``).
-The loop holds a lone netq ACK/CREDIT up to 1 ms for a reply to share its publish
-(``ack_hold_always``). Probes and CLOSE answers to stale epochs are published from paho's
-thread (its ``loop_misc`` is the probe timer). paho's thread is stopped and joined in
-``_stop_carrier``.
+next packet published, else goes alone 2 ms after it was asked for
+(``ChannelTable.flush_acks``). The loop holds a lone netq ACK/CREDIT up to 1 ms for a reply
+to share its publish (``ack_hold_always``). Probes and CLOSE answers to stale epochs are
+published from paho's thread (its ``loop_misc`` is the probe timer). paho's thread is stopped
+and joined in ``_stop_carrier``. Which lock guards what: each part's class docstring (the
+channel table's lock, then presence's, never the other way; neither is held while publishing
+or posting).
 
 Security: with ``SecurityOptions.certificate`` the broker connection uses TLS and trusts that
 certificate or CA (on both server and clients: both are broker clients); ``client_certificate``
@@ -46,15 +48,17 @@ link's packets came from (its channels are bound to that id: ``Opened.bound_to``
 impersonation through someone else's topics). The broker itself is trusted: anyone allowed to
 publish on our topics can disturb links (use broker ACLs).
 
-Files (the transport is one class, :class:`MQTTCarrier`, assembled from parts by topic)::
+Files (the transport is :class:`MQTTCarrier` holding two parts, each with its own state and
+lock, which it wires together and to paho)::
 
-    transport.py      MQTTCarrier: construction, the broker connection and paho's callbacks,
-                      the delayed-ACK setting, packet size negotiation, the packet-carrier
-                      hooks, link_statistics()
-    presence.py       the status topic: our retained "online" and Last Will, peers joining
-                      and leaving (PresenceMixin)
-    channels.py       the channel table: opening links, judging every packet, link acks, the
-                      probe timer, ending links (Channel, ChannelTableMixin)
+    transport.py      MQTTCarrier: construction and wiring, the broker connection and paho's
+                      callbacks, the delayed-ACK setting, packet size negotiation, the
+                      packet-carrier hooks, link_statistics()
+    presence.py       Presence: the status topic, our retained "online" and Last Will, peers
+                      joining and leaving (it tells the channel table; it ends nothing itself)
+    channels.py       ChannelTable (and Channel): opening links, judging every packet, link
+                      acks, the probe timer, ending links
+    topics.py         Topics: the topic names of one service (a leaf)
     link.py           the link layer, sans I/O: header, sequence numbers, gaps, AIMD window
     paho_adapter.py   paho set-up and TLS, and every use of paho's private API (the reason
                       for the exact paho-mqtt==2.2.0 pin)

@@ -4,12 +4,13 @@ channel table, the presence protocol and paho.
 What it holds (the rest of the subpackage, see :mod:`netq.transports.mqtt`, is split out):
 
 - construction: topics from ``MQTTOptions.prefix`` and the service (``netloc.path``), the
-  transport's shared state, the paho client (:func:`~.paho_adapter.new_client` plus our
-  callbacks, timer and Last Will);
+  paho client (:func:`~.paho_adapter.new_client` plus our callbacks, timer and Last Will),
+  and its two parts, wired together: :class:`~.presence.Presence` and
+  :class:`~.channels.ChannelTable`;
 - the broker connection: ``connect_async`` + paho's thread (``loop_start``), and paho's
   callbacks: CONNACK (read the broker's maximum packet size, subscribe), SUBACK (announce
   ourselves, ready), disconnect (every link ends, a new instance), message (status or link
-  packet: hand it to the presence or channel part);
+  packet: hand it to the presence part or the channel table);
 - delayed ACKs: the loop holds a publish carrying nothing but netq ACK/CREDIT frames up to
   ``_ACK_DELAY`` for a reply to ride with it (``ack_hold_always``); each publish is a broker
   round of its own, so a request/response pair costs two publishes instead of four;
@@ -33,15 +34,16 @@ import time
 import paho.mqtt.client as paho
 
 from ...carrier import Event
-from ...exceptions import BrokerUnavailable, ConnectionLost, RemoteProtocolError
+from ...exceptions import BrokerUnavailable, RemoteProtocolError
 from ...options import CommunicatorOptions, Purpose
 from ...protocol.connection import Buffer
 from ..packets import PACKET_SIZE, PacketCarrier
 from . import paho_adapter
-from .channels import Channel, ChannelTableMixin
-from .link import HEADER_SIZE, Kind, Window, parse_header
+from .channels import Channel, ChannelTable
+from .link import HEADER_SIZE, Kind
 from .paho_adapter import ZERO_COPY_FROM, PahoClient, new_client
-from .presence import QUERY, PresenceMixin, new_instance
+from .presence import Presence
+from .topics import Topics
 
 __all__ = ("MQTTCarrier", "link_statistics")
 
@@ -60,8 +62,23 @@ _QUICK_DROP = 5.0  # seconds: a drop this soon after connecting, twice, is the p
 _PROTOCOL_REFUSALS = frozenset({0x01, 0x80, 0x81, 0x82, 0x84})
 
 
-class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
-    """The broker-carried transport; see :mod:`netq.transports.mqtt`."""
+class MQTTCarrier(PacketCarrier[Channel]):
+    """The broker-carried transport; see :mod:`netq.transports.mqtt`.
+
+    Parts: :attr:`presence` (:class:`~.presence.Presence`: the status topics) and
+    :attr:`links` (:class:`~.channels.ChannelTable`: the links); each owns its state and lock
+    (see their docstrings). The carrier wires them: presence tells the table when peers come
+    and go (``_client_left``, ``_server_found``, ``_server_left``), the table reads presence's
+    live servers and instance, and both publish through the paho client.
+
+    State owned here: the broker connection (paho client, readiness, what goes wrong with it,
+    MQTT 5 or 3.1.1, packet limits, the connect/disconnect counters) and the stop flags. It
+    is written on paho's thread (its callbacks and timer) except the stop flags (the closing
+    thread); other threads read single attributes (``_connected``, the packet limits), so no
+    lock of its own: ``_connected`` goes False before the table is told to end every link, and
+    the table reads it under its lock when it opens one, so no link outlives its broker
+    connection.
+    """
 
     # A lone put on an idle link is published by the calling thread (paho's publish is
     # thread-safe, and the packet goes out from that thread too, see PahoClient._write_direct):
@@ -75,32 +92,16 @@ class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
     def __init__(self, options: CommunicatorOptions, purpose: Purpose) -> None:
         self._mqtt = mqtt = options.mqtt
         netloc = options.netloc
-        service = netloc.path or "netq"
-        if any(c in service for c in "#+") or not service.strip("/"):
-            raise ValueError(f"MQTT service name {service!r}: a topic without wildcards")
+        topics = self._topics = Topics.of(mqtt.prefix, netloc.path or "netq")
         security = options.security
         if security is not None and security.client_ca is not None:
             raise ValueError("MQTT: client certificates are checked by the broker "
                              "(mosquitto require_certificate/cafile), "
                              "not by SecurityOptions.client_ca")
-        self._base = f"{mqtt.prefix}/{service.strip('/')}"
-        self._c2s = f"{self._base}/c2s/"
-        self._s2c = f"{self._base}/s2c/"
-        self._status = f"{self._base}/status/"
-        self._query_topic = f"{self._base}/{QUERY}"
+        self._base = topics.base
         self._is_server = purpose is Purpose.SERVER
-        self._my_cid = str(options.id)
-        self._lock = threading.Lock()  # channels, readiness, pending attempts
-        self._channels: dict[tuple[str, int], Channel] = {}  # server: (cid, epoch) -> channel
-        self._current: Channel | None = None  # client: the live channel
-        self._windows: dict[str, Window] = {}  # per client id: survives links
         self._connected = False  # broker CONNACK ok and subscriptions granted
         self._ready_event = threading.Event()
-        self._servers: dict[int, str] = {}  # client: live server instance -> its id
-        self._hints: dict[int, float] = {}  # client: retained "online" instance -> first seen
-        self._announced_at = 0.0  # server: our last "live"
-        self._asked_at = 0.0  # client: our last question on <base>/who
-        self._server_seen_at = 0.0
         self._broker_ready_at = time.monotonic()
         # What the broker connection runs into (None: nothing yet, or connected), in words
         # for the engine's "not connected" explanations.
@@ -114,23 +115,44 @@ class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
         self._mqtt5_answered = False
         self._learned_max_packet: int | None = None  # 3.1.1: cut after the broker dropped us
         self._large_drop = 0  # the largest publish unacknowledged at the last broker drop
-        self._attempt_pending = False
-        self._acks_due = False
-        self._last_tick = 0.0
-        self._refusing = False
         self._stopped = False
         self._carrier_stopped = False
-        self._attempts = 0
-        self._instance = new_instance()
         self._broker_max_packet: int | None = None
-        self._close_replies: dict[tuple[str, int], float] = {}
-        self.counters = {"gaps": 0, "duplicates": 0, "stale_packets": 0, "probes": 0,
-                         "acks_sent": 0, "broker_connects": 0,
-                         "broker_disconnects": 0, "invalid_packets": 0}
-        self._client = self._make_client(options)
+        self._broker_connects = 0
+        self._broker_disconnects = 0
+        self._client = client = self._make_client(options)
+        my_id = str(options.id)
+        self.presence = Presence(client, topics, is_server=self._is_server, my_id=my_id,
+                                 client_left=self._client_left,
+                                 server_found=self._server_found,
+                                 server_left=self._server_left)
+        self.presence.set_will()
+        self.links = ChannelTable(topics, mqtt, is_server=self._is_server, my_cid=my_id,
+                                  address=f"mqtt://{netloc.host}:{netloc.port}/{topics.base}",
+                                  role=purpose.value, publish=client.publish,
+                                  connected=self._is_connected, events=self,
+                                  live_servers=self.presence.live_servers,
+                                  instance=self._instance)
         super().__init__(options, purpose)
         if not self._is_server:
             self._start_client()
+
+    # ------------------------------------------------------------------ wiring the parts
+
+    def _is_connected(self) -> bool:
+        return self._connected
+
+    def _instance(self) -> int:
+        return self.presence.instance
+
+    def _client_left(self, cid: str, instance: int) -> None:
+        self.links.client_left(cid, instance)
+
+    def _server_found(self) -> None:
+        self.links.maybe_open()
+
+    def _server_left(self, instance: int) -> None:
+        self.links.server_left(instance)
 
     # ================================================================== broker connection
 
@@ -145,7 +167,6 @@ class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
         client.on_disconnect = self._on_disconnect
         client.on_subscribe = self._on_subscribe
         client.on_message = self._on_message
-        self._set_will(client)
         return client
 
     def _broker_connect(self) -> None:
@@ -196,7 +217,7 @@ class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
             self._broker_problem = f"{self._broker_name()} refused us: {reason_code}"
             LOGGER.warning("netq mqtt: %s", self._broker_problem)
             return
-        self.counters["broker_connects"] += 1
+        self._broker_connects += 1
         if paho_adapter.speaks_mqtt5(client):
             self._mqtt5_answered = True
         limit = None
@@ -204,8 +225,10 @@ class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
             limit = properties.MaximumPacketSize
         self._broker_max_packet = limit
         qos = self._mqtt.qos
-        link_topic = f"{self._c2s}+" if self._is_server else f"{self._s2c}{self._my_cid}"
-        client.subscribe([(topic, qos) for topic in (link_topic, *self._presence_topics())])
+        topics = self._topics
+        link_topic = (f"{topics.c2s}+" if self._is_server
+                      else f"{topics.s2c}{self._options.id}")
+        client.subscribe([(topic, qos) for topic in (link_topic, *self.presence.subscriptions())])
 
     def _on_connect_fail(self, client, userdata) -> None:
         self._socket_opened_at = None
@@ -218,29 +241,25 @@ class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
                                     f"{reason_codes}")
             LOGGER.warning("netq mqtt: %s", self._broker_problem)
             return
-        with self._lock:
-            self._connected = True
-            self._broker_problem = None
-            self._broker_ready_at = time.monotonic()
-        self._announce(client)
+        self._broker_problem = None
+        self._broker_ready_at = time.monotonic()
+        self._connected = True
+        self.presence.announce()
         self._ready_event.set()
-        self._maybe_open()
+        self.links.maybe_open()
 
     def _on_disconnect(self, client, userdata, flags, reason_code, properties) -> None:
-        with self._lock:
-            was_connected = self._connected
-            self._connected = False
-            self._servers.clear()
-            self._hints.clear()
-            channels = self._all_channels()
+        was_connected = self._connected
+        self._connected = False
+        self.presence.broker_lost()
         unanswered = self._socket_opened_at is not None
         self._socket_opened_at = None
         # Every link ends below; what paho would resend belongs to them.
         largest = paho_adapter.forget_publishes(client)
         if was_connected:
-            self.counters["broker_disconnects"] += 1
+            self._broker_disconnects += 1
         if not self._stopped:
-            self._next_instance(client)
+            self.presence.next_instance()
             if unanswered:
                 protocol = self._protocol_name()
                 if not self._fall_back("closed the connection without answering an MQTT 5 "
@@ -258,10 +277,7 @@ class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
                 self._maybe_cut_packets(largest)
             else:
                 self._large_drop = 0
-        for channel in channels:
-            self._end(channel, ConnectionLost(self._peer(channel),
-                                              f"MQTT broker connection lost ({reason_code})"),
-                      notify=False)
+        self.links.end_all(f"MQTT broker connection lost ({reason_code})")
 
     def _maybe_cut_packets(self, largest: int) -> None:
         """MQTT 3.1.1 tells no packet limit: a broker drops a client whose packet is over its
@@ -306,34 +322,26 @@ class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
                                    f"{_CONNACK_TIMEOUT:g} s"):
                     paho_adapter.drop_connection(self._client)
             elif self._connected and not self._stopped:
-                self._presence_tick(self._client, now)
-        self._tick()
+                self.presence.tick(now)
+        self.links.tick()
 
     def _on_message(self, client, userdata, message) -> None:
         topic = message.topic
-        payload = message.payload
-        if topic.startswith(self._status):
-            self._on_status(client, topic[len(self._status):], bytes(payload))
+        status = self._topics.status
+        if topic.startswith(status):
+            self.presence.on_status(topic[len(status):], bytes(message.payload))
             return
-        if self._is_server and topic == self._query_topic:
-            self._on_question(client)
+        if self._is_server and topic == self._topics.query:
+            self.presence.on_question()
             return
-        header = parse_header(payload)
-        if header is None:
-            self.counters["invalid_packets"] += 1
-            return
-        if self._is_server:
-            if not topic.startswith(self._c2s):
-                return
-            self._server_packet(topic[len(self._c2s):], header, payload)
-        else:
-            self._client_packet(header, payload)
+        self.links.on_packet(topic, message.payload)
 
     # ================================================================== PacketCarrier hooks
 
     def wait(self, timeout: float) -> list[Event]:
-        if self._acks_due:
-            timeout = min(timeout, self._flush_acks(time.monotonic()))
+        links = self.links
+        if links.acks_due:
+            timeout = min(timeout, links.flush_acks(time.monotonic()))
         return super().wait(timeout)
 
     def _send(self, channel: Channel, parts: list[Buffer], size: int) -> None:
@@ -367,9 +375,7 @@ class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
                 f"-y mosquitto` on Debian/Ubuntu, `brew install mosquitto` on macOS)")
 
     def _start_connect(self) -> None:
-        with self._lock:
-            self._attempt_pending = True
-        self._maybe_open()
+        self.links.request_attempt()
 
     def _can_send(self, channel: Channel) -> bool:
         if channel.state.can_send():
@@ -394,20 +400,20 @@ class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
         return channel.state.header(kind, size)
 
     def _close_channel(self, channel: Channel) -> None:
-        self._end(channel, "closed", notify=not channel.peer_closed, tell_base=False)
+        self.links.end(channel, "closed", notify=not channel.peer_closed, tell_base=False)
 
     def _stop_listening(self) -> None:
-        self._refusing = True
+        self.links.refuse_new()
 
     def _stop_carrier(self) -> None:
         if self._carrier_stopped:
             return
         self._carrier_stopped = True
         self._stopped = True
-        client = self._client
+        self.links.refuse_new()
         if self._connected:
-            self._announce_leaving(client)
-        paho_adapter.stop(client)
+            self.presence.leave()
+        paho_adapter.stop(self._client)
 
     # ================================================================== introspection
 
@@ -422,16 +428,26 @@ class MQTTCarrier(PresenceMixin, ChannelTableMixin, PacketCarrier["Channel"]):
         if self._is_server:
             return None
         if self._connected:
-            return self._presence_state(time.monotonic())
+            netloc = self._options.netloc
+            return self.presence.explain(time.monotonic(), f"{netloc.host}:{netloc.port}",
+                                         self._broker_ready_at)
         if self._broker_problem is not None:
             return self._broker_problem
         return f"no answer yet from {self._broker_name()}"
 
+    @property
+    def counters(self) -> dict[str, int]:
+        """The link layer's counters (the channel table's) and the broker connection's."""
+        links = self.links.counters
+        return {"gaps": links["gaps"], "duplicates": links["duplicates"],
+                "stale_packets": links["stale_packets"], "probes": links["probes"],
+                "acks_sent": links["acks_sent"], "broker_connects": self._broker_connects,
+                "broker_disconnects": self._broker_disconnects,
+                "invalid_packets": links["invalid_packets"]}
+
     def link_statistics(self) -> dict:
         """Counters of the link layer (gaps = broker drops detected) and the send windows."""
-        with self._lock:
-            windows = {cid: (w.packets, w.gaps) for cid, w in self._windows.items()}
-            links = len(self._channels) + (self._current is not None)
+        links, windows = self.links.statistics()
         return {**self.counters, "links": links, "windows": windows,
                 "broker_max_packet": self._broker_max_packet,
                 "learned_max_packet": self._learned_max_packet,

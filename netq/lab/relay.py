@@ -6,24 +6,13 @@
             Relay(server.address, delay=0.025, rate=10e6) as wan:   # 50 ms RTT, 10 MB/s
         client = nq.new(options=nq.CommunicatorOptions(netloc=wan.netloc))
 
-:class:`Relay` listens on loopback (or takes a listening socket you made, see
-:class:`NetemLink`) and relays every accepted connection to ``upstream`` byte for byte, both
-ways, on one thread (a selector loop). It never looks inside the bytes, so it carries TLS,
-gRPC (HTTP/2) and MQTT as well as plain netq frames. Each direction of each connection
-(``UP``: client to upstream, ``DOWN``: back) is shaped like a link:
-
-* **rate** (bytes/s, or None: unlimited): the bottleneck. Each chunk read is given a departure
-  time ``max(now, previous departure) + size / rate``, i.e. a token bucket with no burst: the
-  bytes leave no faster than the cap, whatever arrives.
-* **delay** (s, one way) and **jitter** (s, uniform 0..jitter added per chunk): propagation.
-  A chunk is released to the other side at ``departure + delay + jitter``; order is kept.
-  Chunks wait in a per-direction queue stamped with their due time, so a long delay does not
-  slow the relay down: everything in flight waits at once, as on a real long fat pipe.
-* **buffer** (bytes): the most a direction holds (in flight + queued behind the bottleneck).
-  Past it the relay stops reading that side, and backpressure flows back through the kernel
-  as on a real link, instead of the relay buffering without bound. The default is the
-  bandwidth-delay product plus 1 MiB when a rate is set (so the relay never limits a link
-  below its rate), else 4 MiB.
+:class:`Relay` listens on loopback (or takes a listening socket you made, as
+:class:`netq.lab.netem.NetemLink` does) and relays every accepted connection to ``upstream``
+byte for byte, both ways, on one thread (a selector loop). It never looks inside the bytes, so
+it carries TLS, gRPC (HTTP/2) and MQTT as well as plain netq frames. Each direction of each
+connection (``UP``: client to upstream, ``DOWN``: back) is shaped like a link by a
+:class:`netq.lab.shaping.Shape`: a rate cap (the bottleneck), a one-way delay and jitter, and a
+bounded buffer past which the relay stops reading that side.
 
 Faults (thread-safe; each is in effect when the call returns):
 
@@ -48,15 +37,14 @@ with its first bytes, and ``truncate(0)`` forwards none.
 
 Recording: a ``tap`` (see :class:`Tap`) sees every chunk read, on the relay thread, and is
 told how many bytes of each direction reached the other side when a connection ends;
-:class:`netq.trace.Recorder` decodes netq frames from it. Counters: :meth:`Relay.stats`.
+:class:`netq.lab.trace.Recorder` decodes netq frames from it. Counters: :meth:`Relay.stats`.
 
-Packet loss is something a byte relay cannot produce (TCP below it repairs every loss). For
-that, :class:`NetemLink` puts the relay's listening socket in a network namespace joined to
-this one by a veth pair with the kernel's ``netem`` on both ends (root, ``ip`` and ``tc``
-needed; :func:`netem_unavailable` says why not when it cannot).
+Packet loss is something a byte relay cannot produce (TCP below it repairs every loss): for
+that, :class:`netq.lab.netem.NetemLink` gives a relay a listening socket across a veth pair
+shaped by the kernel's ``netem``.
 
-``python -m netq.relay --upstream HOST:PORT [--delay S] [--rate B/S] ...`` runs one in its own
-process (so it does not share an interpreter lock with what it measures): it prints
+``python -m netq.lab.relay --upstream HOST:PORT [--delay S] [--rate B/S] ...`` runs one in its
+own process (so it does not share an interpreter lock with what it measures): it prints
 ``READY {"addr": "127.0.0.1:PORT"}``, relays until its stdin closes, then prints
 ``RESULT {...stats...}``.
 """
@@ -66,70 +54,27 @@ from __future__ import annotations
 import array
 import collections
 import dataclasses
-import ipaddress
-import itertools
 import os
 import random
 import selectors
-import shutil
 import socket
 import struct
-import subprocess
 import threading
 import time
 from typing import Protocol
 
-from ._threads import call_on_thread
-from .options import NetworkLocation
+from ..options import NetworkLocation
+from .shaping import Shape
 
-__all__ = ("Relay", "RelayStats", "Shape", "Tap", "NetemLink", "netem_unavailable", "UP", "DOWN",
-           "BOTH")
+__all__ = ("Relay", "RelayStats", "Tap", "UP", "DOWN", "BOTH", "CONTROL_TIMEOUT")
 
 UP = "up"  # client -> upstream
 DOWN = "down"  # upstream -> client
 BOTH = "both"
-CHUNK = 256 * 1024  # most bytes per recv()
-MIN_CHUNK = 8 * 1024  # least bytes per recv() on a rate-capped direction
-DEFAULT_BUFFER = 4 * 1024 * 1024  # per direction, without a rate cap
-QUEUE = 1024 * 1024  # per direction, on top of the bandwidth-delay product
 CONTROL_TIMEOUT = 10.0  # seconds a control waits for the relay thread
 # Ancillary room per recvmsg() with pass_fds: more descriptors than a netq write sends at once
 # (netq._shm.MAX_FDS_PER_WRITE); what does not fit is closed by the kernel (MSG_CTRUNC).
 _ANCILLARY = socket.CMSG_SPACE(64 * 4) if hasattr(socket, "CMSG_SPACE") else 0
-
-
-@dataclasses.dataclass(frozen=True)
-class Shape:
-    """How one direction behaves: see the module docstring."""
-
-    delay: float = 0.0
-    jitter: float = 0.0
-    rate: float | None = None
-    buffer: int | None = None  # None: the bandwidth-delay product + 1 MiB, or 4 MiB uncapped
-
-    def __post_init__(self) -> None:
-        if self.delay < 0 or self.jitter < 0:
-            raise ValueError("delay and jitter >= 0")
-        if self.rate is not None and self.rate <= 0:
-            raise ValueError("rate > 0 (or None: unlimited)")
-        if self.buffer is not None and self.buffer <= 0:
-            raise ValueError("buffer > 0")
-
-    @property
-    def limit(self) -> int:
-        """Bytes a direction may hold before the relay stops reading its source."""
-        if self.buffer is not None:
-            return self.buffer
-        if self.rate is None:
-            return DEFAULT_BUFFER
-        return int(self.rate * (self.delay + self.jitter)) + QUEUE
-
-    @property
-    def chunk(self) -> int:
-        """Bytes per recv(): about 1 ms of the rate, so a burst is not released as one lump."""
-        if self.rate is None:
-            return CHUNK
-        return int(max(MIN_CHUNK, min(CHUNK, self.rate / 1000)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -697,170 +642,6 @@ class Relay:
                 self._tap.closed(connection.link, direction.name, direction.delivered)
 
 
-# ====================================================================== packet loss: netem
-
-_NETEM_REASON: list[str | None] = []  # the probe's answer, once
-_CLONE_NEWNET = 0x40000000
-_counter = itertools.count()
-# RFC 2544's benchmarking range: never routed, so a /30 of it cannot clash with a real network.
-_BENCH_NET = ipaddress.ip_network("198.18.0.0/15")
-
-
-def _run(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=20)
-
-
-def netem_unavailable() -> str | None:
-    """Why :class:`NetemLink` cannot work here, or None if it can (probed once, in a
-    throwaway namespace: nothing outside it is touched)."""
-    if _NETEM_REASON:
-        return _NETEM_REASON[0]
-    reason = None
-    if os.geteuid() != 0:
-        reason = "network namespaces and netem need root"
-    elif not (shutil.which("ip") and shutil.which("tc")):
-        reason = "iproute2 (`ip`, `tc`) is not installed"
-    else:
-        name = f"netq-probe-{os.getpid()}"
-        made = _run("ip", "netns", "add", name)
-        if made.returncode:
-            reason = f"cannot create a network namespace: {made.stderr.strip()}"
-        else:
-            try:
-                netem = _run("ip", "netns", "exec", name, "tc", "qdisc", "add", "dev", "lo",
-                             "root", "netem", "delay", "1ms", "loss", "1%")
-                if netem.returncode:
-                    reason = ("the kernel has no netem qdisc (sch_netem): "
-                              f"{netem.stderr.strip()}")
-            finally:
-                _run("ip", "netns", "del", name)
-    _NETEM_REASON.append(reason)
-    return reason
-
-
-def namespaces_unavailable() -> str | None:
-    """Why a namespace with a veth pair (no netem) cannot be made here, or None."""
-    reason = netem_unavailable()
-    if reason is None or reason.startswith("the kernel has no netem"):
-        return None
-    return reason
-
-
-def _in_namespace(name: str, make):
-    """``make()`` run on a short-lived thread that joined network namespace ``name``: the
-    sockets it creates live there; no other thread changes namespace."""
-    import ctypes
-
-    def run():
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
-        try:
-            if libc.setns(fd, _CLONE_NEWNET):
-                raise OSError(ctypes.get_errno(), "setns")
-        finally:
-            os.close(fd)
-        return make()
-
-    return call_on_thread(run, "netq-netns")
-
-
-class NetemLink:
-    """A relay whose clients cross a veth pair shaped by the kernel's netem (loss, delay).
-
-    Makes a network namespace ``netq-<pid>-<n>`` joined to this one by a veth pair with two
-    addresses of a /30 in 198.18.0.0/15 (the benchmarking range, never routed), puts netem (``loss``
-    as a fraction, ``delay`` one way in seconds) on both ends, and a :class:`Relay` (forwarding to
-    ``upstream`` on loopback here) listening on the namespace's end; ``relay`` are keyword arguments
-    for it (``rate=`` caps the link there, ``name=`` its thread). A client connecting to
-    :attr:`netloc` sends real packets across the veth, where netem drops and delays them; TCP
-    repairs the losses, as on a lossy edge link. ``close()`` deletes the namespace and the pair.
-    Needs root, ``ip`` and ``tc``; check :func:`netem_unavailable` first. With ``loss=0, delay=0``
-    no qdisc is added (only namespaces are needed).
-    """
-
-    def __init__(self, upstream, *, loss: float = 0.01, delay: float = 0.0, **relay) -> None:
-        shaped = bool(loss or delay)
-        reason = netem_unavailable() if shaped else namespaces_unavailable()
-        if reason:
-            raise OSError(f"NetemLink: {reason}")
-        n = next(_counter)
-        self.namespace = f"netq-{os.getpid()}-{n}"
-        self._veth = f"nq{os.getpid() % 100000}v{n}"[:15]
-        subnet = _BENCH_NET.network_address + ((os.getpid() * 64 + n) % (1 << 15)) * 4
-        self.host_address, self.peer_address = str(subnet + 1), str(subnet + 2)
-        self.relay: Relay | None = None
-        self._made_namespace = False
-        try:
-            self._check(_run("ip", "netns", "add", self.namespace))
-            self._made_namespace = True
-            peer = self._veth + "p"
-            ns = ("ip", "netns", "exec", self.namespace)
-            self._check(_run("ip", "link", "add", self._veth, "type", "veth", "peer", "name",
-                             peer))
-            self._check(_run("ip", "link", "set", peer, "netns", self.namespace))
-            self._check(_run("ip", "addr", "add", f"{self.host_address}/30", "dev", self._veth))
-            self._check(_run("ip", "link", "set", self._veth, "up"))
-            self._check(_run(*ns, "ip", "addr", "add", f"{self.peer_address}/30", "dev", peer))
-            self._check(_run(*ns, "ip", "link", "set", peer, "up"))
-            self._check(_run(*ns, "ip", "link", "set", "lo", "up"))
-            if shaped:
-                netem = ["netem"]
-                if delay:
-                    netem += ["delay", f"{delay * 1e6:.0f}us"]
-                if loss:
-                    netem += ["loss", f"{loss * 100:g}%"]
-                self._check(_run("tc", "qdisc", "add", "dev", self._veth, "root", *netem))
-                self._check(_run(*ns, "tc", "qdisc", "add", "dev", peer, "root", *netem))
-
-            def listen():
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sock.bind((self.peer_address, 0))
-                sock.listen(64)
-                return sock
-
-            listener = _in_namespace(self.namespace, listen)
-            relay.setdefault("name", "netq-netem")
-            self.relay = Relay(upstream, listener=listener, **relay)
-        except BaseException:
-            self.close()
-            raise
-        self.loss, self.delay = loss, delay
-
-    @staticmethod
-    def _check(done: subprocess.CompletedProcess) -> None:
-        if done.returncode:
-            raise OSError(f"{' '.join(done.args)}: {done.stderr.strip()}")
-
-    @property
-    def netloc(self) -> NetworkLocation:
-        assert self.relay is not None
-        return self.relay.netloc
-
-    @property
-    def address(self):
-        assert self.relay is not None
-        return self.relay.address
-
-    def stats(self) -> RelayStats:
-        assert self.relay is not None
-        return self.relay.stats()
-
-    def __enter__(self) -> NetemLink:
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the relay, then delete the veth pair and the namespace. Idempotent."""
-        if self.relay is not None:
-            self.relay.close()
-        if self._made_namespace:
-            _run("ip", "link", "del", self._veth)  # both ends go
-            _run("ip", "netns", "del", self.namespace)
-            self._made_namespace = False
-
-
 # ====================================================================== its own process
 
 def _main(argv: list[str] | None = None) -> int:
@@ -868,7 +649,7 @@ def _main(argv: list[str] | None = None) -> int:
     import json
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m netq.relay", description=(
+    parser = argparse.ArgumentParser(prog="python -m netq.lab.relay", description=(
         "A shaped loopback relay: READY {addr} on stdout, relays until stdin closes, then "
         "RESULT {stats}."))
     parser.add_argument("--upstream", required=True, help="HOST:PORT to relay to")

@@ -20,7 +20,8 @@ import uuid
 import pytest
 
 import netq
-from netq import demo, transports
+from netq import transports
+from netq.lab import demo
 from netq.statistics import PeerStatistics, RateMeter
 
 ANSI = re.compile(r"\x1b\[")

@@ -1,4 +1,4 @@
-"""netq.trace.Recorder: a recording relay between real communicators on loopback."""
+"""netq.lab.trace.Recorder: a recording relay between real communicators on loopback."""
 
 from __future__ import annotations
 
@@ -8,9 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 import netq as nq
-from netq.protocol import frames
-from netq.protocol.frames import FrameType
-from netq.trace import (
+from netq.lab.trace import (
     CLIENT_TO_SERVER,
     SERVER_TO_CLIENT,
     Recorder,
@@ -19,6 +17,8 @@ from netq.trace import (
     html_table,
     sequence_svg,
 )
+from netq.protocol import frames
+from netq.protocol.frames import FrameType
 
 KEY = b"trace-test-key"
 

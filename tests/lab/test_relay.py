@@ -1,5 +1,5 @@
-"""netq.relay: the link emulator's shaping (delay, jitter, rate, bounded buffers), its faults,
-its own-process mode, and the netem namespace link (skipped, saying why, where it cannot run).
+"""netq.lab.relay: the link emulator's shaping (delay, jitter, rate, bounded buffers), its faults
+and its own-process mode. (The netem namespace link is tests/lab/test_netem.py.)
 
 Margins: delays are checked within [configured, configured + SLACK] and rates against the cap
 x 1.1 from above and x 0.5 from below, wide enough for a loaded 2-core machine.
@@ -12,22 +12,13 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 
-from netq.relay import (
-    BOTH,
-    DOWN,
-    UP,
-    NetemLink,
-    Relay,
-    Shape,
-    namespaces_unavailable,
-    netem_unavailable,
-)
-from netq_testing import pair_through, recv_exactly
+from netq.lab.relay import BOTH, DOWN, UP, Relay
+from netq.lab.shaping import Shape
+from netq_testing import pair_through, recv_exactly, seconds_to_move
 
 SLACK = 0.15  # s a delayed chunk may arrive late on a loaded machine (never early)
 pytestmark = pytest.mark.timeout(60)
@@ -43,18 +34,6 @@ def _thread_cpu(native_id: int) -> float:
     with open(f"/proc/self/task/{native_id}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _one_way(sock_in, sock_out, size: int) -> float:
-    """Seconds to move ``size`` bytes from sock_in to sock_out (a sender thread)."""
-    payload = os.urandom(size)
-    sender = threading.Thread(target=sock_in.sendall, args=(payload,), name="test-send")
-    started = time.monotonic()
-    sender.start()
-    assert recv_exactly(sock_out, size) == payload
-    elapsed = time.monotonic() - started
-    sender.join(10)
-    return elapsed
 
 
 def test_delay_each_way_and_round_trip(upstream):
@@ -118,9 +97,9 @@ def test_rate_cap_holds_and_is_reached(upstream):
         client, server = pair_through(relay.address, upstream)
         with client, server:
             size = 4_000_000  # 0.5 s at the cap
-            elapsed = _one_way(client, server, size)
+            elapsed = seconds_to_move(client, server, size)
             assert rate * 0.5 <= size / elapsed <= rate * 1.1, size / elapsed
-            elapsed = _one_way(server, client, size)  # the other way has its own cap
+            elapsed = seconds_to_move(server, client, size)  # the other way has its own cap
             assert rate * 0.5 <= size / elapsed <= rate * 1.1, size / elapsed
 
 
@@ -137,7 +116,7 @@ def test_delay_does_not_limit_throughput(upstream):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
             size = 16_000_000  # 0.8 s at the cap, + one delay
-            elapsed = _one_way(client, server, size)
+            elapsed = seconds_to_move(client, server, size)
             assert elapsed >= size / rate * 0.9 + delay, elapsed
             assert size / elapsed >= rate * 0.5, f"{size / elapsed / 1e6:.1f} MB/s"
 
@@ -261,7 +240,7 @@ def test_pass_fds_needs_a_unix_upstream(upstream):
 
 def test_relay_in_its_own_process(upstream):
     relay = subprocess.Popen(
-        [sys.executable, "-m", "netq.relay", "--upstream",
+        [sys.executable, "-m", "netq.lab.relay", "--upstream",
          f"127.0.0.1:{upstream.getsockname()[1]}", "--delay", "0.02", "--rate", "50e6"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -285,33 +264,3 @@ def test_relay_in_its_own_process(upstream):
             relay.kill()
             relay.wait()
         relay.stdout.close()
-
-
-def test_netem_namespace_plumbing(upstream):
-    """A relay listening in a namespace of its own, reached across a veth pair (no netem)."""
-    reason = namespaces_unavailable()
-    if reason:
-        pytest.skip(reason)
-    with NetemLink(upstream.getsockname(), loss=0, delay=0) as link:
-        assert link.netloc.host == link.peer_address != "127.0.0.1"
-        client, server = pair_through(link.relay.address, upstream)
-        with client, server:
-            client.sendall(b"across the veth")
-            assert recv_exactly(server, 15) == b"across the veth"
-        namespace = link.namespace
-    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    assert namespace not in names
-
-
-def test_netem_loss_and_delay(upstream):
-    reason = netem_unavailable()
-    if reason:
-        pytest.skip(reason)
-    with NetemLink(upstream.getsockname(), loss=0.02, delay=0.01) as link:
-        client, server = pair_through(link.relay.address, upstream)
-        with client, server:
-            started = time.monotonic()
-            client.sendall(b"x")
-            recv_exactly(server, 1)
-            assert time.monotonic() - started >= 0.01
-            assert _one_way(client, server, 2_000_000) > 0  # TCP repairs every loss

@@ -3,14 +3,14 @@
 ::
 
     with nq.new(purpose=nq.Purpose.SERVER, options=...) as server, \\
-            netq.trace.Recorder(server.address) as recorder:
+            netq.lab.trace.Recorder(server.address) as recorder:
         client = nq.new(options=nq.CommunicatorOptions(netloc=recorder.netloc))
         ...
         for frame in recorder.frames():
             print(frame.link, frame.direction, frame.type.name, frame.fields)
 
 The client connects to the recorder, which connects to the server (``upstream``) and relays bytes
-both ways unchanged: a :class:`netq.relay.Relay` (one ``netq-trace`` thread for all of it;
+both ways unchanged: a :class:`netq.lab.relay.Relay` (one ``netq-trace`` thread for all of it;
 :attr:`Recorder.relay` shapes and faults the link too) with the recorder as its tap. Each direction
 is cut into frames with the layout of :mod:`netq.protocol.frames` (header, then ``length`` payload
 bytes) and every frame becomes a :class:`TracedFrame` row: when the relay saw its last byte, on
@@ -35,9 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .options import NetworkLocation
-from .protocol import frames
-from .protocol.frames import HEADER, HEADER_SIZE, READONLY_BIT, DataFlags, ErrorCode, FrameType
+from ..options import NetworkLocation
+from ..protocol import frames
+from ..protocol.frames import HEADER, HEADER_SIZE, READONLY_BIT, DataFlags, ErrorCode, FrameType
 from .relay import UP, Relay
 
 __all__ = ("Recorder", "TracedFrame", "describe", "html_table", "sequence_svg", "CLIENT_TO_SERVER",
@@ -254,7 +254,7 @@ class Recorder:
 
     ``upstream`` is the server's address (``server.address``, or a NetworkLocation); clients
     connect to :attr:`netloc` instead. ``keep``: payload bytes kept per frame in ``raw``.
-    ``relay``: more keyword arguments for the :class:`netq.relay.Relay` underneath (its
+    ``relay``: more keyword arguments for the :class:`netq.lab.relay.Relay` underneath (its
     shape: ``delay``, ``rate``, ...), which is :attr:`relay` for faults and shaping.
     Use as a context manager, or call :meth:`start` and :meth:`close`.
     """

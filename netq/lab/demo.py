@@ -4,7 +4,7 @@ Each client is a separate communicator (its own I/O thread and connection) that 
 ``(client index, sequence number, payload)`` tuples of mixed sizes and counts its delivery
 futures as they resolve; the server gets them, checks each client's order, and puts a short
 reply back for every 100th message, so traffic flows both ways. On a terminal the server's
-per-peer table (the same fields as the Jupyter widget, :mod:`netq.display`) is redrawn in
+per-peer table (the same fields as the Jupyter widget, :mod:`netq.display.tables`) is redrawn in
 place; written to a file or a pipe, one plain line per interval instead. At the end: the
 final table, a legend, and a summary with a delivery check.
 
@@ -33,7 +33,7 @@ import time
 import uuid
 from typing import Any
 
-from . import (
+from .. import (
     CommunicatorOptions,
     ConnectionOptions,
     Empty,
@@ -41,12 +41,14 @@ from . import (
     Protocol,
     Purpose,
     ResourceClosed,
+    ResourceGone,
     SecurityOptions,
     new,
     transports,
 )
-from .display import format_bytes, format_count, format_rate, text_table
-from .exposure import reachable_by_others
+from ..display.formatting import format_bytes, format_count, format_rate
+from ..display.tables import text_table
+from ..exposure import reachable_by_others
 
 SIZES = (64, 4096, 65536, 1 << 20)  # bytes; chosen per message with WEIGHTS
 WEIGHTS = (60, 25, 10, 5)
@@ -102,8 +104,8 @@ def missing(protocol: str) -> str | None:
         if not found:
             return f"{package} is not installed: pip install 'netq[{extra}]'"
     if protocol == "mqtt":
+        from ..exceptions import BrokerUnavailable
         from .brokers import find_mosquitto
-        from .exceptions import BrokerUnavailable
 
         try:
             find_mosquitto()
@@ -143,7 +145,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def render(stats, names: dict[uuid.UUID, str]) -> str:
-    """The per-peer table as text: the same fields as the Jupyter widget (netq.display)."""
+    """The per-peer table as text: the same fields as the Jupyter widget (netq.display.tables)."""
     return text_table(stats, names)
 
 
@@ -186,7 +188,7 @@ def run(clients: int = 4, seconds: float = 5.0, interval: float | None = None,
         protocol: str = "tcp", port: int = 0, out=sys.stdout, host: str = "127.0.0.1") -> dict:
     """Run the demo; returns the summary (messages, bytes, seconds, losses).
 
-    ``protocol="mqtt"`` starts a private mosquitto (netq.brokers.local_broker) for the run.
+    ``protocol="mqtt"`` starts a private mosquitto (netq.lab.brokers.local_broker) for the run.
     ``host`` (tcp and grpc) is where the server listens; beyond loopback the run uses an
     authkey of its own. Raises :class:`Unavailable` naming what is missing when the protocol
     cannot run here, and :class:`ValueError` for a ``host`` with unix or mqtt.
@@ -287,7 +289,7 @@ def _run(clients: int, seconds: float, interval: float | None, protocol: str,
                 while True:
                     client.get_nowait()
                     replies[index] += 1
-            except (Empty, ResourceClosed):
+            except (Empty, ResourceGone):
                 pass
 
     received = [0] * clients
@@ -310,7 +312,7 @@ def _run(clients: int, seconds: float, interval: float | None, protocol: str,
                 if sequence % REPLY_EVERY == 0:
                     try:
                         server.put(("reply", sequence), message.peer)
-                    except ResourceClosed:
+                    except ResourceGone:  # the client left, or we are closing
                         pass
 
     threads = [threading.Thread(target=client_main, args=(i,), name=f"demo-client-{i}")
@@ -397,10 +399,3 @@ def command(args: argparse.Namespace) -> int:
     ok = (summary["sent"] == summary["received"] and not summary["problems"]
           and not summary["failed"])
     return 0 if ok else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m netq demo ARGS`` (kept for callers of netq.demo.main)."""
-    from .__main__ import main as netq_main
-
-    return netq_main(["demo", *(sys.argv[1:] if argv is None else argv)])

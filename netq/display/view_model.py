@@ -1,0 +1,173 @@
+"""The monitor's view model: everything a monitor shows but its charts, computed once in Python
+and drawn twice.
+
+The live widget's ES module (netq.widgets, ``widgets/frontend/monitor.js``) draws it from its
+synced traits, and :func:`netq.display.static_form.monitor_html` as the static form (no
+script). Both draw the same DOM (classes and data attributes), so a static form and a live view
+read alike and the browser tests check both the same way. Every number people read is
+formatted here; the browser formats nothing.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from ..statistics import CommunicatorStatistics, PeerStatistics
+from .formatting import (
+    MiB,
+    format_address,
+    format_byte_rate,
+    format_bytes,
+    format_count,
+    format_rate,
+    format_uptime,
+)
+from .tables import (
+    COLUMNS,
+    peer_fields,
+    peer_name,
+    peer_values,
+    shm_fact,
+    title_state,
+    waiting_lines,
+    with_names,
+)
+
+__all__ = ("NEGATIVE_CREDIT", "LIVE_STATES", "STATIC_STATES", "busiest_first", "badge_state",
+           "snapshot_sentence", "monitor_view")
+
+NEGATIVE_CREDIT = ("credit may dip below zero by up to one message: a message may start on "
+                   "any positive credit (netq.statistics)")
+# The badge of a view that updates vs. one that does not: a static form is never one of LIVE.
+LIVE_STATES = frozenset({"open", "connecting", "closing", "waiting", "cannot-connect"})
+STATIC_STATES = frozenset({"snapshot", "stopped", "closed"})
+# The cells of a row in order: the peer's name, then every column.
+_KEYS = ("peer", *(c.key for c in COLUMNS))
+
+
+def busiest_first(peers, names: Mapping[uuid.UUID, str] | None = None) -> list[PeerStatistics]:
+    """Peers ordered as the monitor lists and plots them: the most bytes per second (in + out)
+    first, then the most messages per second, then by name."""
+    return sorted(peers, key=lambda r: (-(r.bytes_in_per_s + r.bytes_out_per_s),
+                                        -(r.messages_in_per_s + r.messages_out_per_s),
+                                        peer_name(r.peer, names), str(r.peer)))
+
+
+def badge_state(stats: CommunicatorStatistics, *, live: bool,
+                view_state: str | None = None) -> str:
+    """The badge's ``data-state``: while live, the communicator's state as
+    :func:`~netq.display.tables.title_state` refines it (``waiting`` when any peer's traffic
+    or a ``get()`` waits); in a static form ``closed``, ``stopped`` (``view_state``) or
+    ``snapshot``, never a live state."""
+    if live:
+        return title_state(stats).replace(" ", "-")
+    if stats.state == "closed":
+        return "closed"
+    return "stopped" if view_state == "stopped" else "snapshot"
+
+
+def snapshot_sentence(state: str, taken_at: float) -> str:
+    """What a static form says about itself: a snapshot, and the wall-clock time it shows."""
+    clock = time.strftime("%H:%M:%S", time.localtime(taken_at))
+    why = {"stopped": "the view was stopped", "closed": "the communicator is closed"}.get(state)
+    return f"snapshot taken {clock}, not live" + (f" ({why})" if why else "")
+
+
+def _sum_fields(rows: list[PeerStatistics], label: str) -> dict[str, str]:
+    return {"peer": label, "state": "",
+            "queue_in": format_count(sum(r.queue_in for r in rows)),
+            "queue_out": format_count(sum(r.queue_out for r in rows)),
+            "msg_in": format_count(sum(r.messages_in_per_s for r in rows)),
+            "mb_in": format_rate(sum(r.bytes_in_per_s for r in rows) / MiB),
+            "msg_out": format_count(sum(r.messages_out_per_s for r in rows)),
+            "mb_out": format_rate(sum(r.bytes_out_per_s for r in rows) / MiB),
+            "memory": format_bytes(sum(r.memory for r in rows)), "credit_in": "",
+            "credit_out": ""}
+
+
+def monitor_view(stats: CommunicatorStatistics,
+                 names: Mapping[uuid.UUID, str] | None = None, *,
+                 max_rows: int | None = 50, live: bool = False, view_state: str | None = None,
+                 colours: Mapping[uuid.UUID, str] | None = None,
+                 taken_at: float | None = None,
+                 ordered: list[PeerStatistics] | None = None) -> dict[str, Any]:
+    """Everything a monitor shows but its charts, as JSON-ready data (text already formatted).
+
+    ``title``: role, address, ``state`` (the badge's ``data-state``), ``label``, ``uptime``,
+    ``facts`` and ``alerts``; ``columns``: ``[key, header, numeric]``; ``rows``: the busiest
+    ``max_rows`` peers (:func:`busiest_first`), each with its display name (``peer``), id,
+    chart colour (``""`` if not plotted), ``blocked`` (why it waits, peers named), ``cells``
+    (texts in column order), ``sort`` (numbers or texts to sort by) and ``marks`` (column key
+    -> a key of ``notes``); ``others``: the peers past ``max_rows`` folded into one row
+    (``count``, ``cells``) or None; ``total``: cells over all peers; ``waiting``: one sentence
+    per wait; ``notes``: footnotes the marks refer to; ``live``, ``taken`` (the wall-clock
+    time of the snapshot, ``HH:MM:SS``) and ``snapshot`` (the static form's sentence, ``""``
+    while live). ``taken_at``: wall-clock time of the snapshot
+    (default: now); ``ordered``: ``stats.peers`` already sorted by :func:`busiest_first`.
+    """
+    state = badge_state(stats, live=live, view_state=view_state)
+    taken = time.time() if taken_at is None else taken_at
+    if ordered is None:
+        ordered = busiest_first(stats.peers, names)
+    shown = ordered if max_rows is None else ordered[:max_rows]
+    folded = ordered[len(shown):]
+    notes: dict[str, str] = {}
+
+    def peer_row(row: PeerStatistics) -> dict[str, Any]:
+        fields = peer_fields(row, names)
+        marks = {key: "negative-credit" for key in ("credit_in", "credit_out")
+                 if getattr(row, key) < 0}
+        if marks:
+            notes["negative-credit"] = NEGATIVE_CREDIT
+        values = peer_values(row)
+        return {"peer": fields["peer"], "id": str(row.peer),
+                "colour": (colours or {}).get(row.peer, ""),
+                "blocked": with_names(row.blocked, names),
+                "cells": [fields[key] for key in _KEYS],
+                "sort": [fields["peer"], *(values[key] for key in _KEYS[1:])],
+                "marks": marks}
+
+    rows = [peer_row(row) for row in shown]
+    others = None
+    if folded:
+        fields = _sum_fields(folded, f"others ({len(folded)} peers)")
+        others = {"count": len(folded), "cells": [fields[key] for key in _KEYS]}
+    total = _sum_fields(list(stats.peers), "total")
+    total.update({"msg_in": format_count(stats.messages_in_per_s),
+                  "mb_in": format_rate(stats.bytes_in_per_s / MiB),
+                  "msg_out": format_count(stats.messages_out_per_s),
+                  "mb_out": format_rate(stats.bytes_out_per_s / MiB),
+                  "memory": format_bytes(stats.memory)})
+    budget = (f" of {format_bytes(stats.recv_budget + stats.send_budget)} budget"
+              if stats.recv_budget or stats.send_budget else "")
+    count = len(stats.peers)
+    waiting = waiting_lines(stats, names)
+    if stats.get_waiting:
+        waiting.append(with_names(stats.get_waiting, names))
+    return {
+        "title": {
+            "role": f"netq {stats.protocol.upper()} {stats.purpose}",
+            "address": format_address(stats.address),
+            "state": state, "label": state.replace("-", " "),
+            "uptime": f"up {format_uptime(stats.uptime)}",
+            "facts": [f"{count} peer{'' if count == 1 else 's'}",
+                      f"in {format_count(stats.messages_in_per_s)} msg/s, "
+                      f"{format_byte_rate(stats.bytes_in_per_s)}",
+                      f"out {format_count(stats.messages_out_per_s)} msg/s, "
+                      f"{format_byte_rate(stats.bytes_out_per_s)}",
+                      f"memory {format_bytes(stats.memory)}{budget}",
+                      *([shm_fact(stats)] if stats.shm_bytes_in or stats.shm_bytes_out
+                        else [])],
+            "alerts": ([f"cannot connect: {with_names(stats.connect_error, names)}"]
+                       if stats.connect_error else []),
+        },
+        "columns": [["peer", "peer", False],
+                    *([c.key, c.header, c.key != "state"] for c in COLUMNS)],
+        "rows": rows, "others": others, "total": [total[key] for key in _KEYS],
+        "waiting": waiting, "notes": notes, "live": live,
+        "taken": time.strftime("%H:%M:%S", time.localtime(taken)),
+        "snapshot": "" if live else snapshot_sentence(state, taken),
+    }

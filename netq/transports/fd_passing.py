@@ -1,0 +1,44 @@
+"""Descriptors that travel with a Unix socket's bytes (``SCM_RIGHTS``): the shared-memory
+segments of ``Protocol.UNIX``. Receiving them (:func:`recv_fds`), and whether this host can
+(:func:`shm_unavailable`); the carrier (:mod:`netq.transports.sockets`) sends them with its
+``sendmsg``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import MutableSequence
+
+from .. import _shm
+from ..exceptions import RemoteProtocolError
+
+__all__ = ("recv_fds", "shm_unavailable")
+
+_FD_SPACE = _shm.fd_space() if hasattr(socket, "CMSG_SPACE") else 0
+
+
+def recv_fds(sock: socket.socket, buffer: memoryview, fds: MutableSequence[int]) -> int:
+    """recv_into, keeping the descriptors that came with the bytes (SCM_RIGHTS) in ``fds``.
+    More than one write's worth at once (the ancillary buffer overflowed: the kernel closed
+    the rest) is the peer's fault."""
+    count, ancillary, flags, _ = sock.recvmsg_into([buffer], _FD_SPACE)
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(data) - len(data) % 4
+            fds.extend(memoryview(data)[:usable].cast("i"))
+    if flags & socket.MSG_CTRUNC:
+        why = f"more than {_shm.MAX_FDS_PER_WRITE} descriptors with one write"
+    elif len(fds) > _shm.MAX_PENDING_FDS:
+        why = (f"{len(fds)} descriptors without DATA frames (at most {_shm.MAX_PENDING_FDS} "
+               f"may wait for theirs)")
+    else:
+        return count
+    while fds:
+        os.close(fds.pop())
+    raise RemoteProtocolError(f"shared memory: the peer sent {why}")
+
+
+def shm_unavailable() -> str | None:
+    """Why Unix sockets here cannot carry shared-memory segments, or None (asked once)."""
+    return _shm.unavailable_cached()

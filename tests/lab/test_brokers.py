@@ -1,0 +1,66 @@
+"""netq.lab.brokers: the private mosquitto (its configuration, stopped by its pid), the shared
+broker named by $NETQ_MQTT_BROKER, and what a missing mosquitto says. No MQTT client is needed:
+the helper starts and checks processes and sockets only."""
+
+from __future__ import annotations
+
+import socket
+
+import psutil
+import pytest
+
+import netq as nq
+from netq.lab import brokers
+from netq.lab.brokers import LocalBroker, broker, environment_broker, local_broker
+from netq_testing import wait_for
+from transports.mqtt_testing import mosquitto_missing
+
+needs_broker = pytest.mark.skipif(mosquitto_missing() is not None,
+                                  reason=mosquitto_missing() or "")
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@needs_broker
+def test_local_broker_config_and_stop_by_pid(tmp_path):
+    broker = LocalBroker(max_inflight_messages=3, max_queued_messages=7, max_packet_size=65536,
+                         directory=tmp_path)
+    text = broker.config()
+    for line in ("allow_anonymous true", "persistence false", "max_inflight_messages 3",
+                 "max_queued_messages 7", "max_packet_size 65536"):
+        assert line in text
+    with broker:
+        pid = broker.pid
+        assert psutil.pid_exists(pid)
+        assert f"listener {broker.port} 127.0.0.1" in broker.config_path.read_text()
+    assert broker.pid is None
+    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie", 5)
+
+
+@needs_broker
+def test_broker_uses_the_environment_broker_unless_limits_are_asked_for(mqtt_broker, monkeypatch):
+    monkeypatch.setenv("NETQ_MQTT_BROKER", f"{mqtt_broker.host}:{mqtt_broker.port}")
+    with broker() as shared:
+        assert (shared.host, shared.port) == (mqtt_broker.host, mqtt_broker.port)
+    assert mqtt_broker.process.poll() is None  # a shared broker is left running
+    with broker(max_queued_messages=10) as private:
+        assert private.port != mqtt_broker.port  # special limits: a private broker
+        with socket.create_connection((private.host, private.port), timeout=5):
+            pass
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((private.host, private.port), timeout=5).close()
+    for malformed in ("localhost", "127.0.0.1:http", "127.0.0.1:70000", ":1883"):
+        monkeypatch.setenv("NETQ_MQTT_BROKER", malformed)
+        with pytest.raises(ValueError, match="NETQ_MQTT_BROKER"):
+            with broker():
+                pass
+    monkeypatch.setenv("NETQ_MQTT_BROKER", "[::1]:1883")
+    assert environment_broker() == nq.NetworkLocation("::1", 1883)
+
+
+def test_missing_mosquitto_says_how_to_install(monkeypatch):
+    monkeypatch.setattr(brokers, "_SEARCH", ())
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("NETQ_MOSQUITTO", raising=False)
+    with pytest.raises(nq.BrokerUnavailable, match="apt-get install -y mosquitto"):
+        local_broker()

@@ -210,7 +210,12 @@ def _check(conn, events, allocations, window: int, messages: int) -> None:
         if isinstance(event, connection.MessageReceived):
             assert event.seq == expected_seq, (event.seq, expected_seq)
             expected_seq += 1
-            assert all(type(p) in (bytes, bytearray) for p in event.parts)
+            # netq._buffers: bytearray (writable), bytes (read-only, < LARGE), a read-only
+            # memoryview (read-only, >= LARGE).
+            assert all(type(p) is bytearray
+                       or (type(p) is bytes and len(p) < _buffers.LARGE)
+                       or (type(p) is memoryview and p.readonly and len(p) >= _buffers.LARGE)
+                       for p in event.parts)
             assert sum(len(p) for p in event.parts) == event.size <= MAX_MESSAGE
             delivered += event.size
     # Credit: message k may start only while the bytes of messages 1..k-1 are under the window

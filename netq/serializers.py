@@ -16,10 +16,13 @@ the copy it saves. Zero-length buffers always stay in band. A *top-level* ``byte
 goes out of band when large (pickle would otherwise copy it into the stream). After a round
 trip through a transport:
 
-* ``bytes`` comes back as ``bytes`` (the receive buffer itself, not a copy);
+* ``bytes`` comes back as ``bytes`` below 64 KiB and, when out of band, from 64 KiB as a
+  read-only ``memoryview`` (format ``"B"``) of the receive buffer itself, not a copy (equal to
+  the bytes sent; ``bytes(obj)`` makes the copy where a ``bytes`` object is needed);
 * ``bytearray`` comes back as ``bytearray``;
-* ``memoryview`` comes back as ``bytes`` when it was read-only and ``bytearray`` when it was
-  writable, holding the view's raw bytes (shape and format are not kept);
+* ``memoryview`` comes back as ``bytes`` (from 64 KiB out of band: a read-only
+  ``memoryview``) when it was read-only and ``bytearray`` when it was writable, holding the
+  view's raw bytes (shape and format are not kept);
 * numpy arrays come back as numpy arrays over the receive buffer, writable when the sender's
   array was. A top-level array with a plain dtype (no objects, fields or sub-arrays) that is C-
   or Fortran-contiguous skips pickle altogether: a small header (dtype, shape, order) and its
@@ -111,7 +114,9 @@ class BytesSerializer:
     """Moves raw bytes: ``dump`` takes any bytes-like object, ``load`` returns ``bytes``.
 
     ``dump`` views the data (no copy). ``load`` returns the receive buffer itself when it is a
-    single ``bytes`` object, and joins the chunks otherwise. Stateless and thread-safe.
+    single ``bytes`` object, and joins the chunks otherwise. ``load_parts`` (what ``get()``
+    uses) returns a single read-only part as it arrived: ``bytes`` below 64 KiB, a read-only
+    ``memoryview`` of the receive buffer from 64 KiB (no copy). Stateless and thread-safe.
     """
 
     __slots__ = ()
@@ -132,8 +137,9 @@ class BytesSerializer:
         view = as_view(data)
         return (view,) if view.nbytes else ()
 
-    def load_parts(self, parts: list) -> bytes:
-        if len(parts) == 1 and type(parts[0]) is bytes:
+    def load_parts(self, parts: list) -> bytes | memoryview:
+        if len(parts) == 1 and (type(parts[0]) is bytes
+                                or type(parts[0]) is memoryview and parts[0].readonly):
             return parts[0]
         return b"".join(parts)
 

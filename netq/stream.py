@@ -6,8 +6,10 @@ A message travels as a :class:`Stream`: an ordered list of *chunks*, each a flat
 ``memoryview`` of unsigned bytes (format ``"B"``) over someone else's memory. Writing a chunk
 takes a view of the buffer and reading one hands that view back; neither copies. The transport
 sends every chunk as a separate part, and the receiver rebuilds a :class:`Stream` whose chunks
-view *the exact receive buffers*: a ``bytes`` object where the sender's chunk was read-only, a
-``bytearray`` where it was writable. :meth:`Stream.tobytes` is the one operation that copies.
+view *the exact receive buffers*: a ``bytearray`` where the sender's chunk was writable; where
+it was read-only, a ``bytes`` object below 64 KiB (copied out of the link's staging buffer) and
+from 64 KiB a read-only ``memoryview`` of the buffer it was received into, with no copy
+(``netq._buffers``). :meth:`Stream.tobytes` is the one operation that copies.
 
 Because chunks are views, whatever owns the memory must not change it until the stream has
 been sent, and memory seen through a received stream belongs to the object that was loaded

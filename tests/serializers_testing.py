@@ -6,18 +6,30 @@ from __future__ import annotations
 
 import dataclasses
 
+from netq._buffers import LARGE
 from netq.stream import Stream
 
 THRESHOLD = 65536
 
 
+def received(chunk) -> bytes | bytearray | memoryview:
+    """What a transport delivers for a chunk (netq._buffers): a fresh ``bytearray`` for a
+    writable one; for a read-only one ``bytes`` below LARGE and from LARGE a read-only
+    memoryview of a fresh receive buffer."""
+    view = memoryview(chunk)
+    if not view.readonly:
+        return bytearray(view)
+    if view.nbytes < LARGE:
+        return bytes(view)
+    return memoryview(bytearray(view)).toreadonly()
+
+
 def transmit(stream: Stream) -> Stream:
-    """What a transport hands to ``load``: one fresh receive buffer per chunk, ``bytes`` for a
-    read-only chunk and ``bytearray`` for a writable one."""
-    received = Stream()
+    """What a transport hands to ``load``: one fresh receive buffer per chunk (received())."""
+    out = Stream()
     for chunk in stream:
-        received.writechunk(bytes(chunk) if chunk.readonly else bytearray(chunk))
-    return received
+        out.writechunk(received(chunk))
+    return out
 
 
 def global_pickle(module: str, name: str) -> bytes:

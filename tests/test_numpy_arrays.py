@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from netq.numpy_arrays import ARRAY_MAGIC
 from netq.serializers import DEFAULT_SERIALIZER, PickleSerializer
-from serializers_testing import THRESHOLD, transmit
+from serializers_testing import THRESHOLD, received, transmit
 
 # ================================================================== numpy arrays without pickle
 
@@ -47,15 +47,25 @@ def test_plain_numpy_arrays_travel_as_a_header_and_their_bytes(array_: np.ndarra
     assert bytes(parts[0][:4]) == ARRAY_MAGIC
     assert len(parts) == (2 if array_.nbytes >= THRESHOLD else 1)
     assert ser.dump(array_).nchunks == len(parts)
-    for received in (ser.load(transmit(ser.dump(array_))),
-                     ser.load_parts([p if not isinstance(p, memoryview)
-                                     else bytes(p) if p.readonly else bytearray(p)
-                                     for p in parts])):
-        assert type(received) is np.ndarray
-        assert received.dtype == array_.dtype and received.shape == array_.shape
-        assert received.flags.f_contiguous == array_.flags.f_contiguous
-        np.testing.assert_array_equal(received, array_)
-        assert received.flags.writeable == (writable or len(parts) == 1)
+    for out in (ser.load(transmit(ser.dump(array_))),
+                ser.load_parts([p if not isinstance(p, memoryview) else received(p)
+                                for p in parts])):
+        assert type(out) is np.ndarray
+        assert out.dtype == array_.dtype and out.shape == array_.shape
+        assert out.flags.f_contiguous == array_.flags.f_contiguous
+        np.testing.assert_array_equal(out, array_)
+        assert out.flags.writeable == (writable or len(parts) == 1)
+
+
+def test_pickled_arrays_from_read_only_parts_stay_read_only() -> None:
+    """Out-of-band buffers of a pickled (structured) array: read-only when the sender's was."""
+    ser = PickleSerializer()
+    for writable in (True, False):
+        array_ = np.zeros(THRESHOLD, dtype=[("a", "<i4"), ("b", ">f8")])
+        array_.flags.writeable = writable
+        out = ser.load(transmit(ser.dump(array_)))
+        assert out.flags.writeable == writable
+        np.testing.assert_array_equal(out, array_)
 
 
 @pytest.mark.parametrize(

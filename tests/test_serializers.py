@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from netq._buffers import LARGE
 from netq.serializers import (
     DEFAULT_SERIALIZER,
     BytesSerializer,
@@ -19,7 +20,7 @@ from netq.serializers import (
     Serializer,
 )
 from netq.stream import Stream
-from serializers_testing import THRESHOLD, Point, transmit
+from serializers_testing import THRESHOLD, Point, received, transmit
 
 # --------------------------------------------------------------------------------------------
 # BytesSerializer
@@ -47,6 +48,21 @@ def test_bytes_serializer_takes_any_bytes_like(data: object) -> None:
     ser = BytesSerializer()
     out = ser.load(ser.dump(data))
     assert type(out) is bytes and out == b"abc"
+
+
+@pytest.mark.parametrize("size", [LARGE - 1, LARGE, 3 * LARGE])
+def test_bytes_serializer_hands_a_lone_read_only_part_back_as_it_arrived(size: int) -> None:
+    """get() with BytesSerializer: bytes below LARGE, the read-only view of the receive
+    buffer from LARGE (no copy); a writable part or several parts are joined into bytes."""
+    ser = BytesSerializer()
+    data = os.urandom(size)
+    (part,) = [received(p) for p in ser.dump_parts(data)]
+    out = ser.load_parts([part])
+    assert out is part and out == data
+    assert type(out) is (bytes if size < LARGE else memoryview)
+    joined = ser.load_parts([bytearray(data)])
+    assert type(joined) is bytes and joined == data
+    assert ser.load_parts([part, b"x"]) == data + b"x"
 
 
 def test_bytes_serializer_empty_and_multi_chunk() -> None:
@@ -102,7 +118,7 @@ def test_small_bytes_stay_in_band() -> None:
     assert type(out) is bytes and out == data
 
 
-def test_large_bytes_go_out_of_band_and_come_back_as_that_bytes_object() -> None:
+def test_large_bytes_go_out_of_band_and_come_back_as_a_read_only_view_of_the_buffer() -> None:
     ser = PickleSerializer()
     data = os.urandom(THRESHOLD)  # exactly the threshold: out of band
     stream = ser.dump(data)
@@ -110,10 +126,10 @@ def test_large_bytes_go_out_of_band_and_come_back_as_that_bytes_object() -> None
     assert stream.nbytes < THRESHOLD + 100  # not also copied into the pickle
     assert list(stream)[1].obj is data  # the payload itself, not a copy
     assert ser.load(stream) is data
-    received = transmit(stream)
-    out = ser.load(received)
-    assert type(out) is bytes
-    assert out is list(received)[1].obj  # the receive buffer itself, no copy
+    arrived = transmit(stream)
+    out = ser.load(arrived)
+    assert type(out) is memoryview and out.readonly
+    assert out.obj is list(arrived)[1].obj  # the receive buffer itself, no copy
     assert out == data
 
 
@@ -123,10 +139,10 @@ def test_large_bytearray_comes_back_as_bytearray() -> None:
     stream = ser.dump(data)
     assert stream.nchunks == 2
     assert ser.load(stream) is data
-    received = transmit(stream)
-    out = ser.load(received)
+    arrived = transmit(stream)
+    out = ser.load(arrived)
     assert type(out) is bytearray and out == data
-    assert out is list(received)[1].obj
+    assert out is list(arrived)[1].obj
 
 
 def test_small_bytearray_comes_back_as_bytearray() -> None:
@@ -142,7 +158,8 @@ def test_memoryview_comes_back_as_bytes_or_bytearray(size: int) -> None:
     ser = PickleSerializer()
     readonly = memoryview(os.urandom(size))
     writable = memoryview(bytearray(os.urandom(size)))
-    for view, kind in ((readonly, bytes), (writable, bytearray)):
+    for view, kind in ((readonly, bytes if size < LARGE else memoryview),
+                       (writable, bytearray)):
         stream = ser.dump(view)
         assert stream.nchunks == (1 if size < THRESHOLD else 2)
         out = ser.load(transmit(stream))
@@ -185,10 +202,12 @@ def test_dump_parts_is_dump_as_a_sequence(threshold: int, size: int, kind: type)
     assert [bytes(part) for part in parts] == [bytes(chunk) for chunk in ser.dump(data)]
     if kind is bytes and size and size >= threshold:
         assert len(parts) == 2 and parts[1] is data
-    # What a transport delivers: bytes for a read-only part, bytearray for a writable one.
-    received = [bytes(part) if memoryview(part).readonly else bytearray(part) for part in parts]
-    out = ser.load_parts(received)
-    assert type(out) is kind and out == data
+    # What a transport delivers (received()): a read-only part of LARGE or more as a
+    # read-only memoryview, which a top-level bytes payload then comes back as.
+    arrived = [received(part) for part in parts]
+    out = ser.load_parts(arrived)
+    expected = memoryview if kind is bytes and size >= LARGE and size >= threshold else kind
+    assert type(out) is expected and out == data
 
 
 @pytest.mark.parametrize(

@@ -3,27 +3,26 @@
 One :class:`Connection` is one link (a TCP/TLS/Unix stream, or the frame sequence of one MQTT
 topic pair or gRPC stream pair). It owns the handshake, the framing, the chunking of outgoing
 messages, the reassembly of incoming ones and the per-link credit balance. It has no sockets,
-threads or clocks, so every case is tested by feeding bytes, whole and byte by byte.
+threads or clocks, so every case is tested by feeding bytes, whole and byte by byte. This
+module holds the link's state and the receive path (parsing, limits, control frames); its
+base classes the rest: :class:`netq.protocol.sending.SendSide` queues frames,
+:class:`netq.protocol.segments.SharedMemorySide` handles parts in shared memory (Unix
+sockets: memfd segments whose descriptors travel with the bytes). What it reports are the
+events of :mod:`netq.protocol.events`; a message's parts are allocated and filled by
+:mod:`netq.protocol.reassembly`.
 
 Receiving is zero-copy for large bodies: the I/O layer asks :meth:`Connection.receive_buffer`
 where to write next and reports with :meth:`Connection.receive_done`. Small frames land in a
 staging buffer and are parsed many per call; once a message body is large, the buffer returned
-is the final part object itself, so ``recv_into`` writes straight into the ``bytes`` or
-``bytearray`` the user will get.
+is the final part's own memory, so ``recv_into`` writes straight into the ``bytearray`` (or,
+for a large read-only part, the buffer behind the read-only ``memoryview``) the user will get
+(:mod:`netq._buffers`).
 
 The staging buffer is sized to what the link carries: it starts at :data:`STAGING_MIN` bytes,
 doubles (up to :data:`STAGING_SIZE`) whenever a read filled it, and
 :meth:`Connection.release_buffers` frees it when the link is idle, so an idle link holds a few
 KiB and a busy one keeps its full-size buffer. :attr:`Connection.buffered_bytes` says what
 the core holds at any time.
-
-Sending: :meth:`Connection.send_message` and the control-frame methods append to an output
-queue of buffers; small frames are coalesced into one bytearray (``efficient_size``,
-``merge_size``), large parts are queued as views of the caller's memory. The I/O layer takes
-:meth:`Connection.outgoing` (an iovec list for ``sendmsg``) and reports :meth:`Connection.sent`.
-
-Parts in shared memory (Unix sockets: memfd segments whose descriptors travel with the bytes)
-are the business of the base class :class:`netq.protocol.segments.SharedMemorySide`.
 
 Errors never escape as exceptions from the receive path: a violation becomes a final
 :class:`ConnectionFailed` event after every event parsed before it, and an ERROR frame is queued
@@ -33,16 +32,13 @@ for the peer. Nothing received before the bad bytes is lost.
 from __future__ import annotations
 
 import collections
-import enum
 import hmac
 import os
 import struct
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
-from itertools import islice
 
 from .. import _buffers
+from .._buffers import Part
 from ..exceptions import (
     AuthenticationError,
     LocalProtocolError,
@@ -50,10 +46,25 @@ from ..exceptions import (
     RemoteProtocolError,
 )
 from . import frames
+from .events import (
+    AckReceived,
+    ByeReceived,
+    ConnectionFailed,
+    ConnectionState,
+    CreditReceived,
+    ErrorReceived,
+    Event,
+    MessageReceived,
+    PeerAuthenticated,
+    PongReceived,
+    SessionOpened,
+)
 from .frames import (
     DESCRIPTOR,
     HEADER,
     HEADER_SIZE,
+    ONE_PART,
+    ONE_PART_DESCRIPTOR,
     READONLY_BIT,
     SEGMENT_BIT,
     DataFlags,
@@ -62,8 +73,10 @@ from .frames import (
     Hello,
     Role,
 )
+from .reassembly import Incoming, cut_whole
 from .resume import resume_numbering
 from .segments import SharedMemorySide
+from .sending import IOV_MAX, Buffer, SendSide
 
 __all__ = [
     "Connection",
@@ -82,15 +95,17 @@ __all__ = [
     "STAGING_SIZE",
     "STAGING_MIN",
     "DIRECT_THRESHOLD",
+    "Buffer",
+    "Part",
+    "make_hello",
 ]
 
-IOV_MAX = 1024  # buffers per sendmsg (Linux UIO_MAXIOV)
+
 STAGING_SIZE = 256 * 1024  # a busy link's receive staging buffer: many small frames per recv
 STAGING_MIN = 4 * 1024  # a fresh or idle link's staging buffer (doubles while reads fill it)
 DIRECT_THRESHOLD = 128 * 1024  # body bytes still to come above which we recv_into the part
 _EMPTY = bytearray()  # the staging buffer of an idle link (allocated again on the next read)
-# Staging buffers are uninitialized too (recv_into overwrites them), and only the pages a read
-# touched become resident. Bound here, apart from the parts' allocate_* calls.
+# Bound here, apart from the parts' allocate_* calls (which tests and the fuzzer count).
 _allocate_staging = _buffers.allocate_writable
 # Messages this large go into parts from the link's ReceivePool (reused buffers), never into
 # parts sliced out of the staging buffer (fresh allocations).
@@ -109,196 +124,16 @@ _ACK = FrameType.ACK.value
 # The payload limit of each frame type but DATA (whose limit is the receiver's max_frame).
 _CONTROL_LIMITS = {int(t): frames.max_payload(t, 0) for t in FrameType if t is not FrameType.DATA}
 _FIRST_LAST = _FIRST | _LAST
-
-
-def _whole_message_layout(nparts: int) -> struct.Struct:
-    """Header and descriptor of a one-chunk message of ``nparts`` parts, packed at once."""
-    layout = _WHOLE_MESSAGE[nparts] = struct.Struct(f"<BBHIQQII{nparts}Q")
-    return layout
-
-
-# By part count, filled as counts occur (at most MAX_PARTS of them).
-_WHOLE_MESSAGE: dict[int, struct.Struct] = {}
-# Header and a one-part descriptor in one pack: the shape of almost every small message.
-_ONE_PART = _whole_message_layout(1)
-_ONE_PART_DESCRIPTOR = _DESCRIPTOR_SIZE + 8
-_ONE_PART_UNPACK_FROM = _ONE_PART.unpack_from
-
-Buffer = bytes | bytearray | memoryview  # what is queued for sending
-Part = bytes | bytearray  # a received message part: the object the user gets
-
-
-class ConnectionState(enum.Enum):
-    HELLO = "hello"  # waiting for the peer's HELLO
-    AUTH = "auth"  # waiting for the peer's AUTH
-    SESSION = "session"  # peer authenticated, waiting for its SESSION
-    OPEN = "open"  # data may flow
-    CLOSED = "closed"  # failed or finished: nothing more is parsed
-
-
+_ONE_PART_DESCRIPTOR = ONE_PART_DESCRIPTOR
+_ONE_PART_UNPACK_FROM = ONE_PART.unpack_from
 _CLOSED = ConnectionState.CLOSED
 _OPEN = ConnectionState.OPEN
-
-# ----------------------------------------------------------------------------- events
-
-
-class Event:
-    __slots__ = ()
-
-
-@dataclass(slots=True)
-class PeerAuthenticated(Event):
-    """The peer's HELLO (and AUTH, when keys are used) checked out."""
-
-    hello: Hello
-
-
-@dataclass(slots=True)
-class SessionOpened(Event):
-    """The peer's SESSION frame: which session it wants or has, and what it has received."""
-
-    token: bytes
-    last_received: int
-    resumed: bool
-    held_bytes: int = 0  # of our messages, the peer still holds this much (credit starts lower)
-    held_messages: int = 0
-
-
-@dataclass(slots=True)
-class MessageReceived(Event):
-    """A complete message. ``parts`` are the final ``bytes``/``bytearray`` objects."""
-
-    seq: int
-    batch: bool
-    parts: list[Part]
-    size: int
-
-
-@dataclass(slots=True)
-class CreditReceived(Event):
-    nbytes: int
-    messages: int
-
-
-@dataclass(slots=True)
-class AckReceived(Event):
-    seq: int
-
-
-@dataclass(slots=True)
-class ByeReceived(Event):
-    reason: str
-
-
-@dataclass(slots=True)
-class PongReceived(Event):
-    token: int
-
-
-@dataclass(slots=True)
-class ErrorReceived(Event):
-    code: int
-    text: str
-
-
-@dataclass(slots=True)
-class ConnectionFailed(Event):
-    """Always the last event: the connection is unusable; ``error`` says who is to blame."""
-
-    error: NetqError
-
-
-class _Incoming:
-    """A message being reassembled from chunks."""
-
-    __slots__ = ("seq", "batch", "objects", "views", "index", "pos", "remaining", "size",
-                 "segments")
-
-    def __init__(self, seq: int, batch: bool, sizes: list[int], total: int,
-                 pool: _buffers.ReceivePool) -> None:
-        self.segments: list[tuple[int, Part]] | None = None  # (index, mapped part), in order
-        self.seq = seq
-        self.batch = batch
-        self.objects: list[Part] = []
-        self.views: list[memoryview] = []
-        allocate = pool.allocate
-        for raw in sizes:
-            obj, view = allocate(raw & _SIZE_MASK, bool(raw & READONLY_BIT))
-            self.objects.append(obj)
-            self.views.append(view)
-        self.index = 0
-        self.pos = 0
-        self.remaining = total
-        self.size = total
-        self._skip_empty()
-
-    def _skip_empty(self) -> None:
-        views = self.views
-        while self.index < len(views) and self.pos == len(views[self.index]):
-            self.index += 1
-            self.pos = 0
-
-    def fill(self, data: memoryview) -> None:
-        """Copy ``data`` (at most ``remaining`` bytes) into the parts."""
-        taken = 0
-        size = len(data)
-        while taken < size:
-            target = self.views[self.index]
-            count = min(len(target) - self.pos, size - taken)
-            target[self.pos : self.pos + count] = data[taken : taken + count]
-            taken += count
-            self.pos += count
-            self._skip_empty()
-        self.remaining -= size
-
-    def target(self, limit: int) -> memoryview:
-        """Where the next bytes of the body go, at most ``limit`` of them."""
-        view = self.views[self.index]
-        return view[self.pos : self.pos + min(len(view) - self.pos, limit)]
-
-    def advance(self, count: int) -> None:
-        self.pos += count
-        self.remaining -= count
-        self._skip_empty()
-
-    def finish(self) -> MessageReceived:
-        for view in self.views:
-            view.release()
-        self.views = []
-        if self.segments is not None:
-            for index, part in self.segments:
-                self.objects.insert(index, part)
-        return MessageReceived(self.seq, self.batch, self.objects, self.size)
-
-
-def _cut_whole(view: memoryview, buffer: bytearray, position: int, sizes: tuple[int, ...],
-               pool: _buffers.ReceivePool) -> list[Part]:
-    """The parts of a message whose body is whole in the staging buffer at ``position``.
-
-    Small parts are cut out by slicing; a large one is copied into a reused pool buffer,
-    with no reassembly state for it (:class:`_Incoming` is for a body still arriving).
-    """
-    parts: list[Part] = []
-    for raw in sizes:
-        size = raw & _SIZE_MASK
-        stop = position + size
-        if size >= _POOL_MIN:
-            part, target = pool.allocate(size, bool(raw & READONLY_BIT))
-            target[:] = view[position:stop]
-            target.release()
-            parts.append(part)
-        elif raw & READONLY_BIT:
-            parts.append(bytes(view[position:stop]))
-        else:
-            parts.append(buffer[position:stop])
-        position = stop
-    return parts
 
 
 # ------------------------------------------------------------------------- connection
 
 
-class Connection(SharedMemorySide):
+class Connection(SendSide, SharedMemorySide):
     """One netq link's protocol state. Not thread-safe: one I/O thread drives it.
 
     ``local`` is our HELLO; the peer must have the opposite role. ``authkey`` enables the
@@ -360,7 +195,7 @@ class Connection(SharedMemorySide):
         self._end = 0
         self._body_left = 0  # bytes of the current DATA chunk's body still to come
         self._last_chunk = False  # the current chunk carries the LAST flag
-        self._incoming: _Incoming | None = None
+        self._incoming: Incoming | None = None
         self._direct = False  # receive_buffer() points into the incoming message
         self._after_large = False  # the last message took the direct path
         self._pool = _buffers.ReceivePool()  # large part buffers, reused once the caller is done
@@ -416,220 +251,6 @@ class Connection(SharedMemorySide):
         incoming = self._incoming
         return incoming.size if incoming is not None else 0
 
-    # ------------------------------------------------------------------ sending
-
-    def _emit(self, data: Buffer) -> None:
-        merge = self._merge
-        merge += data
-        self.bytes_queued += len(data)
-        if len(merge) >= self.merge_size:
-            self._seal()
-
-    def _emit_view(self, view: bytes | memoryview) -> None:
-        self._seal()
-        self._pending.append(view)
-        self.bytes_queued += len(view)
-
-    def _seal(self) -> None:
-        if self._merge:
-            self._pending.append(self._merge)
-            self._merge = bytearray()
-
-    def send_session(self, token: bytes, last_received: int, resumed: bool,
-                     held_bytes: int = 0, held_messages: int = 0) -> None:
-        """Our SESSION frame: client first (asking), server second (answering).
-
-        ``held_bytes``/``held_messages``: what we still hold of the peer's messages from
-        earlier links of the session. The window our HELLO granted shrinks by that much on
-        both sides, so a peer reconnecting to a stalled receiver cannot add a window per link.
-        """
-        if self.state not in (ConnectionState.SESSION, ConnectionState.OPEN):
-            raise LocalProtocolError(f"SESSION cannot be sent in state {self.state.value}")
-        if held_bytes < 0 or held_messages < 0:
-            raise LocalProtocolError("held amounts are never negative")
-        if self.local.role is Role.CLIENT:
-            self._asked = (token, last_received)
-        self.recv_allowance_bytes -= held_bytes
-        if self._count_messages:
-            self.recv_allowance_messages -= held_messages
-        self._emit(frames.encode_session(token, last_received, resumed, held_bytes,
-                                         held_messages))
-
-    def send_message(self, seq: int, parts: Sequence[bytes | memoryview], total: int,
-                     batch: bool) -> None:
-        """Queue one message as DATA frames. The caller checked :attr:`can_send_data`.
-
-        ``parts`` are flat byte views (or ``bytes``: delivered read-only, like read-only
-        views); views of ``efficient_size`` bytes or more are queued as they are (zero copy),
-        smaller ones are merged.
-        """
-        if not (self.state is _OPEN and self.send_credit_bytes > 0
-                and self.send_credit_messages > 0 and not self.sent_bye):  # can_send_data
-            raise LocalProtocolError("no send credit, or the link is not open")
-        peer = self.peer
-        assert peer is not None  # set by its HELLO, before the link opened
-        if total > peer.max_message:
-            raise LocalProtocolError(f"message of {total} bytes over the peer's limit")
-        if len(parts) > frames.MAX_PARTS:
-            raise LocalProtocolError(f"{len(parts)} parts: at most {frames.MAX_PARTS}")
-        self.send_credit_bytes -= total
-        if peer.recv_messages != frames.UNLIMITED_MESSAGES:
-            self.send_credit_messages -= 1
-        if len(parts) == 1 and total < self.efficient_size and total <= self._chunk:
-            part = parts[0]
-            size = total | READONLY_BIT if type(part) is not memoryview or part.readonly else total
-            merge = self._merge
-            merge += _ONE_PART.pack(_DATA, (_FIRST | _LAST | _BATCH) if batch else (_FIRST | _LAST),
-                                    0, _ONE_PART_DESCRIPTOR + total, seq, total, 1, 0, size)
-            merge += part
-            self.bytes_queued += HEADER_SIZE + _ONE_PART_DESCRIPTOR + total
-            if len(merge) >= self.merge_size:
-                self._seal()
-            return
-        sizes = [len(p) | READONLY_BIT if type(p) is not memoryview or p.readonly else len(p)
-                 for p in parts]
-        parts, body = self._to_segments(parts, sizes) if self.shm_out \
-            and total >= self.shm_threshold else (parts, total)  # body: bytes in the frames
-        first = _FIRST | _BATCH if batch else _FIRST
-        chunk = self._chunk
-        if body <= chunk:
-            nparts = len(sizes)
-            layout = _WHOLE_MESSAGE.get(nparts) or _whole_message_layout(nparts)
-            self._emit(layout.pack(_DATA, first | _LAST, 0, _DESCRIPTOR_SIZE + 8 * nparts + body,
-                                   seq, total, nparts, 0, *sizes))
-            efficient = self.efficient_size
-            for part in parts:
-                if len(part) < efficient:
-                    self._emit(part)  # merged: a copy, cheaper than an iovec when small
-                else:
-                    self._emit_view(part)
-            return
-        # Several chunks: walk the parts, cutting the concatenated body every `chunk` bytes.
-        descriptor = frames.encode_descriptor(total, sizes)
-        # Cut through views: a slice of a bytes part would be a copy of it.
-        parts = [part if type(part) is memoryview else memoryview(part) for part in parts]
-        position = 0
-        part_index = 0
-        part_offset = 0
-        flags = first
-        while position < body:
-            size = min(chunk, body - position)
-            if position + size == body:
-                flags |= _LAST
-            extra = descriptor if flags & _FIRST else b""
-            self._emit(_HEADER_PACK(_DATA, flags, 0, len(extra) + size, seq) + extra)
-            need = size
-            while need:
-                part = parts[part_index]
-                count = min(len(part) - part_offset, need)
-                if count:
-                    piece = part[part_offset : part_offset + count]
-                    if count < self.efficient_size:
-                        self._emit(piece)
-                    else:
-                        self._emit_view(piece)
-                need -= count
-                part_offset += count
-                if part_offset == len(part):
-                    part_index += 1
-                    part_offset = 0
-            position += size
-            flags &= ~(_FIRST | _BATCH)  # both mark the first chunk only
-
-    def send_credit(self, nbytes: int, messages: int) -> None:
-        """Grant the peer ``nbytes`` more bytes and ``messages`` more messages."""
-        if nbytes < 0 or messages < 0:
-            raise LocalProtocolError("credit grants are positive")
-        if self.local.recv_messages == frames.UNLIMITED_MESSAGES:
-            messages = 0
-        self.recv_allowance_bytes += nbytes
-        self.recv_allowance_messages += messages
-        start = self._sent_total + self.bytes_queued
-        if start != self._replies_end:
-            self._replies_start = start
-        self._emit(_HEADER_PACK(FrameType.CREDIT, 0, 0, 4, nbytes)
-                   + frames.CREDIT_PAYLOAD.pack(messages))
-        self._replies_end = start + HEADER_SIZE + frames.CREDIT_PAYLOAD.size
-
-    def send_ack(self, seq: int) -> None:
-        start = self._sent_total + self.bytes_queued
-        if start != self._acks_end:
-            self._acks_start = start
-        if start != self._replies_end:
-            self._replies_start = start
-        self._emit(_HEADER_PACK(_ACK, 0, 0, 0, seq))
-        self._acks_end = self._replies_end = start + HEADER_SIZE
-
-    def send_ping(self, token: int) -> None:
-        self._emit(_HEADER_PACK(FrameType.PING, 0, 0, 0, token))
-
-    def send_bye(self, reason: str = "") -> None:
-        if self.sent_bye:
-            return
-        self.sent_bye = True
-        text = reason.encode()[: frames.MAX_TEXT]
-        self._emit(_HEADER_PACK(FrameType.BYE, 0, 0, len(text), 0) + text)
-
-    def send_error(self, code: int, text: str) -> None:
-        data = text.encode()[: frames.MAX_TEXT]
-        self._emit(_HEADER_PACK(FrameType.ERROR, 0, 0, len(data), code) + data)
-
-    def outgoing(self) -> list[Buffer]:
-        """Buffers to write next, in order (at most IOV_MAX); empty when all is sent."""
-        self._seal()
-        pending = self._pending
-        if len(pending) <= IOV_MAX:
-            return list(pending)
-        return list(islice(pending, IOV_MAX))
-
-    def data_to_send(self) -> bytes:
-        """Everything queued, joined (for transports that write whole messages, and tests)."""
-        data = b"".join(self.outgoing_all())
-        self.sent(len(data))
-        return data
-
-    def outgoing_all(self) -> list[Buffer]:
-        self._seal()
-        return list(self._pending)
-
-    def sent(self, count: int) -> bool:
-        """``count`` bytes of :meth:`outgoing` were written; True while output remains
-        (:attr:`has_output`)."""
-        self.bytes_queued -= count
-        self._sent_total += count
-        pending = self._pending
-        while count:
-            head = pending[0]
-            size = len(head)
-            if count >= size:
-                pending.popleft()
-                count -= size
-            else:
-                pending[0] = memoryview(head)[count:]
-                return True
-        return self.bytes_queued > 0
-
-    @property
-    def has_output(self) -> bool:
-        return self.bytes_queued > 0
-
-    def output_is_only_acks(self, *, credit: bool = False) -> bool:
-        """True when there is output and every unsent byte belongs to ACK frames (with
-        ``credit``: ACK or CREDIT frames); a partly written one counts.
-
-        For transports that delay acknowledgements: a write carrying nothing but ACKs may
-        wait a moment for the reply the application is about to send, so that one write
-        carries both. Anything else queued (DATA, PING, PONG, BYE, ...) must go at once.
-        Constant time: it compares stream offsets recorded by :meth:`send_ack`,
-        :meth:`send_credit` and :meth:`sent`, never scans the output.
-        """
-        if credit:
-            start, end = self._replies_start, self._replies_end
-        else:
-            start, end = self._acks_start, self._acks_end
-        sent = self._sent_total
-        queued = self.bytes_queued
-        return queued > 0 and end == sent + queued and sent >= start
 
     # ------------------------------------------------------------------ receiving
 
@@ -880,11 +501,11 @@ class Connection(SharedMemorySide):
         position = start + HEADER_SIZE + descriptor_size
         batch = bool(flags & _BATCH)
         if last and end - position >= total:
-            parts = _cut_whole(view, self._buffer, position, sizes, self._pool)
+            parts = cut_whole(view, self._buffer, position, sizes, self._pool)
             self.expected_seq += 1
             events.append(MessageReceived(seq, batch, parts, total))
             return position + total
-        self._incoming = _Incoming(seq, batch, list(sizes), total, self._pool)
+        self._incoming = Incoming(seq, batch, list(sizes), total, self._pool)
         self._body_left = body
         return position
 

@@ -53,6 +53,10 @@ __all__ = [
     "encode_descriptor",
     "auth_digest",
     "max_payload",
+    "WHOLE_MESSAGE",
+    "whole_message_layout",
+    "ONE_PART",
+    "ONE_PART_DESCRIPTOR",
 ]
 
 VERSION = 1
@@ -226,6 +230,22 @@ def decode_session(payload: bytes) -> tuple[bytes, int, bool, int, int]:
 def encode_descriptor(total: int, sizes: list[int]) -> bytes:
     """The descriptor that starts a message's first chunk (sizes carry READONLY_BIT)."""
     return DESCRIPTOR.pack(total, len(sizes), 0) + struct.pack(f"<{len(sizes)}Q", *sizes)
+
+
+# Header and descriptor of a whole (one-chunk) message, packed or unpacked in one call: the
+# shape of almost every small message. By part count, filled as counts occur (at most
+# MAX_PARTS of them).
+WHOLE_MESSAGE: dict[int, struct.Struct] = {}
+
+
+def whole_message_layout(nparts: int) -> struct.Struct:
+    """The header and descriptor of a one-chunk message of ``nparts`` parts, as one layout."""
+    layout = WHOLE_MESSAGE[nparts] = struct.Struct(f"<BBHIQQII{nparts}Q")
+    return layout
+
+
+ONE_PART = whole_message_layout(1)
+ONE_PART_DESCRIPTOR = DESCRIPTOR.size + PART_SIZE.size  # a one-part message's descriptor
 
 
 def auth_digest(key: bytes, role: int, sender_id: uuid.UUID, receiver_nonce: bytes,

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from .. import _shm
 from ..exceptions import LocalProtocolError, NetqError, RemoteProtocolError
+from .events import ConnectionFailed, MessageReceived
 from .frames import (
     DESCRIPTOR,
     HEADER_SIZE,
@@ -36,11 +37,14 @@ from .frames import (
     DataFlags,
     ErrorCode,
 )
+from .reassembly import Incoming, cut_whole
 
 if TYPE_CHECKING:
     from .. import _buffers
-    from .connection import Buffer, Event, Part, _Incoming
+    from .._buffers import Part
+    from .events import Event
     from .frames import Hello
+    from .sending import Buffer
 
 __all__ = ("SharedMemorySide",)
 
@@ -69,7 +73,7 @@ class SharedMemorySide:
         peer: Hello | None
         _buffer: bytearray
         _pool: _buffers.ReceivePool
-        _incoming: _Incoming | None
+        _incoming: Incoming | None
         _body_left: int
         expected_seq: int
         recv_allowance_bytes: int
@@ -141,8 +145,6 @@ class SharedMemorySide:
             self._peer_passes_fds()  # its probe is no stray descriptor
         fds = self._received
         if fds and not events:
-            from .connection import ConnectionFailed
-
             events.append(ConnectionFailed(RemoteProtocolError(
                 f"shared memory: {len(fds)} descriptor(s) without a DATA frame when the peer "
                 f"ended the link")))
@@ -269,8 +271,6 @@ class SharedMemorySide:
         """The first frame (at ``start``) of a message with parts in segments, its limits
         and credit checked: claim and map their descriptors, then take the rest as usual.
         The new parse position, -1 to stop."""
-        from .connection import MessageReceived, _cut_whole, _Incoming
-
         self._peer_passes_fds()  # its probe first: it came before anything else
         position = start + HEADER_SIZE + DESCRIPTOR.size + 8 * len(sizes)
         last = bool(flags & DataFlags.LAST)
@@ -318,13 +318,13 @@ class SharedMemorySide:
             self.recv_allowance_messages -= 1
         batch = bool(flags & DataFlags.BATCH)
         if last and end - position >= wire_total:
-            parts = _cut_whole(view, self._buffer, position, tuple(wire), self._pool)
+            parts = cut_whole(view, self._buffer, position, tuple(wire), self._pool)
             for index, part in segments:
                 parts.insert(index, part)
             self.expected_seq += 1
             events.append(MessageReceived(seq, batch, parts, total))
             return position + wire_total
-        incoming = _Incoming(seq, batch, wire, wire_total, self._pool)
+        incoming = Incoming(seq, batch, wire, wire_total, self._pool)
         incoming.size = total
         incoming.segments = segments
         self._incoming = incoming

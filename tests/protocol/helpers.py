@@ -11,6 +11,7 @@ import random
 import uuid
 from dataclasses import dataclass, field
 
+from netq._buffers import LARGE
 from netq.protocol import frames
 from netq.protocol.connection import (
     AckReceived,
@@ -124,6 +125,11 @@ def open_pair(client_key: bytes | None = None, server_key: bytes | None = None, 
 # ----------------------------------------------------------------------------- messages
 
 
+def server_open(**server_hello) -> Connection:
+    """A fresh server that has completed the handshake (the receiver in most tests)."""
+    return open_pair(server=server_hello).server
+
+
 def payload(size: int, seed: int = 0) -> bytes:
     return random.Random(seed * 1_000_003 + size).randbytes(size)
 
@@ -147,9 +153,24 @@ def send(conn: Connection, seq: int, specs, *, batch: bool = False, seed: int = 
     return objects
 
 
+def expected_kind(obj) -> str:
+    """What a part sent from ``obj`` arrives as (netq._buffers): writable ones as bytearray,
+    read-only ones as bytes below LARGE and as read-only memoryviews from LARGE."""
+    if type(obj) is bytearray:
+        return "bytearray"
+    return "bytes" if len(obj) < LARGE else "memoryview"
+
+
+def kind(part) -> str:
+    """A received part's kind, as expected_kind() names it (a writable view is an error)."""
+    if type(part) is memoryview:
+        return "memoryview" if part.readonly and part.format == "B" else "writable memoryview"
+    return type(part).__name__
+
+
 def expected_message(seq: int, objects, batch: bool = False) -> tuple:
     """The normalized form of the MessageReceived the receiver must produce."""
-    return ("message", seq, batch, tuple((type(o).__name__, bytes(o)) for o in objects),
+    return ("message", seq, batch, tuple((expected_kind(o), bytes(o)) for o in objects),
             sum(len(o) for o in objects))
 
 
@@ -160,7 +181,7 @@ def normalize(event) -> tuple:
     """A comparable form of an event: part types matter (bytes vs bytearray), identity not."""
     if isinstance(event, MessageReceived):
         return ("message", event.seq, event.batch,
-                tuple((type(p).__name__, bytes(p)) for p in event.parts), event.size)
+                tuple((kind(p), bytes(p)) for p in event.parts), event.size)
     if isinstance(event, ConnectionFailed):
         return ("failed", type(event.error).__name__, str(event.error))
     if isinstance(event, CreditReceived):

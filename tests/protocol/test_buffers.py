@@ -1,14 +1,19 @@
-"""netq._buffers: receive buffers allocated once, and reused only when nobody else holds them."""
+"""netq._buffers: receive buffers allocated once, and reused only when nobody else holds them.
+
+What a part is: a writable one a ``bytearray``; a read-only one ``bytes`` below LARGE (a copy)
+and a read-only memoryview of a buffer netq owns from LARGE (an anonymous map from MMAP_MIN).
+"""
 
 from __future__ import annotations
 
 import gc
+import mmap
 import sys
 
 import pytest
 
 from netq import _buffers
-from netq._buffers import POOL_BUFFERS, POOL_BYTES, POOL_MIN, ReceivePool
+from netq._buffers import LARGE, MMAP_MIN, POOL_BUFFERS, POOL_BYTES, POOL_MIN, ReceivePool
 
 SIZE = 2 * POOL_MIN
 
@@ -20,49 +25,71 @@ def fill(pool: ReceivePool, size: int, readonly: bool, data: bytes):
     return obj
 
 
+def backing(part):
+    """The buffer a part's bytes live in (what the pool reuses)."""
+    return part.obj if type(part) is memoryview else part
+
+
+@pytest.mark.parametrize("size", [SIZE, MMAP_MIN], ids=["heap", "mapped"])
 @pytest.mark.parametrize("readonly", [True, False])
-def test_a_buffer_nobody_holds_is_received_into_again(readonly):
+def test_a_buffer_nobody_holds_is_received_into_again(readonly, size):
     pool = ReceivePool()
-    first = fill(pool, SIZE, readonly, b"first")
-    address = id(first)
+    first = fill(pool, size, readonly, b"first")
+    address = id(backing(first))
     del first
-    second = fill(pool, SIZE, readonly, b"again")
-    if readonly and not _buffers._BYTES_REUSABLE:
-        pytest.skip("bytes are not reused on this interpreter")
-    assert id(second) == address and second[:5] == b"again"
-    assert type(second) is (bytes if readonly and _buffers.ZERO_COPY_ALLOCATION else bytearray)
+    second = fill(pool, size, readonly, b"again")
+    assert id(backing(second)) == address and second[:5] == b"again"
+    if readonly:
+        assert type(second) is memoryview and second.readonly and second.format == "B"
+        assert type(second.obj) is (mmap.mmap if size >= MMAP_MIN else bytearray)
+    else:
+        assert type(second) is bytearray
+
+
+def test_a_read_only_part_cannot_be_written_and_compares_by_content():
+    pool = ReceivePool()
+    part = fill(pool, SIZE, True, b"content")
+    with pytest.raises(TypeError):
+        part[:1] = b"x"
+    assert part == bytes(part) and part[:7] == b"content"
+    with pytest.raises(TypeError):  # unlike bytes: its buffer is not hashable
+        hash(part)
+    np = pytest.importorskip("numpy")
+    assert not np.frombuffer(part, np.uint8).flags.writeable
+    assert np.frombuffer(fill(pool, SIZE, False, b"w"), np.uint8).flags.writeable
+
+
+def test_a_small_read_only_part_is_filled_in_a_bytearray_and_sealed_as_bytes():
+    obj, view = _buffers.allocate_readonly(LARGE - 1)
+    view[:3] = b"abc"
+    view.release()
+    assert type(obj) is bytearray
+    sealed = _buffers.seal(obj, True)
+    assert type(sealed) is bytes and sealed[:3] == b"abc" and len(sealed) == LARGE - 1
+    assert _buffers.seal(obj, False) is obj
 
 
 @pytest.mark.parametrize("reused", [False, True], ids=["fresh", "reused"])
-def test_a_view_keeps_its_bytes_alive_until_it_and_its_slices_are_gone(reused):
+@pytest.mark.parametrize("size", [SIZE, MMAP_MIN], ids=["heap", "mapped"])
+def test_a_view_keeps_its_buffer_alive_until_it_and_its_slices_are_gone(reused, size):
     """What is written through a view (or a slice of it, as ``recv_into`` gets) always lands
-    in a live object, even one every other holder has dropped meanwhile."""
-    if not _buffers.ZERO_COPY_ALLOCATION or (reused and not _buffers._BYTES_REUSABLE):
-        pytest.skip("bytes are not filled through views on this interpreter")
+    in a live buffer, even one every other holder has dropped meanwhile."""
     pool = ReceivePool()
     if reused:
-        fill(pool, SIZE, True, b"first")  # dropped at once: pooled and free
-        obj, view = pool.allocate(SIZE, True)
-    else:
-        obj, view = _buffers.allocate_readonly(SIZE)
-    part = view[100:200]
+        fill(pool, size, True, b"first")  # dropped at once: pooled and free
+    part, view = pool.allocate(size, True)
+    obj = view.obj
+    piece = view[100:200]
     held = sys.getrefcount(obj)
     view.release()
     assert sys.getrefcount(obj) == held, "a slice still writes into it"
-    part[:] = b"s" * 100
+    pool.clear()
     del part
+    piece[:] = b"s" * 100
+    held = sys.getrefcount(obj)
+    del piece
     assert sys.getrefcount(obj) == held - 1
     assert obj[100:200] == b"s" * 100
-
-
-def test_a_reused_bytes_object_hashes_its_new_content():
-    pool = ReceivePool()
-    first = fill(pool, SIZE, True, b"first")
-    stale = hash(first)  # cached in the object
-    del first
-    second = fill(pool, SIZE, True, b"again")
-    assert hash(second) == hash(bytes(second)) != stale
-    assert {second: 1}[bytes(second)] == 1
 
 
 @pytest.mark.parametrize("holder", ["variable", "memoryview", "container"])
@@ -119,7 +146,7 @@ def test_the_oldest_buffer_is_reused_while_the_newer_ones_are_still_queued():
 def test_a_connection_reuses_a_dropped_part_and_never_a_held_one(readonly):
     """Through the protocol core, whole: message 2 arrives while message 1 is held (a fresh
     buffer), message 3 after message 1 was dropped (message 1's buffer, with new content)."""
-    from netq.protocol.connection import MessageReceived
+    from netq.protocol.events import MessageReceived
 
     from .helpers import open_pair, send, shuttle
 
@@ -136,11 +163,10 @@ def test_a_connection_reuses_a_dropped_part_and_never_a_held_one(readonly):
 
     first = deliver(1)
     second = deliver(2)
-    assert second is not first and bytes(first) != bytes(second)
-    address = id(first)
+    assert type(first) is (memoryview if readonly else bytearray)
+    assert backing(second) is not backing(first) and bytes(first) != bytes(second)
+    address = id(backing(first))
     del first
     third = deliver(3)
-    if readonly and not _buffers._BYTES_REUSABLE:
-        return
-    assert id(third) == address  # message 1's buffer, filled with message 3
+    assert id(backing(third)) == address  # message 1's buffer, filled with message 3
     assert bytes(second) != bytes(third)

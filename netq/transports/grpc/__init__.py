@@ -26,8 +26,8 @@ open stream). gRPC's own C-core threads and its aio poller thread are gRPC's, pr
 and not ours to stop.
 
 Flow control: the carrier's ``write`` cuts a packet and ``_send`` appends it to the stream's
-outbound deque (a packet that joins several buffers is copied into a pooled buffer, reused
-once gRPC let go of it); a writer task awaits ``write()``, which waits for HTTP/2 flow
+outbound deque (a packet of several buffers joined into one ``bytes``: gRPC takes no other
+type); a writer task awaits ``write()``, which waits for HTTP/2 flow
 control. A stream whose deque holds :data:`OUTBOUND_LIMIT` bytes takes no more packets
 (``_can_send``); once it drains below half it wakes the carrier, and the loop hears the link
 ``WRITABLE``. Each write waits for its completion; packets that queue up meanwhile go out

@@ -12,8 +12,7 @@ that queue up while a write is in flight go out joined as one gRPC message of at
 :data:`END` in the deque ends the stream once everything before it is written.
 
 The stream also carries the state the carrier keeps per link: the gRPC call and channel
-(client), the writer task and the pool of large outgoing packet buffers (see
-``GRPCCarrier._send``). It is the carrier's channel (:mod:`netq.carrier`).
+(client) and the writer task. It is the carrier's channel (:mod:`netq.carrier`).
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import asyncio
 import collections
 from typing import TYPE_CHECKING
 
-from ..._buffers import ReceivePool
 from ..packets import PACKET_SIZE
 
 if TYPE_CHECKING:
@@ -47,7 +45,7 @@ class Stream:
 
     __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",
                  "opened", "ended", "closing", "call", "grpc_channel", "writer",
-                 "wake_posted", "pool", "finished")
+                 "wake_posted", "finished")
 
     def __init__(self, transport) -> None:
         self.transport = transport
@@ -64,7 +62,6 @@ class Stream:
         self.grpc_channel: grpc.aio.Channel | None = None  # client: this stream's channel
         self.writer: asyncio.Task | None = None  # client: the writer task
         self.wake_posted = False  # a caller's thread asked the loop to wake the writer
-        self.pool = ReceivePool()  # large outgoing packets, reused once gRPC is done with them
         self.finished = False  # release() ran: the call is over, nothing more is queued
 
     def release(self) -> None:
@@ -72,7 +69,6 @@ class Stream:
         its channel for a while after the stream ended)."""
         self.finished = True
         self.packets.clear()
-        self.pool.clear()
 
     def push(self, packet) -> None:
         """Queue a packet (link lock held): on the I/O thread, or on a caller's thread that

@@ -11,13 +11,12 @@ What it holds (the asyncio loop driver is :mod:`.loop`, one stream's outbound si
   an untrusted server certificate ends the link with :class:`AuthenticationError` (fatal);
 - both: a stream that ends is reported closed once (:meth:`GRPCCarrier._ended`); packet size
   (``_packet_limit``); back-pressure (``_can_send``: the stream's outbound deque has room);
-  sending a packet (``_send``: one ``bytes`` as it is, a large join copied into a buffer of the
-  stream's pool, reused once gRPC let go of it, a small one joined; then pushed on the
-  stream); the delayed-ACK setting (``ack_hold``: the loop holds ACK-only output up to
-  :data:`ACK_DELAY` while someone waits in ``get()``; a held link is not blocked, so the
-  reply may be written by the caller's thread, ``user_threads_write``); close (the end
-  marker, then a grace before a client cancels); shutdown (channels, server, tasks, then the
-  loop; every gRPC object dropped at once).
+  sending a packet (``_send``: one ``bytes`` as it is, several buffers joined into one;
+  then pushed on the stream); the delayed-ACK setting (``ack_hold``: the loop holds ACK-only
+  output up to :data:`ACK_DELAY` while someone waits in ``get()``; a held link is not
+  blocked, so the reply may be written by the caller's thread, ``user_threads_write``); close
+  (the end marker, then a grace before a client cancels); shutdown (channels, server, tasks,
+  then the loop; every gRPC object dropped at once).
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ import socket
 import grpc
 import grpc.aio
 
-from ..._buffers import POOL_MIN
 from ...exceptions import AuthenticationError, ConnectionLost
 from ...exposure import owner_only
 from ...options import CommunicatorOptions, Purpose
@@ -277,22 +275,13 @@ class GRPCCarrier(LoopDrivenCarrier):
         return channel.has_room()
 
     def _send(self, channel: Stream, parts: list[Buffer], size: int) -> None:
-        """Queue one packet on the stream. A packet that joins several buffers (a frame
-        header and a 1 MiB body, say) is copied into a buffer of the stream's pool rather than
-        a new ``bytes``: gRPC copies each message when the write starts and lets go of it when
-        the write completes, so the buffers are used again (no allocation, no page faults on
-        fresh memory) once nothing refers to them."""
+        """Queue one packet on the stream: one ``bytes`` as it is, several buffers (a frame
+        header and a 1 MiB body, say) joined into a new ``bytes`` (gRPC takes nothing else;
+        it copies each message when the write starts and lets go of it when the write
+        completes)."""
         payload: Buffer
         if len(parts) == 1 and type(parts[0]) is bytes:
             payload = parts[0]
-        elif size >= POOL_MIN:
-            payload, view = channel.pool.allocate(size, True)
-            position = 0
-            for part in parts:
-                end = position + len(part)
-                view[position:end] = part
-                position = end
-            view.release()
         else:
             payload = b"".join(parts)
         channel.push(payload)

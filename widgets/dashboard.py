@@ -44,7 +44,6 @@ from typing import Any
 
 import traitlets
 
-from ..communicator import live_communicators
 from ..display.formatting import (
     format_address,
     format_byte_rate,
@@ -53,6 +52,7 @@ from ..display.formatting import (
     format_duration,
 )
 from ..display.tables import with_names
+from ..live import live_communicators
 from ..statistics import CommunicatorStatistics
 from .dashboard_html import FRONTEND, render_html
 from .dashboard_model import (

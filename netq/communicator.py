@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
-from . import _shm
+from . import _shm, live
 from .contract import TransportFactory
 from .engine import SessionEngine
 from .exceptions import (
@@ -35,6 +35,7 @@ from .exceptions import (
 from .exposure import check as check_exposure
 from .futures import DeliveryFuture
 from .inbox import Inboxes
+from .live import live_communicators
 from .options import CommunicatorOptions, Protocol, Purpose
 from .protocol.connection import MessageReceived as Incoming  # what waits in an inbox
 from .protocol.frames import MAX_PARTS
@@ -81,21 +82,13 @@ def _part_codecs(serialization):
     return dump_parts, load_parts
 
 
-# Every communicator of this process not yet garbage-collected, weakly (nothing here keeps one
-# alive): the kernel-wide dashboard lists them (live_communicators()), and a forked child marks
-# the ones it inherited as unusable (_mark_inherited_after_fork). Marking at fork time keeps the
-# cost on put() and get() at one attribute check, instead of an os.getpid() per call. The lock
-# guards iteration against a concurrent construction (a WeakSet's iterator is Python code).
-_live_communicators: weakref.WeakSet[Communicator] = weakref.WeakSet()
-_live_communicators_lock = threading.Lock()
-
-
 # Clients of this process by (protocol, server, id, authkey): a server knows a client by its
 # id, so two live clients of one server under one id (and one key: with another key the server
 # refuses one) take each other's connection in turn and neither gets through
 # (CommunicatorOptions made once and passed to several netq.new() calls).
 _ClientKey = tuple[str, object, uuid.UUID, bytes | None]
 _client_ids: dict[_ClientKey, weakref.ref[Communicator]] = {}
+_client_ids_lock = threading.Lock()
 
 
 def _client_key(client: Communicator) -> _ClientKey:
@@ -107,7 +100,7 @@ def _client_key(client: Communicator) -> _ClientKey:
 def _check_client_id(client: Communicator) -> None:
     """LocalProtocolError if a live client of this process already uses this new client's id
     for its server (one that began closing has let it go)."""
-    with _live_communicators_lock:
+    with _client_ids_lock:
         held = _client_ids.get(_client_key(client))
         other = held() if held is not None else None
         if other is not None and not other.closed:
@@ -120,29 +113,24 @@ def _check_client_id(client: Communicator) -> None:
 
 
 def _claim_client_id(client: Communicator) -> None:
-    with _live_communicators_lock:
-        if len(_client_ids) > 2 * len(_live_communicators) + 64:  # drop the collected ones
+    with _client_ids_lock:
+        if len(_client_ids) > 2 * live.count() + 64:  # drop the collected ones
             for stale in [k for k, ref in _client_ids.items() if ref() is None]:
                 del _client_ids[stale]
         _client_ids[_client_key(client)] = weakref.ref(client)
 
 
-def live_communicators() -> list[Communicator]:
-    """The communicators of this process that are still referenced, oldest first (open or
-    closed: a closed one stays listed until it is garbage-collected)."""
-    with _live_communicators_lock:
-        found = list(_live_communicators)
-    return sorted(found, key=lambda communicator: communicator._created)
-
-
 def _mark_inherited_after_fork() -> None:
-    # Runs in the child, right after os.fork(), with only the forking thread alive: it must not
-    # take locks (another thread of the parent may have held them at the fork) nor do I/O. With
-    # one thread left, nothing can change the set while it is read.
+    # Every communicator of this process is in netq.live's registry (weakly). Marking at fork
+    # time keeps the cost on put() and get() at one attribute check, instead of an os.getpid()
+    # per call. Runs in the child, right after os.fork(), with only the forking thread alive: it
+    # must not take locks (another thread of the parent may have held them at the fork) nor do
+    # I/O. With one thread left, nothing can change the registry while it is read.
     child = os.getpid()
-    for communicator in list(_live_communicators):
-        communicator._fork_error = UsedInForkedChild(communicator.id, communicator._creator_pid,
-                                                     child)
+    for communicator in live.inherited_at_fork():
+        if isinstance(communicator, Communicator):  # all are: only a Communicator registers
+            communicator._fork_error = UsedInForkedChild(
+                communicator.id, communicator._creator_pid, child)
 
 
 if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
@@ -204,9 +192,7 @@ class Communicator:
         if self.purpose is Purpose.CLIENT:
             _claim_client_id(self)
         self._engine.start()
-        self._created = time.monotonic()
-        with _live_communicators_lock:
-            _live_communicators.add(self)
+        live.register(self)
 
     # ================================================================== user API
 

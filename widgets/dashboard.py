@@ -25,26 +25,25 @@ closed) or on :meth:`Dashboard.stop`; the view then says it is a snapshot (``dat
 :meth:`Dashboard.static_html` draws the same document without a script (the saved page, the
 ``text/html`` form beside the widget, and what replaces the widget in a notebook's output once
 the dashboard stops).
+
+What a tick sees (links, waits, histories) is :mod:`netq.widgets.dashboard_model`; the static
+HTML form is drawn by :mod:`netq.widgets.dashboard_html`.
 """
 
 from __future__ import annotations
 
 import collections
-import html
 import logging
 import math
-import pathlib
 import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any
 
 import traitlets
 
-from ..communicator import live_communicators
 from ..display.formatting import (
     format_address,
     format_byte_rate,
@@ -52,8 +51,20 @@ from ..display.formatting import (
     format_count,
     format_duration,
 )
-from ..display.tables import title_state, with_names
-from ..statistics import CommunicatorStatistics, PeerStatistics
+from ..display.tables import with_names
+from ..live import live_communicators
+from ..statistics import CommunicatorStatistics
+from .dashboard_html import FRONTEND, render_html
+from .dashboard_model import (
+    HISTORY,
+    DashboardSnapshot,
+    History,
+    Link,
+    LinkFigures,
+    Stall,
+    communicator_state,
+    find_links,
+)
 from .replaceable import LiveWidget, ReplaceableView
 from .sampler import view_thread_class
 
@@ -62,179 +73,15 @@ __all__ = ("Dashboard", "DashboardWidget", "dashboard", "Link", "Stall", "Dashbo
 
 LOGGER = logging.getLogger("netq.widgets")
 DEFAULT_INTERVAL = 1.0  # seconds
-HISTORY = 120  # samples kept per link and per communicator (2 minutes at the default 1 Hz)
 MAX_LINKS = 12  # link rows shown; the others are summed in one aggregate row
 MAX_COMMUNICATORS = 10  # communicator rows shown; likewise
 MAP_NODES = 10  # boxes per side of the map; the quietest others are folded into one box
 MAX_STALLS = 8  # ongoing waits listed one by one; the rest are counted
-SPARK_SCALE = 100  # sparkline points travel as integers 0..SPARK_SCALE of the row's maximum
 NEGATIVE_CREDIT = ("credit may dip below zero by up to one message: a message may start on any "
                    "positive credit, and its whole size is taken from it")
-FRONTEND = pathlib.Path(__file__).parent / "frontend"
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 # Badge states a view that is no longer live may wear (the DOM contract of the live views).
 STATIC_STATES = frozenset({"snapshot", "stopped", "closed"})
-
-
-@dataclass(frozen=True)
-class Link:
-    """One connection as seen from one or both of its ends (``a`` is the server's side where
-    the server is in this kernel). ``a_row`` / ``b_row``: that end's row for the other
-    (None when that end is in another process)."""
-    a: uuid.UUID
-    b: uuid.UUID
-    a_row: PeerStatistics | None
-    b_row: PeerStatistics | None
-
-    @property
-    def rows(self) -> tuple[PeerStatistics, ...]:
-        return tuple(row for row in (self.a_row, self.b_row) if row is not None)
-
-    @property
-    def bytes_per_s(self) -> float:
-        """Bytes per second carried, both directions, as the better-informed end counts."""
-        row = self.a_row or self.b_row
-        return 0.0 if row is None else row.bytes_in_per_s + row.bytes_out_per_s
-
-    @property
-    def blocked(self) -> str:
-        return "; ".join(row.blocked for row in self.rows if row.blocked)
-
-    @property
-    def blocked_for(self) -> float:
-        """Seconds the longest of its waits has lasted (0 while its traffic flows)."""
-        return max((row.blocked_for for row in self.rows if row.blocked), default=0.0)
-
-    @property
-    def state(self) -> str:
-        row = self.a_row or self.b_row
-        return "" if row is None else row.state
-
-
-class LinkFigures(NamedTuple):
-    """A link's figures in the direction of its arrow (→ is from ``a`` to ``b``): bytes and
-    messages per second, messages in total, queued messages (unsent at the sender plus not yet
-    taken by ``get()`` at the receiver, where that end is known) and credit in bytes."""
-    forward_bytes: float
-    back_bytes: float
-    forward_messages: float
-    back_messages: float
-    forward_total: int
-    back_total: int
-    forward_queued: int
-    back_queued: int
-    forward_credit: int | None
-    back_credit: int | None
-
-    @classmethod
-    def of(cls, link: Link) -> LinkFigures:
-        a, b = link.a_row, link.b_row
-        if a is not None:
-            forward = (a.bytes_out_per_s, a.messages_out_per_s, a.messages_out)
-            back = (a.bytes_in_per_s, a.messages_in_per_s, a.messages_in)
-        elif b is not None:
-            forward = (b.bytes_in_per_s, b.messages_in_per_s, b.messages_in)
-            back = (b.bytes_out_per_s, b.messages_out_per_s, b.messages_out)
-        else:
-            forward = back = (0.0, 0.0, 0)
-        forward_queued = (a.queue_out if a else 0) + (b.queue_in if b else 0)
-        back_queued = (a.queue_in if a else 0) + (b.queue_out if b else 0)
-        forward_credit = a.credit_out if a else b.credit_in if b else None
-        back_credit = b.credit_out if b else a.credit_in if a else None
-        return cls(forward[0], back[0], forward[1], back[1], int(forward[2]), int(back[2]),
-                   forward_queued, back_queued, forward_credit, back_credit)
-
-    @property
-    def bytes_per_s(self) -> float:
-        return self.forward_bytes + self.back_bytes
-
-
-@dataclass
-class Stall:
-    """A wait: on a link (``peer`` is the other end) or, with ``peer`` None, a ``get()`` of
-    ``communicator`` that waits. Why, from when (``time.time()``) and for how long."""
-    communicator: uuid.UUID
-    peer: uuid.UUID | None
-    reason: str
-    started: float
-    ended: float | None = None
-
-    @property
-    def seconds(self) -> float:
-        return (self.ended if self.ended is not None else time.time()) - self.started
-
-
-@dataclass
-class DashboardSnapshot:
-    """What one tick saw: each communicator's statistics (by id), the links, the waits."""
-    taken: float  # time.time()
-    communicators: dict[uuid.UUID, CommunicatorStatistics] = field(default_factory=dict)
-    links: list[Link] = field(default_factory=list)
-    active_stalls: list[Stall] = field(default_factory=list)
-    recent_stalls: list[Stall] = field(default_factory=list)
-
-
-def find_links(stats: Mapping[uuid.UUID, CommunicatorStatistics]) -> list[Link]:
-    """Pair the two ends of every connection between communicators of this kernel (a peer's
-    id is the other end's communicator id); a peer in another process is a one-ended link.
-    A connection that every known end reports ``closed`` is over and not listed (a closed
-    communicator still lists its former peers as long as it is referenced)."""
-    links: dict[frozenset[uuid.UUID], Link] = {}
-    over: set[frozenset[uuid.UUID]] = set()
-    for ident, snapshot in stats.items():
-        for row in snapshot.peers:
-            key = frozenset((ident, row.peer))
-            if key in links or key in over:
-                continue
-            other = stats.get(row.peer)
-            other_row = None
-            if other is not None:
-                other_row = next((r for r in other.peers if r.peer == ident), None)
-            if all(end.state == "closed" for end in (row, other_row) if end is not None):
-                over.add(key)
-            elif snapshot.purpose == "client" and other is not None:
-                links[key] = Link(row.peer, ident, other_row, row)
-            else:
-                links[key] = Link(ident, row.peer, row, other_row)
-    return sorted(links.values(), key=lambda link: (str(link.a), str(link.b)))
-
-
-def communicator_state(stats: CommunicatorStatistics) -> str:
-    """The word a communicator's badge shows: :func:`netq.display.tables.title_state`, and
-    ``waiting`` also while one of its ``get()`` calls waits."""
-    word = title_state(stats)
-    if word in ("open", "connecting") and stats.get_waiting:
-        return "waiting"
-    return word
-
-
-class _History:
-    """The last ``size`` samples of one link or communicator (tuples of floats) and the tick
-    it was last seen at. A tick it missed is a gap (None) when it shows up again."""
-    __slots__ = ("samples", "last_tick")
-
-    def __init__(self, size: int) -> None:
-        self.samples: collections.deque[tuple[float, ...] | None] = collections.deque(
-            maxlen=size)
-        self.last_tick = -1
-
-    def add(self, tick: int, values: tuple[float, ...]) -> None:
-        if self.last_tick >= 0:
-            for _ in range(min(tick - self.last_tick - 1, self.samples.maxlen or 0)):
-                self.samples.append(None)
-        self.samples.append(values)
-        self.last_tick = tick
-
-    def sparkline(self, indices: Iterable[int], formatter) -> dict[str, Any]:
-        """The series at ``indices`` as integers 0..SPARK_SCALE of their common maximum
-        (None: a gap), and that maximum formatted (what the top of the sparkline means)."""
-        indices = tuple(indices)
-        top = max((sample[i] for sample in self.samples if sample is not None
-                   for i in indices), default=0.0)
-        scale = SPARK_SCALE / top if top > 0 else 0.0
-        series = [[None if sample is None else round(sample[i] * scale)
-                   for sample in self.samples] for i in indices]
-        return {"series": series, "max": formatter(top), "size": self.samples.maxlen}
 
 
 class DashboardWidget(LiveWidget):
@@ -280,8 +127,8 @@ class Dashboard(ReplaceableView):
         self._lock = threading.RLock()
         self._stalls: dict[tuple[uuid.UUID, uuid.UUID | None], Stall] = {}
         self._ended: collections.deque[Stall] = collections.deque(maxlen=stall_log)
-        self._link_history: dict[tuple[uuid.UUID, uuid.UUID], _History] = {}
-        self._communicator_history: dict[uuid.UUID, _History] = {}
+        self._link_history: dict[tuple[uuid.UUID, uuid.UUID], History] = {}
+        self._communicator_history: dict[uuid.UUID, History] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._stopped = False
@@ -337,13 +184,13 @@ class Dashboard(ReplaceableView):
         for key, figure in figures.items():
             entry = self._link_history.get(key)
             if entry is None:
-                entry = self._link_history[key] = _History(self.history)
+                entry = self._link_history[key] = History(self.history)
             entry.add(tick, (figure.forward_bytes, figure.back_bytes,
                              float(figure.forward_queued + figure.back_queued)))
         for ident, stats in snapshot.communicators.items():
             node = self._communicator_history.get(ident)
             if node is None:
-                node = self._communicator_history[ident] = _History(self.history)
+                node = self._communicator_history[ident] = History(self.history)
             node.add(tick, (stats.bytes_in_per_s, stats.bytes_out_per_s))
         _forget_older(self._link_history, tick - self.history)
         _forget_older(self._communicator_history, tick - self.history)
@@ -776,7 +623,7 @@ class Dashboard(ReplaceableView):
         return self.widget
 
 
-def _forget_older(table: dict[Any, _History], oldest_tick: int) -> None:
+def _forget_older(table: dict[Any, History], oldest_tick: int) -> None:
     """Drop the histories last seen at or before ``oldest_tick`` (out of the window)."""
     for key in [key for key, entry in table.items() if entry.last_tick <= oldest_tick]:
         del table[key]
@@ -807,258 +654,6 @@ def _budget(used: int, budget: int) -> dict[str, Any]:
             "fraction": round(fraction, 4), "high": fraction > 0.9}
 
 
-# ------------------------------------------------------------------- the static renderer
-
-
-def _read_css() -> str:
-    return (FRONTEND / "dashboard.css").read_text(encoding="utf-8")
-
-
-def _sparkline_svg(spark: Mapping[str, Any], metric: str, width: int, height: int) -> str:
-    """A sparkline as inline SVG: what ``dashboard.js`` draws, without a script."""
-    series = spark.get("series", [])
-    size = spark.get("size", HISTORY)
-    paths = []
-    for index, values in enumerate(series):
-        path = _spark_path(values, size, width, height)
-        if path:
-            paths.append(f'<path class="netq-spark-line netq-spark-{index}" d="{path}"/>')
-    title = html.escape(f"last {max((len(v) for v in series), default=0)} samples, "
-                        f"top {spark.get('max', '')}")
-    return (f'<svg class="netq-sparkline" data-metric="{metric}" viewBox="0 0 {width} '
-            f'{height}" width="{width}" height="{height}" preserveAspectRatio="none">'
-            f'<title>{title}</title>{"".join(paths)}</svg>')
-
-
-def _spark_path(values: list, size: int, width: int, height: int) -> str:
-    """An SVG path through ``values`` (0..SPARK_SCALE; None breaks the line), newest at the
-    right edge, ``size`` samples (the history window) across the width."""
-    if not values:
-        return ""
-    step = width / max(size - 1, len(values) - 1, 1)
-    start = width - step * (len(values) - 1)
-    parts: list[str] = []
-    pen_up = True
-    for index, value in enumerate(values):
-        if value is None:
-            pen_up = True
-            continue
-        x = start + index * step
-        y = height - 1 - value / SPARK_SCALE * (height - 2)
-        parts.append(f"{'M' if pen_up else 'L'}{x:.1f} {y:.1f}")
-        pen_up = False
-    return " ".join(parts)
-
-
-def render_html(view: Mapping[str, Any]) -> str:
-    """A view document (:meth:`Dashboard.view`) as HTML without a script, in the DOM the live
-    view draws (``div.netq-view.netq-dashboard``, ``tr.netq-communicator``, ``tr.netq-link``,
-    ``svg.netq-map``, ``.netq-stalls``), styled by the same CSS (inlined)."""
-    esc = html.escape
-    live = "1" if view.get("live") else "0"
-    parts = [f"<style>{_read_css()}</style>",
-             f'<div class="netq-view netq-dashboard" data-live="{live}">',
-             '<div class="netq-title"><span class="netq-role">netq dashboard</span>',
-             f'<span class="netq-badge" data-state="{esc(view.get("state", "snapshot"))}">'
-             f'{esc(view.get("state_label", "snapshot"))}</span>',
-             *(f'<span class="netq-fact">{esc(fact)}</span>' for fact in view.get("facts", [])),
-             f'<span class="netq-uptime">{esc(view.get("clock", ""))}</span></div>']
-    if view.get("snapshot"):
-        parts.append(f'<div class="netq-snapshot">{esc(view["snapshot"])}</div>')
-    if view.get("empty"):
-        parts.append(f'<div class="netq-note">{esc(view["empty"])}</div></div>')
-        return "".join(parts)
-    parts.append(_map_svg(view.get("map", {})))
-    parts.append(_communicators_table(view))
-    parts.append(_links_table(view))
-    parts.append(_stalls_html(view.get("stalls", {})))
-    parts.append("</div>")
-    return "".join(parts)
-
-
-def _map_svg(layout: Mapping[str, Any]) -> str:
-    esc = html.escape
-    width, height = layout.get("width", 640), layout.get("height", 46)
-    box_w, box_h = layout.get("box_w", 176), layout.get("box_h", 30)
-    out = [f'<svg class="netq-map" viewBox="0 0 {width} {height}" '
-           f'preserveAspectRatio="xMinYMid meet" role="img" aria-label="links">']
-    for edge in layout.get("edges", []):
-        out.append(f'<g class="netq-edge" data-tone="{esc(edge["tone"])}"><title>'
-                   f'{esc(edge["title"])}</title><line x1="{edge["x1"]}" y1="{edge["y1"]}" '
-                   f'x2="{edge["x2"]}" y2="{edge["y2"]}" stroke-width="{edge["width"]}"/>'
-                   + (f'<text x="{edge["label_x"]}" y="{edge["label_y"]}">'
-                      f'{esc(edge["label"])}</text>' if edge["label"] else "")
-                   + '</g>')
-    for node in layout.get("nodes", []):
-        outside = ' data-outside="1"' if node.get("outside") else ""
-        out.append(f'<g class="netq-node" data-state="{esc(node["state"])}"{outside}>'
-                   f'<title>{esc(node["name"])}: {esc(node["detail"])}</title>'
-                   f'<rect class="netq-node-box" x="{node["x"]}" y="{node["y"]}" '
-                   f'width="{box_w}" height="{box_h}" rx="4"/>'
-                   f'<rect class="netq-node-mark" x="{node["x"]}" y="{node["y"]}" width="5" '
-                   f'height="{box_h}"/>'
-                   f'<text class="netq-node-name" x="{node["x"] + 10}" y="{node["y"] + 12}">'
-                   f'{esc(_clip(node["name"], 26))}</text>'
-                   f'<text class="netq-node-detail" x="{node["x"] + 10}" '
-                   f'y="{node["y"] + 25}">{esc(_clip(node["detail"], 30))}</text></g>')
-    out.append("</svg>")
-    return "".join(out)
-
-
-NAME_CHARS = 28  # a name in a table cell (the whole name is in the cell's title)
-
-
-def _clip(text: str, limit: int) -> str:
-    """``text`` at most ``limit`` characters, keeping its start and its end (where workers'
-    numbers usually are): ``worker-with-a-lo…-name-07``."""
-    if len(text) <= limit:
-        return text
-    tail = min(10, limit // 3)
-    return text[:limit - tail - 1] + "…" + text[len(text) - tail:]
-
-
-def _bar(budget: Mapping[str, Any]) -> str:
-    high = " netq-high" if budget.get("high") else ""
-    return (f'<span class="netq-bar{high}"><span style="width:'
-            f'{budget.get("fraction", 0) * 100:.0f}%"></span></span>'
-            f'<span class="netq-bar-text">{html.escape(budget.get("text", ""))}</span>')
-
-
-def _cell(text: str, small: str = "", cls: str = "") -> str:
-    esc = html.escape
-    klass = f' class="{cls}"' if cls else ""
-    below = f'<small>{esc(small)}</small>' if small else ""
-    title = f"{text} {small}".strip()
-    return f'<td{klass} title="{esc(title)}"><span>{esc(text)}</span>{below}</td>'
-
-
-COMMUNICATOR_HEADERS = ("communicator", "transport", "state", "peers", "in", "out",
-                        "history (in, out)", "received, not taken", "memory held")
-LINK_HEADERS = ("link", "state", "→", "←", "queued → / ←", "credit",
-                "history (→ ←, queued)", "waiting")
-# Columns a narrow view (under 860 px, e.g. marimo's default width) folds away (the CSS).
-COMMUNICATOR_OPTIONAL = frozenset({1, 6})
-LINK_OPTIONAL = frozenset({1})
-
-
-def _header(text: str, optional: bool) -> str:
-    klass = ' class="netq-optional"' if optional else ""
-    return f'<th{klass} title="{html.escape(text)}">{html.escape(text)}</th>'
-
-
-def _table_start(cls: str, headers: tuple[str, ...], optional: frozenset[int]) -> str:
-    """A table's opening up to its body: fixed-layout columns and headers (the optional ones
-    fold away in a narrow output area)."""
-    return "".join(['<table class="netq-table ', cls, '"><colgroup>',
-                    *(f'<col class="netq-col-{i}">' for i in range(len(headers))),
-                    '</colgroup><thead><tr>',
-                    *(_header(h, i in optional) for i, h in enumerate(headers)),
-                    "</tr></thead><tbody>"])
-
-
-def _others_row(label: str, span: int, figures: tuple[str, ...]) -> str:
-    """The row that sums what a table folded: ``label`` over ``span`` columns, then the
-    summed figures, then the three columns no sum fills."""
-    return (f'<tr class="netq-others"><td colspan="{span}">{html.escape(label)}</td>'
-            + "".join(_cell(figure, cls="netq-num") for figure in figures)
-            + '<td colspan="3"></td></tr>')
-
-
-def _communicators_table(view: Mapping[str, Any]) -> str:
-    esc = html.escape
-    parts = [_table_start("netq-communicators", COMMUNICATOR_HEADERS, COMMUNICATOR_OPTIONAL)]
-    for row in view.get("communicators", []):
-        note = (f'<small class="netq-row-note" title="{esc(row["note"])}">'
-                f'{esc(row["note"])}</small>' if row["note"] else "")
-        parts.append(
-            f'<tr class="netq-communicator" data-name="{esc(row["name"])}" '
-            f'data-state="{esc(row["state"])}">'
-            f'<td title="{esc(row["name"])} ({esc(row["role"])}, up {esc(row["uptime"])})">'
-            f'<span>{esc(_clip(row["name"], NAME_CHARS))}</span><small>{esc(row["role"])} · up '
-            f'{esc(row["uptime"])}</small></td>'
-            + _cell(row["transport"], row["address"], "netq-optional")
-            + f'<td><span class="netq-badge" data-state="{esc(row["state"])}">'
-              f'{esc(row["state_label"])}</span>{note}</td>'
-            + _cell(str(row["peers"]), cls="netq-num")
-            + _cell(row["in_rate"], row["in_msgs"], "netq-num")
-            + _cell(row["out_rate"], row["out_msgs"], "netq-num")
-            + f'<td class="netq-optional">{_sparkline_svg(row["spark"], "rate", 120, 24)}</td>'
-            + f'<td>{_bar(row["received"])}</td><td>{_bar(row["memory"])}</td></tr>')
-    more = view.get("communicators_more")
-    if more:
-        parts.append(_others_row(f'+{more["count"]} more communicators ({more["open"]} open)',
-                                 4, (more["in_rate"], more["out_rate"])))
-    parts.append("</tbody></table>")
-    return "".join(parts)
-
-
-def _links_table(view: Mapping[str, Any]) -> str:
-    esc = html.escape
-    rows = view.get("links", [])
-    if not rows:
-        return '<div class="netq-note">No links yet.</div>'
-    parts = [_table_start("netq-links", LINK_HEADERS, LINK_OPTIONAL)]
-    for row in rows:
-        mark = "*" if row["credit_negative"] else ""
-        credit_title = f' title="{esc(view.get("credit_note", ""))}"' if mark else ""
-        waiting = ("-" if not row["waiting"] else
-                   f'<span class="netq-reason" title="{esc(row["reason"])}">waiting '
-                   f'{esc(row["waited"])}: {esc(row["reason"])}</span>')
-        parts.append(
-            f'<tr class="netq-link" data-link="{esc(row["key"])}" '
-            f'data-waiting="{"1" if row["waiting"] else "0"}">'
-            f'<td title="{esc(row["a"])} → {esc(row["b"])}">'
-            f'<span>{esc(_clip(row["a"], NAME_CHARS))}</span>'
-            f'<span>→ {esc(_clip(row["b"], NAME_CHARS))}'
-            f'{" (other process)" if row["outside"] else ""}</span>'
-            f'</td>'
-            + _cell(row["state"], cls="netq-optional")
-            + _cell(row["forward_rate"], f'{row["forward_msgs"]} · {row["forward_total"]}',
-                    "netq-num")
-            + _cell(row["back_rate"], f'{row["back_msgs"]} · {row["back_total"]}', "netq-num")
-            + _cell(row["queued"], cls="netq-num")
-            + f'<td class="netq-num netq-credit"{credit_title}>'
-              f'<span>→ {esc(row["credit_forward"])}{mark}</span>'
-              f'<small>← {esc(row["credit_back"])}</small></td>'
-            + f'<td class="netq-history">{_sparkline_svg(row["spark_rate"], "rate", 90, 24)}'
-              f'{_sparkline_svg(row["spark_queued"], "queued", 44, 24)}</td>'
-            + f'<td class="netq-waiting-cell">{waiting}</td></tr>')
-    more = view.get("links_more")
-    if more:
-        parts.append(_others_row(f'+{more["count"]} more links ({more["waiting"]} waiting)',
-                                 2, (more["forward_rate"], more["back_rate"], more["queued"])))
-    parts.append("</tbody></table>")
-    if view.get("credit_note"):
-        parts.append(f'<div class="netq-note netq-credit-note">* {esc(view["credit_note"])}'
-                     f'</div>')
-    return "".join(parts)
-
-
-def _stalls_html(stalls: Mapping[str, Any]) -> str:
-    esc = html.escape
-    active, ended = stalls.get("active", []), stalls.get("ended", [])
-    parts = ['<div class="netq-stalls">']
-    if not active and not ended:
-        parts.append('<div class="netq-note">No waits: every link\'s traffic flows.</div>')
-    for line in active:
-        parts.append(f'<details class="netq-stall" data-active="1" data-key="{esc(line["key"])}">'
-                     f'<summary>'
-                     f'<span class="netq-stall-head">waiting {esc(line["lasted"])} · '
-                     f'{esc(line["link"])}</span><span class="netq-stall-text">'
-                     f'{esc(line["reason"])}</span></summary><div class="netq-stall-full">'
-                     f'since {esc(line["since"])}: {esc(line["reason"])}</div></details>')
-    if stalls.get("active_more"):
-        parts.append(f'<div class="netq-note">and {stalls["active_more"]} more waiting'
-                     f'</div>')
-    for line in ended:
-        parts.append(f'<details class="netq-stall" data-active="0" data-key="{esc(line["key"])}">'
-                     f'<summary>'
-                     f'<span class="netq-stall-head">ended · {esc(line["since"])} for '
-                     f'{esc(line["lasted"])} · {esc(line["link"])}</span>'
-                     f'<span class="netq-stall-text">{esc(line["reason"])}</span></summary>'
-                     f'<div class="netq-stall-full">{esc(line["reason"])}</div></details>')
-    parts.append("</div>")
-    return "".join(parts)
 
 
 def dashboard(interval: float = DEFAULT_INTERVAL, **options) -> Dashboard:

@@ -261,12 +261,20 @@ def module_imports(text: str, module: str, is_package: bool,
     return dict(sorted(found.items()))
 
 
-def package_import_graph(root: Path = PACKAGE, top: str = "netq") -> dict[str, dict[str, str]]:
-    """Every module under ``root`` -> {module of the package it imports: "file:line"}."""
-    files = {_graph_module(path, root, top): path for path in sorted(root.rglob("*.py"))}
+# The live views ship in the same distribution as netq.widgets, from a folder of their own
+# (pyproject.toml maps it): part of the package's import graph, read from the checkout.
+WIDGETS = Path(__file__).resolve().parents[1] / "widgets"
+PACKAGE_ROOTS = ((PACKAGE, "netq"), (WIDGETS, "netq.widgets"))
+
+
+def package_import_graph(*roots: tuple[Path, str]) -> dict[str, dict[str, str]]:
+    """Every module under the ``(folder, dotted name)`` roots (default: netq/ and the widgets)
+    -> {module of the package it imports: "file:line"}."""
+    files = {_graph_module(path, root, top): (path, root)
+             for root, top in roots or PACKAGE_ROOTS for path in sorted(root.rglob("*.py"))}
     modules = {name for name, _ in files}
     graph: dict[str, dict[str, str]] = {}
-    for (name, is_package), path in files.items():
+    for (name, is_package), (path, root) in files.items():
         where = path.relative_to(root.parent)
         graph[name] = {imported: f"{where}:{line}" for imported, line
                        in module_imports(path.read_text(), name, is_package, modules).items()}
@@ -353,7 +361,8 @@ def describe_circles(graph: dict[str, dict[str, str]], circles: list[list[str]])
 
 def test_the_package_imports_form_no_circle():
     graph = package_import_graph()
-    assert "netq.engine" in graph and "netq.transports.sockets" in graph  # all of netq/
+    # all of netq/, and the widgets
+    assert {"netq.engine", "netq.transports.sockets", "netq.widgets.monitor"} <= set(graph)
     circles = import_circles(graph)
     assert not circles, describe_circles(graph, circles)
 
@@ -372,7 +381,7 @@ def test_the_circle_check_finds_a_circle_in_a_small_package(tmp_path):
     }
     for name, text in files.items():
         (root / name).write_text(text)
-    graph = package_import_graph(root, "pkg")
+    graph = package_import_graph((root, "pkg"))
     assert graph["pkg.b"] == {"pkg.sub.d": "pkg/b.py:2"}  # a name that is a module
     assert set(graph["pkg.sub.d"]) == {"pkg.c"}  # a module, and a name in it
     assert set(graph["pkg.lonely"]) == {"pkg.sub.d", "pkg.c"}
@@ -383,3 +392,15 @@ def test_the_circle_check_finds_a_circle_in_a_small_package(tmp_path):
     assert "pkg.a -> pkg.b    (pkg/a.py:3)" in told
     del graph["pkg.c"]["pkg.a"]  # cut one arrow: no circle is left
     assert import_circles(graph) == []
+
+
+# The most lines a module may have: one that grows past it holds more than one purpose.
+MODULE_LINES = 700
+
+
+def test_every_module_is_under_the_line_limit():
+    paths = [path for root, _ in PACKAGE_ROOTS for path in sorted(root.rglob("*.py"))]
+    assert len(paths) > 60 and WIDGETS / "dashboard.py" in paths
+    too_long = {str(path.relative_to(WIDGETS.parent)): lines for path in paths
+                if (lines := len(path.read_text().splitlines())) >= MODULE_LINES}
+    assert not too_long, f"modules of {MODULE_LINES} lines or more: {too_long}"

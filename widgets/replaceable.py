@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import anywidget
 
-from ..display.notebook import in_kernel
+from ..display.kernel import in_kernel
 
 __all__ = ("LiveWidget", "ReplaceableView")
 

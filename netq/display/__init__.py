@@ -20,6 +20,7 @@ only when a live view is asked for (never at import time).
   and the text/HTML bundle of a snapshot.
 * :mod:`~netq.display.notebook`: the hooks a communicator's ``_repr_mimebundle_``,
   ``_ipython_display_``, ``_display_`` and ``monitor()`` call (live widget or static form).
+* :mod:`~netq.display.kernel`: whether this process is a Jupyter kernel (the widgets ask too).
 * :mod:`~netq.display.environment`: the versions and the machine a measurement ran on.
 
 Re-exported here: what the notebooks import

@@ -12,32 +12,16 @@ live view, and never when netq or netq.display is imported.
 
 from __future__ import annotations
 
-import sys
 import uuid
 import warnings
 from collections.abc import Mapping
 
+from .kernel import in_kernel
 from .static_form import static_bundle
 from .tables import text_table
 
 __all__ = ("in_kernel", "StaticSummary", "widgets_missing", "monitor", "communicator_bundle",
            "communicator_display", "communicator_marimo")
-
-
-def in_kernel() -> bool:
-    """True inside a Jupyter kernel (an IPython shell with a kernel), where widgets can live.
-
-    False in plain Python and the IPython terminal. (nbval and nbconvert run a kernel too:
-    there the display carries the static text/HTML next to the widget.)
-    """
-    ipython = sys.modules.get("IPython")
-    if ipython is None:
-        return False
-    try:
-        shell = ipython.get_ipython()
-    except Exception:  # noqa: BLE001 - a half-initialized IPython is "no kernel"
-        return False
-    return getattr(shell, "kernel", None) is not None
 
 
 class StaticSummary:

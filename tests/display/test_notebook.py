@@ -7,13 +7,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from netq.display.notebook import in_kernel
-
 REPO = Path(__file__).resolve().parents[2]
-
-
-def test_not_in_a_kernel_here():
-    assert in_kernel() is False
 
 
 def test_core_netq_works_without_the_widget_dependencies():

@@ -43,7 +43,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 # Filled by setup(): imported inside atheris.instrument_imports() when fuzzing for coverage.
-connection = frames = _buffers = exceptions = None
+connection = protocol_events = sending = frames = _buffers = exceptions = None
 
 KEY = b"fuzz key"
 CLIENT_ID = uuid.UUID(int=0xC1)
@@ -66,7 +66,7 @@ MODES = 8
 
 
 def setup(instrument: bool = False) -> None:
-    global connection, frames, _buffers, exceptions
+    global connection, protocol_events, sending, frames, _buffers, exceptions
     if connection is not None:
         return
     if instrument:
@@ -76,13 +76,19 @@ def setup(instrument: bool = False) -> None:
             import netq._buffers
             import netq.exceptions
             import netq.protocol.connection
+            import netq.protocol.events
             import netq.protocol.frames
+            import netq.protocol.sending
     else:
         import netq._buffers
         import netq.exceptions
         import netq.protocol.connection
+        import netq.protocol.events
         import netq.protocol.frames
+        import netq.protocol.sending
     connection = netq.protocol.connection
+    protocol_events = netq.protocol.events
+    sending = netq.protocol.sending
     frames = netq.protocol.frames
     _buffers = netq._buffers
     exceptions = netq.exceptions
@@ -118,7 +124,7 @@ def _pair(mode: int, max_size: int = 4 * 1024 * 1024):
         _shuttle(client, server)
         server.send_session(TOKEN, 0, False)
         _shuttle(client, server)
-        assert client.state is server.state is connection.ConnectionState.OPEN
+        assert client.state is server.state is protocol_events.ConnectionState.OPEN
     return client, server
 
 
@@ -176,10 +182,10 @@ class _Allocations:
 def _normalize(events) -> list:
     out = []
     for event in events:
-        if isinstance(event, connection.MessageReceived):
+        if isinstance(event, protocol_events.MessageReceived):
             out.append(("message", event.seq, event.batch,
                         tuple((type(p).__name__, bytes(p)) for p in event.parts), event.size))
-        elif isinstance(event, connection.ConnectionFailed):
+        elif isinstance(event, protocol_events.ConnectionFailed):
             out.append(("failed", type(event.error).__name__, str(event.error)))
         else:
             out.append(repr(event))
@@ -200,14 +206,14 @@ def _output_frames(data: bytes) -> list[tuple[int, int]]:
 
 
 def _check(conn, events, allocations, window: int, messages: int) -> None:
-    terminal = (connection.ConnectionFailed, connection.ErrorReceived)
+    terminal = (protocol_events.ConnectionFailed, protocol_events.ErrorReceived)
     for index, event in enumerate(events):
         if isinstance(event, terminal):
             assert index == len(events) - 1, f"terminal event not last: {events!r}"
     expected_seq = 1
     delivered = 0
     for event in events:
-        if isinstance(event, connection.MessageReceived):
+        if isinstance(event, protocol_events.MessageReceived):
             assert event.seq == expected_seq, (event.seq, expected_seq)
             expected_seq += 1
             # netq._buffers: bytearray (writable), bytes (read-only, < LARGE), a read-only
@@ -222,7 +228,7 @@ def _check(conn, events, allocations, window: int, messages: int) -> None:
     # and fewer than `messages` have started. So everything allocated (and everything delivered
     # from the staging buffer) fits in window + one message.
     in_progress = conn._incoming.size if conn._incoming is not None else 0
-    started = [e.size for e in events if isinstance(e, connection.MessageReceived)]
+    started = [e.size for e in events if isinstance(e, protocol_events.MessageReceived)]
     if conn._incoming is not None:
         started.append(in_progress)
     assert len(started) <= messages, f"{len(started)} messages started, credit for {messages}"
@@ -236,19 +242,19 @@ def _check(conn, events, allocations, window: int, messages: int) -> None:
     output = _output_frames(conn.data_to_send())
     errors = [value for frame_type, value in output if frame_type == frames.FrameType.ERROR]
     last = events[-1] if events else None
-    if isinstance(last, connection.ConnectionFailed):
+    if isinstance(last, protocol_events.ConnectionFailed):
         assert type(last.error) in (exceptions.RemoteProtocolError,
                                     exceptions.AuthenticationError), repr(last.error)
-        assert conn.state is connection.ConnectionState.CLOSED
+        assert conn.state is protocol_events.ConnectionState.CLOSED
         assert len(errors) == 1 and output[-1][0] == frames.FrameType.ERROR, output
         assert errors[0] in set(frames.ErrorCode)
     else:
         assert not errors, output
-        if isinstance(last, connection.ErrorReceived):
-            assert conn.state is connection.ConnectionState.CLOSED
+        if isinstance(last, protocol_events.ErrorReceived):
+            assert conn.state is protocol_events.ConnectionState.CLOSED
         else:
-            assert conn.state is not connection.ConnectionState.CLOSED
-    assert len(conn.outgoing()) <= connection.IOV_MAX
+            assert conn.state is not protocol_events.ConnectionState.CLOSED
+    assert len(conn.outgoing()) <= sending.IOV_MAX
 
 
 def _feed_steps(conn, data: bytes, step: int) -> list:
@@ -258,7 +264,7 @@ def _feed_steps(conn, data: bytes, step: int) -> list:
     step = max(step, len(data) // BYTEWISE_LIMIT)
     events = []
     position = 0
-    while position < len(data) and conn.state is not connection.ConnectionState.CLOSED:
+    while position < len(data) and conn.state is not protocol_events.ConnectionState.CLOSED:
         target = conn.receive_buffer()
         assert len(target) > 0, "receive_buffer() returned an empty buffer"
         count = min(len(target), step, len(data) - position)
@@ -286,14 +292,14 @@ def TestOneInput(data: bytes) -> None:
             else:
                 events = _feed_steps(conn, stream, step)
             _check(conn, events, allocations, window, messages)
-            closed = conn.state is connection.ConnectionState.CLOSED
+            closed = conn.state is protocol_events.ConnectionState.CLOSED
             eof = conn.receive_eof()
             if closed:
                 assert eof == [] and conn.receive_data(b"\x01" * 32) == []
             else:
                 # EOF is clean exactly when nothing is half received.
                 assert eof in ([], ) or (
-                    len(eof) == 1 and isinstance(eof[0], connection.ConnectionFailed)
+                    len(eof) == 1 and isinstance(eof[0], protocol_events.ConnectionFailed)
                     and isinstance(eof[0].error, exceptions.RemoteProtocolError)), eof
             assert conn.receive_eof() == []
         results.append(_normalize(events) + _normalize(eof))
@@ -436,13 +442,13 @@ def smoke(count: int, seed: int = 0, verbose: bool = False) -> dict:
         stats["inputs"] += 1
         conn = new_receiver(data[0] % MODES)
         events = conn.receive_data(data[2:])
-        if events and isinstance(events[-1], connection.ConnectionFailed):
+        if events and isinstance(events[-1], protocol_events.ConnectionFailed):
             stats["failed"] += 1
-        elif events and isinstance(events[-1], connection.ErrorReceived):
+        elif events and isinstance(events[-1], protocol_events.ErrorReceived):
             stats["error_received"] += 1
         else:
             stats["clean"] += 1
-        stats["messages"] += sum(isinstance(e, connection.MessageReceived) for e in events)
+        stats["messages"] += sum(isinstance(e, protocol_events.MessageReceived) for e in events)
     if verbose:
         print(stats)
     return stats

@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeAlias, TypeVar
 
 from .options import CommunicatorOptions, Purpose
-from .protocol.connection import Buffer
+from .protocol.sending import Buffer
 
 __all__ = ("Address", "Carrier", "CarrierFactory", "CarrierInfo", "Event", "Opened",
            "READABLE", "WRITABLE", "OPENED", "DATA", "CLOSED", "FAILED", "cut")

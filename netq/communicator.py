@@ -37,7 +37,7 @@ from .futures import DeliveryFuture
 from .inbox import Inboxes
 from .live import live_communicators
 from .options import CommunicatorOptions, Protocol, Purpose
-from .protocol.connection import MessageReceived as Incoming  # what waits in an inbox
+from .protocol.events import MessageReceived as Incoming
 from .protocol.frames import MAX_PARTS
 from .session import Outgoing, PeerSession
 from .stall import StallWarning

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 
 from . import flow
 from .contract import Link
-from .protocol.connection import MessageReceived
+from .protocol.events import MessageReceived
 from .session import PeerSession
 from .stall import StallWarning
 

@@ -28,7 +28,7 @@ from .contract import TransportAPI
 from .credit import ReceiveBudget
 from .engine import SessionEngine
 from .exceptions import ConnectionLost, Empty, ResourceClosed
-from .protocol.connection import MessageReceived as Incoming  # what waits in an inbox
+from .protocol.events import MessageReceived as Incoming
 from .session import PeerSession, PeerState
 
 __all__ = ("Inboxes",)

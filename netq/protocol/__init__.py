@@ -4,10 +4,10 @@ Nothing in this package touches a socket, a thread or a clock; transports feed i
 write what it queues. See ``docs/protocol.md`` for the wire format.
 """
 
-from .connection import (
+from .connection import Connection, make_hello
+from .events import (
     AckReceived,
     ByeReceived,
-    Connection,
     ConnectionFailed,
     ConnectionState,
     CreditReceived,
@@ -17,7 +17,6 @@ from .connection import (
     PeerAuthenticated,
     PongReceived,
     SessionOpened,
-    make_hello,
 )
 from .frames import VERSION, DataFlags, ErrorCode, FrameType, Hello, Role
 

@@ -38,7 +38,6 @@ import struct
 import uuid
 
 from .. import _buffers
-from .._buffers import Part
 from ..exceptions import (
     AuthenticationError,
     LocalProtocolError,
@@ -76,27 +75,13 @@ from .frames import (
 from .reassembly import Incoming, cut_whole
 from .resume import resume_numbering
 from .segments import SharedMemorySide
-from .sending import IOV_MAX, Buffer, SendSide
+from .sending import Buffer, SendSide
 
 __all__ = [
     "Connection",
-    "ConnectionState",
-    "Event",
-    "PeerAuthenticated",
-    "SessionOpened",
-    "MessageReceived",
-    "CreditReceived",
-    "AckReceived",
-    "ByeReceived",
-    "PongReceived",
-    "ErrorReceived",
-    "ConnectionFailed",
-    "IOV_MAX",
     "STAGING_SIZE",
     "STAGING_MIN",
     "DIRECT_THRESHOLD",
-    "Buffer",
-    "Part",
     "make_hello",
 ]
 

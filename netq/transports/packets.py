@@ -39,7 +39,7 @@ from ..carrier import (
     cut,
 )
 from ..options import CommunicatorOptions, Purpose
-from ..protocol.connection import Buffer
+from ..protocol.sending import Buffer
 
 __all__ = ("PacketCarrier", "PACKET_SIZE")
 

@@ -36,7 +36,7 @@ from ..exceptions import (
 )
 from ..exposure import owner_only
 from ..options import CommunicatorOptions, Purpose
-from ..protocol.connection import Buffer
+from ..protocol.sending import Buffer
 from .connection_failures import FailedHandshakes, connect_error
 from .fd_passing import recv_fds, shm_unavailable
 from .poller import EVENT_READ, EVENT_WRITE, Poller, WakeUp

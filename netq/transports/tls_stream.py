@@ -11,7 +11,7 @@ import socket
 import ssl
 from typing import cast
 
-from ..protocol.connection import Buffer
+from ..protocol.sending import Buffer
 
 __all__ = ("Scratch", "TLSStream")
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from netq._buffers import LARGE
 from netq.protocol import frames
-from netq.protocol.connection import (
+from netq.protocol.connection import Connection
+from netq.protocol.events import (
     AckReceived,
     ByeReceived,
-    Connection,
     ConnectionFailed,
     ConnectionState,
     CreditReceived,

@@ -16,12 +16,10 @@ from netq import _buffers
 from netq._buffers import LARGE
 from netq.exceptions import AuthenticationError, LocalProtocolError, RemoteProtocolError
 from netq.protocol import connection as connection_module, frames
-from netq.protocol.connection import (
-    DIRECT_THRESHOLD,
-    STAGING_SIZE,
+from netq.protocol.connection import DIRECT_THRESHOLD, STAGING_SIZE, Connection
+from netq.protocol.events import (
     AckReceived,
     ByeReceived,
-    Connection,
     ConnectionFailed,
     ConnectionState,
     CreditReceived,

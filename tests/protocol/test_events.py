@@ -1,5 +1,5 @@
-"""netq.protocol.events: the link's states and the events the core reports, importable from
-every layer (the package, the core, the shared-memory side) as the same objects."""
+"""netq.protocol.events: the link's states and the events the core reports, the package's
+exports the same objects."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from netq.exceptions import RemoteProtocolError
 from netq.protocol import connection, events
 
 
-def test_the_package_and_the_core_export_the_same_event_classes():
+def test_the_package_exports_the_event_classes_and_the_core_does_not_re_export_them():
     for name in events.__all__:
-        assert getattr(connection, name) is getattr(events, name)
         assert getattr(package, name) is getattr(events, name)
+        assert name not in connection.__all__
 
 
 def test_events_are_slotted_dataclasses_and_compare_by_value():

@@ -52,7 +52,7 @@ def test_allocation_hook_is_restored(harness):
 def test_valid_streams_are_accepted(harness, mode):
     import random
 
-    from netq.protocol.connection import ConnectionFailed
+    from netq.protocol.events import ConnectionFailed
 
     rng = random.Random(mode)
     for _ in range(10):

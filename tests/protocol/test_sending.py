@@ -11,10 +11,7 @@ import pytest
 
 from netq.exceptions import LocalProtocolError
 from netq.protocol import frames
-from netq.protocol.connection import (
-    IOV_MAX,
-    Connection,
-)
+from netq.protocol.connection import Connection
 from netq.protocol.frames import (
     HEADER_SIZE,
     MAX_PARTS,
@@ -22,6 +19,7 @@ from netq.protocol.frames import (
     FrameType,
     Role,
 )
+from netq.protocol.sending import IOV_MAX
 
 from .helpers import (
     connection,

@@ -33,7 +33,7 @@ import grpc.aio
 from ...exceptions import AuthenticationError, ConnectionLost
 from ...exposure import owner_only
 from ...options import CommunicatorOptions, Purpose
-from ...protocol.connection import Buffer
+from ...protocol.sending import Buffer
 from ..packets import PACKET_SIZE
 from .config import (
     channel_credentials,

@@ -30,7 +30,7 @@ from typing import Protocol
 
 from ...exceptions import ConnectionLost
 from ...options import MQTTOptions
-from ...protocol.connection import Buffer
+from ...protocol.sending import Buffer
 from .link import (
     ACK_REQUEST,
     GAP,

@@ -39,7 +39,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 
 from ..._buffers import ReceivePool
-from ...protocol.connection import Buffer
+from ...protocol.sending import Buffer
 
 if TYPE_CHECKING:
     from ...options import CommunicatorOptions

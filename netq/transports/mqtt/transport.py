@@ -36,7 +36,7 @@ import paho.mqtt.client as paho
 from ...carrier import Event
 from ...exceptions import BrokerUnavailable, RemoteProtocolError
 from ...options import CommunicatorOptions, Purpose
-from ...protocol.connection import Buffer
+from ...protocol.sending import Buffer
 from ..packets import PACKET_SIZE, PacketCarrier
 from . import paho_adapter
 from .channels import Channel, ChannelTable

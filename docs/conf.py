@@ -89,6 +89,8 @@ nitpick_ignore = [
     # the engine's loop factory (netq.contract, an inner layer) in Communicator's signature, and
     # MQTT's channel type in its carrier's base class
     ("py:class", "TransportFactory"), ("py:class", "Channel"),
+    # the queues a put's future waits in (netq.futures, an inner layer) in its signature
+    ("py:class", "SendQueue"),
     # the carrier's channel type variable (a TypeVar autodoc does not document)
     ("py:class", "netq.carrier.ChannelT"), ("py:obj", "netq.carrier.ChannelT"),
 ]

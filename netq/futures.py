@@ -20,7 +20,7 @@ importing them from the private ``concurrent.futures._base``, and tests/test_fut
 them against the states a stock ``Future`` takes. Only this class writes ``_state``, so its own
 comparisons use ``is``.
 
-A future knows the queues its message waits in (:class:`SendQueue`: a
+A future knows the queues its message waits in (``SendQueue``: a
 :class:`~netq.session.PeerSession` is one, and this module does not know it), to tell them
 "withdraw me" when the put is cancelled; what a queue holds and how it drops a message is the
 queue's.
@@ -96,7 +96,7 @@ class DeliveryFuture(Future):
     A failure does not stop the message: a broadcast still goes to every peer it was queued
     for whose session lasts. Only ``cancel()`` withdraws it, and
     only before any peer's copy went on the wire; after a successful ``cancel()`` the message
-    leaves its ``queues`` (:class:`SendQueue`: the sessions of the peers ``put`` addressed) at
+    leaves its ``queues`` (``SendQueue``: the sessions of the peers ``put`` addressed) at
     once, so a cancelled put holds no memory and no room in the send window.
 
     ``_state`` stays PENDING until the future resolves (``running()`` is answered from the

@@ -1,7 +1,7 @@
-"""The dashboard's static HTML form: a view document (:meth:`Dashboard.view
-<netq.widgets.dashboard.Dashboard.view>`) drawn without a script, in the DOM and with the CSS
-of the live view (``frontend/dashboard.js``, ``frontend/dashboard.css``): the saved page, the
-``text/html`` form beside the widget, and what replaces the widget once the dashboard stops.
+"""The dashboard's static HTML form: a view document (``Dashboard.view()``) drawn without a
+script, in the DOM and with the CSS of the live view (``frontend/dashboard.js``,
+``frontend/dashboard.css``): the saved page, the ``text/html`` form beside the widget, and
+what replaces the widget once the dashboard stops.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def _spark_path(values: list, size: int, width: int, height: int) -> str:
 
 
 def render_html(view: Mapping[str, Any]) -> str:
-    """A view document (:meth:`Dashboard.view`) as HTML without a script, in the DOM the live
+    """A view document (``Dashboard.view()``) as HTML without a script, in the DOM the live
     view draws (``div.netq-view.netq-dashboard``, ``tr.netq-communicator``, ``tr.netq-link``,
     ``svg.netq-map``, ``.netq-stalls``), styled by the same CSS (inlined)."""
     esc = html.escape

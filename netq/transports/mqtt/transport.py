@@ -65,8 +65,8 @@ _PROTOCOL_REFUSALS = frozenset({0x01, 0x80, 0x81, 0x82, 0x84})
 class MQTTCarrier(PacketCarrier[Channel]):
     """The broker-carried transport; see :mod:`netq.transports.mqtt`.
 
-    Parts: :attr:`presence` (:class:`~.presence.Presence`: the status topics) and
-    :attr:`links` (:class:`~.channels.ChannelTable`: the links); each owns its state and lock
+    Parts: ``presence`` (a ``Presence``, ``presence.py``: the status topics) and ``links``
+    (a ``ChannelTable``, ``channels.py``: the links); each owns its state and lock
     (see their docstrings). The carrier wires them: presence tells the table when peers come
     and go (``_client_left``, ``_server_found``, ``_server_left``), the table reads presence's
     live servers and instance, and both publish through the paho client.

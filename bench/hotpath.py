@@ -7,7 +7,8 @@
 
 Kinds: ``oneway`` (the sender calls ``put()`` per message, the receiver ``get()`` per message)
 and ``rtt`` (ping-pong: the client puts and waits for the echo). Rows: ``netq-tcp``,
-``netq-unix``, ``netq-tls`` and ``raw-tcp`` (blocking socket, one ``sendmsg`` per message, the
+``netq-tcp-numpy`` (the same, one numpy ``uint8`` array per ``put()``), ``netq-unix``,
+``netq-tls``, ``netq-grpc`` and ``raw-tcp`` (blocking socket, one ``sendmsg`` per message, the
 floor of bench/run.py). Each side is its own process; per side the table gives, per message:
 
 * CPU µs, user and system (``getrusage`` over the timed interval, all threads);
@@ -54,7 +55,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HDR = struct.Struct("!Q")
-ROWS = ("netq-tcp", "netq-unix", "netq-tls", "netq-grpc", "raw-tcp")
+ROWS = ("netq-tcp", "netq-tcp-numpy", "netq-unix", "netq-tls", "netq-grpc", "raw-tcp")
 KINDS = ("oneway", "rtt")
 
 
@@ -198,6 +199,10 @@ def side(spec: dict) -> None:
                                     spec["count"])
     payload = bytes(range(256)) * (size // 256 + 1)
     payload = payload[:size]
+    if row.endswith("-numpy"):  # one uint8 ndarray per put(): netq's array path, no pickle
+        import numpy
+
+        payload = numpy.frombuffer(payload, dtype=numpy.uint8).copy()
     profiles = _ThreadProfiles() if spec["cprofile"] else None
     if profiles is not None:
         profiles.start()  # before the communicator starts its I/O thread (set-up included)

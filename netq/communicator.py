@@ -244,8 +244,9 @@ class Communicator:
         :class:`ResourceClosed` on a closed communicator; :class:`MessageTooLarge` for a
         message over our ``message_size``, or over the ``message_size`` of a peer it goes to
         that is connected (its handshake said its limit), and then to none of the peers, even
-        those that would take it. A limit learnt only after the put (a peer not connected yet,
-        or one that reconnects with a lower limit) fails the future with
+        those that would take it; :class:`LocalProtocolError` when a custom ``dump()`` made more
+        than 1024 parts (what a message carries). A limit learnt only after the put (a peer not
+        connected yet, or one that reconnects with a lower limit) fails the future with
         :class:`MessageTooLarge` instead, for that peer only (a put to several peers then fails
         with :class:`BroadcastIncomplete`, the others received it).
         """
@@ -299,13 +300,12 @@ class Communicator:
             raise MessageTooLarge(size, self._message_limit)
         if size > engine.handshake.smallest_peer_limit:  # some peer takes less than we do
             _check_peer_limits(targets, size)
-        future = DeliveryFuture(len(targets), targets)  # cancel() withdraws it from targets
         if len(parts) > MAX_PARTS:
-            # A custom dump() made more parts than a message can carry. Caught here, on the
-            # caller's thread: in the pump it would end the link or the I/O thread.
-            future._fail(LocalProtocolError(
-                f"dump() made {len(parts)} parts; a message carries at most {MAX_PARTS}"))
-            return future
+            # A custom dump() made more parts than a message can carry: the caller's mistake,
+            # raised where it is made (in the pump it would end the link or the I/O thread).
+            raise LocalProtocolError(
+                f"dump() made {len(parts)} parts; a message carries at most {MAX_PARTS}")
+        future = DeliveryFuture(len(targets), targets)  # cancel() withdraws it from targets
         if not targets:
             future._start()
             future._delivered()

@@ -388,7 +388,7 @@ def test_more_buffers_than_a_message_carries(transport):
     """A message carries at most 1024 parts (the pickle and its out-of-band buffers). An
     object with 1100 out-of-band buffers still travels (the buffers past 1023 go in band), on
     the caller's thread and the I/O thread alike; a custom ``dump`` that makes more parts than
-    that fails only its own future with LocalProtocolError, and the link goes on."""
+    that is refused by ``put()`` itself with LocalProtocolError, and the link goes on."""
     from netq.protocol.frames import MAX_PARTS
     from netq.serializers import MAX_OUT_OF_BAND
     from netq.stream import Stream
@@ -414,7 +414,10 @@ def test_more_buffers_than_a_message_carries(transport):
     careless = transport.make_client(server, dump=too_many_parts)
     # Connected first: closed mid-handshake, it would leave the server a session to wait for.
     wait_for(lambda: careless.peers, T, message="the careless client to connect")
-    error = careless.put("anything").exception(T)
-    assert isinstance(error, nq.LocalProtocolError), error
+    with pytest.raises(nq.LocalProtocolError, match=f"{MAX_PARTS + 1} parts"):
+        careless.put("anything")
+    with pytest.raises(nq.LocalProtocolError, match=f"{MAX_PARTS + 1} parts"):
+        careless.put_many(["anything", "else"])
+    assert careless.statistics().messages_out == 0  # nothing of it was queued
     client.put("still fine").result(T)
     assert server.get(timeout=T).data == "still fine"

@@ -5,6 +5,7 @@ the helper starts and checks processes and sockets only."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import psutil
 import pytest
@@ -64,3 +65,15 @@ def test_missing_mosquitto_says_how_to_install(monkeypatch):
     monkeypatch.delenv("NETQ_MOSQUITTO", raising=False)
     with pytest.raises(nq.BrokerUnavailable, match="apt-get install -y mosquitto"):
         local_broker()
+
+
+@needs_broker
+def test_a_brokers_port_is_drawn_below_the_ephemeral_range(tmp_path):
+    """A broker's port is never one the kernel could hand to an outgoing connection while the
+    broker starts (where the kernel says where that range begins)."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except OSError:
+        pytest.skip("the kernel does not say where its ephemeral port range starts")
+    with local_broker(directory=tmp_path) as broker:
+        assert broker.netloc.port < low

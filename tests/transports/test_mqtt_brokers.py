@@ -18,11 +18,9 @@ restarts, and a client that cannot reach a server says within seconds which of "
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -30,10 +28,9 @@ pytest.importorskip("paho.mqtt", reason="Protocol.MQTT needs paho-mqtt")
 
 import netq as nq
 from netq.lab.brokers import AmqttBroker, free_port, local_broker
-from netq.lab.rabbitmq import RabbitMQCluster
 from netq.transports.mqtt import link_statistics
 from netq_testing import wait_for
-from transports.brokers_testing import crash_and_restart, rabbitmq_missing
+from transports.brokers_testing import crash_and_restart
 from transports.mqtt_testing import MQTTSpec, mosquitto_missing
 
 T = 30  # seconds: generous bound for one step on a loaded machine
@@ -240,32 +237,6 @@ def test_rabbitmq_node_killed_and_restarted_loses_nothing(rabbitmq):
         fleet.close()
 
 
-@pytest.mark.timeout(RESTART_BOUND)
-def test_a_rabbitmq_node_whose_port_is_taken_while_it_boots_starts_on_new_ports(caplog):
-    """Another program binds a node's AMQP port between the port's choice and the node's
-    listen (seconds on a busy machine): the node exits on ``eaddrinuse``, and the cluster
-    starts it again on new ports, with a warning, instead of failing."""
-    reason = rabbitmq_missing()
-    if reason is not None:
-        pytest.skip(reason)
-    caplog.set_level(logging.WARNING, logger="netq.lab.rabbitmq")
-    cluster = RabbitMQCluster(1)
-    node = cluster.nodes[0]
-    taken = node.amqp_port
-    try:
-        with socket.socket() as squatter:
-            squatter.bind((cluster.host, taken))
-            squatter.listen()
-            cluster.start()
-        assert node.amqp_port != taken
-        with socket.create_connection((cluster.host, node.mqtt_port), timeout=T):
-            pass
-        assert any(f"{taken}" in r.getMessage() and "taken while it started" in r.getMessage()
-                   for r in caplog.records)
-    finally:
-        cluster.close()
-
-
 # ============================================================================ amqtt
 
 
@@ -367,17 +338,6 @@ def test_stale_retained_server_status_after_a_broker_crash(mosquitto, caplog):
             fleet.round_trips()
         finally:
             fleet.close()
-
-
-def test_a_brokers_port_is_drawn_below_the_ephemeral_range(mosquitto):
-    """A broker's port is never one the kernel could hand to an outgoing connection while the
-    broker starts (where the kernel says where that range begins)."""
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except OSError:
-        pytest.skip("the kernel does not say where its ephemeral port range starts")
-    with local_broker(directory=mosquitto) as broker:
-        assert broker.netloc.port < low
 
 
 # ============================================================================ diagnostics

@@ -35,6 +35,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,7 +45,8 @@ from ..exceptions import BrokerUnavailable
 from ..options import NetworkLocation
 
 __all__ = ("LocalBroker", "local_broker", "AmqttBroker", "broker", "environment_broker",
-           "find_mosquitto", "free_port", "BROKER_VARIABLE", "INSTALL_HINT", "AMQTT_VERSION")
+           "find_mosquitto", "free_port", "terminate", "BrokerProcesses", "BROKER_VARIABLE",
+           "INSTALL_HINT", "AMQTT_VERSION")
 
 BROKER_VARIABLE = "NETQ_MQTT_BROKER"  # "host:port" of a running broker (binder/start sets it)
 
@@ -95,7 +97,23 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise BrokerUnavailable(f"no free TCP port on {host}")
 
 
-class _BrokerProcesses:
+def terminate(process: subprocess.Popen, timeout: float) -> bool:
+    """SIGTERM ``process`` and wait up to ``timeout`` seconds for it to exit: True once it
+    has exited (also when it already had), False while it still runs (the caller decides
+    whether to SIGKILL it, or its whole process group)."""
+    if process.poll() is not None:
+        return True
+    try:
+        os.kill(process.pid, signal.SIGTERM)
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    except ProcessLookupError:  # it exited between poll() and the signal
+        process.wait()
+    return True
+
+
+class BrokerProcesses(ABC):
     """What every broker here shares: a private directory (removed by :meth:`close` when it
     made one) and ``with`` = start, then close. Subclasses give ``start()`` and ``stop()``."""
 
@@ -110,11 +128,13 @@ class _BrokerProcesses:
                               else tempfile.mkdtemp(prefix=prefix))
         self.directory.mkdir(parents=True, exist_ok=True)
 
+    @abstractmethod
     def start(self) -> Self:
-        raise NotImplementedError  # each broker starts its own processes
+        """Start the broker's processes and return once it accepts connections."""
 
+    @abstractmethod
     def stop(self) -> None:
-        raise NotImplementedError
+        """Stop the broker's processes (idempotent)."""
 
     def close(self) -> None:
         """Stop the broker and remove its private directory."""
@@ -129,7 +149,7 @@ class _BrokerProcesses:
         self.close()
 
 
-class LocalBroker(_BrokerProcesses):
+class LocalBroker(BrokerProcesses):
     """A private mosquitto process. Start with :meth:`start` (or ``with``); stop with :meth:`stop`.
 
     Limits (``None``: mosquitto's default): ``max_inflight_messages`` and
@@ -268,15 +288,12 @@ class LocalBroker(_BrokerProcesses):
         process = self.process
         if process is None:
             return
-        if process.poll() is None:
+        if not terminate(process, _STOP_TIMEOUT):
             try:
-                os.kill(process.pid, signal.SIGTERM)
-                process.wait(_STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
                 os.kill(process.pid, signal.SIGKILL)
-                process.wait()
             except ProcessLookupError:
-                process.wait()
+                pass
+            process.wait()
         self.process = None
 
     def stop(self) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..exceptions import BrokerUnavailable
 from ..options import NetworkLocation
-from .brokers import _BrokerProcesses, free_port
+from .brokers import BrokerProcesses, free_port, terminate
 
 __all__ = ("RabbitMQCluster", "RabbitMQNode", "find_rabbitmq", "RABBITMQ_HINT",
            "RABBITMQ_START_TIMEOUT")
@@ -231,14 +231,7 @@ class RabbitMQNode:
         process = self.process
         if process is None:
             return
-        if process.poll() is None:
-            try:
-                os.kill(process.pid, signal.SIGTERM)
-                process.wait(30.0)
-            except subprocess.TimeoutExpired:
-                pass
-            except ProcessLookupError:
-                pass
+        terminate(process, 30.0)  # whether or not it exited, its helpers may still run
         _kill_group(process)
         self.process = None
 
@@ -277,7 +270,7 @@ def _kill_group(process: subprocess.Popen) -> None:
         time.sleep(0.02)
 
 
-class RabbitMQCluster(_BrokerProcesses):
+class RabbitMQCluster(BrokerProcesses):
     """Private RabbitMQ nodes with the MQTT plugin, on loopback; the nodes after the first
     start together once it has booted, and join it (``classic_config`` peer discovery). One
     node is a cluster of one: ``RabbitMQCluster(1).start().nodes[0].netloc``.

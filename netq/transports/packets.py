@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import MutableSequence
 from typing import Generic, TypeVar
 
@@ -50,7 +51,7 @@ ChannelT = TypeVar("ChannelT")
 ``grpc.streams.Stream``."""
 
 
-class PacketCarrier(Generic[ChannelT]):
+class PacketCarrier(ABC, Generic[ChannelT]):
     """Base of MQTT and gRPC: subclasses implement the hooks marked "subclass"."""
 
     user_threads_write = False  # a subclass whose _send may run on a user's thread says so
@@ -78,17 +79,17 @@ class PacketCarrier(Generic[ChannelT]):
 
     # ----------------------------------------------------------------- subclass hooks
 
+    @abstractmethod
     def _listen(self) -> None:
         """Subclass, server: start the carrier now (constructor); set ``self.address``."""
-        raise NotImplementedError
 
     def _target(self) -> str:
         """Client: where attempts go, in words."""
         return str(self._options.netloc)
 
+    @abstractmethod
     def _start_connect(self) -> None:
         """Subclass, client: start one attempt; later call channel_opened or connect_failed."""
-        raise NotImplementedError
 
     def _stop_listening(self) -> None:
         """Subclass, server: refuse newcomers from now on. Idempotent."""
@@ -97,9 +98,9 @@ class PacketCarrier(Generic[ChannelT]):
         """Subclass: may another packet go to the carrier for this channel now?"""
         return True
 
+    @abstractmethod
     def _send(self, channel: ChannelT, parts: list[Buffer], size: int) -> None:
         """Subclass: hand one packet (``parts``, ``size`` body bytes) to the carrier."""
-        raise NotImplementedError
 
     def _close_channel(self, channel: ChannelT) -> None:
         """Subclass: release the channel; idempotent, never blocks long."""

@@ -74,7 +74,7 @@ nitpicky = True
 nitpick_ignore_regex = [
     (r"py:.*", r"_?(builtins|typing|collections|uuid|ssl|socket|asyncio|concurrent|queue|enum|"
                r"threading|pathlib|os|io|logging|types|dataclasses|weakref|pickle|"
-               r"multiprocessing|subprocess|secrets|bokeh|anywidget|traitlets|ipywidgets|grpc|paho)(\..*)?"),
+               r"multiprocessing|subprocess|secrets|abc|bokeh|anywidget|traitlets|ipywidgets|grpc|paho)(\..*)?"),
     (r"py:.*", r"netq\.(protocol|engine|loop|link_driver|contract|peers|credit|diagnostics|"
                r"handshake|inbox|session|flow|lab\.(relay|shaping|netem)|_\w+|"
                r"transports\.(base|packets|sockets|mqtt\.\w+|grpc\.\w+)|"

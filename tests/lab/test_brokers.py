@@ -5,6 +5,8 @@ the helper starts and checks processes and sockets only."""
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -77,3 +79,29 @@ def test_a_brokers_port_is_drawn_below_the_ephemeral_range(tmp_path):
         pytest.skip("the kernel does not say where its ephemeral port range starts")
     with local_broker(directory=tmp_path) as broker:
         assert broker.netloc.port < low
+
+
+def test_terminate_says_whether_the_process_exited_within_its_bound():
+    """``terminate`` ends a process that honours SIGTERM, answers True for one that had
+    already exited, and False (leaving it running) for one that ignores SIGTERM."""
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert brokers.terminate(polite, 30.0)
+        assert polite.returncode is not None
+        assert brokers.terminate(polite, 30.0)  # already gone
+    finally:
+        polite.kill()
+        polite.wait()
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys, time\n"
+         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+         "print('ready', flush=True)\ntime.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert stubborn.stdout is not None and stubborn.stdout.readline() == "ready\n"
+        assert not brokers.terminate(stubborn, 0.2)
+        assert stubborn.poll() is None
+    finally:
+        stubborn.kill()
+        stubborn.wait()
+        stubborn.stdout.close()  # type: ignore[union-attr]

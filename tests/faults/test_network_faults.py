@@ -61,6 +61,10 @@ RECV_BUDGET = 256 * KiB
 LARGE = 64 * KiB  # every 50th message: several chunks, out-of-band buffer
 CPU_WINDOW = 1.5  # s over which "idle while cut" is measured
 IDLE_LIMIT = 0.10  # fraction of one core
+# While every connect is refused the client still retries (at most 1 / reconnect_max a second),
+# and each attempt's set-up (TLS, a gRPC channel) costs more CPU the more loaded the machine is;
+# a retry loop without backoff would take a whole core, so this bound still catches one.
+REFUSED_LIMIT = 0.25
 # Each end holds at most send_budget unsent + what the peer granted (recv_budget, in flight)
 # + its own recv_budget of received messages + one message started on positive credit: about
 # 1.6 MiB per end, 3.3 MiB for both. The RSS limit adds the proxy's buffers (1 MiB per
@@ -496,7 +500,7 @@ def test_network_fault_loses_and_duplicates_nothing(transport, fault):
             refused = proxy.stats().refused
             traffic.pause()
             figures["cpu_while_cut"] = cpu = cpu_fraction(CPU_WINDOW)
-            assert cpu < IDLE_LIMIT, f"{cpu:.1%} of a core while every connect is refused"
+            assert cpu < REFUSED_LIMIT, f"{cpu:.1%} of a core while every connect is refused"
             traffic.resume()
             wait_for(lambda: proxy.stats().refused > refused, T,
                      message="the client to keep trying (with backoff)")

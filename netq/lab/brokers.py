@@ -395,7 +395,7 @@ def broker(*, report: Callable[[str], object] | None = None,
             _say(report, logging.WARNING,
                  f"MQTT broker: amqtt {AMQTT_VERSION} on {private.host}:{private.port} "
                  f"(mosquitto is not installed; amqtt is pure Python, MQTT 3.1.1 only and "
-                 f"several times slower; for mosquitto: {INSTALL_HINT})")
+                 f"several times slower; to run mosquitto instead, {INSTALL_HINT})")
             yield private.netloc
         return
     with local_broker(**settings) as private:

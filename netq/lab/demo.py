@@ -208,6 +208,24 @@ def run(clients: int = 4, seconds: float = 5.0, interval: float | None = None,
     return _run(clients, seconds, interval, protocol, NetworkLocation(host=host, port=port), out)
 
 
+_SAY_AFTER = 5.0  # seconds a wind-down waits before it says what for, and between reminders
+
+
+def _join_saying_why(threads: list[threading.Thread], out, what: str) -> None:
+    """Join ``threads``; every few seconds that some still run, say how many and why."""
+    said_at = time.monotonic()
+    for thread in threads:
+        while True:
+            thread.join(0.2)
+            if not thread.is_alive():
+                break
+            if time.monotonic() - said_at >= _SAY_AFTER:
+                alive = sum(1 for t in threads if t.is_alive())
+                out.write(f"(waiting for {alive} {what})\n")
+                out.flush()
+                said_at = time.monotonic()
+
+
 def _reach(host: str) -> str:
     """Where the in-process clients connect to a server listening on ``host``: loopback of
     the same family for a wildcard (every address), else that address itself."""
@@ -302,7 +320,9 @@ def _run(clients: int, seconds: float, interval: float | None, protocol: str,
             try:
                 batch = server.get_many(max_messages=256, timeout=0.2)
             except Empty:
-                if stop.is_set() and not server.peers:
+                # Clients may connect late (a slow broker): serve until every one has closed.
+                if stop.is_set() and not server.peers \
+                        and not any(thread.is_alive() for thread in threads):
                     return
                 continue
             except ResourceClosed:
@@ -355,9 +375,9 @@ def _run(clients: int, seconds: float, interval: float | None, protocol: str,
     finally:
         sending = server.statistics()  # while the clients still send, for the final table
         stop.set()
-        for thread in threads:
-            thread.join()
-        consumer.join()
+        _join_saying_why(threads, out, "client(s) still delivering what they put (close() "
+                                       "waits for the server's netq to receive it)")
+        _join_saying_why([consumer], out, "the server still taking messages")
         final = server.statistics()
         server.close()
     elapsed = time.monotonic() - started

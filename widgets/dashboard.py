@@ -216,26 +216,6 @@ class Dashboard(ReplaceableView):
             if still_open:
                 self._final.add((self.snapshot, view), still_open)
 
-    def freeze(self) -> Dashboard:
-        """Stop sampling and keep the view exactly as it is now, live and in its static form
-        (the ``text/html`` and ``text/plain`` a notebook stores): every figure from the last
-        sample shown, with the sentence ``snapshot taken HH:MM:SS, not live (frozen)``. Later
-        cells, :meth:`stop` and the communicators' closing leave it as it is; :meth:`start`
-        makes it live again. Calling it again does nothing. Returns the dashboard."""
-        with self._lock:
-            changed = self._frozen_state is None
-            if changed:
-                self._freeze_locked("snapshot")
-        if changed:
-            self._end_thread()
-            self._show_static()
-        return self
-
-    @property
-    def frozen(self) -> bool:
-        """True once the view keeps one picture (:meth:`freeze`, :meth:`stop`, all closed)."""
-        return self._frozen_state is not None
-
     def _freeze_locked(self, state: str) -> None:
         """Keep one picture for good: the newest, or (``closed``) the last one before the
         communicators began closing. Holds ``self._lock``."""
@@ -251,42 +231,28 @@ class Dashboard(ReplaceableView):
         view = dict(view)
         view.update(self._static_header(snapshot, state, reason))
         self.snapshot = snapshot
-        self._frozen_state = state
-        self._frozen_bundle = {"text/plain": render_text(view), "text/html": render_html(view)}
+        self._keep(state, {"text/plain": render_text(view), "text/html": render_html(view)})
         self.widget.view = view
 
-    def _end_thread(self, timeout: float | None = 5.0) -> None:
+    def _end_sampling(self) -> None:
+        """End the sampling thread (within one interval) and wait for it."""
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+            thread.join(5.0)
 
     def start(self) -> Dashboard:
         """Start the sampling thread (idempotent); a frozen view is live again."""
-        self._stopped = False
         if self.running:
+            self._stopped = False
             return self
-        with self._lock:
-            self._frozen_state = None
-            self._frozen_bundle = {}
+        self._thaw()
         self._stop.clear()
         self._thread = view_thread_class()(target=self._run, name="netq-dashboard", daemon=True)
         self._thread.start()
         self.update()  # the view says live from now on
         self._show_live()
         return self
-
-    def stop(self, timeout: float | None = 5.0) -> None:
-        """Stop sampling (the thread ends within one interval) and show the static form: one
-        last sample, frozen (:meth:`freeze`), its badge ``stopped``. A view already frozen
-        stays as it is."""
-        self._stopped = True
-        self._end_thread(timeout)
-        self.update()
-        with self._lock:
-            if self._frozen_state is None:
-                self._freeze_locked("stopped")
-        self._show_static()
 
     @property
     def running(self) -> bool:
@@ -545,12 +511,6 @@ class Dashboard(ReplaceableView):
 
     # -- static forms and display ------------------------------------------------------------
 
-    def static_html(self) -> str:
-        """The dashboard as an HTML fragment without a script: the current figures (once
-        frozen, the kept ones), saying it is a snapshot and when it was taken (never a live
-        badge)."""
-        return self.static_bundle()["text/html"]
-
     @property
     def html(self) -> str:
         """:meth:`static_html`: what a page without a widget manager shows."""
@@ -567,17 +527,9 @@ class Dashboard(ReplaceableView):
         with open(path, "w", encoding="utf-8") as file:
             file.write(self.to_html())
 
-    def __repr__(self) -> str:
-        return self.static_bundle()["text/plain"]
-
-    def static_bundle(self) -> dict[str, str]:
-        """``text/plain`` + ``text/html`` of one snapshot, drawn from one view document (the
-        two agree: same badge word, same figures). Once frozen, the same bundle every time."""
-        with self._lock:
-            if self._frozen_state is not None:
-                return dict(self._frozen_bundle)
-            view = dict(self.widget.view)
-            view.update(self._static_header(self.snapshot))
+    def _current_bundle(self) -> dict[str, str]:
+        view = dict(self.widget.view)
+        view.update(self._static_header(self.snapshot))
         return {"text/plain": render_text(view), "text/html": render_html(view)}
 
     def _display_(self) -> DashboardWidget:

@@ -330,7 +330,7 @@ class Monitor(ReplaceableView):
             else:
                 self._show_sample(stats)
         if self._frozen_state is not None:
-            self._detach()
+            self._end_sampling()
             self._show_static()
 
     def _show_sample(self, stats: CommunicatorStatistics) -> None:
@@ -352,27 +352,6 @@ class Monitor(ReplaceableView):
             self.widget.frame = frame
             self.widget.point = self.plots.point()
 
-    def freeze(self) -> Monitor:
-        """Stop sampling and keep the view exactly as it is now, live and in its static form
-        (the ``text/html`` and ``text/plain`` a notebook stores): every figure from the last
-        sample shown, with the sentence ``snapshot taken HH:MM:SS, not live (frozen)``. Later
-        cells, :meth:`stop` and the communicator's closing leave it as it is; :meth:`start`
-        makes it live again. Calling it again does nothing. Returns the monitor."""
-        detach = False
-        with self._lock:
-            if self._frozen_state is None:
-                self._freeze_locked("snapshot")
-                detach = True
-        if detach:
-            self._detach()
-            self._show_static()
-        return self
-
-    @property
-    def frozen(self) -> bool:
-        """True once the view keeps one picture (:meth:`freeze`, :meth:`stop`, closed)."""
-        return self._frozen_state is not None
-
     def _freeze_locked(self, state: str,
                        closed: CommunicatorStatistics | None = None) -> None:
         """Keep one picture for good: the newest, or (``closed``: the communicator's closed
@@ -391,9 +370,8 @@ class Monitor(ReplaceableView):
                             taken_at=picture.taken_at, snapshot_reason=reason)
         times, series = self.plots.window(picture.stats.uptime)
         self.stats, self.taken_at, self.table.view = picture.stats, picture.taken_at, view
-        self._frozen_state = state
-        self._frozen_bundle = {"text/plain": monitor_text(view),
-                               "text/html": monitor_html(view, picture.frame, times, series)}
+        self._keep(state, {"text/plain": monitor_text(view),
+                           "text/html": monitor_html(view, picture.frame, times, series)})
         with self.widget.hold_sync():
             self.widget.view = view
             self.widget.frame = picture.frame
@@ -413,33 +391,15 @@ class Monitor(ReplaceableView):
         if self.communicator.statistics().state == "closed":
             self.update()
             return self
-        with self._lock:
-            self._stopped = False
-            self._frozen_state = None
-            self._frozen_bundle = {}
+        self._thaw()
         self._sampler = Sampler.attach(self.communicator, self, self.interval)
         self.update()  # the badge says it is live now, not at the next tick
         self._show_live()
         return self
 
-    def stop(self) -> None:
-        """Stop updating; the sampler thread ends when no monitor of its communicator is left.
-
-        The view says so: it shows one last sample, frozen (:meth:`freeze`), its badge reads
-        ``stopped``, it states when its snapshot was taken (``data-live="0"``) and, where it
-        was displayed in Jupyter, the live widget is replaced by its static form (title,
-        charts and table as of now). A view already frozen stays as it is.
-        """
-        self._stopped = True
-        if self._frozen_state is None:
-            self.update()
-        with self._lock:
-            if self._frozen_state is None:
-                self._freeze_locked("stopped")
-        self._detach()
-        self._show_static()
-
-    def _detach(self) -> None:
+    def _end_sampling(self) -> None:
+        """Leave the communicator's sampler; its thread ends when no monitor of the
+        communicator is left (stopping a monitor leaves the communicator alone)."""
         sampler, self._sampler = self._sampler, None
         if sampler is not None:
             sampler.detach(self)
@@ -482,32 +442,14 @@ class Monitor(ReplaceableView):
 
     # -- static form ------------------------------------------------------------------------
 
-    def static_html(self) -> str:
-        """The static form: title, charts of the plotted history, legend and table as of the
-        last snapshot, with a sentence saying when it was taken; no script, never live."""
-        return self.static_bundle()["text/html"]
-
-    def static_bundle(self) -> dict[str, str]:
-        """``text/plain`` + ``text/html`` of one snapshot, drawn from one view model (the two
-        agree: same badge word, same figures): nbconvert, a docs site, GitHub and any frontend
-        without a widget manager show this. Once frozen, the same bundle every time."""
-        with self._lock:
-            if self._frozen_state is not None:
-                return dict(self._frozen_bundle)
-            view = monitor_view(self.stats, self.names, max_rows=self.table.max_rows,
-                                live=False, colours=self.plots.colours(),
-                                taken_at=self.taken_at)
-            return {"text/plain": monitor_text(view),
-                    "text/html": monitor_html(view, self.plots.frame(),
-                                              list(self.plots.times),
-                                              self.plots.series_json())}
+    def _current_bundle(self) -> dict[str, str]:
+        view = monitor_view(self.stats, self.names, max_rows=self.table.max_rows, live=False,
+                            colours=self.plots.colours(), taken_at=self.taken_at)
+        return {"text/plain": monitor_text(view),
+                "text/html": monitor_html(view, self.plots.frame(), list(self.plots.times),
+                                          self.plots.series_json())}
 
     # -- display ----------------------------------------------------------------------------
-
-    def __repr__(self) -> str:
-        if not self.running:
-            self.update()
-        return self.static_bundle()["text/plain"]
 
     def _repr_html_(self) -> str:
         if not self.running:

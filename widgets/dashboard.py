@@ -33,7 +33,6 @@ HTML form is drawn by :mod:`netq.widgets.dashboard_html`.
 from __future__ import annotations
 
 import collections
-import logging
 import re
 import threading
 import time
@@ -68,12 +67,11 @@ from .dashboard_model import (
     map_layout,
 )
 from .replaceable import LiveWidget, ReplaceableView
-from .sampler import view_thread_class
+from .sampler import SamplingThread
 
 __all__ = ("Dashboard", "DashboardWidget", "dashboard", "Link", "Stall", "DashboardSnapshot",
            "HISTORY", "MAX_LINKS", "MAX_COMMUNICATORS", "MAP_NODES", "MAX_STALLS")
 
-LOGGER = logging.getLogger("netq.widgets")
 DEFAULT_INTERVAL = 1.0  # seconds
 MAX_LINKS = 12  # link rows shown; the others are summed in one aggregate row
 MAX_COMMUNICATORS = 10  # communicator rows shown; likewise
@@ -130,13 +128,10 @@ class Dashboard(ReplaceableView):
         self._ended: collections.deque[Stall] = collections.deque(maxlen=stall_log)
         self._link_history: dict[tuple[uuid.UUID, uuid.UUID], History] = {}
         self._communicator_history: dict[uuid.UUID, History] = {}
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
+        self._sampling: _DashboardSampling | None = None
         self._stopped = False
-        self.ticks = 0  # samples taken by the thread
+        self.ticks = 0  # samples taken by the sampling threads
         self._samples = 0  # samples taken by anyone (the history's clock)
-        self.cpu_seconds = 0.0  # CPU time of the sampling thread (time.thread_time)
-        self.wall_seconds = 0.0
         self.errors: collections.deque[BaseException] = collections.deque(maxlen=20)
         self.widget = DashboardWidget()
         self.snapshot = DashboardSnapshot(time.time())
@@ -236,10 +231,8 @@ class Dashboard(ReplaceableView):
 
     def _end_sampling(self) -> None:
         """End the sampling thread (within one interval) and wait for it."""
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(5.0)
+        if self._sampling is not None:
+            self._sampling.stop()
 
     def start(self) -> Dashboard:
         """Start the sampling thread (idempotent); a frozen view is live again."""
@@ -247,16 +240,15 @@ class Dashboard(ReplaceableView):
             self._stopped = False
             return self
         self._thaw()
-        self._stop.clear()
-        self._thread = view_thread_class()(target=self._run, name="netq-dashboard", daemon=True)
-        self._thread.start()
+        self._sampling = _DashboardSampling(self)
+        self._sampling.start()
         self.update()  # the view says live from now on
         self._show_live()
         return self
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
+        return self._sampling is not None and self._sampling.alive
 
     @property
     def view_state(self) -> str:
@@ -276,46 +268,19 @@ class Dashboard(ReplaceableView):
         """How many links have a history kept (those seen within the history window)."""
         return len(self._link_history)
 
+    @property
+    def cpu_seconds(self) -> float:
+        """CPU time of the (last) sampling thread, in seconds (time.thread_time)."""
+        return self._sampling.cpu_seconds if self._sampling is not None else 0.0
+
     def cpu_fraction(self) -> float:
         """CPU time of the sampling thread / its wall-clock lifetime (1.0 = one core)."""
-        return self.cpu_seconds / max(self.wall_seconds, 1e-9)
+        return self._sampling.cpu_fraction() if self._sampling is not None else 0.0
 
     def cpu_per_tick(self) -> float:
         """Seconds of CPU the sampling thread spent per sample (0 before the first)."""
-        return self.cpu_seconds / self.ticks if self.ticks else 0.0
-
-    def _run(self) -> None:
-        cpu_start, wall_start = time.thread_time(), time.monotonic()
-        idle_since: float | None = None
-        seen_open = False
-        try:
-            while not self._stop.wait(self.interval):
-                if getattr(threading.current_thread(), "should_exit", False):
-                    break  # marimo re-ran or deleted the cell that started it
-                try:
-                    self.update()
-                except Exception as error:  # noqa: BLE001 - never print from a thread
-                    self.errors.append(error)
-                    LOGGER.debug("netq dashboard: %r", error, exc_info=error)
-                self.ticks += 1
-                self.cpu_seconds = time.thread_time() - cpu_start
-                self.wall_seconds = time.monotonic() - wall_start
-                states = [s.state for s in self.snapshot.communicators.values()]
-                if any(state != "closed" for state in states):
-                    seen_open, idle_since = True, None
-                    continue
-                now = time.monotonic()
-                idle_since = idle_since if idle_since is not None else now
-                if seen_open or now - idle_since >= self.idle_stop:
-                    break
-        finally:
-            self._stop.set()
-            try:
-                self._finish()
-            except Exception as error:  # noqa: BLE001 - never print from a thread
-                self.errors.append(error)
-            self.cpu_seconds = time.thread_time() - cpu_start
-            self.wall_seconds = time.monotonic() - wall_start
+        ticks = self._sampling.ticks if self._sampling is not None else 0
+        return self.cpu_seconds / ticks if ticks else 0.0
 
     def _finish(self) -> None:
         """The thread ended: the view freezes (once every communicator closed, on the last
@@ -354,7 +319,7 @@ class Dashboard(ReplaceableView):
                 return self._frozen_state
             if snapshot.communicators and not any_open:
                 return "closed"
-            ended = self._thread is not None and not self.running
+            ended = self._sampling is not None and not self.running
             return "stopped" if self._stopped or ended else "snapshot"
         words = {communicator_state(s) for s in stats}
         if snapshot.active_stalls or "waiting" in words:
@@ -540,6 +505,35 @@ class Dashboard(ReplaceableView):
         if not self._stopped:
             self.start()
         return self.widget
+
+
+class _DashboardSampling(SamplingThread):
+    """The dashboard's thread (``netq-dashboard``): :meth:`Dashboard.update` each tick; it
+    ends once every communicator it saw open has closed, or after ``idle_stop`` seconds
+    without any open, and the dashboard freezes (:meth:`Dashboard._finish`)."""
+
+    def __init__(self, board: Dashboard) -> None:
+        super().__init__("netq-dashboard", board.interval, board.errors)
+        self.board = board
+        self.idle_since: float | None = None
+        self.seen_open = False
+
+    def _tick(self) -> bool:
+        board = self.board
+        try:
+            board.update()
+        except Exception as error:  # noqa: BLE001 - never print from a thread
+            self._record(error)
+        board.ticks += 1
+        if _open_count(board.snapshot):
+            self.seen_open, self.idle_since = True, None
+            return True
+        now = time.monotonic()
+        self.idle_since = self.idle_since if self.idle_since is not None else now
+        return not (self.seen_open or now - self.idle_since >= board.idle_stop)
+
+    def _finished(self) -> None:
+        self.board._finish()
 
 
 def _open_count(snapshot: DashboardSnapshot) -> int:

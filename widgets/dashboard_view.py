@@ -23,8 +23,8 @@ from ..display.formatting import (
     format_count,
     format_duration,
 )
-from ..display.tables import with_names
-from ..display.view_model import clock, snapshot_sentence
+from ..display.tables import peer_name, with_names
+from ..display.view_model import clock, snapshot_sentence, static_badge
 from ..statistics import CommunicatorStatistics
 from .dashboard_model import (
     HISTORY,
@@ -140,14 +140,14 @@ class DashboardModel:
     # -- what the view shows -------------------------------------------------------------------
 
     def name(self, ident: uuid.UUID) -> str:
-        """A communicator's (or outside peer's) display name."""
+        """A communicator's (or outside peer's) display name: its name in ``names``, else
+        its role and :func:`~netq.display.tables.peer_name` (``server 1a2b3c4d``)."""
         given = self.names.get(ident)
         if given is not None:
             return given
         snapshot = self.snapshot.communicators.get(ident)
-        if snapshot is None:
-            return f"peer {str(ident)[:8]}"
-        return f"{snapshot.purpose} {str(ident)[:8]}"
+        role = "peer" if snapshot is None else snapshot.purpose
+        return f"{role} {peer_name(ident)}"
 
     def named(self, text: str) -> str:
         """``text`` (a sentence of ``statistics()``) with every id in it written as its
@@ -163,11 +163,8 @@ class DashboardModel:
         stats = snapshot.communicators.values()
         any_open = any(s.state != "closed" for s in stats)
         if not live:
-            if frozen is not None:
-                return frozen
-            if snapshot.communicators and not any_open:
-                return "closed"
-            return "stopped" if stopped else "snapshot"
+            return static_badge(bool(snapshot.communicators) and not any_open,
+                                frozen or ("stopped" if stopped else None))
         words = {communicator_state(s) for s in stats}
         if snapshot.active_stalls or "waiting" in words:
             return "waiting"

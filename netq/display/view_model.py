@@ -37,7 +37,7 @@ from .tables import (
 )
 
 __all__ = ("NEGATIVE_CREDIT", "LIVE_STATES", "STATIC_STATES", "busiest_first", "badge_state",
-           "snapshot_sentence", "clock", "FinalPicture", "monitor_view")
+           "static_badge", "snapshot_sentence", "clock", "FinalPicture", "monitor_view")
 
 NEGATIVE_CREDIT = ("credit may dip below zero by up to one message: a message may start on "
                    "any positive credit (netq.statistics)")
@@ -65,9 +65,16 @@ def badge_state(stats: CommunicatorStatistics, *, live: bool,
     else ``closed`` or ``snapshot``: never a live state."""
     if live:
         return title_state(stats).replace(" ", "-")
+    return static_badge(stats.state == "closed", view_state)
+
+
+def static_badge(closed: bool, view_state: str | None = None) -> str:
+    """The badge of a static form (the monitor's and the dashboard's): ``view_state`` if it
+    is one of :data:`STATIC_STATES` (what a frozen or stopped view keeps saying), else
+    ``closed`` when what it shows is closed, else ``snapshot``."""
     if view_state in STATIC_STATES:
         return view_state
-    return "closed" if stats.state == "closed" else "snapshot"
+    return "closed" if closed else "snapshot"
 
 
 def clock(when: float) -> str:

@@ -100,26 +100,31 @@ class FinalPicture(Generic[Picture]):
 
     Feed it every sample taken while the thing shown is open, with its ``size`` (a monitor:
     its peers still connected; the dashboard: its communicators still open). Closing is
-    seen as a decline: samples whose size keeps falling, one after the other. :meth:`final`
-    is the sample just before the current decline began (the full picture: the 32 peers,
-    their rates and waits) or, if none is under way, the newest sample. A sample that does
-    not fall (a steady or growing size) ends a decline: a peer that left long ago does not
-    pin the picture to its time. Holds two samples, whatever they are.
+    seen as a decline: samples whose size falls, one after the other, with at most one
+    sample between two falls that holds it (one client's ``close()`` may outlast a sampling
+    interval). :meth:`final` is the sample just before the current decline began (the full
+    picture: the 32 peers, their rates and waits) or, if none is under way, the newest one.
+    A size that grows, or holds for two samples in a row, ends a decline: a peer that left
+    long ago does not pin the picture to its time. Holds two samples, whatever they are.
     """
 
-    __slots__ = ("_newest", "_newest_size", "_before_decline")
+    __slots__ = ("_newest", "_newest_size", "_before_decline", "_held")
 
     def __init__(self) -> None:
         self._newest: Picture | None = None
         self._newest_size = 0
         self._before_decline: Picture | None = None
+        self._held = False  # the size held once since the decline's last fall
 
     def add(self, picture: Picture, size: int) -> None:
         if self._newest is not None and size < self._newest_size:
             if self._before_decline is None:
                 self._before_decline = self._newest
+            self._held = False
+        elif size == self._newest_size and self._before_decline is not None and not self._held:
+            self._held = True
         else:
-            self._before_decline = None
+            self._before_decline, self._held = None, False
         self._newest, self._newest_size = picture, size
 
     def final(self) -> Picture | None:

@@ -89,18 +89,6 @@ def test_freeze_keeps_the_monitor_as_it_is_whatever_follows(frontend):
     assert monitor.static_bundle() == kept and not netq_threads()
 
 
-def test_start_after_freeze_is_live_again(frontend):
-    with Traffic(clients=1) as traffic:
-        monitor = Monitor(traffic.server, interval=0.05, start=True)
-        monitor.freeze()
-        wait_for(lambda: not netq_threads(), message="the sampler thread to end")
-        monitor.start()
-        assert monitor.running and not monitor.frozen and monitor.view_state is None
-        assert frontend.state(monitor.widget)["view"]["live"] is True
-        monitor.stop()
-        assert monitor.view_state == "stopped"
-
-
 def test_at_close_the_monitor_keeps_its_last_live_picture(frontend):
     with Traffic(clients=3) as traffic:
         monitor = Monitor(traffic.server, interval=0.05, names=traffic.names, start=True)

@@ -12,6 +12,7 @@ import re
 import sys
 import threading
 
+import pytest
 from netq.widgets import Monitor, MonitorWidget, Sampler
 from netq.widgets.replaceable import PARKED_ESM
 
@@ -139,13 +140,17 @@ def test_two_views_share_one_sampler_and_both_update(frontend):
         assert not traffic.server.closed  # stopping a monitor leaves the communicator alone
 
 
-def test_restart_after_stop_and_after_close(frontend):
+@pytest.mark.parametrize("halt", ["stop", "freeze"])
+def test_restart_after_stop_or_freeze_and_after_close(frontend, halt):
     with Traffic(clients=1) as traffic:
         monitor = Monitor(traffic.server, interval=0.1, start=True)
-        monitor.stop()
+        getattr(monitor, halt)()
+        assert monitor.frozen and monitor.view_state == {"stop": "stopped",
+                                                         "freeze": "snapshot"}[halt]
         wait_for(lambda: not monitor_threads(), message="the thread to end")
         monitor.start()
         assert monitor.running and len(monitor_threads()) == 1
+        assert not monitor.frozen and monitor.view_state is None
         assert frontend.state(monitor.widget)["view"]["live"] is True
     wait_for(lambda: not monitor_threads(), message="the thread to end with the server")
     monitor.start()  # closed communicator: keeps its last live picture, starts nothing

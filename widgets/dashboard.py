@@ -232,7 +232,8 @@ class Dashboard(ReplaceableView):
         return self.model.names
 
     def name(self, ident: uuid.UUID) -> str:
-        """A communicator's (or outside peer's) display name (:meth:`DashboardModel.name`)."""
+        """A communicator's (or outside peer's) display name
+        (:meth:`~netq.widgets.dashboard_view.DashboardModel.name`)."""
         return self.model.name(ident)
 
     def named(self, text: str) -> str:
@@ -252,7 +253,8 @@ class Dashboard(ReplaceableView):
 
     def view(self, figures: Mapping[tuple[uuid.UUID, uuid.UUID], LinkFigures] | None = None,
              *, live: bool = False) -> dict[str, Any]:
-        """The JSON document the live view draws (:meth:`DashboardModel.view`)."""
+        """The JSON document the live view draws
+        (:meth:`~netq.widgets.dashboard_view.DashboardModel.view`)."""
         return self.model.view(figures, live=live, frozen=self._frozen_state,
                                stopped=self._ended())
 
@@ -269,7 +271,7 @@ class Dashboard(ReplaceableView):
 
     @property
     def html(self) -> str:
-        """:meth:`static_html`: what a page without a widget manager shows."""
+        """``static_html()``: what a page without a widget manager shows."""
         return self.static_html()
 
     def to_html(self) -> str:

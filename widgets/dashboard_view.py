@@ -185,7 +185,7 @@ class DashboardModel:
     def view(self, figures: Mapping[tuple[uuid.UUID, uuid.UUID], LinkFigures] | None = None,
              *, live: bool = False, frozen: str | None = None,
              stopped: bool = False) -> dict[str, Any]:
-        """The JSON document the live view draws (and :meth:`static_html` renders): every
+        """The JSON document the live view draws (and the static forms render): every
         figure formatted, the rows to show, the sparklines (integers 0..100 of each row's
         maximum, which is given formatted), the map's layout and the waits."""
         snap = self.snapshot

@@ -316,7 +316,7 @@ class Monitor(ReplaceableView):
     def update(self, stats: CommunicatorStatistics | None = None) -> None:
         """Show one snapshot (default: a fresh ``statistics()``): one more point in the charts,
         the table and title as of now, sent to the browser in one message. Does nothing once
-        the view is frozen (:meth:`freeze`, :meth:`stop`, its communicator closed) until
+        the view is frozen (``freeze()``, ``stop()``, its communicator closed) until
         :meth:`start`. The first closed snapshot freezes the view on its last live picture."""
         if self._frozen_state is not None:
             return
@@ -406,8 +406,8 @@ class Monitor(ReplaceableView):
 
     @property
     def view_state(self) -> str | None:
-        """The static form's badge once frozen: ``snapshot`` (:meth:`freeze`), ``stopped``
-        (:meth:`stop`) or ``closed``; None while the view may still update."""
+        """The static form's badge once frozen: ``snapshot`` (``freeze()``), ``stopped``
+        (``stop()``) or ``closed``; None while the view may still update."""
         return self._frozen_state
 
     def close(self) -> None:

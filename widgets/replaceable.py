@@ -112,7 +112,7 @@ class ReplaceableView(abc.ABC):
         """Stop sampling and keep the view exactly as it is now, live and in its static form
         (the ``text/html`` and ``text/plain`` a notebook stores): every figure from the last
         sample shown, with the sentence ``snapshot taken HH:MM:SS, not live (frozen)``. Later
-        cells, :meth:`stop` and what it shows closing leave it as it is; ``start()`` makes it
+        cells, ``stop()`` and what it shows closing leave it as it is; ``start()`` makes it
         live again. Calling it again does nothing. Returns the view."""
         with self._lock:
             changed = self._frozen_state is None
@@ -136,7 +136,7 @@ class ReplaceableView(abc.ABC):
 
     @property
     def frozen(self) -> bool:
-        """True once the view keeps one picture (:meth:`freeze`, :meth:`stop`, closed)."""
+        """True once the view keeps one picture (``freeze()``, ``stop()``, closed)."""
         return self._frozen_state is not None
 
     def _thaw(self) -> None:

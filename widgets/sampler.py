@@ -53,7 +53,7 @@ class SamplingThread(abc.ABC):
     """The loop of a view's sampling thread (``name``, a daemon), the monitor's sampler and
     the dashboard's alike: every ``interval`` seconds one :meth:`_tick`, until :meth:`stop`,
     until a tick says so, or until marimo re-runs or deletes the cell that started it; then
-    :meth:`_finished`, on the thread. It never prints: an error is kept in :attr:`errors`
+    :meth:`_finished`, on the thread. It never prints: an error is kept in ``errors``
     (and logged at DEBUG level on the ``netq.widgets`` logger). Its CPU time and lifetime
     are measured (:meth:`cpu_fraction`)."""
 

@@ -61,7 +61,7 @@ def badge_state(stats: CommunicatorStatistics, *, live: bool,
     """The badge's ``data-state``: while live, the communicator's state as
     :func:`~netq.display.tables.title_state` refines it (``waiting`` when any peer's traffic
     or a ``get()`` waits); in a static form ``view_state`` if it is one of
-    :data:`STATIC_STATES` (a view frozen before its communicator closed says ``closed``),
+    ``STATIC_STATES`` (a view frozen before its communicator closed says ``closed``),
     else ``closed`` or ``snapshot``: never a live state."""
     if live:
         return title_state(stats).replace(" ", "-")
@@ -70,7 +70,7 @@ def badge_state(stats: CommunicatorStatistics, *, live: bool,
 
 def static_badge(closed: bool, view_state: str | None = None) -> str:
     """The badge of a static form (the monitor's and the dashboard's): ``view_state`` if it
-    is one of :data:`STATIC_STATES` (what a frozen or stopped view keeps saying), else
+    is one of ``STATIC_STATES`` (what a frozen or stopped view keeps saying), else
     ``closed`` when what it shows is closed, else ``snapshot``."""
     if view_state in STATIC_STATES:
         return view_state
@@ -91,10 +91,10 @@ def snapshot_sentence(state: str, taken_at: float, reason: str | None = None) ->
     return f"snapshot taken {clock(taken_at)}, not live" + (f" ({why})" if why else "")
 
 
-Picture = TypeVar("Picture")
+_PictureT = TypeVar("_PictureT")
 
 
-class FinalPicture(Generic[Picture]):
+class FinalPicture(Generic[_PictureT]):
     """The picture a view keeps when what it shows closes: the last sample taken before the
     closing began, not the empty one after it.
 
@@ -111,12 +111,12 @@ class FinalPicture(Generic[Picture]):
     __slots__ = ("_newest", "_newest_size", "_before_decline", "_held")
 
     def __init__(self) -> None:
-        self._newest: Picture | None = None
+        self._newest: _PictureT | None = None
         self._newest_size = 0
-        self._before_decline: Picture | None = None
+        self._before_decline: _PictureT | None = None
         self._held = False  # the size held once since the decline's last fall
 
-    def add(self, picture: Picture, size: int) -> None:
+    def add(self, picture: _PictureT, size: int) -> None:
         if self._newest is not None and size < self._newest_size:
             if self._before_decline is None:
                 self._before_decline = self._newest
@@ -127,7 +127,7 @@ class FinalPicture(Generic[Picture]):
             self._before_decline, self._held = None, False
         self._newest, self._newest_size = picture, size
 
-    def final(self) -> Picture | None:
+    def final(self) -> _PictureT | None:
         """The picture to keep (None before the first sample)."""
         return self._before_decline if self._before_decline is not None else self._newest
 

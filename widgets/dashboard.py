@@ -18,16 +18,20 @@
 
 The live view is an anywidget widget (:class:`DashboardWidget`): ``frontend/dashboard.js``
 draws one synced trait, ``view``, a JSON document Python computes from the snapshot (every
-figure already formatted by :mod:`netq.display`). One thread (``netq-dashboard``) samples every
-communicator's ``statistics()`` and sets it. It ends when no communicator has been open for
-``idle_stop`` seconds (at once once every communicator it saw has closed, after showing them
-closed) or on :meth:`Dashboard.stop`; the view then says it is a snapshot (``data-live="0"``).
-:meth:`Dashboard.static_html` draws the same document without a script (the saved page, the
+figure already formatted by :mod:`netq.display`). One thread (``netq-dashboard``, the views'
+sampling loop :class:`~netq.widgets.sampler.SamplingThread`) samples every communicator's
+``statistics()`` and sets it. It ends when no communicator has been open for ``idle_stop``
+seconds, at once when every communicator it saw has closed, or on ``freeze()`` /
+``stop()``; the view then keeps one picture (once all closed: the last one before they
+began closing, links included) and says it is a snapshot (``data-live="0"``).
+``static_html()`` draws the same document without a script (the saved page, the
 ``text/html`` form beside the widget, and what replaces the widget in a notebook's output once
-the dashboard stops).
+the dashboard is frozen), ``repr()`` as text.
 
-What a tick sees (links, waits, histories) is :mod:`netq.widgets.dashboard_model`; the static
-HTML form is drawn by :mod:`netq.widgets.dashboard_html`.
+What a tick sees (links, figures, histories, the map's geometry) is
+:mod:`netq.widgets.dashboard_model`; the log of waits, the names and the document are
+:mod:`netq.widgets.dashboard_view`; the static forms are drawn by
+:mod:`netq.widgets.dashboard_html`.
 """
 
 from __future__ import annotations

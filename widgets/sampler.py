@@ -1,4 +1,5 @@
-"""One background sampler per communicator, shared by all of its live views.
+"""The sampling threads of the live views: one loop (:class:`SamplingThread`), and one
+background sampler per communicator (:class:`Sampler`), shared by all of its monitors.
 
 The sampler thread (``netq-monitor-<id>``, a daemon) calls ``statistics()`` every ``interval``
 seconds and hands the same frozen snapshot to every attached view, so two monitors of one
@@ -15,6 +16,7 @@ ends instead of feeding a widget marimo has closed. Everywhere else it is a plai
 
 from __future__ import annotations
 
+import abc
 import collections
 import logging
 import sys
@@ -22,7 +24,7 @@ import threading
 import time
 from typing import Protocol as _Protocol
 
-__all__ = ("Sampler", "View", "view_thread_class")
+__all__ = ("SamplingThread", "Sampler", "View", "view_thread_class")
 
 LOGGER = logging.getLogger("netq.widgets")
 DEFAULT_INTERVAL = 0.5  # seconds: 2 Hz
@@ -47,25 +49,102 @@ class View(_Protocol):
     def _sampler_stopped(self, stats) -> None: ...  # the last snapshot, then no more calls
 
 
-class Sampler:
-    """Samples one communicator for its views. Use :meth:`attach` / :meth:`detach`."""
+class SamplingThread(abc.ABC):
+    """The loop of a view's sampling thread (``name``, a daemon), the monitor's sampler and
+    the dashboard's alike: every ``interval`` seconds one :meth:`_tick`, until :meth:`stop`,
+    until a tick says so, or until marimo re-runs or deletes the cell that started it; then
+    :meth:`_finished`, on the thread. It never prints: an error is kept in ``errors``
+    (and logged at DEBUG level on the ``netq.widgets`` logger). Its CPU time and lifetime
+    are measured (:meth:`cpu_fraction`)."""
+
+    def __init__(self, name: str, interval: float,
+                 errors: collections.deque[BaseException] | None = None) -> None:
+        self.interval = interval
+        self._stop = threading.Event()
+        self.errors: collections.deque[BaseException] = (
+            errors if errors is not None else collections.deque(maxlen=20))
+        self.ticks = 0
+        self.cpu_seconds = 0.0  # CPU time of the thread (time.thread_time)
+        self.started_at = time.monotonic()
+        self.stopped_at: float | None = None
+        self.thread = view_thread_class()(target=self._run, name=name, daemon=True)
+
+    @abc.abstractmethod
+    def _tick(self) -> bool:
+        """Sample once for the views; False ends the thread."""
+
+    @abc.abstractmethod
+    def _finished(self) -> None:
+        """The thread is ending (after its last tick; on the thread)."""
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """End the thread (within one interval) and wait for it, unless called on it."""
+        self._stop.set()
+        if self.thread.is_alive() and threading.current_thread() is not self.thread:
+            self.thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self.thread.is_alive() and not self._stop.is_set() and not self._cell_gone()
+
+    def _cell_gone(self) -> bool:
+        """marimo re-ran or deleted the cell that started this thread (False elsewhere)."""
+        return bool(getattr(self.thread, "should_exit", False))
+
+    @property
+    def wall_seconds(self) -> float:
+        """The thread's lifetime so far (or in all, once it ended), in seconds."""
+        end = self.stopped_at if self.stopped_at is not None else time.monotonic()
+        return end - self.started_at
+
+    def cpu_fraction(self) -> float:
+        """CPU time of the thread / its wall-clock lifetime (1.0 = one core)."""
+        return self.cpu_seconds / max(self.wall_seconds, 1e-9)
+
+    def _run(self) -> None:
+        cpu_start = time.thread_time()
+        try:
+            while not self._stop.wait(self.interval) and not self._cell_gone():
+                going_on = self._tick()
+                self.ticks += 1
+                self.cpu_seconds = time.thread_time() - cpu_start
+                if not going_on:
+                    break
+        finally:
+            self._stop.set()
+            try:
+                self._finished()
+            except Exception as error:  # noqa: BLE001 - never print from a thread
+                self._record(error)
+            self.cpu_seconds = time.thread_time() - cpu_start
+            self.stopped_at = time.monotonic()
+
+    def _record(self, error: BaseException) -> None:
+        self.errors.append(error)
+        LOGGER.debug("netq view sampling: %r", error, exc_info=error)
+
+
+class Sampler(SamplingThread):
+    """Samples one communicator for its views. Use :meth:`attach` / :meth:`detach`.
+
+    The thread (``netq-monitor-<id>``) calls ``statistics()`` every ``interval`` seconds and
+    hands the same frozen snapshot to every attached view, so two monitors of one
+    communicator cost one snapshot per tick and show the same numbers. It stops when the
+    communicator has closed (after handing that closed snapshot to its views) or when its
+    last view detaches; a view that raises is detached."""
 
     _registry: dict[int, Sampler] = {}  # id(communicator) -> its running sampler
     _registry_lock = threading.Lock()
 
     def __init__(self, communicator, interval: float) -> None:
+        super().__init__(f"netq-monitor-{str(communicator.id)[:8]}", interval)
         self.communicator = communicator
-        self.interval = interval
         self._views: list = []
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self.errors: collections.deque = collections.deque(maxlen=20)
-        self.ticks = 0
-        self.cpu_seconds = 0.0  # CPU time of the sampler thread (time.thread_time)
-        self.started_at = time.monotonic()
-        self.stopped_at: float | None = None
-        name = f"netq-monitor-{str(communicator.id)[:8]}"
-        self.thread = view_thread_class()(target=self._run, name=name, daemon=True)
+        self._last = None  # the last snapshot taken
 
     # -- registry -------------------------------------------------------------------------
 
@@ -84,7 +163,7 @@ class Sampler:
             sampler = cls(communicator, interval)
             cls._registry[id(communicator)] = sampler
             sampler._views.append(view)
-            sampler.thread.start()
+            sampler.start()
         return sampler
 
     @classmethod
@@ -112,14 +191,6 @@ class Sampler:
                 del self._registry[id(self.communicator)]
 
     @property
-    def alive(self) -> bool:
-        return self.thread.is_alive() and not self._stop.is_set() and not self._cell_gone()
-
-    def _cell_gone(self) -> bool:
-        """marimo re-ran or deleted the cell that started this thread (False elsewhere)."""
-        return bool(getattr(self.thread, "should_exit", False))
-
-    @property
     def views(self) -> tuple:
         with self._lock:
             return tuple(self._views)
@@ -128,51 +199,36 @@ class Sampler:
         """Stop sampling for every view and wait for the thread."""
         self._stop.set()
         self._unregister()
-        if self.thread.is_alive() and threading.current_thread() is not self.thread:
-            self.thread.join(timeout)
-
-    def cpu_fraction(self) -> float:
-        """CPU time of the sampler thread / its wall-clock lifetime (1.0 = one core)."""
-        end = self.stopped_at if self.stopped_at is not None else time.monotonic()
-        return self.cpu_seconds / max(end - self.started_at, 1e-9)
+        super().stop(timeout)
 
     # -- the thread ---------------------------------------------------------------------
 
-    def _run(self) -> None:
-        cpu_start = time.thread_time()
-        stats = None
+    def _tick(self) -> bool:
         try:
-            while not self._stop.wait(self.interval) and not self._cell_gone():
-                try:
-                    stats = self.communicator.statistics()
-                except Exception as error:  # noqa: BLE001 - never print from a thread
-                    self._record(error)
-                    break
-                self.ticks += 1
-                for view in self.views:
-                    try:
-                        view._sample(stats)
-                    except Exception as error:  # noqa: BLE001 - a broken view is detached
-                        self._record(error)
-                        with self._lock:
-                            if view in self._views:
-                                self._views.remove(view)
+            stats = self.communicator.statistics()
+        except Exception as error:  # noqa: BLE001 - never print from a thread
+            self._record(error)
+            return False
+        self._last = stats
+        for view in self.views:
+            try:
+                view._sample(stats)
+            except Exception as error:  # noqa: BLE001 - a broken view is detached
+                self._record(error)
                 with self._lock:
-                    if stats.state == "closed" or not self._views:
-                        self._stop.set()
-                        break
-                self.cpu_seconds = time.thread_time() - cpu_start
-        finally:
-            self._stop.set()
-            self._unregister()
-            for view in self.views:
-                try:
-                    view._sampler_stopped(stats)
-                except Exception as error:  # noqa: BLE001
-                    self._record(error)
-            self.cpu_seconds = time.thread_time() - cpu_start
-            self.stopped_at = time.monotonic()
+                    if view in self._views:
+                        self._views.remove(view)
+        with self._lock:
+            if stats.state == "closed" or not self._views:
+                self._stop.set()
+                return False
+        return True
 
-    def _record(self, error: BaseException) -> None:
-        self.errors.append(error)
-        LOGGER.debug("netq monitor sampler: %r", error, exc_info=error)
+    def _finished(self) -> None:
+        self._stop.set()
+        self._unregister()
+        for view in self.views:
+            try:
+                view._sampler_stopped(self._last)
+            except Exception as error:  # noqa: BLE001
+                self._record(error)

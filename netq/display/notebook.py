@@ -18,16 +18,17 @@ from collections.abc import Mapping
 
 from .kernel import in_kernel
 from .static_form import static_bundle
-from .tables import text_table
 
 __all__ = ("in_kernel", "StaticSummary", "widgets_missing", "monitor", "communicator_bundle",
            "communicator_display", "communicator_marimo")
 
 
 class StaticSummary:
-    """A communicator's summary as text and HTML, fresh at each display; no thread.
+    """A communicator's summary as text and HTML (one snapshot drawn both ways, so the two
+    agree), fresh at each display until :meth:`freeze`; no thread.
 
-    What ``Communicator.monitor()`` returns when the widget dependencies are not installed.
+    What ``Communicator.monitor()`` returns when the widget dependencies are not installed:
+    it has the monitor's ``start``, ``stop``, ``freeze`` and ``frozen``.
     """
 
     def __init__(self, communicator, names: Mapping[uuid.UUID, str] | None = None,
@@ -36,15 +37,32 @@ class StaticSummary:
         self.names = names
         self.max_rows = max_rows
         self.reason = reason  # why this is not a live widget
+        self._kept: dict[str, str] | None = None  # once frozen: the bundle shown for good
+
+    def static_bundle(self) -> dict[str, str]:
+        """``text/plain`` + ``text/html`` of a fresh snapshot (once frozen, the kept one)."""
+        if self._kept is not None:
+            return dict(self._kept)
+        return static_bundle(self.communicator.statistics(), self.names, self.max_rows)
 
     def __repr__(self) -> str:
-        return text_table(self.communicator.statistics(), self.names, self.max_rows)
+        return self.static_bundle()["text/plain"]
 
     def _repr_html_(self) -> str:
-        return static_bundle(self.communicator.statistics(), self.names,
-                             self.max_rows)["text/html"]
+        return self.static_bundle()["text/html"]
 
-    def start(self) -> StaticSummary:  # the Monitor interface, doing nothing
+    def freeze(self) -> StaticSummary:
+        """Keep the summary of this moment (calling it again does nothing)."""
+        if self._kept is None:
+            self._kept = self.static_bundle()
+        return self
+
+    @property
+    def frozen(self) -> bool:
+        return self._kept is not None
+
+    def start(self) -> StaticSummary:  # the Monitor interface: shows fresh snapshots again
+        self._kept = None
         return self
 
     def stop(self) -> None:

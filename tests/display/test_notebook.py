@@ -14,7 +14,7 @@ def test_core_netq_works_without_the_widget_dependencies():
     """ipywidgets, anywidget and bokeh made unimportable: netq imports, serves, and its
     displays fall back to static text/HTML (the monitor's static form, a snapshot)."""
     script = textwrap.dedent("""
-        import sys, warnings
+        import sys, time, warnings
         class Block:
             def find_spec(self, name, path=None, target=None):
                 if name.split(".")[0] in ("ipywidgets", "anywidget", "bokeh", "comm"):
@@ -38,7 +38,17 @@ def test_core_netq_works_without_the_widget_dependencies():
             view = server.monitor()
         assert isinstance(view, StaticSummary), view
         assert "netq[widgets]" in str(caught[0].message)
-        assert repr(view).startswith("netq server tcp") and "netq-peers" in view._repr_html_()
+        assert repr(view).startswith("netq TCP server on ") and "netq-peers" in view._repr_html_()
+        assert view.freeze() is view and view.frozen and view.freeze() is view
+        kept = (repr(view), view._repr_html_())
+        client = nq.new(purpose=nq.Purpose.CLIENT, options=nq.CommunicatorOptions(
+            netloc=nq.NetworkLocation(host="127.0.0.1", port=server.address[1])))
+        deadline = time.monotonic() + 30
+        while not server.peers and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.peers and (repr(view), view._repr_html_()) == kept  # frozen: as it was
+        assert "1 peer" in repr(view.start())  # live again: a fresh snapshot
+        client.close()
         server.close()
         print("ok")
     """)

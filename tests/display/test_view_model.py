@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from netq.display.view_model import LIVE_STATES, STATIC_STATES, monitor_view
+from netq.display.view_model import (
+    LIVE_STATES,
+    STATIC_STATES,
+    FinalPicture,
+    monitor_view,
+    snapshot_sentence,
+    static_badge,
+)
 
 from .snapshots import row, stats
 
@@ -33,7 +40,9 @@ def test_the_badge_is_never_a_live_state_when_static():
     assert badge(snapshot) == "snapshot"
     assert monitor_view(snapshot)["snapshot"].startswith("snapshot taken ")
     assert badge(snapshot, view_state="stopped") == "stopped"
-    assert badge(dataclasses.replace(snapshot, state="closed"), view_state="stopped") == "closed"
+    assert badge(dataclasses.replace(snapshot, state="closed")) == "closed"
+    # a view stopped (or frozen) before its communicator closed keeps saying so
+    assert badge(dataclasses.replace(snapshot, state="closed"), view_state="stopped") == "stopped"
     waiting = stats(row(blocked="no credit", blocked_for=6.0))
     assert badge(waiting, live=True) == "waiting"
     client = dataclasses.replace(stats(row(state="connecting")), purpose="client")
@@ -49,3 +58,32 @@ def test_a_waiting_get_is_listed_with_the_waits():
     idle = dataclasses.replace(stats(row()), get_waiting="get() has waited 7 s for a <message>")
     assert monitor_view(idle, live=True)["waiting"] == ["get() has waited 7 s for a <message>"]
     assert monitor_view(stats(row()), live=True)["waiting"] == []
+
+
+def keep(*sizes: int) -> str | None:
+    """What FinalPicture keeps after samples named by their index and of these sizes."""
+    final: FinalPicture[str] = FinalPicture()
+    assert final.final() is None
+    for index, size in enumerate(sizes):
+        final.add(f"s{index}", size)
+    return final.final()
+
+
+def test_the_final_picture_is_the_last_sample_before_the_closing_began():
+    assert keep(3, 3, 3) == "s2"  # nothing closing: the newest
+    assert keep(0, 3, 3, 2, 1, 0) == "s2"  # 3 peers, then the decline to 0
+    assert keep(32, 32, 20, 20, 3) == "s1"  # one sample holding the size inside a decline
+    assert keep(32, 31, 31, 31, 30) == "s3"  # one left long before: a decline of its own
+    assert keep(32, 31, 32, 32, 0) == "s3"  # the late joiner ended the first decline
+    assert keep(3, 2, 4) == "s2"  # growing ends a decline
+
+
+def test_the_static_badge_and_sentence_say_why_a_form_is_not_live():
+    assert static_badge(False) == "snapshot" and static_badge(True) == "closed"
+    assert static_badge(True, "stopped") == "stopped"  # stopped before it closed
+    assert static_badge(False, "open") == "snapshot"  # never a live state
+    sentence = snapshot_sentence("snapshot", 0.0, "frozen")
+    assert sentence.startswith("snapshot taken ") and sentence.endswith(", not live (frozen)")
+    assert snapshot_sentence("closed", 0.0).endswith("(the communicator is closed)")
+    assert "msg/s" not in " ".join(monitor_view(dataclasses.replace(
+        stats(row()), state="closed"))["title"]["facts"])  # no rate as current

@@ -45,6 +45,7 @@ import re
 import shutil
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -614,3 +615,101 @@ class Run:
         self.artifact("failure.txt").write_text(
             f"prompts: {prompts}\nviews: {views}\npage text (end): {body}\n"
             f"{self.frontend} log:\n{self.server.log()}\n")
+
+
+# ------------------------------------------------------------------ static forms in a page
+
+CROWD_SIZE = 32
+STALL_S = 0.5  # seconds a full share waits before statistics() says why (stall_warning)
+
+
+@pytest.mark.timeout(120)
+def test_static_forms_keep_the_waiting_crowd_and_the_links(chromium):
+    """What the docs site shows of a notebook's views: the static forms a monitor and a
+    dashboard leave once their communicators closed, opened in chromium. A server whose 32
+    clients each filled their share of its receive budget (every row waiting, and why),
+    then closed: the monitor's static form still shows the 32 rows and the wait's reason,
+    the dashboard's its 32 links, both dated and neither live."""
+    import gc
+
+    from netq.widgets import dashboard
+
+    import netq as nq
+
+    gc.collect()  # communicators earlier tests left unreferenced: not on this dashboard
+    kib = 1024
+    server = nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, nq.CommunicatorOptions(
+        netloc=nq.NetworkLocation("127.0.0.1", 0),
+        connection=nq.ConnectionOptions(recv_budget=CROWD_SIZE * 64 * kib,
+                                        stall_warning=STALL_S)))
+    clients = []
+    names = {}
+    for number in range(1, CROWD_SIZE + 1):
+        options = nq.CommunicatorOptions(
+            netloc=nq.NetworkLocation("127.0.0.1", server.address[1]),
+            connection=nq.ConnectionOptions(send_budget=128 * kib, stall_warning=STALL_S))
+        names[options.id] = f"peer-{number:02d}"
+        clients.append(nq.new(nq.Protocol.TCP, nq.Purpose.CLIENT, options))
+    monitor = server.monitor(interval=0.1, names=names, start=True)
+    board = dashboard(interval=0.1, names={server.id: "server", **names},
+                      max_links=CROWD_SIZE, start=True)
+    try:
+        wait_for_page(lambda: len(server.peers) == CROWD_SIZE, 30, "32 connected clients")
+        payload = bytes(16 * kib)
+        for client in clients:  # nobody takes: each share fills, then put() would block
+            while True:
+                try:
+                    client.put(payload, block=False)
+                except nq.Full:
+                    break
+
+        def every_row_waits() -> bool:
+            view = monitor.widget.view
+            return (view["title"]["state"] == "waiting" and len(view["rows"]) == CROWD_SIZE
+                    and all(row["blocked"] for row in view["rows"])
+                    and len(board.snapshot.links) == CROWD_SIZE)
+
+        wait_for_page(every_row_waits, 60, "32 waiting rows in the monitor, 32 links")
+    finally:
+        def drain() -> None:  # what the clients sent is taken: their close() is not held up
+            while True:
+                try:
+                    server.get_many(max_messages=256, timeout=0.1)
+                except nq.Empty:
+                    continue
+                except nq.ResourceClosed:
+                    return
+
+        drainer = threading.Thread(target=drain, name="test-drain", daemon=True)
+        drainer.start()
+        for client in clients:
+            client.close(timeout=10)
+        server.close(timeout=10)
+        drainer.join(10)
+    wait_for_page(lambda: not monitor.running and not board.running, 30,
+                  "both views to end with their communicators")
+    monitor_form, board_form = monitor.static_html(), board.static_html()
+    context = chromium.new_context(viewport=VIEWPORT)
+    try:
+        page = context.new_page()
+        page.set_content(f"<!DOCTYPE html><html><body>{monitor_form}{board_form}</body></html>")
+        views = read_views(page)
+        (shown,) = [view for view in views if view["kind"] == "monitor"]
+        (links,) = [view for view in views if view["kind"] == "dashboard"]
+        waits = page.locator(".netq-monitor ul.netq-waiting li").all_inner_texts()
+        page.screenshot(path=str(ARTIFACTS / "browser-static-forms.png"), full_page=True)
+    finally:
+        context.close()
+    assert shown["live"] == "0" and shown["state"] == "closed", shown
+    assert shown["snapshot"].startswith("snapshot taken ") and "closed after it" in shown[
+        "snapshot"], shown["snapshot"]
+    max_rows = monitor.table.max_rows or CROWD_SIZE
+    assert len(shown["peers"]) == min(CROWD_SIZE, max_rows), shown["peers"]
+    assert shown["others"] == (1 if max_rows < CROWD_SIZE else 0)
+    assert re.search(rf"\b{CROWD_SIZE} peers\b", shown["title"]), shown["title"]
+    assert len(shown["legend"]) > 0 and shown["series"], "the charts as they were"
+    assert len(waits) == CROWD_SIZE and all("recv_budget full" in text for text in waits), \
+        waits[:3]
+    assert links["live"] == "0" and links["state"] == "closed", links
+    assert {f"server→{name}" for name in names.values()} == set(links["links"]), links["links"]
+    assert all(count > 0 for count in links["linkSparklines"])

@@ -27,6 +27,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from transports.mqtt_testing import mosquitto_missing
+
 REPO = Path(__file__).resolve().parent.parent
 BINDER = REPO / "binder"
 PIN = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[^\s;#]+)$")
@@ -117,8 +119,8 @@ def test_repo2docker_picks_up_every_binder_file():
 
 
 def test_start_runs_a_loopback_broker_then_becomes_the_command(tmp_path):
-    if shutil.which("mosquitto") is None and not os.path.exists("/usr/sbin/mosquitto"):
-        pytest.skip("mosquitto is not installed (.ci/run installs it)")
+    if (missing := mosquitto_missing()) is not None:
+        pytest.skip(missing)
     directory = tmp_path / "broker"
     probe = ("import os, socket; host, port = os.environ['NETQ_MQTT_BROKER'].split(':'); "
              "socket.create_connection((host, int(port)), timeout=5).close(); "
@@ -150,8 +152,8 @@ def test_start_runs_a_loopback_broker_then_becomes_the_command(tmp_path):
 @pytest.mark.timeout(1800)
 def test_fresh_venv_from_binder_runs_every_notebook_through_start(tmp_path):
     """What Binder does, minus Docker: install the pins, run postBuild, start a session."""
-    if shutil.which("mosquitto") is None and not os.path.exists("/usr/sbin/mosquitto"):
-        pytest.skip("mosquitto is not installed (.ci/run installs it)")
+    if (missing := mosquitto_missing()) is not None:
+        pytest.skip(missing)
     notebooks = sorted((REPO / "notebooks").glob("*.ipynb"))
     assert notebooks, "no notebooks to run"
     environment = tmp_path / "venv"

@@ -36,6 +36,15 @@ from netq_testing import wait_for
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("NETQ_TEST_ARTIFACTS", REPO / "test-artifacts"))
 CHROMIUM = os.environ.get("NETQ_CHROMIUM", "/usr/bin/chromium")
+
+
+def chromium_missing() -> str | None:
+    """Why no chromium can be launched here (None when one can): the skip reason names what
+    to install."""
+    if os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK):
+        return None
+    return (f"no chromium executable at {CHROMIUM}: install Debian's with `sudo apt-get install "
+            f"-y chromium` (.ci/run does), or set $NETQ_CHROMIUM to a Chromium executable")
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync", "--no-first-run", "--disable-quic"]

@@ -62,6 +62,7 @@ from browser_testing import (
     ServedProcess,
     Voila,
     cell_prompts,
+    chromium_missing,
     find_view,
     read_views,
     run_all_cells,
@@ -211,9 +212,8 @@ FRONTENDS = {
 @pytest.fixture(scope="module")
 def chromium():
     """One headless chromium for the module (each test has its own context)."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"chromium not found at {CHROMIUM} (Debian: apt-get install chromium; "
-                    ".ci/run installs it; or set $NETQ_CHROMIUM)")
+    if (missing := chromium_missing()) is not None:
+        pytest.skip(missing)
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

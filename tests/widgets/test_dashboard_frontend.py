@@ -18,9 +18,9 @@ import pytest
 from netq.widgets.dashboard import FRONTEND, Dashboard
 
 import netq as nq
+from browser_testing import CHROMIUM, chromium_missing
 from netq_testing import wait_for
 
-CHROMIUM = os.environ.get("NETQ_CHROMIUM", "/usr/bin/chromium")
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 CLIENTS = 32
 
@@ -85,8 +85,8 @@ MEASURE = """() => {
 
 
 def _playwright():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"chromium not found at {CHROMIUM} (Debian: apt-get install chromium)")
+    if (missing := chromium_missing()) is not None:
+        pytest.skip(missing)
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

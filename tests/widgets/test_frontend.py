@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import uuid
 from pathlib import Path
 
@@ -20,12 +19,12 @@ import pytest
 from netq.widgets import Monitor
 from netq.widgets.monitor import FRONTEND
 
+from browser_testing import CHROMIUM, chromium_missing
 from netq.display.formatting import MiB
 from widget_testing import make_row, make_stats
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = Path(os.environ.get("NETQ_TEST_ARTIFACTS", REPO / "test-artifacts"))
-CHROMIUM = "/usr/bin/chromium"
 PEERS = 32
 
 # The in-page model: what anywidget hands to initialize() and render().
@@ -101,8 +100,8 @@ def states() -> tuple[dict, dict, list[dict]]:
 @pytest.fixture(scope="module")
 def browser():
     playwright_api = pytest.importorskip("playwright.sync_api")
-    if not shutil.which(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} missing")
+    if (missing := chromium_missing()) is not None:
+        pytest.skip(missing)
     with playwright_api.sync_playwright() as playwright:
         chromium = playwright.chromium.launch(executable_path=CHROMIUM,
                                               args=["--no-sandbox"])

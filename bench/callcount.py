@@ -44,7 +44,7 @@ from types import CodeType, FrameType
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("lone", "stream", "rtt")
-ROWS = ("netq-tcp", "netq-unix")
+ROWS = ("netq-tcp", "netq-unix", "netq-grpc")
 IDLE = 0.003  # seconds the link stays idle before and after each lone message
 SETTLE = 0.05  # seconds after the warm-up before the window opens (its ACKs are in by then)
 ROLES = {"lone": ("sender", "receiver"), "stream": ("sender", "receiver"),
@@ -119,7 +119,7 @@ def _communicator(row: str, role: str, address: str):
     else:
         host, port = address.rsplit(":", 1)
         netloc = netq.NetworkLocation(host=host, port=int(port))
-        protocol = netq.Protocol.TCP
+        protocol = netq.Protocol.GRPC if row == "netq-grpc" else netq.Protocol.TCP
     purpose = netq.Purpose.SERVER if role == "server" else netq.Purpose.CLIENT
     return netq.new(protocol, purpose, netq.CommunicatorOptions(netloc=netloc))
 

@@ -418,7 +418,8 @@ def main() -> None:
                         help="keep every CPU from idling (SCHED_IDLE spinners) while measuring")
     parser.add_argument("--calls", action="store_true",
                         help="count Python calls per message instead (lone put, stream of "
-                             "puts, round trip; rows netq-tcp, netq-unix, netq-grpc; --count default 300)")
+                             "puts, round trip; rows netq-tcp, netq-unix, netq-grpc; "
+                             "--count default 300)")
     parser.add_argument("--calls-top", type=int, default=0, metavar="N",
                         help="with --calls: also list the N functions called most, per side")
     parser.add_argument("--side", help=argparse.SUPPRESS)

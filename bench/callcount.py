@@ -24,7 +24,8 @@ Kinds (64 B payload unless told):
 
 A count is deterministic up to the timers that fire during the window: netq's idle link has
 none shorter than its heartbeat (5 s by default), so a slow machine stretches the window but
-adds at most a turn or two in all, not per message.
+adds at most a turn or two in all, not per message. (Over gRPC, whether a held ACK's 250 µs
+timer fires before the reply does depends on the machine's speed: its counts vary more.)
 
     python3 bench/callcount.py --kinds lone,stream,rtt --count 300
 """

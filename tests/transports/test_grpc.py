@@ -24,7 +24,11 @@ from test_conformance import _many_clients
 
 grpc = pytest.importorskip("grpc")
 
-from netq.transports.grpc import streams as grpc_streams  # noqa: E402  (needs grpcio)
+from netq.transports.grpc import (  # noqa: E402  (needs grpcio)
+    loop as grpc_loop,
+    streams as grpc_streams,
+    transport as grpc_transport,
+)
 from netq.transports.packets import PACKET_SIZE  # noqa: E402
 
 T = 30.0
@@ -327,3 +331,69 @@ def test_round_trips_with_direct_writes_and_held_acks(transport):
     for future in sent + answered:
         future.result(T)  # acknowledged: the held ACKs all left
     assert client._transport.direct_writes and server._transport.direct_writes
+
+
+@plain
+def test_a_reply_written_by_its_caller_ends_the_held_ack_wait(transport, monkeypatch):
+    """While the I/O thread waits no longer than a held ACK (``ack_hold``), the reply a
+    caller's thread writes carries that ACK: the wait ends with the write instead of running
+    into its timer (a wake-up of the I/O thread per round trip for nothing). The hold is made
+    long here (5 s) so that no timer can end a wait within the test, however slow the
+    machine: each short wait ends either with the caller's write or with a packet read."""
+    hold = 5.0
+    monkeypatch.setattr(grpc_transport.GRPCCarrier, "ack_hold", hold)
+    ended = {"by a caller's write": 0, "by a packet": 0}
+    sleep = grpc_loop.LoopDrivenCarrier._sleep
+
+    def counted_sleep(self, timeout: float) -> None:
+        events = len(self._events)
+        sleep(self, timeout)
+        if 0 < timeout <= hold and not events:
+            ended["by a packet" if len(self._events) else "by a caller's write"] += 1
+
+    monkeypatch.setattr(grpc_loop.LoopDrivenCarrier, "_sleep", counted_sleep)
+    server = transport.make_server()
+    client = transport.connect(server)
+    rounds = 50
+    replies = []
+
+    def serve():
+        for _ in range(rounds):
+            message = server.get(timeout=T)
+            replies.append(server.put(message.data + 1, message.peer))
+
+    worker = threading.Thread(target=serve, name="test-echo", daemon=True)
+    worker.start()
+    for i in range(rounds):
+        client.put(2 * i)
+        assert client.get(timeout=T).data == 2 * i + 1
+    worker.join(T)
+    assert not worker.is_alive()
+    # Each side holds the ACK of nearly every message it gets, and its reply carries it.
+    assert ended["by a caller's write"] >= rounds, ended
+
+
+def test_waits_share_the_deadline_timer_and_never_end_later_than_asked():
+    """The asyncio timer that ends the I/O thread's waits is kept across waits for the same
+    deadline (no timer handle per wait); a wait for an earlier deadline gets one of its own
+    and leaves the kept one alone; a kept timer far earlier than a wait asks for is replaced.
+    No wait ends later than its timeout (beyond the selector's millisecond)."""
+    options = nq.CommunicatorOptions(netloc=nq.NetworkLocation(host="127.0.0.1", port=1))
+    carrier = grpc_transport.GRPCCarrier(options, nq.Purpose.CLIENT)
+    try:
+        loop = carrier._loop
+        assert carrier._timer_for(5.0) is None
+        kept = carrier._deadline_timer
+        assert kept is not None and abs(kept.when() - (loop.time() + 5.0)) < 0.1
+        assert carrier._timer_for(kept.when() - loop.time()) is None  # the same deadline
+        assert carrier._deadline_timer is kept
+        own = carrier._timer_for(0.001)  # a held ACK's wait, say
+        assert own is not None and own.when() <= loop.time() + 0.001
+        assert carrier._deadline_timer is kept and not kept.cancelled()
+        own.cancel()
+        assert carrier._timer_for(60.0) is None  # the kept one would end it 55 s early
+        assert kept.cancelled() and carrier._deadline_timer is not None
+        later = carrier._deadline_timer.when()
+        assert loop.time() + 60.0 - 6.0 <= later <= loop.time() + 60.0 + grpc_loop.LATE_ALLOWANCE
+    finally:
+        carrier.close(None)

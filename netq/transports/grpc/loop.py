@@ -5,7 +5,10 @@ I/O thread runs the asyncio loop (:meth:`LoopDrivenCarrier._sleep`) until the ca
 something (a read completed, a stream ended: the loop stops after that turn), a user thread
 wakes it (:meth:`~LoopDrivenCarrier.wake` stops the loop from any thread), or the timeout
 expires. Packets therefore go from the netq loop to ``call.write`` and from ``call.read`` to
-the netq loop without a thread hand-off.
+the netq loop without a thread hand-off. Two things keep the waits cheap: one asyncio timer
+serves consecutive waits for the same deadline (:meth:`~LoopDrivenCarrier._timer_for`), and a
+wait as short as a held ACK's ends with the reply a caller's thread writes, which carries that
+ACK (:meth:`~LoopDrivenCarrier.caller_wrote`), instead of in a wake-up of its own.
 
 Outside the I/O thread the loop runs twice: on the constructor's thread (a server binds) and on
 a closing thread (shutdown), each time through :meth:`~LoopDrivenCarrier._run_until` and,
@@ -29,6 +32,13 @@ from .streams import Stream
 __all__ = ("LoopDrivenCarrier", "outside_running_loop", "STOP_TIMEOUT")
 
 STOP_TIMEOUT = 10.0  # seconds the final shutdown of the carrier may take at most
+# A wait may reuse the timer of an earlier wait that ends it at most this fraction of its
+# timeout early (an early end costs the netq loop one turn; a new timer per wait costs a
+# timer handle, a heap push and a cancelled entry per wait).
+EARLY_FRACTION = 0.1
+# ... or at most this late (s): below the selector's own granularity (epoll waits in whole
+# milliseconds), so no wait ends later than it would with a timer of its own.
+LATE_ALLOWANCE = 0.0005
 
 
 def outside_running_loop(function):
@@ -55,6 +65,12 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
         self._wake_pending = False  # a stop of the loop is on its way from another thread
         self._loop_closed = False
         self._waiter: int | None = None  # the thread that runs the loop in _sleep (I/O thread)
+        # The wait under way is no longer than a held ACK's (ack_hold): see caller_wrote()
+        self._waiting_for_hold = False
+        self._waits = 0  # waits begun (_sleep): tells one wait from the next
+        # The timer that ends waits, kept across them while the netq loop's next deadline
+        # stays where it was (see _timer_for): None once it fired
+        self._deadline_timer: asyncio.TimerHandle | None = None
         # gRPC's native buffers: freed memory goes back to the OS (see netq._native_heap)
         self.native_heap = NativeHeap()
         super().__init__(options, purpose)
@@ -89,23 +105,76 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
             except RuntimeError:
                 pass  # the loop is closed: the I/O thread is gone
 
+    def caller_wrote(self) -> None:
+        """On the loop: a packet a caller's thread queued woke its stream's writer.
+
+        A caller writes while the netq loop holds an ACK back for the reply to carry
+        (``ack_hold``): this write is most likely that reply, which took the ACK along, and
+        the loop's short wait would end in a timer with nothing left to do, one more wake-up
+        of the I/O thread per round trip. Instead the wait ends now, in the wake-up this
+        write costs anyway, once the writer has started the write: its step was scheduled
+        before the stop, so it runs first. Ending a wait early is always allowed
+        (``Carrier.wait``); the loop then waits again for what is left.
+        """
+        if self._waiting_for_hold:
+            self._waiting_for_hold = False
+            self._loop.call_soon(self._end_wait, self._waits)
+
+    def _end_wait(self, wait: int) -> None:
+        """Stop the loop if wait number ``wait`` is still under way (a stop meant for a wait
+        that ended meanwhile would cut the next one short)."""
+        if self._waits == wait and self._loop_waiting:
+            self._loop.stop()
+
     def _sleep(self, timeout: float) -> None:
         loop = self._loop
         self._waiter = threading.get_ident()
+        self._waits += 1
         if self._events or timeout <= 0:
             # Still give gRPC a turn: queued writes go out, completed reads come in.
             loop.call_soon(loop.stop)
             loop.run_forever()
         else:
-            timer = loop.call_later(timeout, loop.stop)
+            shorter = self._timer_for(timeout)
             self._loop_waiting = True
+            self._waiting_for_hold = timeout <= self.ack_hold
             try:
                 loop.run_forever()
             finally:
                 self._loop_waiting = False
-                timer.cancel()
+                self._waiting_for_hold = False
+                if shorter is not None:
+                    shorter.cancel()
         self._wake_pending = False
         self.native_heap.trim_if_due(loop.time())
+
+    def _timer_for(self, timeout: float) -> asyncio.TimerHandle | None:
+        """Make sure a timer ends the coming wait within ``timeout`` s; the one to cancel
+        after the wait, if it is a wait's own.
+
+        Most waits end with a packet long before their timeout, and the next one waits for the
+        same deadline (the netq loop's next timer): the deadline timer stays and serves it. A
+        wait for an earlier deadline (a held ACK's, say) gets a timer of its own and leaves
+        the deadline timer for the waits after it; a deadline timer far earlier than the wait
+        asks for is replaced.
+        """
+        loop = self._loop
+        deadline = loop.time() + timeout
+        timer = self._deadline_timer
+        if timer is not None and not timer.cancelled():
+            when = timer.when()
+            slack = timeout * EARLY_FRACTION
+            if deadline - slack <= when <= deadline + min(slack, LATE_ALLOWANCE):
+                return None
+            if when > deadline:
+                return loop.call_at(deadline, loop.stop)
+            timer.cancel()
+        self._deadline_timer = loop.call_at(deadline, self._deadline_passed)
+        return None
+
+    def _deadline_passed(self) -> None:
+        self._deadline_timer = None
+        self._loop.stop()
 
     def _run_until(self, coroutine, timeout: float):
         """Run ``coroutine`` to completion on the loop (thread not in the loop); its result."""
@@ -128,6 +197,8 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
         """Cancel every task left, close the loop (once, from a thread not inside it)."""
         loop = self._loop
         self._loop_closed = True
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
         pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
         for task in pending:
             task.cancel()

@@ -95,6 +95,7 @@ class Stream:
         if self.waiting:
             self.waiting = False
             self.ready.set()
+        self.transport.caller_wrote()
 
     def has_room(self) -> bool:
         if self.queued - self.drained < OUTBOUND_LIMIT:

@@ -111,16 +111,22 @@ def _label(code: CodeType) -> str:
 # ----------------------------------------------------------------------------- one side
 
 
-def _communicator(row: str, role: str, address: str):
+def netq_endpoint(row: str, address: str):
+    """A bench row's (protocol, netloc): ``address`` is a Unix socket's path for netq-unix,
+    else ``host:port`` (bench/hotpath.py uses it too)."""
     import netq
 
     if row == "netq-unix":
-        netloc = netq.NetworkLocation(path=address)
-        protocol = netq.Protocol.UNIX
-    else:
-        host, port = address.rsplit(":", 1)
-        netloc = netq.NetworkLocation(host=host, port=int(port))
-        protocol = netq.Protocol.GRPC if row == "netq-grpc" else netq.Protocol.TCP
+        return netq.Protocol.UNIX, netq.NetworkLocation(path=address)
+    host, port = address.rsplit(":", 1)
+    protocol = netq.Protocol.GRPC if row == "netq-grpc" else netq.Protocol.TCP
+    return protocol, netq.NetworkLocation(host=host, port=int(port))
+
+
+def _communicator(row: str, role: str, address: str):
+    import netq
+
+    protocol, netloc = netq_endpoint(row, address)
     purpose = netq.Purpose.SERVER if role == "server" else netq.Purpose.CLIENT
     return netq.new(protocol, purpose, netq.CommunicatorOptions(netloc=netloc))
 

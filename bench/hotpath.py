@@ -184,15 +184,10 @@ def stage_of(filename: str, name: str) -> str:
 def _netq_pair(row: str, purpose: str, address: str, tmpdir: str):
     sys.path.insert(0, ROOT)
     import netq
+    from callcount import netq_endpoint
 
     options: dict = {}
-    if row == "netq-unix":
-        netloc = netq.NetworkLocation(path=address)
-        protocol = netq.Protocol.UNIX
-    else:
-        host, port = address.rsplit(":", 1)
-        netloc = netq.NetworkLocation(host=host, port=int(port))
-        protocol = netq.Protocol.GRPC if row == "netq-grpc" else netq.Protocol.TCP
+    protocol, netloc = netq_endpoint(row, address)
     if row == "netq-tls":
         cert, key = os.path.join(tmpdir, "cert.pem"), os.path.join(tmpdir, "key.pem")
         options["security"] = netq.SecurityOptions(certificate=cert, key=key,

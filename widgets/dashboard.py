@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import collections
 import logging
-import math
 import re
 import threading
 import time
@@ -52,11 +51,13 @@ from ..display.formatting import (
     format_duration,
 )
 from ..display.tables import with_names
+from ..display.view_model import FinalPicture, clock, snapshot_sentence
 from ..live import live_communicators
 from ..statistics import CommunicatorStatistics
-from .dashboard_html import FRONTEND, render_html
+from .dashboard_html import FRONTEND, render_html, render_text
 from .dashboard_model import (
     HISTORY,
+    MAP_NODES,
     DashboardSnapshot,
     History,
     Link,
@@ -64,6 +65,7 @@ from .dashboard_model import (
     Stall,
     communicator_state,
     find_links,
+    map_layout,
 )
 from .replaceable import LiveWidget, ReplaceableView
 from .sampler import view_thread_class
@@ -75,7 +77,6 @@ LOGGER = logging.getLogger("netq.widgets")
 DEFAULT_INTERVAL = 1.0  # seconds
 MAX_LINKS = 12  # link rows shown; the others are summed in one aggregate row
 MAX_COMMUNICATORS = 10  # communicator rows shown; likewise
-MAP_NODES = 10  # boxes per side of the map; the quietest others are folded into one box
 MAX_STALLS = 8  # ongoing waits listed one by one; the rest are counted
 NEGATIVE_CREDIT = ("credit may dip below zero by up to one message: a message may start on any "
                    "positive credit, and its whole size is taken from it")
@@ -139,6 +140,11 @@ class Dashboard(ReplaceableView):
         self.errors: collections.deque[BaseException] = collections.deque(maxlen=20)
         self.widget = DashboardWidget()
         self.snapshot = DashboardSnapshot(time.time())
+        # The last live pictures (snapshot, view), for the one kept when all have closed.
+        self._final: FinalPicture[tuple[DashboardSnapshot, dict[str, Any]]] = FinalPicture()
+        # Once frozen: the badge word and the static bundle, computed once from one sample.
+        self._frozen_state: str | None = None
+        self._frozen_bundle: dict[str, str] = {}
         self.update()
         if start:
             self.start()
@@ -196,19 +202,51 @@ class Dashboard(ReplaceableView):
         _forget_older(self._communicator_history, tick - self.history)
 
     def update(self) -> None:
-        """Sample and show (what the thread does each tick)."""
+        """Sample and show (what the thread does each tick); nothing once frozen."""
         with self._lock:
+            if self._frozen_state is not None:
+                return
             self.snapshot = self.sample()
             figures = {(link.a, link.b): LinkFigures.of(link) for link in self.snapshot.links}
             self._record_history(self.snapshot, figures)
             self._samples += 1
-            self.widget.view = self.view(figures, live=self.running)
+            view = self.view(figures, live=self.running)
+            self.widget.view = view
+            still_open = _open_count(self.snapshot)
+            if still_open:
+                self._final.add((self.snapshot, view), still_open)
+
+    def _freeze_locked(self, state: str) -> None:
+        """Keep one picture for good: the newest, or (``closed``) the last one before the
+        communicators began closing. Holds ``self._lock``."""
+        self._stopped = True
+        picture = self._final.final() if state == "closed" else None
+        reason = {"snapshot": "frozen", "stopped": "the dashboard was stopped",
+                  "closed": "every communicator closed"}[state]
+        if picture is None:
+            snapshot, view = self.snapshot, self.view(live=False)
+        else:
+            snapshot, view = picture
+            reason = "every communicator closed after it"
+        view = dict(view)
+        view.update(self._static_header(snapshot, state, reason))
+        self.snapshot = snapshot
+        self._keep(state, {"text/plain": render_text(view), "text/html": render_html(view)})
+        self.widget.view = view
+
+    def _end_sampling(self) -> None:
+        """End the sampling thread (within one interval) and wait for it."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5.0)
 
     def start(self) -> Dashboard:
-        """Start the sampling thread (idempotent)."""
-        self._stopped = False
+        """Start the sampling thread (idempotent); a frozen view is live again."""
         if self.running:
+            self._stopped = False
             return self
+        self._thaw()
         self._stop.clear()
         self._thread = view_thread_class()(target=self._run, name="netq-dashboard", daemon=True)
         self._thread.start()
@@ -216,25 +254,15 @@ class Dashboard(ReplaceableView):
         self._show_live()
         return self
 
-    def stop(self, timeout: float | None = 5.0) -> None:
-        """Stop sampling (the thread ends within one interval) and show the static form."""
-        self._stopped = True
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-        self.update()
-        self._show_static()
-
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive() and not self._stop.is_set()
 
     @property
     def view_state(self) -> str:
-        """What the badge of the view says now (``open``, ``waiting``, ..., ``stopped``,
-        ``closed``; see :meth:`view`)."""
-        return self._badge(self.snapshot, live=self.running)
+        """What the badge of the view says now (``open``, ``waiting``, ..., ``snapshot``,
+        ``stopped``, ``closed``; see :meth:`view`)."""
+        return self._frozen_state or self._badge(self.snapshot, live=self.running)
 
     def link_history(self, a: uuid.UUID, b: uuid.UUID) -> list[tuple[float, ...] | None]:
         """The samples kept for the link from ``a`` to ``b`` (bytes/s →, bytes/s ←, queued
@@ -290,12 +318,14 @@ class Dashboard(ReplaceableView):
             self.wall_seconds = time.monotonic() - wall_start
 
     def _finish(self) -> None:
-        """The thread ended: the live view says so (last figures, not live), and in a
-        notebook its output gives way to the static form."""
+        """The thread ended: the view freezes (once every communicator closed, on the last
+        picture before they began closing), and in a notebook its output gives way to the
+        static form."""
         with self._lock:
-            view = dict(self.widget.view)
-            view.update(self._static_header(self.snapshot))
-            self.widget.view = view
+            if self._frozen_state is None:
+                communicators = self.snapshot.communicators
+                closed = bool(communicators) and not _open_count(self.snapshot)
+                self._freeze_locked("closed" if closed else "stopped")
         self._show_static()
 
     # -- what the view shows ---------------------------------------------------------------
@@ -320,6 +350,8 @@ class Dashboard(ReplaceableView):
         stats = snapshot.communicators.values()
         any_open = any(s.state != "closed" for s in stats)
         if not live:
+            if self._frozen_state is not None:
+                return self._frozen_state
             if snapshot.communicators and not any_open:
                 return "closed"
             ended = self._thread is not None and not self.running
@@ -333,15 +365,13 @@ class Dashboard(ReplaceableView):
             return "closed"
         return "open"
 
-    def _static_header(self, snapshot: DashboardSnapshot) -> dict[str, Any]:
+    def _static_header(self, snapshot: DashboardSnapshot, state: str | None = None,
+                       reason: str | None = None) -> dict[str, Any]:
         """The fields that make a view a static form: not live, its badge, and the sentence
-        saying when the figures were taken."""
-        state = self._badge(snapshot, live=False)
-        taken = _clock(snapshot.taken)
-        why = {"closed": ": every communicator closed", "stopped": ": the dashboard stopped",
-               "snapshot": ""}[state]
+        saying when the figures were taken (:func:`netq.display.view_model.snapshot_sentence`)."""
+        state = state or self._badge(snapshot, live=False)
         return {"live": False, "state": state, "state_label": state,
-                "snapshot": f"snapshot taken {taken}, not live{why}"}
+                "snapshot": snapshot_sentence(state, snapshot.taken, reason)}
 
     def view(self, figures: Mapping[tuple[uuid.UUID, uuid.UUID], LinkFigures] | None = None,
              *, live: bool = False) -> dict[str, Any]:
@@ -358,7 +388,7 @@ class Dashboard(ReplaceableView):
         state = self._badge(snap, live)
         view: dict[str, Any] = {
             "live": live, "state": state, "state_label": state.replace("-", " "),
-            "taken": _clock(snap.taken), "clock": f"sampled {_clock(snap.taken)}",
+            "taken": clock(snap.taken), "clock": f"sampled {clock(snap.taken)}",
             "interval_ms": round(self.interval * 1000), "snapshot": "",
             # the view stops claiming to be live after this long without an update
             "stale_after_ms": round(max(10.0, 5 * self.interval) * 1000),
@@ -368,7 +398,7 @@ class Dashboard(ReplaceableView):
                       f"{waiting} waiting"],
             "empty": "" if stats else ("No communicator in this kernel yet: create one with "
                                        "netq.new(...) and this view lists it."),
-            "map": self._map(figures),
+            "map": map_layout(self.snapshot, figures, self.name),
             **self._communicator_rows(),
             **self._link_rows(figures),
             "stalls": self._stalls_view(),
@@ -388,16 +418,18 @@ class Dashboard(ReplaceableView):
             note = "; ".join(self.named(text) for text in (snapshot.get_waiting,
                                                           snapshot.connect_error) if text)
             history = self._communicator_history.get(ident)
+            # a closed communicator's rates are those of its last seconds: not shown as current
+            gone = snapshot.state == "closed"
             rows.append({
                 "name": self.name(ident), "role": snapshot.purpose,
                 "transport": snapshot.protocol.upper(),
                 "address": format_address(snapshot.address),
                 "state": word.replace(" ", "-"), "state_label": word,
                 "uptime": format_duration(snapshot.uptime), "peers": len(snapshot.peers),
-                "in_rate": format_byte_rate(snapshot.bytes_in_per_s),
-                "in_msgs": f"{format_count(snapshot.messages_in_per_s)} msg/s",
-                "out_rate": format_byte_rate(snapshot.bytes_out_per_s),
-                "out_msgs": f"{format_count(snapshot.messages_out_per_s)} msg/s",
+                "in_rate": "-" if gone else format_byte_rate(snapshot.bytes_in_per_s),
+                "in_msgs": "" if gone else f"{format_count(snapshot.messages_in_per_s)} msg/s",
+                "out_rate": "-" if gone else format_byte_rate(snapshot.bytes_out_per_s),
+                "out_msgs": "" if gone else f"{format_count(snapshot.messages_out_per_s)} msg/s",
                 "received": _budget(snapshot.recv_held, snapshot.recv_budget),
                 "memory": _budget(snapshot.memory,
                                   snapshot.recv_budget + snapshot.send_budget),
@@ -467,7 +499,7 @@ class Dashboard(ReplaceableView):
         who = (f"{self.name(stall.communicator)} → {self.name(stall.peer)}"
                if stall.peer is not None else f"{self.name(stall.communicator)}: get()")
         return {"key": f"{who}/{stall.started:.3f}", "link": who,
-                "reason": self.named(stall.reason), "since": _clock(stall.started),
+                "reason": self.named(stall.reason), "since": clock(stall.started),
                 "lasted": format_duration(stall.seconds)}
 
     def _stalls_view(self) -> dict[str, Any]:
@@ -477,112 +509,7 @@ class Dashboard(ReplaceableView):
                 "active_more": max(0, len(active) - MAX_STALLS),
                 "ended": [self._stall_line(stall) for stall in self.snapshot.recent_stalls]}
 
-    def _map(self, figures: Mapping[tuple[uuid.UUID, uuid.UUID], LinkFigures]
-             ) -> dict[str, Any]:
-        """Servers left, clients right, outside peers grey on the side opposite their end;
-        at most MAP_NODES boxes a side (the busiest), the rest folded into one box. Every
-        position is computed here, in a 640-unit-wide coordinate system the view scales."""
-        snap = self.snapshot
-        stats = snap.communicators
-        traffic: dict[uuid.UUID, float] = collections.defaultdict(float)
-        side: dict[uuid.UUID, str] = {}
-        for ident, snapshot in stats.items():
-            side[ident] = "left" if snapshot.purpose == "server" else "right"
-            traffic[ident] += 0.0
-        for link in snap.links:
-            rate = figures[(link.a, link.b)].bytes_per_s
-            for end, other in ((link.a, link.b), (link.b, link.a)):
-                traffic[end] += rate
-                if end not in side:
-                    side[end] = "right" if stats[other].purpose == "server" else "left"
-        width, box_w, box_h, gap = 640, 176, 30, 8
-        columns: dict[str, list[uuid.UUID]] = {"left": [], "right": []}
-        folded: dict[str, list[uuid.UUID]] = {"left": [], "right": []}
-        for column in ("left", "right"):
-            members = [ident for ident, where in side.items() if where == column]
-            busiest = sorted(members, key=lambda i: (-traffic[i], self.name(i)))
-            if len(busiest) > MAP_NODES:
-                shown, folded[column] = busiest[:MAP_NODES - 1], busiest[MAP_NODES - 1:]
-            else:
-                shown = busiest
-            columns[column] = sorted(shown, key=lambda i: (stats.get(i) is None, self.name(i)))
-        rows = max(len(columns["left"]) + bool(folded["left"]),
-                   len(columns["right"]) + bool(folded["right"]), 1)
-        height = rows * (box_h + gap) + gap
-        place: dict[object, tuple[float, float]] = {}
-        nodes = []
-        for column, x in (("left", 2.0), ("right", float(width - box_w - 2))):
-            count = len(columns[column]) + bool(folded[column])
-            top = (height - count * (box_h + gap) + gap) / 2
-            for index, ident in enumerate(columns[column]):
-                y = top + index * (box_h + gap)
-                place[ident] = (x, y)
-                known = stats.get(ident)
-                word = communicator_state(known) if known else "other process"
-                address = format_address(known.address) if known else "-"
-                detail = ("not in this kernel" if known is None else
-                          known.protocol.upper() + (f" {address}" if address != "-" else ""))
-                nodes.append({"name": self.name(ident), "x": x, "y": round(y, 1),
-                              "state": word.replace(" ", "-"),
-                              "detail": f"{word} · {detail}" if known else word,
-                              "outside": known is None})
-            if folded[column]:
-                y = top + len(columns[column]) * (box_h + gap)
-                place[column] = (x, y)
-                rate = sum(traffic[i] for i in folded[column])
-                nodes.append({"name": f"+{len(folded[column])} more", "x": x,
-                              "y": round(y, 1), "state": "more",
-                              "detail": f"folded · {format_byte_rate(rate)}",
-                              "outside": False})
-        edges: dict[tuple[object, object], dict[str, Any]] = {}
-        for link in snap.links:
-            ends = [end if end in place else side.get(end, "left") for end in (link.a, link.b)]
-            if ends[0] not in place or ends[1] not in place or ends[0] == ends[1]:
-                continue
-            figure = figures[(link.a, link.b)]
-            key = (ends[0], ends[1])
-            edge = edges.get(key)
-            if edge is None:
-                edge = edges[key] = {"rate": 0.0, "waiting": False, "connected": False,
-                                     "links": 0, "names": (self.name(link.a),
-                                                           self.name(link.b))}
-            edge["rate"] += figure.bytes_per_s
-            edge["waiting"] = edge["waiting"] or bool(link.blocked)
-            edge["connected"] = edge["connected"] or link.state == "connected"
-            edge["links"] += 1
-        drawn = []
-        for (first, second), edge in edges.items():
-            (ax, ay), (bx, by) = place[first], place[second]
-            x1, x2 = (ax + box_w, bx) if ax < bx else (ax, bx + box_w)
-            rate = edge["rate"]
-            tone = "waiting" if edge["waiting"] else "flowing" if edge["connected"] else "idle"
-            label = format_byte_rate(rate)
-            names = (f"{edge['links']} links" if edge["links"] > 1 else
-                     f"{edge['names'][0]} ↔ {edge['names'][1]}")
-            y1, y2 = ay + box_h / 2, by + box_h / 2
-            # the label sits near the right-hand end, where lines fanning out of one box
-            # have parted; an idle line carries none (its title still says 0 B/s)
-            left_x, left_y, right_x, right_y = (x1, y1, x2, y2) if x1 < x2 else (x2, y2, x1, y1)
-            drawn.append({"x1": round(x1, 1), "y1": round(y1, 1),
-                          "x2": round(x2, 1), "y2": round(y2, 1),
-                          "width": round(1.0 + min(6.0, math.log10(1 + rate / 1024)), 1),
-                          "tone": tone, "label": label if rate > 0 else "",
-                          "label_x": round(left_x + 0.72 * (right_x - left_x), 1),
-                          "label_y": round(left_y + 0.72 * (right_y - left_y) - 3, 1),
-                          "title": f"{names}: {label}" + ("; waiting" if edge["waiting"]
-                                                          else "")})
-        return {"width": width, "height": height, "box_w": box_w, "box_h": box_h,
-                "nodes": nodes, "edges": drawn}
-
     # -- static forms and display ------------------------------------------------------------
-
-    def static_html(self) -> str:
-        """The dashboard as an HTML fragment without a script: the current figures, saying
-        it is a snapshot and when it was taken (never a live badge)."""
-        with self._lock:
-            view = dict(self.widget.view)
-            view.update(self._static_header(self.snapshot))
-        return render_html(view)
 
     @property
     def html(self) -> str:
@@ -600,18 +527,10 @@ class Dashboard(ReplaceableView):
         with open(path, "w", encoding="utf-8") as file:
             file.write(self.to_html())
 
-    def __repr__(self) -> str:
-        snap = self.snapshot
-        lines = [f"netq dashboard ({self.view_state}): {len(snap.communicators)} "
-                 f"communicators, {len(snap.links)} links, {len(snap.active_stalls)} waiting"]
-        for ident, snapshot in snap.communicators.items():
-            lines.append(f"  {self.name(ident)}: {snapshot.summary()}")
-        lines.extend(f"  ! {self._stall_line(s)['link']}: {self.named(s.reason)}"
-                     for s in snap.active_stalls)
-        return "\n".join(lines)
-
-    def static_bundle(self) -> dict[str, str]:
-        return {"text/plain": repr(self), "text/html": self.static_html()}
+    def _current_bundle(self) -> dict[str, str]:
+        view = dict(self.widget.view)
+        view.update(self._static_header(self.snapshot))
+        return {"text/plain": render_text(view), "text/html": render_html(view)}
 
     def _display_(self) -> DashboardWidget:
         """marimo's display hook: the live widget (marimo draws anywidgets itself and relays
@@ -621,6 +540,11 @@ class Dashboard(ReplaceableView):
         if not self._stopped:
             self.start()
         return self.widget
+
+
+def _open_count(snapshot: DashboardSnapshot) -> int:
+    """Communicators not closed: the dashboard's size for :class:`FinalPicture`."""
+    return sum(1 for stats in snapshot.communicators.values() if stats.state != "closed")
 
 
 def _forget_older(table: dict[Any, History], oldest_tick: int) -> None:
@@ -635,10 +559,6 @@ def _no_history(lines: int, formatter) -> dict[str, Any]:
 
 def _plural(count: int) -> str:
     return "" if count == 1 else "s"
-
-
-def _clock(when: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(when))
 
 
 def _format_messages(value: float) -> str:

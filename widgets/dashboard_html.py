@@ -13,7 +13,7 @@ from typing import Any
 
 from .dashboard_model import HISTORY, SPARK_SCALE
 
-__all__ = ("render_html", "FRONTEND")
+__all__ = ("render_html", "render_text", "FRONTEND")
 
 FRONTEND = pathlib.Path(__file__).parent / "frontend"
 
@@ -267,3 +267,40 @@ def _stalls_html(stalls: Mapping[str, Any]) -> str:
                      f'<div class="netq-stall-full">{esc(line["reason"])}</div></details>')
     parts.append("</div>")
     return "".join(parts)
+
+
+def render_text(view: Mapping[str, Any]) -> str:
+    """The same view document as :func:`render_html`, as text (``text/plain``, a ``repr``):
+    the badge's word and the facts, the snapshot sentence, one line per communicator row and
+    per link row (the same figures), the aggregate rows and the waits. Drawn from one
+    document, the two forms of a dashboard always agree."""
+    lines = [f"netq dashboard ({view['state_label']}): " + ", ".join(view["facts"])]
+    if view.get("snapshot"):
+        lines.append(view["snapshot"])
+    if view.get("empty"):
+        lines.append(view["empty"])
+    for row in view["communicators"]:
+        lines.append(f"  {row['name']}: {row['role']} {row['transport']} {row['address']}  "
+                     f"{row['state_label']}  peers {row['peers']}  "
+                     f"in {row['in_msgs']} {row['in_rate']}  "
+                     f"out {row['out_msgs']} {row['out_rate']}"
+                     + (f"  {row['note']}" if row["note"] else ""))
+    more = view.get("communicators_more")
+    if more:
+        lines.append(f"  +{more['count']} more communicators ({more['open']} open): "
+                     f"in {more['in_rate']}, out {more['out_rate']}")
+    for row in view["links"]:
+        lines.append(f"  {row['a']} → {row['b']}: {row['state']}  "
+                     f"→ {row['forward_msgs']} {row['forward_rate']}  "
+                     f"← {row['back_msgs']} {row['back_rate']}  queued {row['queued']}")
+    more = view.get("links_more")
+    if more:
+        lines.append(f"  +{more['count']} more links ({more['waiting']} waiting): "
+                     f"→ {more['forward_rate']}, ← {more['back_rate']}, "
+                     f"queued {more['queued']}")
+    stalls = view["stalls"]
+    lines.extend(f"  ! {stall['link']} waits since {stall['since']}: {stall['reason']}"
+                 for stall in stalls["active"])
+    if stalls["active_more"]:
+        lines.append(f"  ! and {stalls['active_more']} more waits")
+    return "\n".join(lines)

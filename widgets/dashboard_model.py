@@ -6,18 +6,21 @@ bounded history of every link and communicator its sparklines are drawn from.
 from __future__ import annotations
 
 import collections
+import math
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ..display.formatting import format_address, format_byte_rate
 from ..display.tables import title_state
 from ..statistics import CommunicatorStatistics, PeerStatistics
 
 __all__ = ("Link", "LinkFigures", "Stall", "DashboardSnapshot", "find_links",
-           "communicator_state", "History", "HISTORY", "SPARK_SCALE")
+           "communicator_state", "History", "HISTORY", "SPARK_SCALE", "MAP_NODES", "map_layout")
 
+MAP_NODES = 10  # boxes per side of the map; the quietest others are folded into one box
 HISTORY = 120  # samples kept per link and per communicator (2 minutes at the default 1 Hz)
 SPARK_SCALE = 100  # sparkline points travel as integers 0..SPARK_SCALE of the row's maximum
 
@@ -180,5 +183,103 @@ class History:
         scale = SPARK_SCALE / top if top > 0 else 0.0
         series = [[None if sample is None else round(sample[i] * scale)
                    for sample in self.samples] for i in indices]
-        return {"series": series, "max": formatter(top), "size": self.samples.maxlen}
+        # the samples kept span the sparkline's width (a young link's 5 samples too)
+        return {"series": series, "max": formatter(top), "size": max(len(self.samples), 2)}
 
+
+def map_layout(snap: DashboardSnapshot,
+               figures: Mapping[tuple[uuid.UUID, uuid.UUID], LinkFigures],
+               name: Callable[[uuid.UUID], str]) -> dict[str, Any]:
+    """Servers left, clients right, outside peers grey on the side opposite their end;
+    at most MAP_NODES boxes a side (the busiest), the rest folded into one box. Every
+    position is computed here, in a 640-unit-wide coordinate system the view scales."""
+    stats = snap.communicators
+    traffic: dict[uuid.UUID, float] = collections.defaultdict(float)
+    side: dict[uuid.UUID, str] = {}
+    for ident, snapshot in stats.items():
+        side[ident] = "left" if snapshot.purpose == "server" else "right"
+        traffic[ident] += 0.0
+    for link in snap.links:
+        rate = figures[(link.a, link.b)].bytes_per_s
+        for end, other in ((link.a, link.b), (link.b, link.a)):
+            traffic[end] += rate
+            if end not in side:
+                side[end] = "right" if stats[other].purpose == "server" else "left"
+    width, box_w, box_h, gap = 640, 176, 30, 8
+    columns: dict[str, list[uuid.UUID]] = {"left": [], "right": []}
+    folded: dict[str, list[uuid.UUID]] = {"left": [], "right": []}
+    for column in ("left", "right"):
+        members = [ident for ident, where in side.items() if where == column]
+        busiest = sorted(members, key=lambda i: (-traffic[i], name(i)))
+        if len(busiest) > MAP_NODES:
+            shown, folded[column] = busiest[:MAP_NODES - 1], busiest[MAP_NODES - 1:]
+        else:
+            shown = busiest
+        columns[column] = sorted(shown, key=lambda i: (stats.get(i) is None, name(i)))
+    rows = max(len(columns["left"]) + bool(folded["left"]),
+               len(columns["right"]) + bool(folded["right"]), 1)
+    height = rows * (box_h + gap) + gap
+    place: dict[object, tuple[float, float]] = {}
+    nodes = []
+    for column, x in (("left", 2.0), ("right", float(width - box_w - 2))):
+        count = len(columns[column]) + bool(folded[column])
+        top = (height - count * (box_h + gap) + gap) / 2
+        for index, ident in enumerate(columns[column]):
+            y = top + index * (box_h + gap)
+            place[ident] = (x, y)
+            known = stats.get(ident)
+            word = communicator_state(known) if known else "other process"
+            address = format_address(known.address) if known else "-"
+            detail = ("not in this kernel" if known is None else
+                      known.protocol.upper() + (f" {address}" if address != "-" else ""))
+            nodes.append({"name": name(ident), "x": x, "y": round(y, 1),
+                          "state": word.replace(" ", "-"),
+                          "detail": f"{word} · {detail}" if known else word,
+                          "outside": known is None})
+        if folded[column]:
+            y = top + len(columns[column]) * (box_h + gap)
+            place[column] = (x, y)
+            rate = sum(traffic[i] for i in folded[column])
+            nodes.append({"name": f"+{len(folded[column])} more", "x": x,
+                          "y": round(y, 1), "state": "more",
+                          "detail": f"folded · {format_byte_rate(rate)}",
+                          "outside": False})
+    edges: dict[tuple[object, object], dict[str, Any]] = {}
+    for link in snap.links:
+        ends = [end if end in place else side.get(end, "left") for end in (link.a, link.b)]
+        if ends[0] not in place or ends[1] not in place or ends[0] == ends[1]:
+            continue
+        figure = figures[(link.a, link.b)]
+        key = (ends[0], ends[1])
+        edge = edges.get(key)
+        if edge is None:
+            edge = edges[key] = {"rate": 0.0, "waiting": False, "connected": False,
+                                 "links": 0, "names": (name(link.a),
+                                                       name(link.b))}
+        edge["rate"] += figure.bytes_per_s
+        edge["waiting"] = edge["waiting"] or bool(link.blocked)
+        edge["connected"] = edge["connected"] or link.state == "connected"
+        edge["links"] += 1
+    drawn = []
+    for (first, second), edge in edges.items():
+        (ax, ay), (bx, by) = place[first], place[second]
+        x1, x2 = (ax + box_w, bx) if ax < bx else (ax, bx + box_w)
+        rate = edge["rate"]
+        tone = "waiting" if edge["waiting"] else "flowing" if edge["connected"] else "idle"
+        label = format_byte_rate(rate)
+        names = (f"{edge['links']} links" if edge["links"] > 1 else
+                 f"{edge['names'][0]} ↔ {edge['names'][1]}")
+        y1, y2 = ay + box_h / 2, by + box_h / 2
+        # the label sits near the right-hand end, where lines fanning out of one box
+        # have parted; an idle line carries none (its title still says 0 B/s)
+        left_x, left_y, right_x, right_y = (x1, y1, x2, y2) if x1 < x2 else (x2, y2, x1, y1)
+        drawn.append({"x1": round(x1, 1), "y1": round(y1, 1),
+                      "x2": round(x2, 1), "y2": round(y2, 1),
+                      "width": round(1.0 + min(6.0, math.log10(1 + rate / 1024)), 1),
+                      "tone": tone, "label": label if rate > 0 else "",
+                      "label_x": round(left_x + 0.72 * (right_x - left_x), 1),
+                      "label_y": round(left_y + 0.72 * (right_y - left_y) - 3, 1),
+                      "title": f"{names}: {label}" + ("; waiting" if edge["waiting"]
+                                                      else "")})
+    return {"width": width, "height": height, "box_w": box_w, "box_h": box_h,
+            "nodes": nodes, "edges": drawn}

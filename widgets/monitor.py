@@ -30,14 +30,14 @@ import uuid
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import traitlets
 
 from ..display.charts import CHARTS, PEER_COLOURS, SAMPLE, chart_frame, peer_sample
-from ..display.static_form import monitor_html
-from ..display.tables import peer_name, text_table
-from ..display.view_model import busiest_first, monitor_view
+from ..display.static_form import monitor_html, monitor_text
+from ..display.tables import peer_name
+from ..display.view_model import FinalPicture, busiest_first, monitor_view
 from .replaceable import LiveWidget, ReplaceableView
 from .sampler import DEFAULT_INTERVAL, Sampler
 
@@ -51,6 +51,19 @@ FRONTEND = Path(__file__).resolve().with_name("frontend")
 # busiest ``max_peers`` for this many samples in a row: a busier peer then takes it. Without
 # it, peers of similar traffic would swap lines at every sample.
 HYSTERESIS = 4
+
+
+class _Picture(NamedTuple):
+    """One sample as the monitor showed it: what a frozen view keeps."""
+    stats: CommunicatorStatistics
+    taken_at: float  # time.time() of the sample
+    colours: dict[uuid.UUID, str]
+    frame: dict[str, Any]
+
+
+def _connected(stats: CommunicatorStatistics) -> int:
+    """A monitor's size for :class:`FinalPicture`: its peers not leaving."""
+    return sum(1 for row in stats.peers if row.state not in ("closing", "closed"))
 
 
 def _rounded(sample: list[float] | None) -> list[float] | None:
@@ -211,6 +224,13 @@ class PlotHistory:
         return {str(peer): [_rounded(sample) for sample in samples]
                 for peer, samples in self.samples.items()}
 
+    def window(self, until: float) -> tuple[list[float], dict[str, list]]:
+        """``times`` and :meth:`series_json` cut after the sample taken at uptime ``until``
+        (what the charts showed then: a frozen view's picture)."""
+        count = sum(1 for t in self.times if t <= until)
+        times = list(self.times)[:count]
+        return times, {key: samples[:count] for key, samples in self.series_json().items()}
+
     def history_message(self) -> dict[str, Any]:
         """The answer to a view's ``{"type": "history"}``: the whole window."""
         return {"type": "history", "t": list(self.times), "series": self.series_json()}
@@ -282,6 +302,11 @@ class Monitor(ReplaceableView):
         self._lock = threading.Lock()  # one update at a time (sampler vs. user thread)
         self._sampler: Sampler | None = None
         self._stopped = False  # stop() was called: displaying again does not restart
+        # The last live pictures, for the one a view keeps when its communicator closes.
+        self._final: FinalPicture[_Picture] = FinalPicture()
+        # Once frozen: the badge word and the static bundle, computed once from one sample.
+        self._frozen_state: str | None = None
+        self._frozen_bundle: dict[str, str] = {}
         self.update()
         if start:
             self.start()
@@ -290,25 +315,66 @@ class Monitor(ReplaceableView):
 
     def update(self, stats: CommunicatorStatistics | None = None) -> None:
         """Show one snapshot (default: a fresh ``statistics()``): one more point in the charts,
-        the table and title as of now, sent to the browser in one message."""
+        the table and title as of now, sent to the browser in one message. Does nothing once
+        the view is frozen (:meth:`freeze`, :meth:`stop`, its communicator closed) until
+        :meth:`start`. The first closed snapshot freezes the view on its last live picture."""
+        if self._frozen_state is not None:
+            return
         if stats is None:
             stats = self.communicator.statistics()
         with self._lock:
-            self.stats = stats
-            self.taken_at = time.time()
-            ordered = busiest_first(stats.peers, self.names)
-            self.plots.update(stats, ordered)
-            view = monitor_view(stats, self.names, max_rows=self.table.max_rows,
-                                live=self.running, view_state=self.view_state,
-                                colours=self.plots.colours(), taken_at=self.taken_at,
-                                ordered=ordered)
-            # A live view that hears nothing for this long says it is a snapshot (monitor.js).
-            view["stale_after_ms"] = round(max(10.0, 5 * self.interval) * 1000)
-            self.table.view = view
-            with self.widget.hold_sync():
-                self.widget.view = view
-                self.widget.frame = self.plots.frame()
-                self.widget.point = self.plots.point()
+            if self._frozen_state is not None:
+                return
+            if stats.state == "closed":
+                self._freeze_locked("closed", closed=stats)
+            else:
+                self._show_sample(stats)
+        if self._frozen_state is not None:
+            self._end_sampling()
+            self._show_static()
+
+    def _show_sample(self, stats: CommunicatorStatistics) -> None:
+        self.stats = stats
+        self.taken_at = time.time()
+        ordered = busiest_first(stats.peers, self.names)
+        self.plots.update(stats, ordered)
+        colours = self.plots.colours()
+        view = monitor_view(stats, self.names, max_rows=self.table.max_rows,
+                            live=self.running, colours=colours, taken_at=self.taken_at,
+                            ordered=ordered)
+        # A live view that hears nothing for this long says it is a snapshot (monitor.js).
+        view["stale_after_ms"] = round(max(10.0, 5 * self.interval) * 1000)
+        self.table.view = view
+        frame = self.plots.frame()
+        self._final.add(_Picture(stats, self.taken_at, colours, frame), _connected(stats))
+        with self.widget.hold_sync():
+            self.widget.view = view
+            self.widget.frame = frame
+            self.widget.point = self.plots.point()
+
+    def _freeze_locked(self, state: str,
+                       closed: CommunicatorStatistics | None = None) -> None:
+        """Keep one picture for good: the newest, or (``closed``: the communicator's closed
+        snapshot) the last live one before its closing began. Holds ``self._lock``."""
+        self._stopped = True
+        picture = self._final.final() if closed is not None else None
+        if picture is None:
+            stats = closed if closed is not None else self.stats
+            picture = _Picture(stats, self.taken_at if closed is None else time.time(),
+                               self.plots.colours(), self.plots.frame())
+        reason = {"snapshot": "frozen", "stopped": "the view was stopped"}.get(state)
+        if closed is not None and picture.stats is not closed:
+            reason = "the communicator closed after it"
+        view = monitor_view(picture.stats, self.names, max_rows=self.table.max_rows,
+                            live=False, view_state=state, colours=picture.colours,
+                            taken_at=picture.taken_at, snapshot_reason=reason)
+        times, series = self.plots.window(picture.stats.uptime)
+        self.stats, self.taken_at, self.table.view = picture.stats, picture.taken_at, view
+        self._keep(state, {"text/plain": monitor_text(view),
+                           "text/html": monitor_html(view, picture.frame, times, series)})
+        with self.widget.hold_sync():
+            self.widget.view = view
+            self.widget.frame = picture.frame
 
     def _on_message(self, widget, content, buffers) -> None:
         """A view asks for the whole history (it started after the first samples)."""
@@ -318,36 +384,31 @@ class Monitor(ReplaceableView):
                 self.widget.send(self.plots.history_message())
 
     def start(self) -> Monitor:
-        """Attach to the communicator's sampler thread (idempotent)."""
-        self._stopped = False
+        """Attach to the communicator's sampler thread (idempotent); a frozen view is live
+        again (unless its communicator is closed: then it keeps its picture)."""
         if self.running:
             return self
         if self.communicator.statistics().state == "closed":
             self.update()
             return self
+        self._thaw()
         self._sampler = Sampler.attach(self.communicator, self, self.interval)
         self.update()  # the badge says it is live now, not at the next tick
         self._show_live()
         return self
 
-    def stop(self) -> None:
-        """Stop updating; the sampler thread ends when no monitor of its communicator is left.
-
-        The view says so: its badge reads ``stopped``, it states when its snapshot was taken
-        (``data-live="0"``) and, where it was displayed in Jupyter, the live widget is
-        replaced by its static form (title, charts and table as of now).
-        """
-        self._stopped = True
+    def _end_sampling(self) -> None:
+        """Leave the communicator's sampler; its thread ends when no monitor of the
+        communicator is left (stopping a monitor leaves the communicator alone)."""
         sampler, self._sampler = self._sampler, None
         if sampler is not None:
             sampler.detach(self)
-        self.update()
-        self._show_static()
 
     @property
     def view_state(self) -> str | None:
-        """``stopped`` once :meth:`stop` was called (None otherwise)."""
-        return "stopped" if self._stopped else None
+        """The static form's badge once frozen: ``snapshot`` (:meth:`freeze`), ``stopped``
+        (:meth:`stop`) or ``closed``; None while the view may still update."""
+        return self._frozen_state
 
     def close(self) -> None:
         """Stop and close the widget (its views disappear)."""
@@ -369,33 +430,26 @@ class Monitor(ReplaceableView):
         self.update(stats)
 
     def _sampler_stopped(self, stats) -> None:
+        """The sampler ended: on the communicator's closing (the view then keeps its last
+        live picture, see :meth:`update`) or without it (marimo's cell gone, an error)."""
         self._sampler = None
-        self.update(stats)
+        if stats is not None:
+            self.update(stats)
+        with self._lock:
+            if self._frozen_state is None:
+                self._freeze_locked("stopped")
         self._show_static()
 
     # -- static form ------------------------------------------------------------------------
 
-    def static_html(self) -> str:
-        """The static form: title, charts of the plotted history, legend and table as of the
-        last snapshot, with a sentence saying when it was taken; no script, never live."""
-        with self._lock:
-            view = monitor_view(self.stats, self.names, max_rows=self.table.max_rows,
-                                live=False, view_state=self.view_state,
-                                colours=self.plots.colours(), taken_at=self.taken_at)
-            return monitor_html(view, self.plots.frame(), list(self.plots.times),
-                                self.plots.series_json())
-
-    def static_bundle(self) -> dict[str, str]:
-        """``text/plain`` + ``text/html`` (:meth:`static_html`): nbconvert, a docs site, GitHub
-        and any frontend without a widget manager show this."""
-        return {"text/plain": text_table(self.stats, self.names, self.table.max_rows),
-                "text/html": self.static_html()}
+    def _current_bundle(self) -> dict[str, str]:
+        view = monitor_view(self.stats, self.names, max_rows=self.table.max_rows, live=False,
+                            colours=self.plots.colours(), taken_at=self.taken_at)
+        return {"text/plain": monitor_text(view),
+                "text/html": monitor_html(view, self.plots.frame(), list(self.plots.times),
+                                          self.plots.series_json())}
 
     # -- display ----------------------------------------------------------------------------
-
-    def __repr__(self) -> str:
-        stats = self.stats if self.running else self.communicator.statistics()
-        return text_table(stats, self.names, self.table.max_rows)
 
     def _repr_html_(self) -> str:
         if not self.running:

@@ -1,16 +1,19 @@
 """A live view shown under a display id, so that its static form can take its place.
 
-The monitor and the dashboard are ipywidgets while they update. When one stops (or its
-communicator closes) the output it occupies is replaced, in place, by its static HTML form:
-a stopped view never looks live, and an executed notebook (nbconvert, the docs site, GitHub)
-keeps a picture rather than an empty widget box. Starting it again puts the live widget back.
+The monitor and the dashboard are ipywidgets while they update. When one is frozen (its
+:meth:`~ReplaceableView.freeze`), stops, or what it shows closes, it keeps one picture for
+good (every figure from one sample, dated) and the output it occupies is replaced, in place,
+by its static HTML form: a stopped view never looks live, and an executed notebook
+(nbconvert, the docs site, GitHub) keeps that picture rather than an empty widget box.
+Starting it again puts the live widget back.
 """
 
 from __future__ import annotations
 
 import abc
+import threading
 import uuid
-from typing import ClassVar
+from typing import ClassVar, Self
 
 import anywidget
 
@@ -76,14 +79,91 @@ class ReplaceableView(abc.ABC):
     display_id: str | None = None
     _showing_static = False
 
-    @abc.abstractmethod
-    def static_bundle(self) -> dict[str, str]:
-        """``text/plain`` and ``text/html``: the form shown where no widget manager runs."""
-
     #: stop() was called: displaying the view again does not restart it.
     _stopped = False
     #: The live widget (parked while the static form stands in its output).
     widget: LiveWidget
+    #: Guards sampling against freezing (subclasses make it in ``__init__``).
+    _lock: threading.Lock | threading.RLock
+    #: Once frozen: the static form's badge word (``snapshot``, ``stopped``, ``closed``) ...
+    _frozen_state: str | None = None
+    #: ... and its bundle, drawn once from one sample.
+    _frozen_bundle: dict[str, str]
+
+    @abc.abstractmethod
+    def _freeze_locked(self, state: str) -> None:
+        """Keep one picture, with ``state`` as its badge (:meth:`_keep`); holds ``_lock``."""
+
+    @abc.abstractmethod
+    def _end_sampling(self) -> None:
+        """Stop the sampling thread feeding this view (it may be the calling thread)."""
+
+    @abc.abstractmethod
+    def _current_bundle(self) -> dict[str, str]:
+        """The static form of the newest sample (the view is not frozen); holds ``_lock``."""
+
+    def _keep(self, state: str, bundle: dict[str, str]) -> None:
+        """Freeze on ``bundle`` (text/plain and text/html of one sample)."""
+        self._stopped = True
+        self._frozen_state = state
+        self._frozen_bundle = bundle
+
+    def freeze(self) -> Self:
+        """Stop sampling and keep the view exactly as it is now, live and in its static form
+        (the ``text/html`` and ``text/plain`` a notebook stores): every figure from the last
+        sample shown, with the sentence ``snapshot taken HH:MM:SS, not live (frozen)``. Later
+        cells, :meth:`stop` and what it shows closing leave it as it is; ``start()`` makes it
+        live again. Calling it again does nothing. Returns the view."""
+        with self._lock:
+            changed = self._frozen_state is None
+            if changed:
+                self._freeze_locked("snapshot")
+        if changed:
+            self._end_sampling()
+            self._show_static()
+        return self
+
+    def stop(self) -> None:
+        """Stop sampling (the thread ends within one interval) and show the static form: one
+        last sample, frozen, its badge ``stopped``. A view already frozen stays as it is."""
+        self._stopped = True
+        self._end_sampling()
+        self.update()
+        with self._lock:
+            if self._frozen_state is None:
+                self._freeze_locked("stopped")
+        self._show_static()
+
+    @property
+    def frozen(self) -> bool:
+        """True once the view keeps one picture (:meth:`freeze`, :meth:`stop`, closed)."""
+        return self._frozen_state is not None
+
+    def _thaw(self) -> None:
+        """Live again (``start()``): the kept picture goes."""
+        with self._lock:
+            self._stopped = False
+            self._frozen_state = None
+            self._frozen_bundle = {}
+
+    def static_bundle(self) -> dict[str, str]:
+        """``text/plain`` + ``text/html`` of one sample, drawn from one view document (the two
+        agree: same badge word, same figures): nbconvert, a docs site, GitHub and any frontend
+        without a widget manager show this. Once frozen, the same bundle every time."""
+        with self._lock:
+            if self._frozen_state is not None:
+                return dict(self._frozen_bundle)
+            return self._current_bundle()
+
+    def static_html(self) -> str:
+        """The static form (:meth:`static_bundle`'s ``text/html``): the figures of one sample,
+        saying it is a snapshot and when it was taken; no script, never a live badge."""
+        return self.static_bundle()["text/html"]
+
+    def __repr__(self) -> str:
+        if not self.running:
+            self.update()
+        return self.static_bundle()["text/plain"]
 
     @property
     @abc.abstractmethod

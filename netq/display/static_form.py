@@ -14,10 +14,12 @@ from typing import Any
 
 from ..statistics import CommunicatorStatistics
 from .charts import chart_svg
-from .tables import text_table
+from .tables import COLUMNS, NAME_WIDTH
 from .view_model import monitor_view
 
-__all__ = ("monitor_css", "monitor_html", "static_bundle")
+__all__ = ("monitor_css", "monitor_html", "monitor_text", "static_bundle")
+
+_WIDTHS = {"peer": NAME_WIDTH, **{column.key: column.width for column in COLUMNS}}
 
 
 def monitor_css() -> str:
@@ -113,10 +115,42 @@ def monitor_html(view: Mapping[str, Any], frame: Mapping[str, Any] | None = None
     return "".join(parts)
 
 
+def monitor_text(view: Mapping[str, Any]) -> str:
+    """The same view model as :func:`monitor_html`, as fixed-width text (``text/plain``, a
+    ``repr``): the title line with the badge's word and the same facts, the snapshot sentence,
+    the same rows (busiest first), the ``others`` and total rows, the waits and footnotes. The
+    two forms of one view always agree: they are drawn from one document."""
+    title = view["title"]
+    lines = ["  ".join([f"{title['role']} on {title['address']}", title["label"],
+                        title["uptime"], *title["facts"], *title["alerts"]])]
+    if view["snapshot"]:
+        lines.append(view["snapshot"])
+    keys = [key for key, _, _ in view["columns"]]
+
+    def line(texts: list[str]) -> str:
+        cells = []
+        for key, text in zip(keys, texts, strict=True):
+            width = _WIDTHS.get(key, len(text))
+            cells.append(f"{text[:width]:<{width}}" if key in ("peer", "state")
+                         else f"{text:>{width}}")
+        return " ".join(cells).rstrip()
+
+    lines.append(line([header for _, header, _ in view["columns"]]))
+    lines.extend(line(row["cells"]) for row in view["rows"])
+    others = view["others"]
+    if others:  # its label does not fit the name column: the count at the end of its line
+        lines.append(f"{line(['others', *others['cells'][1:]])}  ({others['count']} peers)")
+    lines.append(line(view["total"]))
+    lines.extend(f"! {text}" for text in view["waiting"])
+    lines.extend(f"* {text}" for text in view["notes"].values())
+    return "\n".join(lines)
+
+
 def static_bundle(stats: CommunicatorStatistics,
                   names: Mapping[uuid.UUID, str] | None = None,
                   max_rows: int | None = 50) -> dict[str, str]:
-    """``text/plain`` + ``text/html`` for a display without a live frontend: the text table and
-    the monitor's static form (:func:`monitor_html`, a snapshot of ``stats``, no charts)."""
-    return {"text/plain": text_table(stats, names, max_rows),
-            "text/html": monitor_html(monitor_view(stats, names, max_rows=max_rows))}
+    """``text/plain`` + ``text/html`` for a display without a live frontend: one snapshot of
+    ``stats`` (:func:`~netq.display.view_model.monitor_view`, no charts) drawn as text
+    (:func:`monitor_text`) and as the monitor's static form (:func:`monitor_html`)."""
+    view = monitor_view(stats, names, max_rows=max_rows)
+    return {"text/plain": monitor_text(view), "text/html": monitor_html(view)}

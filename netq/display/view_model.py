@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..statistics import CommunicatorStatistics, PeerStatistics
 from .formatting import (
@@ -37,7 +37,7 @@ from .tables import (
 )
 
 __all__ = ("NEGATIVE_CREDIT", "LIVE_STATES", "STATIC_STATES", "busiest_first", "badge_state",
-           "snapshot_sentence", "monitor_view")
+           "snapshot_sentence", "clock", "FinalPicture", "monitor_view")
 
 NEGATIVE_CREDIT = ("credit may dip below zero by up to one message: a message may start on "
                    "any positive credit (netq.statistics)")
@@ -60,20 +60,64 @@ def badge_state(stats: CommunicatorStatistics, *, live: bool,
                 view_state: str | None = None) -> str:
     """The badge's ``data-state``: while live, the communicator's state as
     :func:`~netq.display.tables.title_state` refines it (``waiting`` when any peer's traffic
-    or a ``get()`` waits); in a static form ``closed``, ``stopped`` (``view_state``) or
-    ``snapshot``, never a live state."""
+    or a ``get()`` waits); in a static form ``view_state`` if it is one of
+    :data:`STATIC_STATES` (a view frozen before its communicator closed says ``closed``),
+    else ``closed`` or ``snapshot``: never a live state."""
     if live:
         return title_state(stats).replace(" ", "-")
-    if stats.state == "closed":
-        return "closed"
-    return "stopped" if view_state == "stopped" else "snapshot"
+    if view_state in STATIC_STATES:
+        return view_state
+    return "closed" if stats.state == "closed" else "snapshot"
 
 
-def snapshot_sentence(state: str, taken_at: float) -> str:
-    """What a static form says about itself: a snapshot, and the wall-clock time it shows."""
-    clock = time.strftime("%H:%M:%S", time.localtime(taken_at))
-    why = {"stopped": "the view was stopped", "closed": "the communicator is closed"}.get(state)
-    return f"snapshot taken {clock}, not live" + (f" ({why})" if why else "")
+def clock(when: float) -> str:
+    """A wall-clock time (``time.time()``) as the views print it: ``HH:MM:SS``, local time."""
+    return time.strftime("%H:%M:%S", time.localtime(when))
+
+
+def snapshot_sentence(state: str, taken_at: float, reason: str | None = None) -> str:
+    """What a static form says about itself: a snapshot, the wall-clock time of the sample
+    every figure in it comes from, and why it is not live (``reason``, or what ``state``
+    implies: ``stopped``, ``closed``)."""
+    why = reason or {"stopped": "the view was stopped",
+                     "closed": "the communicator is closed"}.get(state)
+    return f"snapshot taken {clock(taken_at)}, not live" + (f" ({why})" if why else "")
+
+
+Picture = TypeVar("Picture")
+
+
+class FinalPicture(Generic[Picture]):
+    """The picture a view keeps when what it shows closes: the last sample taken before the
+    closing began, not the empty one after it.
+
+    Feed it every sample taken while the thing shown is open, with its ``size`` (a monitor:
+    its peers still connected; the dashboard: its communicators still open). Closing is
+    seen as a decline: samples whose size keeps falling, one after the other. :meth:`final`
+    is the sample just before the current decline began (the full picture: the 32 peers,
+    their rates and waits) or, if none is under way, the newest sample. A sample that does
+    not fall (a steady or growing size) ends a decline: a peer that left long ago does not
+    pin the picture to its time. Holds two samples, whatever they are.
+    """
+
+    __slots__ = ("_newest", "_newest_size", "_before_decline")
+
+    def __init__(self) -> None:
+        self._newest: Picture | None = None
+        self._newest_size = 0
+        self._before_decline: Picture | None = None
+
+    def add(self, picture: Picture, size: int) -> None:
+        if self._newest is not None and size < self._newest_size:
+            if self._before_decline is None:
+                self._before_decline = self._newest
+        else:
+            self._before_decline = None
+        self._newest, self._newest_size = picture, size
+
+    def final(self) -> Picture | None:
+        """The picture to keep (None before the first sample)."""
+        return self._before_decline if self._before_decline is not None else self._newest
 
 
 def _sum_fields(rows: list[PeerStatistics], label: str) -> dict[str, str]:
@@ -93,7 +137,8 @@ def monitor_view(stats: CommunicatorStatistics,
                  max_rows: int | None = 50, live: bool = False, view_state: str | None = None,
                  colours: Mapping[uuid.UUID, str] | None = None,
                  taken_at: float | None = None,
-                 ordered: list[PeerStatistics] | None = None) -> dict[str, Any]:
+                 ordered: list[PeerStatistics] | None = None,
+                 snapshot_reason: str | None = None) -> dict[str, Any]:
     """Everything a monitor shows but its charts, as JSON-ready data (text already formatted).
 
     ``title``: role, address, ``state`` (the badge's ``data-state``), ``label``, ``uptime``,
@@ -106,7 +151,10 @@ def monitor_view(stats: CommunicatorStatistics,
     per wait; ``notes``: footnotes the marks refer to; ``live``, ``taken`` (the wall-clock
     time of the snapshot, ``HH:MM:SS``) and ``snapshot`` (the static form's sentence, ``""``
     while live). ``taken_at``: wall-clock time of the snapshot
-    (default: now); ``ordered``: ``stats.peers`` already sorted by :func:`busiest_first`.
+    (default: now); ``ordered``: ``stats.peers`` already sorted by :func:`busiest_first`;
+    ``view_state``: the static form's badge (:func:`badge_state`); ``snapshot_reason``: why
+    it is not live, in its sentence (:func:`snapshot_sentence`). A closed communicator's
+    rates are those of its last seconds, not current: its title states none.
     """
     state = badge_state(stats, live=live, view_state=view_state)
     taken = time.time() if taken_at is None else taken_at
@@ -147,6 +195,11 @@ def monitor_view(stats: CommunicatorStatistics,
     waiting = waiting_lines(stats, names)
     if stats.get_waiting:
         waiting.append(with_names(stats.get_waiting, names))
+    rates = [] if stats.state == "closed" else [
+        f"in {format_count(stats.messages_in_per_s)} msg/s, "
+        f"{format_byte_rate(stats.bytes_in_per_s)}",
+        f"out {format_count(stats.messages_out_per_s)} msg/s, "
+        f"{format_byte_rate(stats.bytes_out_per_s)}"]
     return {
         "title": {
             "role": f"netq {stats.protocol.upper()} {stats.purpose}",
@@ -154,10 +207,7 @@ def monitor_view(stats: CommunicatorStatistics,
             "state": state, "label": state.replace("-", " "),
             "uptime": f"up {format_uptime(stats.uptime)}",
             "facts": [f"{count} peer{'' if count == 1 else 's'}",
-                      f"in {format_count(stats.messages_in_per_s)} msg/s, "
-                      f"{format_byte_rate(stats.bytes_in_per_s)}",
-                      f"out {format_count(stats.messages_out_per_s)} msg/s, "
-                      f"{format_byte_rate(stats.bytes_out_per_s)}",
+                      *rates,
                       f"memory {format_bytes(stats.memory)}{budget}",
                       *([shm_fact(stats)] if stats.shm_bytes_in or stats.shm_bytes_out
                         else [])],
@@ -168,6 +218,6 @@ def monitor_view(stats: CommunicatorStatistics,
                     *([c.key, c.header, c.key != "state"] for c in COLUMNS)],
         "rows": rows, "others": others, "total": [total[key] for key in _KEYS],
         "waiting": waiting, "notes": notes, "live": live,
-        "taken": time.strftime("%H:%M:%S", time.localtime(taken)),
-        "snapshot": "" if live else snapshot_sentence(state, taken),
+        "taken": clock(taken),
+        "snapshot": "" if live else snapshot_sentence(state, taken, snapshot_reason),
     }

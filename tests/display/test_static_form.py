@@ -28,7 +28,7 @@ def test_the_bundle_carries_the_text_table_and_the_escaped_html():
     assert "<b>alpha" not in markup and "<script" not in markup
     bundle = static_bundle(snapshot)
     assert set(bundle) == {"text/plain", "text/html"}
-    assert bundle["text/plain"].startswith("netq server tcp on 127.0.0.1:1  open")
+    assert bundle["text/plain"].startswith("netq TCP server on 127.0.0.1:1  snapshot")
 
 
 def test_the_title_row_and_its_badge_in_the_markup():

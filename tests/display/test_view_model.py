@@ -33,7 +33,9 @@ def test_the_badge_is_never_a_live_state_when_static():
     assert badge(snapshot) == "snapshot"
     assert monitor_view(snapshot)["snapshot"].startswith("snapshot taken ")
     assert badge(snapshot, view_state="stopped") == "stopped"
-    assert badge(dataclasses.replace(snapshot, state="closed"), view_state="stopped") == "closed"
+    assert badge(dataclasses.replace(snapshot, state="closed")) == "closed"
+    # a view stopped (or frozen) before its communicator closed keeps saying so
+    assert badge(dataclasses.replace(snapshot, state="closed"), view_state="stopped") == "stopped"
     waiting = stats(row(blocked="no credit", blocked_for=6.0))
     assert badge(waiting, live=True) == "waiting"
     client = dataclasses.replace(stats(row(state="connecting")), purpose="client")

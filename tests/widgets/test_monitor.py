@@ -100,13 +100,15 @@ def test_live_view_follows_real_traffic(frontend):
         assert "client-0 (left)" in labels and first.id in monitor.plots.departed
         assert sampler.errors == type(sampler.errors)()  # nothing went wrong on the thread
 
-    # the server closed: the sampler shows it once more and its thread ends
+    # the server closed: the view keeps its last live picture, and the sampler thread ends
     sampler.thread.join(5)
     assert not sampler.thread.is_alive() and not monitor.running
     view = frontend.state(monitor.widget)["view"]
-    assert monitor.stats.state == "closed"
+    assert monitor.frozen and monitor.view_state == "closed"
+    assert monitor.stats.state == "open" and view["rows"]  # the picture before the closing
     assert view["title"]["state"] == "closed" and view["live"] is False
     assert view["snapshot"].startswith("snapshot taken ")
+    assert view["snapshot"].endswith("(the communicator closed after it)")
     assert not monitor_threads()
     assert sampler.cpu_seconds > 0 and sampler.ticks > 10
 
@@ -146,8 +148,8 @@ def test_restart_after_stop_and_after_close(frontend):
         assert monitor.running and len(monitor_threads()) == 1
         assert frontend.state(monitor.widget)["view"]["live"] is True
     wait_for(lambda: not monitor_threads(), message="the thread to end with the server")
-    monitor.start()  # closed communicator: shows the final state, starts nothing
-    assert not monitor.running and monitor.stats.state == "closed" and not monitor_threads()
+    monitor.start()  # closed communicator: keeps its last live picture, starts nothing
+    assert not monitor.running and monitor.view_state == "closed" and not monitor_threads()
 
 
 def test_displayed_in_a_kernel_it_is_live_beside_a_static_snapshot(frontend, monkeypatch):
@@ -173,7 +175,7 @@ def test_displayed_in_a_kernel_it_is_live_beside_a_static_snapshot(frontend, mon
         static = bundle["text/html"]
         assert 'data-live="0"' in static and 'class="netq-snapshot"' in static
         assert 'data-state="snapshot"' in static and "<script" not in static
-        assert bundle["text/plain"].startswith("netq server tcp")
+        assert bundle["text/plain"].startswith("netq TCP server on ")
         again = traffic.server.monitor(interval=0.1)  # not displayed yet: not running
         assert not again.running
         again._repr_mimebundle_()
@@ -207,10 +209,10 @@ def test_without_a_kernel_the_display_is_static(frontend):
         assert set(bundle) == {"text/plain", "text/html"}
         assert bundle["text/html"].count('<tr class="netq-peer"') == 2
         assert 'data-live="0"' in bundle["text/html"]
-        assert bundle["text/plain"].splitlines()[0].startswith("netq server tcp")
+        assert bundle["text/plain"].splitlines()[0].startswith("netq TCP server on ")
         monitor = traffic.server.monitor()
         assert set(monitor._repr_mimebundle_()) == {"text/plain", "text/html"}
-        assert repr(monitor).splitlines()[0].startswith("netq server tcp")
+        assert repr(monitor).splitlines()[0].startswith("netq TCP server on ")
         assert monitor._repr_html_().count('<tr class="netq-peer"') == 2
         assert not monitor.running and not monitor_threads()
 

@@ -11,8 +11,8 @@ and one-way throughput (``--mib`` MiB of 1 MiB messages from a client to the ser
 this process, each with its own I/O thread. Brokers: mosquitto (Debian), RabbitMQ 3.10 (a node
 of its own; ``rabbitmq-cluster``: server on node 0, client on node 1 of a 2-node cluster) and
 amqtt 0.12.1 (from ``$NETQ_AMQTT_VENV`` or ``~/.cache/netq/amqtt-0.12.1``, the venv that
-tests/transports/brokers_testing.py makes). Run it on a quiet machine, or read the figures as
-ratios between rows of the same run.
+:func:`netq.lab.brokers.ensure_amqtt` makes on first use). Run it on a quiet machine, or read
+the figures as ratios between rows of the same run.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import netq as nq
-from netq.lab.brokers import AMQTT_VERSION, AmqttBroker, local_broker
+from netq.lab.brokers import AmqttBroker, ensure_amqtt, local_broker
 from netq.lab.rabbitmq import RabbitMQCluster
 from netq.transports.mqtt import link_statistics
 
@@ -72,12 +72,6 @@ def measure(server_at: nq.NetworkLocation, client_at: nq.NetworkLocation, rounds
             "mb_per_s": mib * MiB / elapsed / 1e6}
 
 
-def amqtt_script() -> str:
-    venv = os.environ.get("NETQ_AMQTT_VENV") or str(
-        Path.home() / ".cache" / "netq" / f"amqtt-{AMQTT_VERSION}")
-    return os.path.join(venv, "bin", "amqtt")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default=",".join(BROKERS))
@@ -103,7 +97,7 @@ def main() -> int:
                 with local_broker() as broker:
                     row = measure(broker.netloc, broker.netloc, arguments.rounds, arguments.mib)
             elif name == "amqtt":
-                with AmqttBroker(binary=amqtt_script()) as broker:
+                with AmqttBroker(binary=ensure_amqtt()) as broker:
                     row = measure(broker.netloc, broker.netloc, arguments.rounds, arguments.mib)
             elif name == "rabbitmq":
                 node = clusters[0].nodes[0]

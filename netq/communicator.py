@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from . import _shm, live
+from .chunk_stream import Stream
 from .contract import TransportFactory
 from .engine import SessionEngine
 from .exceptions import (
@@ -42,7 +43,6 @@ from .protocol.frames import MAX_PARTS
 from .session import Outgoing, PeerSession
 from .stall import StallWarning
 from .statistics import CommunicatorStatistics, RateMeter, peer_row
-from .stream import Stream
 
 __all__ = ("Communicator", "Message", "live_communicators")
 

@@ -381,7 +381,10 @@ class ReceiveBudget:
         return None, self._stall_warning
 
     def _count_starved(self) -> int:
+        return len(self.starved_sessions())
+
+    def starved_sessions(self) -> list[PeerSession]:
         """Peers the budget holds back that have no credit left. The others (idle peers
         keeping their floor, however many) can still send: the budget holds nobody up."""
-        return sum(1 for session in list(self._waiters)  # a copy: get() may remove
-                   if session.link is not None and session.link.conn.recv_allowance_bytes <= 0)
+        return [session for session in list(self._waiters)  # a copy: get() may remove
+                if session.link is not None and session.link.conn.recv_allowance_bytes <= 0]

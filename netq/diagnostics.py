@@ -29,7 +29,7 @@ from typing import Protocol
 
 from .options import CommunicatorOptions
 from .peers import PeerTable
-from .session import PeerSession, PeerState
+from .session import QUEUED_MESSAGE_COST, PeerSession, PeerState
 from .stall import StallWarning
 
 LOGGER = logging.getLogger("netq")
@@ -285,8 +285,18 @@ class BudgetView(Protocol):
         """recv_budget."""
 
     @property
+    def outstanding_bytes(self) -> int:
+        """Credit granted to peers and not yet used by them (what may still arrive)."""
+
+    @property
     def waiting_peers(self) -> int:
         """Peers whose credit the budget capped (they wait for get())."""
+
+    def share(self) -> int:
+        """Each peer's share of recv_budget, in bytes."""
+
+    def starved_sessions(self) -> list[PeerSession]:
+        """The peers the budget holds back with no credit left."""
 
     @property
     def full_since(self) -> float | None:
@@ -402,12 +412,13 @@ class Diagnostics:
         """Why messages to ``session`` are not moving, and what would change it."""
         now = time.monotonic()
         count = len(session.outbox)
-        unsent = (f"{count} message{'s' if count != 1 else ''} "
-                  f"({format_bytes(session.unsent_bytes)}, counted as "
-                  f"{format_bytes(session.unsent_charge)})")
+        # One figure for the unsent bytes: the payload, as statistics() shows it (queue_out_bytes).
+        unsent = (f"{count} message{'s' if count != 1 else ''} of "
+                  f"{format_bytes(session.unsent_bytes)}")
         connection = self._options.connection
         inflight = len(session.inflight)
-        budget = (f"send_budget={format_bytes(connection.send_budget)}; "
+        budget = (f"send_budget={format_bytes(connection.send_budget)}, which counts "
+                  f"{QUEUED_MESSAGE_COST} B more per queued message; "
                   f"{count + inflight} of send_messages={connection.send_messages} held, "
                   f"{inflight} of them sent and not yet acknowledged")
         link = session.link
@@ -507,16 +518,33 @@ class Diagnostics:
                 f"after that many seconds")
 
     def explain_budget(self, full_for: float) -> str:
-        """The receive budget has been full for ``full_for`` seconds: whose messages fill it."""
+        """The receive budget has had no room for ``full_for`` seconds: what fills it (held
+        messages, or credit promised to other peers), and which peers wait, each against its
+        share."""
         budget = self._budget
-        sessions = sorted(self._peers.all(), key=lambda s: s.held_bytes, reverse=True)
-        top = ", ".join(f"{s.id}: {format_bytes(s.held_bytes)}" for s in sessions[:3]
-                        if s.held_bytes)
-        return (f"the receive budget has been full for {full_for:.0f} s: "
-                f"{format_bytes(budget.held_bytes)} received and not taken by get() "
-                f"(recv_budget {format_bytes(budget.budget_bytes)}; most from {top}); "
-                f"{budget.waiting_peers} peer(s) wait for credit until get() takes "
-                f"messages, or raise ConnectionOptions.recv_budget")
+        held, promised = budget.held_bytes, max(budget.outstanding_bytes, 0)
+        waiting = sorted(budget.starved_sessions(), key=lambda s: s.held_bytes, reverse=True)
+        shown = "; ".join(f"{s.id}: {self._against_share(s)}" for s in waiting[:3])
+        more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
+        peers = len(waiting)
+        return (f"the receive budget has had no room for {full_for:.0f} s: of recv_budget="
+                f"{format_bytes(budget.budget_bytes)}, {format_bytes(held)} is received and "
+                f"not taken by get() and {format_bytes(promised)} is credit granted to peers "
+                f"that have not used it yet. {peers} peer{'s wait' if peers != 1 else ' waits'} "
+                f"for credit ({shown}{more}) until get() takes messages, or with a larger "
+                f"ConnectionOptions.recv_budget")
+
+    def _against_share(self, session: PeerSession) -> str:
+        """``session``'s received bytes against its share of the budget, in one figure (the
+        ``memory`` statistics() shows for that peer)."""
+        share = self._budget.share()
+        held = session.held_bytes
+        if held >= share:
+            return (f"its share is full, {format_bytes(held)} held of "
+                    f"{format_bytes(share)} (a message may start on the last of its credit, "
+                    f"so a share holds up to one message more)")
+        return (f"{format_bytes(held)} held of its {format_bytes(share)} share; the rest "
+                f"of the budget is promised to other peers")
 
     def peer_blocked(self, session: PeerSession, now: float) -> tuple[str, float]:
         """For statistics(): ("" or why traffic with this peer waits, for how many seconds)."""
@@ -527,8 +555,8 @@ class Diagnostics:
             return self.explain_send_wait(session), now - exhausted
         full_since = self._budget.full_since
         if session.credit_waiting and full_since is not None:
-            return (f"recv_budget full: {format_bytes(self._budget.held_bytes)} received and "
-                    f"not taken by get()", now - full_since)
+            return (f"waits for credit from recv_budget: {self._against_share(session)}",
+                    now - full_since)
         reach = self._reach
         if reach is not None and session.state is not PeerState.CONNECTED:
             since = reach.unreachable_since

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from .chunk_stream import Stream
 from .serializers import DEFAULT_SERIALIZER
-from .stream import Stream
 
 __all__ = (
     "Protocol",

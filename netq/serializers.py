@@ -70,9 +70,9 @@ from collections.abc import Iterable, Sequence
 from itertools import islice
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from .chunk_stream import Buffer, Stream, as_view
 from .numpy_arrays import array_parts, load_array
 from .restricted_pickle import Policy, RestrictedUnpickler
-from .stream import Buffer, Stream, as_view
 
 __all__ = (
     "Serializer",

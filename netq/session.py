@@ -32,9 +32,9 @@ from .futures import DeliveryFuture
 from .protocol.resume import Resume
 
 if TYPE_CHECKING:
+    from .chunk_stream import Buffer
     from .protocol.connection import Connection
     from .stall import StallWarning
-    from .stream import Buffer
 
 __all__ = ("NO_TOKEN", "AttachedLink", "Outgoing", "PeerSession", "PeerState")
 

@@ -99,9 +99,9 @@ def test_a_blocked_put_and_a_blocked_close_say_why(transport, caplog):
     row = client.statistics().peers[0]
     assert "not calling get()" in row.blocked and row.blocked_for > 1.0
     assert waited < 30
-    wait_for(lambda: _warnings(caplog, "receive budget has been full"), 10,
+    wait_for(lambda: _warnings(caplog, "receive budget has had no room"), 10,
              message="the server to warn that its budget is full")
-    assert "not taken by get()" in _warnings(caplog, "receive budget has been full")[0]
+    assert "not taken by get()" in _warnings(caplog, "receive budget has had no room")[0]
     caplog.clear()
     closer = threading.Thread(target=client.close, kwargs={"timeout": 4.0}, name="test-close")
     closer.start()

@@ -22,10 +22,20 @@ bounds what it has in the broker, so a drop costs a reconnect and a resend, neve
 
 :class:`AmqttBroker` runs amqtt (pure Python, MQTT 3.1.1) the same way. RabbitMQ nodes and
 clusters, which the broker tests also run netq on, are in :mod:`netq.lab.rabbitmq`.
+
+:func:`broker`, what the notebooks and the demo use, takes the first broker it can have:
+``$NETQ_MQTT_BROKER``'s, a private mosquitto, or, where mosquitto is not installed, a private
+amqtt from a venv of its own that :func:`ensure_amqtt` makes once (``pip install amqtt``). A
+reader without mosquitto (no root, no apt: a hosted notebook) then runs the MQTT sections on a
+real broker rather than none; amqtt is slower and speaks MQTT 3.1.1 only, so the choice is
+said (``report=``, and a WARNING on the ``netq.lab`` logger) with the command that installs
+mosquitto.
 """
 
 from __future__ import annotations
 
+import fcntl
+import logging
 import os
 import pwd
 import random
@@ -33,10 +43,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Self
@@ -45,8 +56,11 @@ from ..exceptions import BrokerUnavailable
 from ..options import NetworkLocation
 
 __all__ = ("LocalBroker", "local_broker", "AmqttBroker", "broker", "environment_broker",
-           "find_mosquitto", "free_port", "terminate", "BrokerProcesses", "BROKER_VARIABLE",
-           "INSTALL_HINT", "AMQTT_VERSION")
+           "find_mosquitto", "ensure_amqtt", "amqtt_venv", "free_port", "terminate",
+           "BrokerProcesses", "BROKER_VARIABLE", "AMQTT_VENV_VARIABLE", "INSTALL_HINT",
+           "AMQTT_VERSION")
+
+_log = logging.getLogger("netq.lab")
 
 BROKER_VARIABLE = "NETQ_MQTT_BROKER"  # "host:port" of a running broker (binder/start sets it)
 
@@ -338,26 +352,114 @@ def environment_broker() -> NetworkLocation | None:
     return NetworkLocation(host, int(port))
 
 
+# What a private amqtt can be asked for; every other setting (limits, TLS, extra lines, a
+# binary) is mosquitto's.
+_AMQTT_SETTINGS = frozenset({"host", "port"})
+
+
 @contextmanager
-def broker(**settings) -> Iterator[NetworkLocation]:
+def broker(*, report: Callable[[str], object] | None = None,
+           **settings) -> Iterator[NetworkLocation]:
     """A broker to talk to, as a context manager yielding its :class:`NetworkLocation`.
 
     Without ``settings`` and with ``$NETQ_MQTT_BROKER`` set (``binder/start`` runs a loopback
     mosquitto and sets it), that broker is used and left running. Otherwise a private
     :func:`local_broker` with these settings (limits, TLS) is started and stopped on exit:
     experiments that need special broker limits always get their own.
+
+    Where mosquitto is not installed, a private amqtt (:class:`AmqttBroker`, made available by
+    :func:`ensure_amqtt`: once per machine, ``pip install amqtt`` into a venv of its own, about
+    half a minute) takes its place, when ``settings`` ask for nothing but ``host`` and
+    ``port``. ``report`` (``print``, say) is called once with a sentence naming the broker
+    used; the same sentence goes to the ``netq.lab`` logger, as a WARNING for amqtt. Raises
+    :class:`netq.BrokerUnavailable` saying what to install when no broker can be had.
     """
     shared = None if settings else environment_broker()
     if shared is not None:
+        _say(report, logging.INFO, f"MQTT broker: {shared} (${BROKER_VARIABLE})")
         yield shared
         return
+    try:
+        find_mosquitto(settings.get("binary"))
+    except BrokerUnavailable as no_mosquitto:
+        extra = sorted(set(settings) - _AMQTT_SETTINGS)
+        if extra:
+            raise BrokerUnavailable(f"{no_mosquitto} (the settings {', '.join(extra)} are "
+                                    f"mosquitto's; amqtt cannot stand in)") from None
+        try:
+            script = ensure_amqtt()
+        except BrokerUnavailable as no_amqtt:
+            raise BrokerUnavailable(f"no MQTT broker here: {no_mosquitto}; nor could amqtt "
+                                    f"stand in: {no_amqtt}") from None
+        with AmqttBroker(binary=script, **settings) as private:
+            _say(report, logging.WARNING,
+                 f"MQTT broker: amqtt {AMQTT_VERSION} on {private.host}:{private.port} "
+                 f"(mosquitto is not installed; amqtt is pure Python, MQTT 3.1.1 only and "
+                 f"several times slower; for mosquitto: {INSTALL_HINT})")
+            yield private.netloc
+        return
     with local_broker(**settings) as private:
+        _say(report, logging.INFO, f"MQTT broker: a private mosquitto on {private.host}:"
+                                   f"{private.port}")
         yield private.netloc
+
+
+def _say(report: Callable[[str], object] | None, level: int, sentence: str) -> None:
+    _log.log(level, "%s", sentence)
+    if report is not None:
+        report(sentence)
 
 
 # ====================================================================== amqtt
 
 AMQTT_VERSION = "0.12.1"  # the amqtt release netq is tested with (MQTT 3.1.1 only)
+AMQTT_VENV_VARIABLE = "NETQ_AMQTT_VENV"  # where ensure_amqtt() keeps amqtt's venv
+_PIP_TIMEOUT = 300  # seconds pip gets to install amqtt into its venv (once per machine)
+
+
+def amqtt_venv() -> Path:
+    """Where :func:`ensure_amqtt` keeps amqtt: ``$NETQ_AMQTT_VENV``, else
+    ``~/.cache/netq/amqtt-<version>``."""
+    default = Path.home() / ".cache" / "netq" / f"amqtt-{AMQTT_VERSION}"
+    return Path(os.environ.get(AMQTT_VENV_VARIABLE) or default)
+
+
+def ensure_amqtt() -> str:
+    """The path of an ``amqtt`` script, installing amqtt into a venv of its own first if needed
+    (:func:`amqtt_venv`; amqtt's dependency pins must not touch the caller's environment).
+
+    Installs once per machine, under a file lock, so that parallel processes install it once.
+    Raises :class:`netq.BrokerUnavailable` saying why when it cannot (no ``venv`` module, pip
+    cannot reach the package index)."""
+    venv = amqtt_venv()
+    script = venv / "bin" / "amqtt"
+    marker = venv / f".netq-amqtt-{AMQTT_VERSION}"  # written last: the install finished
+    if marker.exists() and os.access(script, os.X_OK):
+        return str(script)
+    try:
+        venv.parent.mkdir(parents=True, exist_ok=True)
+        lock = open(venv.parent / f".amqtt-{AMQTT_VERSION}.lock", "w")
+    except OSError as error:
+        raise BrokerUnavailable(f"cannot make amqtt's venv at {venv}: {error}") from error
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists() and os.access(script, os.X_OK):
+            return str(script)
+        _log.warning("installing amqtt %s into %s (once per machine)", AMQTT_VERSION, venv)
+        steps = [[sys.executable, "-m", "venv", "--clear", str(venv)],
+                 [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
+                  "--disable-pip-version-check", f"amqtt=={AMQTT_VERSION}"]]
+        for step in steps:
+            try:
+                result = subprocess.run(step, capture_output=True, text=True,
+                                        timeout=_PIP_TIMEOUT, stdin=subprocess.DEVNULL)
+            except (OSError, subprocess.TimeoutExpired) as error:
+                raise BrokerUnavailable(f"{' '.join(step)}: {error}") from error
+            if result.returncode:
+                raise BrokerUnavailable(f"{' '.join(step)} failed: "
+                                        f"{result.stderr.strip()[-800:]}")
+        marker.write_text("ok\n")
+    return str(script)
 
 
 class AmqttBroker(LocalBroker):

@@ -22,6 +22,7 @@ The command line itself (``python -m netq``, its subcommands and their help) is 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import ipaddress
 import random
@@ -67,7 +68,7 @@ DESCRIPTION = ("Start a netq server and N client communicators in this process, 
 _EXTRAS = {"mqtt": ("paho", "paho-mqtt", "mqtt"), "grpc": ("grpc", "grpcio", "grpc")}
 
 _WHERE = {"tcp": "over TCP on loopback", "unix": "over a Unix domain socket",
-          "mqtt": "over MQTT through a private mosquitto on loopback",
+          "mqtt": "over MQTT through a private broker on loopback",
           "grpc": "over gRPC on loopback"}
 
 LEGEND = (
@@ -103,14 +104,6 @@ def missing(protocol: str) -> str | None:
             found = False
         if not found:
             return f"{package} is not installed: pip install 'netq[{extra}]'"
-    if protocol == "mqtt":
-        from ..exceptions import BrokerUnavailable
-        from .brokers import find_mosquitto
-
-        try:
-            find_mosquitto()
-        except BrokerUnavailable as error:
-            return f"the demo starts a private mosquitto: {error}"
     return None
 
 
@@ -118,8 +111,9 @@ def _protocol_help() -> str:
     names = protocols()
     lacking = {name: why for name in names if (why := missing(name)) is not None}
     text = ("transport (default tcp). tcp and unix need nothing more; mqtt runs through a "
-            "private mosquitto started for the demo (needs the [mqtt] extra and mosquitto); "
-            "grpc needs the [grpc] extra.")
+            "private mosquitto started for the demo (needs the [mqtt] extra; where mosquitto "
+            "is not installed, amqtt, which pip installs into a venv of its own on first "
+            "use); grpc needs the [grpc] extra.")
     if lacking:
         return text + " Not usable here: " + "; ".join(f"{n}: {w}" for n, w in lacking.items())
     return text + f" Usable here: {', '.join(names)}."
@@ -188,7 +182,8 @@ def run(clients: int = 4, seconds: float = 5.0, interval: float | None = None,
         protocol: str = "tcp", port: int = 0, out=sys.stdout, host: str = "127.0.0.1") -> dict:
     """Run the demo; returns the summary (messages, bytes, seconds, losses).
 
-    ``protocol="mqtt"`` starts a private mosquitto (netq.lab.brokers.local_broker) for the run.
+    ``protocol="mqtt"`` starts a private broker for the run (:func:`netq.lab.brokers.broker`:
+    mosquitto, or amqtt where mosquitto is not installed), and says which.
     ``host`` (tcp and grpc) is where the server listens; beyond loopback the run uses an
     authkey of its own. Raises :class:`Unavailable` naming what is missing when the protocol
     cannot run here, and :class:`ValueError` for a ``host`` with unix or mqtt.
@@ -199,11 +194,17 @@ def run(clients: int = 4, seconds: float = 5.0, interval: float | None = None,
     if protocol not in ("tcp", "grpc") and host != "127.0.0.1":
         raise ValueError(f"--host applies to tcp and grpc, not to {protocol}")
     if protocol == "mqtt":
-        from .brokers import local_broker
+        from ..exceptions import BrokerUnavailable
+        from .brokers import broker
 
-        with local_broker(port=port) as broker:
+        said: list[str] = []
+        with contextlib.ExitStack() as stack:
+            try:
+                where = stack.enter_context(broker(port=port, report=said.append))
+            except BrokerUnavailable as error:
+                raise Unavailable(f"--protocol mqtt cannot run here: {error}") from None
             return _run(clients, seconds, interval, protocol,
-                        NetworkLocation(broker.host, broker.port, path="demo"), out)
+                        NetworkLocation(where.host, where.port, path="demo"), out, said)
     return _run(clients, seconds, interval, protocol, NetworkLocation(host=host, port=port), out)
 
 
@@ -226,11 +227,13 @@ def _rows(text: str, width: int) -> int:
 
 
 def _run(clients: int, seconds: float, interval: float | None, protocol: str,
-         netloc: NetworkLocation, out) -> dict:
+         netloc: NetworkLocation, out, notes: list[str] | None = None) -> dict:
     interactive = out.isatty() if hasattr(out, "isatty") else False
     if interval is None:
         interval = 0.5 if interactive else 1.0
     out.write(intro(clients, seconds, protocol, netloc.host) + "\n")
+    for note in notes or ():
+        out.write(note + "\n")
     if interactive:
         out.write(LEGEND + "\n")
     options = CommunicatorOptions(

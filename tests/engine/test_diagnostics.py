@@ -7,7 +7,7 @@ import gc
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -80,6 +80,15 @@ class Budget:
     budget_bytes: int = 8 * 1024 ** 2
     waiting_peers: int = 0
     full_since: float | None = None
+    outstanding_bytes: int = 0
+    peers: int = 1
+    starved: list = field(default_factory=list)
+
+    def share(self) -> int:
+        return self.budget_bytes // self.peers
+
+    def starved_sessions(self) -> list:
+        return self.starved
 
     def watch(self, now: float) -> tuple[StallWarning | None, float]:
         return None, float("inf")  # never full
@@ -123,7 +132,7 @@ def test_a_client_without_its_server_says_where_and_what_failed():
     assert "1 attempt; last failed with: connection refused" in text
     session = peers.server_session
     said = diag.explain_send_wait(session)
-    assert "unsent (send_budget=32.0 MiB; " in said
+    assert "unsent (send_budget=32.0 MiB, which counts 512 B more per queued message; " in said
     assert said.count("send_budget") == 1, said  # each budget named once
     why, waited = diag.peer_blocked(session, time.monotonic())
     assert why.startswith("not connected") and waited >= 12
@@ -175,17 +184,45 @@ def test_a_server_close_waits_for_its_clients_and_says_so():
     assert diag.explain_send_wait(session) == f"peer {session.id} is gone"
 
 
-def test_a_full_budget_names_the_peers_that_fill_it():
-    diag, peers, _ = diagnostics(server=True, held_bytes=3 * 1024 ** 2, waiting_peers=2,
-                                 full_since=time.monotonic() - 9)
+def test_a_budget_without_room_says_what_fills_it_and_whose_share_is_full():
+    """The 8 MiB budget of 32 peers: one peer holds its whole 256 KiB share (and a message
+    more), the other 31 hold 7.75 MiB of unused credit. The sentence names both figures, and
+    for the waiting peer its share, not the budget, as what is full."""
+    share = 256 * 1024
+    starved: list = []
+    diag, peers, _ = diagnostics(server=True, held_bytes=share + 288, peers=32,
+                                 outstanding_bytes=31 * share, waiting_peers=1,
+                                 full_since=time.monotonic() - 9, starved=starved)
     session, _ = peers.open(uuid.uuid4())
-    session.received_bytes = 3 * 1024 ** 2
-    text = diag.explain_budget(9.0)
-    assert "full for 9 s: 3.00 MiB received" in text and f"{session.id}: 3.00 MiB" in text
-    assert "2 peer(s) wait for credit" in text
+    session.received_bytes = share + 288
     session.credit_waiting = True
+    starved.append(session)
+    text = diag.explain_budget(9.0)
+    assert text.startswith("the receive budget has had no room for 9 s: of recv_budget=8.00 "
+                           "MiB, 256.3 KiB is received and not taken by get() and 7.75 MiB "
+                           "is credit granted to peers that have not used it yet. 1 peer "
+                           "waits for credit")
+    assert f"{session.id}: its share is full, 256.3 KiB held of 256.0 KiB" in text
     why, waited = diag.peer_blocked(session, time.monotonic())
-    assert why.startswith("recv_budget full: 3.00 MiB") and waited >= 9
+    assert why.startswith("waits for credit from recv_budget: its share is full, 256.3 KiB "
+                          "held of 256.0 KiB") and waited >= 9
+    session.received_bytes = 1024  # under its share: the budget is promised to the others
+    assert "1.00 KiB held of its 256.0 KiB share; the rest of the budget is promised to " \
+           "other peers" in diag.explain_budget(9.0)
+
+
+def test_a_blocked_put_names_the_unsent_bytes_as_statistics_shows_them():
+    diag, peers, _ = diagnostics(server=True)
+    session, _ = peers.open(uuid.uuid4())
+    session.state = PeerState.DISCONNECTED
+    session.disconnected_at = time.monotonic()
+    for _ in range(16):
+        session.outbox.append(object())  # type: ignore[arg-type]
+    session.queued_bytes = 262_432
+    text = diag.explain_send_wait(session)
+    assert "16 messages of 256.3 KiB unsent" in text
+    assert "send_budget=32.0 MiB, which counts 512 B more per queued message" in text
+    assert "counted as" not in text
 
 
 def test_a_get_that_has_waited_says_for_whom():

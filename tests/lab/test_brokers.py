@@ -61,12 +61,53 @@ def test_broker_uses_the_environment_broker_unless_limits_are_asked_for(mqtt_bro
     assert environment_broker() == nq.NetworkLocation("::1", 1883)
 
 
-def test_missing_mosquitto_says_how_to_install(monkeypatch):
+@pytest.fixture
+def no_mosquitto(monkeypatch):
+    """This process finds no mosquitto, as on a machine without the package."""
     monkeypatch.setattr(brokers, "_SEARCH", ())
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("NETQ_MOSQUITTO", raising=False)
+    monkeypatch.delenv("NETQ_MQTT_BROKER", raising=False)
+
+
+def test_missing_mosquitto_says_how_to_install(no_mosquitto):
     with pytest.raises(nq.BrokerUnavailable, match="apt-get install -y mosquitto"):
         local_broker()
+
+
+def test_without_mosquitto_broker_runs_amqtt_and_says_so(no_mosquitto, amqtt_binary, caplog):
+    """broker() falls back to a private amqtt (the venv ensure_amqtt made), names it, and a
+    netq server and client exchange a message through it; it is stopped on exit."""
+    said: list[str] = []
+    with caplog.at_level("WARNING", logger="netq.lab"), broker(report=said.append) as where:
+        assert len(said) == 1 and "amqtt" in said[0] and "apt-get install -y mosquitto" in said[0]
+        assert said[0] in caplog.text
+        options = nq.CommunicatorOptions(netloc=nq.NetworkLocation(where.host, where.port,
+                                                                   path="fallback"))
+        with nq.new(nq.Protocol.MQTT, nq.Purpose.SERVER, options) as server, \
+                nq.new(nq.Protocol.MQTT, nq.Purpose.CLIENT,
+                       nq.CommunicatorOptions(netloc=options.netloc)) as client:
+            client.put("through amqtt").result(timeout=60)
+            assert server.get(timeout=60).data == "through amqtt"
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((where.host, where.port), timeout=5).close()
+
+
+def test_without_mosquitto_its_own_settings_say_mosquitto_is_needed(no_mosquitto):
+    with pytest.raises(nq.BrokerUnavailable, match="max_inflight_messages are mosquitto's"):
+        with broker(max_inflight_messages=2):
+            pass
+
+
+def test_with_no_broker_at_all_the_error_names_both(no_mosquitto, monkeypatch, tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    monkeypatch.setenv(brokers.AMQTT_VENV_VARIABLE, str(blocked / "amqtt"))  # cannot be made
+    with pytest.raises(nq.BrokerUnavailable) as raised:
+        with broker():
+            pass
+    assert "apt-get install -y mosquitto" in str(raised.value)
+    assert "amqtt" in str(raised.value)
 
 
 @needs_broker

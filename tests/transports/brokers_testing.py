@@ -7,8 +7,8 @@ conformance suite's ``mqtt-rabbitmq`` case.
   together on first use, the cluster's second node once its first has booted (about 15-35 s
   on this 2-core machine).
 * ``amqtt_binary`` (session): the ``amqtt`` script of a venv of its own (amqtt's pins must not
-  touch netq's environment), made once with ``pip install amqtt==0.12.1`` and cached under
-  ``$NETQ_AMQTT_VENV`` (default ``~/.cache/netq/amqtt-0.12.1``).
+  touch netq's environment), made once by :func:`netq.lab.brokers.ensure_amqtt` and cached
+  under ``$NETQ_AMQTT_VENV`` (default ``~/.cache/netq/amqtt-0.12.1``).
 * :class:`RabbitMQSpec`: Protocol.MQTT through the single RabbitMQ node, for the conformance
   suite.
 
@@ -18,23 +18,15 @@ pip); a broker that is there but fails to start fails the test.
 
 from __future__ import annotations
 
-import fcntl
-import os
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
 import netq as nq
 from netq.exceptions import BrokerUnavailable
-from netq.lab.brokers import AMQTT_VERSION
+from netq.lab.brokers import AMQTT_VERSION, ensure_amqtt
 from netq.lab.rabbitmq import RABBITMQ_START_TIMEOUT, RabbitMQCluster, RabbitMQNode, find_rabbitmq
 from transports.mqtt_testing import MQTTSpec
-
-AMQTT_VENV_VARIABLE = "NETQ_AMQTT_VENV"
-_PIP_TIMEOUT = 300  # seconds pip gets to install amqtt into its venv (once per machine)
 
 
 def rabbitmq_missing() -> str | None:
@@ -117,44 +109,11 @@ def crash_and_restart(node: RabbitMQNode) -> None:
         node.wait_ready()
 
 
-def amqtt_venv() -> Path:
-    default = Path.home() / ".cache" / "netq" / f"amqtt-{AMQTT_VERSION}"
-    return Path(os.environ.get(AMQTT_VENV_VARIABLE) or default)
-
-
-def ensure_amqtt() -> str:
-    """The path of the ``amqtt`` script, installing it into its own venv first if needed (under
-    a file lock: parallel sessions install it once). Raises RuntimeError saying why not."""
-    venv = amqtt_venv()
-    script = venv / "bin" / "amqtt"
-    marker = venv / f".netq-amqtt-{AMQTT_VERSION}"
-    if marker.exists() and os.access(script, os.X_OK):
-        return str(script)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f".amqtt-{AMQTT_VERSION}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.exists() and os.access(script, os.X_OK):
-            return str(script)
-        steps = [[sys.executable, "-m", "venv", str(venv)],
-                 [str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                  "--disable-pip-version-check", f"amqtt=={AMQTT_VERSION}"]]
-        for step in steps:
-            try:
-                result = subprocess.run(step, capture_output=True, text=True,
-                                        timeout=_PIP_TIMEOUT, stdin=subprocess.DEVNULL)
-            except (OSError, subprocess.TimeoutExpired) as error:
-                raise RuntimeError(f"{' '.join(step)}: {error}") from error
-            if result.returncode:
-                raise RuntimeError(f"{' '.join(step)} failed: {result.stderr[-800:]}")
-        marker.write_text("ok\n")
-    return str(script)
-
-
 @pytest.fixture(scope="session")
 def amqtt_binary() -> str:
     try:
         return ensure_amqtt()
-    except RuntimeError as error:
+    except BrokerUnavailable as error:
         pytest.skip(f"amqtt {AMQTT_VERSION} could not be installed in a venv of its own: "
                     f"{error}")
 

@@ -7,6 +7,9 @@
 * :mod:`netq.lab.brokers`: a private mosquitto (or ``$NETQ_MQTT_BROKER``'s), amqtt;
   :mod:`netq.lab.rabbitmq`: private RabbitMQ nodes and clusters.
 * :mod:`netq.lab.demo`: ``python -m netq demo``.
+* :mod:`netq.lab.notebook`: what the tutorial notebooks share: measured figures rounded and
+  judged (medians, spreads, verdicts with a tolerance), 1-2-5 ticks, an SVG bar chart, and a
+  live traffic demo.
 
 None of this is needed to send a message: the core library never imports ``netq.lab``
 (tests/test_layers.py checks it); only the command line, :mod:`netq.__main__`, reaches into

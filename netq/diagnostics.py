@@ -27,6 +27,7 @@ import time
 import weakref
 from typing import Protocol
 
+from .live import name_of
 from .options import CommunicatorOptions
 from .peers import PeerTable
 from .session import QUEUED_MESSAGE_COST, PeerSession, PeerState
@@ -423,24 +424,24 @@ class Diagnostics:
                   f"{inflight} of them sent and not yet acknowledged")
         link = session.link
         if session.state is PeerState.CLOSED:
-            return f"peer {session.id} is gone"
+            return f"peer {name_of(session.id)} is gone"
         if link is None or session.state is not PeerState.CONNECTED:
             if not self._server:
                 return (f"{unsent} unsent ({budget}): "
                         f"{self.explain_unreachable(now)}")
             since = session.disconnected_at or now
-            return (f"{unsent} unsent to peer {session.id} ({budget}), whose link "
+            return (f"{unsent} unsent to peer {name_of(session.id)} ({budget}), whose link "
                     f"broke {now - since:.0f} s ago; its session waits session_timeout="
                     f"{self._options.connection.session_timeout:g} s for it to reconnect")
         conn = link.conn
         if not conn.can_send_data:
             since = session.credit_exhausted_since or now
-            return (f"peer {session.id} has granted no credit for {now - since:.0f} s: it "
+            return (f"peer {name_of(session.id)} has granted no credit for {now - since:.0f} s: it "
                     f"holds what we sent unread, because its code is not calling get() (or "
                     f"its recv_budget is full of other peers' messages); {unsent} wait here "
                     f"({budget}). It changes when the peer calls get(); "
                     f"put(timeout=) or put(block=False) raise Full instead of waiting")
-        return (f"{unsent} unsent to peer {session.id} ({budget}): the link "
+        return (f"{unsent} unsent to peer {name_of(session.id)} ({budget}): the link "
                 f"takes them slower than put() queues them")
 
     def explain_unreachable(self, now: float) -> str:
@@ -491,7 +492,7 @@ class Diagnostics:
             unacked = sum(s.unsent_bytes + s.inflight_bytes() for s in waiting)
             first = waiting[0]
             reason = (self.explain_send_wait(first) if first.outbox
-                      else f"peer {first.id} has not acknowledged what is on the wire")
+                      else f"peer {name_of(first.id)} has not acknowledged what is on the wire")
             return (f"waiting for {len(waiting)} peer(s) to acknowledge "
                     f"{format_bytes(unacked)}; {reason}. close(timeout=) gives up after "
                     f"that many seconds")
@@ -524,7 +525,7 @@ class Diagnostics:
         budget = self._budget
         held, promised = budget.held_bytes, max(budget.outstanding_bytes, 0)
         waiting = sorted(budget.starved_sessions(), key=lambda s: s.held_bytes, reverse=True)
-        shown = "; ".join(f"{s.id}: {self._against_share(s)}" for s in waiting[:3])
+        shown = "; ".join(f"{name_of(s.id)}: {self._against_share(s)}" for s in waiting[:3])
         more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
         peers = len(waiting)
         return (f"the receive budget has had no room for {full_for:.0f} s: of recv_budget="

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from .statistics import CommunicatorStatistics
 
 __all__ = ("LiveCommunicator", "register", "live_communicators", "count",
-           "inherited_at_fork")
+           "inherited_at_fork", "name_of")
 
 
 class LiveCommunicator(Protocol):
@@ -37,10 +37,26 @@ _ranks = itertools.count()
 _lock = threading.Lock()
 
 
+# Ids of this process's communicators that were given a name (CommunicatorOptions.name), for
+# the messages that would print the id; an entry goes when its communicator is collected.
+_names: dict[uuid.UUID, str] = {}
+
+
 def register(communicator: LiveCommunicator) -> None:
-    """List ``communicator`` (weakly: until it is garbage-collected)."""
+    """List ``communicator`` (weakly: until it is garbage-collected), and its name if it has
+    one (``communicator.options.name``)."""
     with _lock:
         _registered[communicator] = next(_ranks)
+    name = getattr(getattr(communicator, "options", None), "name", None)
+    if name is not None:
+        _names[communicator.id] = name
+        weakref.finalize(communicator, _names.pop, communicator.id, None)
+
+
+def name_of(peer: uuid.UUID) -> str:
+    """What a message calls ``peer``: the name of this process's communicator with that id,
+    where it was given one, else the id itself."""
+    return _names.get(peer) or str(peer)
 
 
 def live_communicators() -> list[LiveCommunicator]:

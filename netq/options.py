@@ -348,6 +348,14 @@ class CommunicatorOptions:
     serialization: SerializationOptions = SerializationOptions()
     security: SecurityOptions | None = None
     mqtt: MQTTOptions = MQTTOptions()  # Protocol.MQTT only
+    # A name people read, e.g. "client-03": the messages (WARNINGs, Full, statistics()'s
+    # `blocked`) of every communicator in this process say it where they would print this
+    # communicator's id. Never sent: a peer in another process is named by its id.
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.name is not None and (not isinstance(self.name, str) or not self.name.strip()):
+            raise ValueError(f"name must be a non-empty string or None, not {self.name!r}")
 
     def replace(self, **changes: Any) -> CommunicatorOptions:
         return dataclasses.replace(self, **changes)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 import netq as nq
+from netq import live
 from netq.diagnostics import (
     WAITING_CLIENTS,
     Diagnostics,
@@ -92,6 +93,17 @@ class Budget:
 
     def watch(self, now: float) -> tuple[StallWarning | None, float]:
         return None, float("inf")  # never full
+
+
+class NamedPeer:
+    """What netq.live reads of a communicator: its id, options (their name), statistics."""
+
+    def __init__(self, id: uuid.UUID, name: str) -> None:
+        self.id = id
+        self.options = nq.CommunicatorOptions(id=id, name=name)
+
+    def statistics(self):
+        raise AssertionError("not read by the sentences")
 
 
 @dataclass
@@ -206,6 +218,10 @@ def test_a_budget_without_room_says_what_fills_it_and_whose_share_is_full():
     why, waited = diag.peer_blocked(session, time.monotonic())
     assert why.startswith("waits for credit from recv_budget: its share is full, 256.3 KiB "
                           "held of 256.0 KiB") and waited >= 9
+    named = NamedPeer(session.id, "client-00")  # a communicator of this process, named
+    live.register(named)
+    assert "1 peer waits for credit (client-00: its share is full" in diag.explain_budget(9.0)
+    del named
     session.received_bytes = 1024  # under its share: the budget is promised to the others
     assert "1.00 KiB held of its 256.0 KiB share; the rest of the budget is promised to " \
            "other peers" in diag.explain_budget(9.0)

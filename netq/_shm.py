@@ -536,8 +536,6 @@ _HANDOUTS: dict[int, tuple[int, int, int]] = {}  # base address -> (fd, capacity
 _HANDOUTS_LOCK = threading.Lock()
 
 
-
-
 def _forget(address: int, fd: int) -> None:
     with _HANDOUTS_LOCK:
         _HANDOUTS.pop(address, None)

@@ -209,7 +209,7 @@ class Peer:
                     import numpy
 
                     data = numpy.frombuffer(data, numpy.uint8)
-                    if seq % 4 == 1:
+                    if seq % 4 != 3:
                         data = data.copy()
                 items.append((self.name, self.incarnation, seq, part, max(1, parts), crc, data))
             total = sum(sizes)
@@ -271,9 +271,10 @@ class Peer:
     def _journal_received(self, message: nq.Message) -> None:
         sender, incarnation, seq, part, parts, crc, data = message.data
         view = data if type(data) is bytes else memoryview(data).cast("B")
-        # An array arrives as writable as it was sent (see the sender: seq % 4 == 1).
+        # An array arrives as writable as it was sent (the sender's rule: read-only when
+        # seq % 4 == 3).
         flags = getattr(data, "flags", None)
-        kind_kept = flags is None or flags.writeable == (seq % 4 == 1)
+        kind_kept = flags is None or flags.writeable == (seq % 4 != 3)
         self.journal.write("recv", sender, incarnation, seq, part, parts, len(data),
                            zlib.crc32(view) == crc and kind_kept
                            and view == payload(sender, incarnation, seq, part, len(data)))

@@ -116,12 +116,23 @@ THROUGHPUT = [
     Row("netq-mqtt", "netq_mqtt_peer.py", "netq-mqtt", "mqtt", MQTT_SIZES),
     Row("net-queue-mqtt", "netqueue_mqtt_peer.py", "net-queue-mqtt", "net-queue", MQTT_SIZES),
 ]
+# Every kind of large part over Unix (issue 54): read-only arrays (np.frombuffer over bytes),
+# np.memmap opened "r", writable arrays and bytes, through shared memory and (-noshm) through
+# the socket, each as a stream of puts and (-wait) as put, wait for the future, put again.
+KIND_SIZES = (MiB, 16 * MiB, 256 * MiB)
+KIND_ROWS = [Row(f"netq-unix{road}-{kind}{wait}", "netq_peer.py", f"netq-unix{road}-{kind}{wait}",
+                 "netq", KIND_SIZES)
+             for road in ("", "-noshm") for kind in ("ro", "memmap", "writable", "bytes")
+             for wait in ("", "-wait")]
+THROUGHPUT.extend(KIND_ROWS)
+
 # Rows compared with a floor of their own (same rep) besides raw-tcp: the same carrier driven
 # directly, without netq (netq-tcp: the plain-Python queue, where raw-tcp is not a queue).
 FLOORS = {"netq-tcp": "py-queue", "netq-tls": "raw-ssl", "netq-grpc": "raw-grpc",
           "netq-unix-numpy": "raw-unix", "netq-unix-noshm-numpy": "raw-unix",
           "netq-unix-handout": "raw-unix",
           "net-queue-grpc": "raw-grpc", "netq-mqtt": "mqtt-paho", "net-queue-mqtt": "mqtt-paho"}
+FLOORS.update({row.name: "raw-unix" for row in KIND_ROWS})
 LATENCY = [
     Row("raw-tcp", "raw.py", "raw-tcp"),
     # The round-trip floor of a Python queue (a waiting get() reads the socket itself:

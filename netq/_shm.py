@@ -37,6 +37,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from ._buffer_address import ExportedAddress, address as _address
+
 __all__ = ("unavailable", "Segment", "SendPool", "ShmCounters", "map_segment", "SegmentError",
            "shared_buffer", "shared_array", "handout_of", "PAGE", "MAX_FDS_PER_WRITE",
            "MAX_PENDING_FDS", "REQUIRED_SEALS", "fd_space")
@@ -173,17 +175,16 @@ class Segment:
         return self.map[self.capacity] != 0
 
     def fill(self, part: Any, copy: Callable[[int, int, int], object] = ctypes.memmove) -> None:
-        """Copy ``part`` (a writable buffer) to the start of the segment and mark it held.
-        ``copy(target, source, size)`` releases the GIL (``ctypes.memmove``, or a pool's
-        :meth:`SendPool.copy`): the link's other thread (and, in one process, the receiving
-        side) runs while hundreds of MiB are copied."""
+        """Copy ``part`` (a contiguous buffer, writable or read-only) to the start of the
+        segment and mark it held. ``copy(target, source, size)`` releases the GIL
+        (``ctypes.memmove``, or a pool's :meth:`SendPool.copy`): the link's other thread (and,
+        in one process, the receiving side) runs while hundreds of MiB are copied."""
         size = len(part) if type(part) is not memoryview else part.nbytes
-        try:
-            source = _address(part if type(part) is memoryview else memoryview(part))
-        except (TypeError, ValueError):  # not a writable buffer after all: copy it in Python
-            self.view[:size] = memoryview(part).cast("B")
-        else:
-            copy(self.address, source, size)
+        with ExportedAddress(part) as source:
+            if source is None:  # no address to be had: copy it in Python (holds the GIL)
+                self.view[:size] = memoryview(part).cast("B")
+            else:
+                copy(self.address, source, size)
         self.map[self.capacity] = 1
 
     def close(self) -> None:
@@ -488,7 +489,9 @@ def _release(fd: int, offset: int, counters: ShmCounters | None) -> None:
 
 def map_segment(fd: int, size: int, readonly: bool) -> Any:
     """Check a received descriptor and map ``size`` bytes of it: the part ``get()`` hands
-    out (an ``mmap``: read-only for ``bytes`` parts, copy-on-write otherwise). Takes
+    out. A read-only part (the sender's buffer was: ``bytes``, a read-only array) is a
+    read-only ``memoryview`` (format ``"B"``) of a read-only map, the kind a large read-only
+    part is on the socket path too; a writable one a copy-on-write ``mmap``. Takes
     ownership of ``fd`` (closed when the mapping is freed, or at once on failure). Raises
     :class:`SegmentError` saying what is wrong."""
     try:
@@ -522,6 +525,8 @@ def map_segment(fd: int, size: int, readonly: bool) -> Any:
         os.close(fd)
         raise
     weakref.finalize(part, _release, fd, length - PAGE, None)
+    if readonly:
+        return memoryview(part)  # holds the map: released once the view and its users go
     return part
 
 
@@ -529,10 +534,6 @@ def map_segment(fd: int, size: int, readonly: bool) -> Any:
 
 _HANDOUTS: dict[int, tuple[int, int, int]] = {}  # base address -> (fd, capacity, nbytes)
 _HANDOUTS_LOCK = threading.Lock()
-
-
-def _address(view: memoryview) -> int:
-    return ctypes.addressof(ctypes.c_char.from_buffer(view))
 
 
 def _forget(address: int, fd: int) -> None:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from .restricted_pickle import Policy
 
-__all__ = ("ARRAY_MAGIC", "array_parts", "load_array")
+__all__ = ("ARRAY_MAGIC", "array_parts", "load_array", "is_plain_array")
 
 
 # numpy arrays skip pickle: a fixed header (magic, order, ndim, dtype length), the dtype's
@@ -26,10 +26,18 @@ _ARRAY_MAX_DTYPE = 32  # bytes of dtype.str, e.g. "<M8[ns]"; longer is refused u
 _ARRAY_MAX_NDIM = 64  # numpy's own limit (NPY_MAXDIMS)
 
 
+def is_plain_array(kind: type, numpy: Any) -> bool:
+    """Does an object of type ``kind`` travel as :func:`array_parts` may send it: an
+    ``ndarray``, or an ``np.memmap`` (an ndarray over a file's map; it arrives as a plain
+    array, as its bytes are all there is to it). Other subclasses (masked arrays,
+    matrices, a user's own) carry more than their bytes and go through pickle."""
+    return kind is getattr(numpy, "ndarray", None) or kind is getattr(numpy, "memmap", None)
+
+
 def array_parts(array: Any, threshold: int) -> tuple[Any, ...] | None:
     """The header-and-bytes form of a plain numpy array, or None where pickle must do it:
-    object or structured dtypes, subclasses (the caller checks the exact type), and arrays
-    that are neither C- nor Fortran-contiguous (pickle copies those anyway)."""
+    object or structured dtypes, and arrays that are neither C- nor Fortran-contiguous
+    (pickle copies those anyway). The caller checks the type (:func:`is_plain_array`)."""
     dtype = array.dtype
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         return None

@@ -27,7 +27,8 @@ trip through a transport:
   array was. A top-level array with a plain dtype (no objects, fields or sub-arrays) that is C-
   or Fortran-contiguous skips pickle altogether: a small header (dtype, shape, order) and its
   bytes (docs/protocol.md, "What the parts hold"); one smaller than ``copy_threshold`` comes
-  back as a writable copy.
+  back as a writable copy. An ``np.memmap`` travels the same way and comes back as a plain
+  ``ndarray`` (read-only when the map was opened ``"r"``).
 
 ``load`` on a stream straight from ``dump`` (no transport in between) gives the *same* objects
 back for ``bytes``/``bytearray`` payloads; a ``memoryview`` payload then comes back as a view.
@@ -71,7 +72,7 @@ from itertools import islice
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from .chunk_stream import Buffer, Stream, as_view
-from .numpy_arrays import array_parts, load_array
+from .numpy_arrays import array_parts, is_plain_array, load_array
 from .restricted_pickle import Policy, RestrictedUnpickler
 
 __all__ = (
@@ -266,7 +267,7 @@ class PickleSerializer:
         threshold = self._copy_threshold
         kind = type(obj)
         numpy = sys.modules.get("numpy")  # never imported here: only a caller's arrays
-        if numpy is not None and kind is getattr(numpy, "ndarray", None):  # as in dump_parts
+        if numpy is not None and is_plain_array(kind, numpy):  # as in dump_parts
             parts = array_parts(obj, threshold)
             if parts is not None:
                 return Stream(parts)
@@ -306,7 +307,7 @@ class PickleSerializer:
         numpy = sys.modules.get("numpy")  # never imported here: only a caller's arrays
         # getattr with a default: a numpy that another thread is importing is in sys.modules
         # before its ndarray is bound; an object of this thread is then no array of it.
-        if numpy is not None and kind is getattr(numpy, "ndarray", None):
+        if numpy is not None and is_plain_array(kind, numpy):
             parts = array_parts(obj, self._copy_threshold)
             if parts is not None:
                 return parts

@@ -85,6 +85,22 @@ def test_other_arrays_still_go_through_pickle(array_: np.ndarray) -> None:
     np.testing.assert_array_equal(received, array_)
 
 
+@pytest.mark.parametrize("mode", ["r", "r+", "c"])
+def test_a_memmap_travels_as_a_plain_array(tmp_path, mode: str) -> None:
+    """np.memmap skips pickle like an ndarray (its bytes are all there is to it) and comes
+    back as a plain ndarray, read-only when the map was opened "r"."""
+    source = np.arange(THRESHOLD, dtype=np.float32).reshape(64, -1)
+    source.tofile(tmp_path / "m.dat")
+    mapped = np.memmap(tmp_path / "m.dat", np.float32, mode, shape=source.shape)
+    ser = PickleSerializer()
+    parts = ser.dump_parts(mapped)
+    assert bytes(parts[0][:4]) == ARRAY_MAGIC and len(parts) == 2
+    out = ser.load_parts([received(parts[0]), received(parts[1])])
+    assert type(out) is np.ndarray and out.flags.writeable == (mode != "r")
+    np.testing.assert_array_equal(out, source)
+    del mapped, parts
+
+
 def test_restrict_decides_for_arrays_as_it_does_for_their_pickles() -> None:
     parts = PickleSerializer().dump_parts(np.arange(4))
     for allowed in (["numpy"], sorted(PickleSerializer.NUMPY_GLOBALS)):

@@ -8,6 +8,16 @@ netq-unix-noshm-numpy  the same with ConnectionOptions(shared_memory=False)
 netq-unix-handout      numpy arrays from comm.shared_array (no copy on put())
 netq-tls        as netq-tcp with TLS (self-signed certificate made by run.py)
 
+Every kind of large part over Unix (issue 54; default options unless ``-noshm``):
+netq-unix-ro        a read-only uint8 array, np.frombuffer over bytes
+netq-unix-memmap    a read-only np.memmap (mode "r") of a file in the run's temp dir
+netq-unix-writable  a writable uint8 array
+netq-unix-bytes     bytes
+netq-unix-noshm-ro  netq-unix-ro with ConnectionOptions(shared_memory=False)
+... and each of these with ``-wait``: put(), wait for its future, put() the same object again
+(the rows above put a stream). Their receivers drop each message before the next get(), as a
+consumer done with it does, so the peak RSS is netq's, not two messages of the caller's.
+
 The sender waits for the warm-up message's future before it sends the rest, so the
 receiver's clock starts on an otherwise idle connection (and get_many's first batch is the
 warm-up alone). Scenario roles: ``stall-recv``/``stall-send`` (a receiver that never calls
@@ -127,6 +137,10 @@ def recv(spec: dict) -> None:
                 nbytes += len(m.data)
         last = msgs[-1].data
         rec.stop()
+    elif spec["transport"] in KIND_ROWS:
+        get = server.get
+        nbytes, last = _receive_dropping(rec, lambda: get().data)
+        n = count + 1
     else:
         get = server.get
         nbytes, last = rec.receive_all(lambda: get().data)
@@ -135,12 +149,55 @@ def recv(spec: dict) -> None:
     server.close()
 
 
+KIND_ROWS = {f"netq-unix{road}-{kind}{wait}" for road in ("", "-noshm")
+             for kind in ("ro", "memmap", "writable", "bytes") for wait in ("", "-wait")}
+
+
+def _kind_payload(spec: dict, payload: bytes):
+    """The object a KIND_ROWS row puts: ``payload`` as that kind of part."""
+    import numpy
+
+    kind = spec["transport"].removesuffix("-wait").rsplit("-", 1)[1]
+    if kind == "ro":
+        return numpy.frombuffer(payload, numpy.uint8)
+    if kind == "memmap":
+        path = os.path.join(spec["tmpdir"], "memmap.dat")
+        with open(path, "wb") as f:
+            f.write(payload)
+        return numpy.memmap(path, numpy.uint8, "r")
+    if kind == "writable":
+        return numpy.frombuffer(payload, numpy.uint8).copy()
+    return payload
+
+
+def _receive_dropping(rec, read) -> tuple[int, object]:
+    """Recorder.receive_all, dropping each message before the next read()."""
+    last = read()
+    rec.start()
+    nbytes = len(last)
+    for _ in range(rec.count):
+        last = None  # done with it: its memory may go before the next one arrives
+        last = read()
+        nbytes += len(last)
+    rec.stop()
+    return nbytes, last
+
+
+def _send_waiting(client, payload, count: int) -> None:
+    """put(), wait for the future, put() the same object again."""
+    put = client.put
+    for _ in range(count):
+        put(payload).result(FUTURE_TIMEOUT)
+
+
 def _payload(spec: dict, client=None):
     """The message put(): bytes, or for the ``-numpy`` rows the same bytes as a uint8 numpy
     array (what researchers send: one ndarray per put(); len() and the CRC check still see
     its bytes); for ``netq-unix-handout`` that array in memory the client handed out
     (``comm.shared_array``: put() sends it without a copy)."""
     payload = common.payload_of(spec["size"])
+    if spec["transport"] in KIND_ROWS:
+        return _kind_payload(spec, payload)
     if spec["transport"] == "netq-unix-handout" and client is not None:
         import numpy
 
@@ -171,6 +228,9 @@ def send(spec: dict) -> None:
             fut = put_many(full)
         if rest:
             fut = put_many(full[:rest])
+    elif spec["transport"].endswith("-wait"):
+        _send_waiting(client, payload, count)
+        fut = None
     else:
         put = client.put
         for _ in range(count):

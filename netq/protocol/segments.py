@@ -154,10 +154,13 @@ class SharedMemorySide:
 
     def _to_segments(self, parts: Sequence[bytes | memoryview],
                      sizes: list[int]) -> tuple[list[bytes | memoryview], int]:
-        """Move the message's large writable parts into segments: their sizes get
-        SEGMENT_BIT, their descriptors a mark at the DATA frame about to be queued. The
-        parts that stay in the frames, and their bytes. Read-only parts (``bytes``) stay:
-        ``get()`` returns ``bytes`` for them, and a mapping is not one."""
+        """Move the message's large parts into segments: their sizes get SEGMENT_BIT,
+        their descriptors a mark at the DATA frame about to be queued. The parts that stay
+        in the frames, and their bytes. Read-only parts (``bytes``, read-only arrays and
+        maps) go too, copied like writable ones: the receiver maps them read-only and gets
+        the read-only view a large read-only part is on the socket path
+        (:func:`netq._shm.map_segment`). The segment is a copy either way, so the sender may
+        refill its buffer as soon as ``put()``'s future resolves."""
         threshold = self.shm_threshold
         counters = self.shm_counters
         wire: list[bytes | memoryview] = []
@@ -168,7 +171,7 @@ class SharedMemorySide:
         for index, part in enumerate(parts):
             raw = sizes[index]
             size = raw & _SIZE_MASK
-            if size < threshold or raw & READONLY_BIT or len(fds) >= _shm.MAX_FDS_PER_WRITE:
+            if size < threshold or len(fds) >= _shm.MAX_FDS_PER_WRITE:
                 wire.append(part)
                 body += size
                 continue

@@ -53,6 +53,11 @@ _WRITE = EVENT_WRITE
 _ACCEPTS_PER_EVENT = 256
 _SOMAXCONN_FILE = "/proc/sys/net/core/somaxconn"
 _TLS_JOIN = 256 * 1024  # small buffers are joined up to this size for one SSL write
+# A Unix socket's send buffer (SO_SNDBUF; the kernel caps it at net.core.wmem_max). The
+# default (about 208 KiB) lets a large message cross in slices that small, each a wake-up of
+# both I/O threads; TCP loopback grows its buffers to 4 MiB by itself (tcp_wmem), so a Unix
+# socket left at the default lost to it from 64 KiB messages up.
+UNIX_SEND_BUFFER = 4 * 1024 * 1024
 ACK_HOLD = 250e-6  # seconds an ACK may wait for the reply that a waiting get() is about to send
 # Windows has no socket.sendmsg: plain links then send the core's buffers one per call (small
 # messages are already coalesced into one buffer by the core; large ones go from their own).
@@ -536,7 +541,10 @@ class UnixCarrier(SocketCarrier):
         return socket.AF_UNIX, self._options.netloc.unix_path()
 
     def _tune(self, sock: socket.socket) -> None:
-        pass
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, UNIX_SEND_BUFFER)
+        except OSError:
+            pass  # the default buffer still works, only slower
 
     def _watch_peer_host(self, sock: socket.socket) -> None:
         pass  # the server is on this host: its exit ends the connection at once

@@ -202,11 +202,15 @@ class Peer:
                 data = payload(self.name, self.incarnation, seq, part, size)
                 crc = zlib.crc32(data)
                 if size >= ARRAY_MIN and seq % 2:
-                    # Every other large part as a numpy array: out of band, so over Unix
-                    # sockets it travels in shared memory (netq._shm), the rest as bytes.
+                    # Every other large part as a numpy array, out of band: writable (a
+                    # copy) or read-only (np.frombuffer over the bytes), half each. Over Unix
+                    # sockets either travels in shared memory (netq._shm), and so does the
+                    # pickle that holds the other large parts (bytes, in band).
                     import numpy
 
-                    data = numpy.frombuffer(data, numpy.uint8).copy()
+                    data = numpy.frombuffer(data, numpy.uint8)
+                    if seq % 4 != 3:
+                        data = data.copy()
                 items.append((self.name, self.incarnation, seq, part, max(1, parts), crc, data))
             total = sum(sizes)
             if target == "*":
@@ -267,8 +271,12 @@ class Peer:
     def _journal_received(self, message: nq.Message) -> None:
         sender, incarnation, seq, part, parts, crc, data = message.data
         view = data if type(data) is bytes else memoryview(data).cast("B")
+        # An array arrives as writable as it was sent (the sender's rule: read-only when
+        # seq % 4 == 3).
+        flags = getattr(data, "flags", None)
+        kind_kept = flags is None or flags.writeable == (seq % 4 != 3)
         self.journal.write("recv", sender, incarnation, seq, part, parts, len(data),
-                           zlib.crc32(view) == crc
+                           zlib.crc32(view) == crc and kind_kept
                            and view == payload(sender, incarnation, seq, part, len(data)))
 
     def _sample(self) -> None:

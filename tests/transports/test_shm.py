@@ -13,6 +13,7 @@ from __future__ import annotations
 import array
 import contextlib
 import gc
+import inspect
 import logging
 import mmap
 import os
@@ -89,8 +90,8 @@ def _fd_count(pid: int | str = "self") -> int:
 
 @pytest.mark.parametrize("size", [4 * KiB, MiB - 8, MiB, 3 * MiB + 8, 9 * MiB])
 def test_arrays_and_buffers_round_trip_intact(make, size):
-    """Arrays and bytearrays below and above the threshold arrive intact both ways; those
-    above went through shared memory (statistics say so), bytes keep the socket path."""
+    """Arrays, bytearrays and bytes below and above the threshold arrive intact both ways;
+    those above went through shared memory (statistics say so), bytes too."""
     server, client = _pair(make)
     rng = np.random.default_rng(size)
     array_ = rng.integers(0, 255, size, dtype=np.uint8)
@@ -105,8 +106,8 @@ def test_arrays_and_buffers_round_trip_intact(make, size):
     assert type(back) is bytearray and back == blob  # a bytearray put, a bytearray got
     client.put(bytes(blob)).result(T)
     plain = server.get(timeout=T).data
-    # Read-only parts never travel in segments; from LARGE they arrive as read-only views of
-    # the receive buffer (netq._buffers), below as bytes.
+    # From LARGE read-only parts arrive as read-only views (of the receive buffer, or from
+    # the threshold of a read-only map of the segment: netq._buffers), below as bytes.
     if size < LARGE:
         assert type(plain) is bytes
     else:
@@ -114,9 +115,10 @@ def test_arrays_and_buffers_round_trip_intact(make, size):
     assert plain == bytes(blob)
     shm = client.statistics()
     expected = 1 if size >= MiB else 0
-    assert shm.shm_messages_out == expected and shm.shm_messages_in == expected
-    assert shm.shm_bytes_out == (size if expected else 0)
-    assert server.statistics().shm_bytes_in == (size if expected else 0)
+    assert shm.shm_messages_out == 2 * expected and shm.shm_messages_in == expected
+    assert shm.shm_bytes_out == (2 * size if expected else 0)
+    assert server.statistics().shm_bytes_in == (2 * size if expected else 0)
+    assert server.statistics().shm_messages_in == 2 * expected
     del got, back, plain
 
 
@@ -255,6 +257,37 @@ def test_what_the_receiver_holds_does_not_change(make):
     assert client.statistics().shm_one_shot == 4
 
 
+@pytest.mark.parametrize("writable", [True, False], ids=["writable", "readonly"])
+def test_refilling_the_array_once_its_future_resolved_changes_nothing_received(make, writable):
+    """The loop "fill the array, put(), wait for the future, fill it again", with the same
+    array each time (writable, or a read-only view of a buffer the sender refills): every
+    array the receiver got keeps what was sent, whether it still holds it (its segment is
+    not written again) or let it go (its segment is reused by a later put)."""
+    server, client = _pair(make)
+    buffer = np.zeros(4 * MiB // 8)
+    sent = buffer.view()
+    sent.flags.writeable = writable
+    held: list = []
+    for index in range(8):
+        buffer[:] = index  # the refill: after the previous put's future resolved
+        for value, got in held:
+            assert (got == value).all()
+        client.put(sent).result(T)
+        got = server.get(timeout=T).data
+        assert got.flags.writeable == writable and got.shape == sent.shape
+        held.append((index, got))
+        del got
+        if index % 3 == 2:
+            held = held[-1:]  # let the older ones go: their segments are free for reuse
+    buffer[:] = -1
+    for value, got in held:
+        assert (got == value).all()
+    stats = client.statistics()
+    assert stats.shm_messages_out == 8 and server.statistics().shm_messages_in == 8
+    assert stats.shm_segments < 8  # released segments were reused
+    held.clear()
+
+
 def test_handed_out_buffers_travel_without_a_copy(make):
     """comm.shared_array / shared_buffer: put() sends the segment itself."""
     server, client = _pair(make)
@@ -367,8 +400,9 @@ def _raw_shm_client(path: str) -> tuple[socket.socket, proto.Connection]:
     return sock, conn
 
 
-def _segment_frame(size: int) -> bytes:
-    descriptor = frames.encode_descriptor(size, [size | frames.SEGMENT_BIT])
+def _segment_frame(size: int, readonly: bool = False) -> bytes:
+    flags = frames.SEGMENT_BIT | (frames.READONLY_BIT if readonly else 0)
+    descriptor = frames.encode_descriptor(size, [size | flags])
     return frames.encode_header(frames.FrameType.DATA, frames.DataFlags.FIRST
                                 | frames.DataFlags.LAST, len(descriptor), 1) + descriptor
 
@@ -402,13 +436,18 @@ def _read_all(sock: socket.socket) -> bytes:
 
 HOSTILE = ["pipe", "regular-file", "unsealed-memfd", "size-lie", "too-many-fds",
            "fd-without-frame", "frame-without-fd"]
+# The cases whose frame names a segment, once more for a read-only part (mapped read-only).
+HOSTILE_READONLY = ["pipe", "regular-file", "unsealed-memfd", "size-lie", "frame-without-fd"]
 
 
-@pytest.mark.parametrize("case", HOSTILE)
-def test_hostile_descriptors_fail_the_link(make, sock_path, case, caplog, tmp_path):
-    """Descriptors no honest peer sends: the link fails with a clear error (an ERROR frame
-    where the server can say it), nothing is mapped, every received descriptor is closed
-    (leak_check), and other clients carry on."""
+@pytest.mark.parametrize(("case", "readonly"),
+                         [(case, False) for case in HOSTILE]
+                         + [(case, True) for case in HOSTILE_READONLY],
+                         ids=HOSTILE + [f"{case}-readonly" for case in HOSTILE_READONLY])
+def test_hostile_descriptors_fail_the_link(make, sock_path, case, readonly, caplog, tmp_path):
+    """Descriptors no honest peer sends, for a writable or a read-only part: the link fails
+    with a clear error (an ERROR frame where the server can say it), nothing is mapped, every
+    received descriptor is closed (leak_check), and other clients carry on."""
     caplog.set_level(logging.INFO, logger="netq")
     server, client = _pair(make)
     sock, _ = _raw_shm_client(sock_path)
@@ -422,18 +461,18 @@ def test_hostile_descriptors_fail_the_link(make, sock_path, case, caplog, tmp_pa
     try:
         if case == "pipe":
             ours += os.pipe()
-            _send_with_fds(sock, _segment_frame(size), [ours[0]])
+            _send_with_fds(sock, _segment_frame(size, readonly), [ours[0]])
         elif case == "regular-file":
             path = tmp_path / "file"
             path.write_bytes(bytes(size + mmap.PAGESIZE))
             ours.append(os.open(path, os.O_RDWR))
-            _send_with_fds(sock, _segment_frame(size), ours)
+            _send_with_fds(sock, _segment_frame(size, readonly), ours)
         elif case == "unsealed-memfd":
             ours.append(_memfd(size + mmap.PAGESIZE, seals=None))
-            _send_with_fds(sock, _segment_frame(size), ours)
+            _send_with_fds(sock, _segment_frame(size, readonly), ours)
         elif case == "size-lie":
             ours.append(_memfd(size // 2 + mmap.PAGESIZE))
-            _send_with_fds(sock, _segment_frame(size), ours)
+            _send_with_fds(sock, _segment_frame(size, readonly), ours)
         elif case == "too-many-fds":
             ours += [_memfd(mmap.PAGESIZE) for _ in range(_shm.MAX_FDS_PER_WRITE + 8)]
             _send_with_fds(sock, frames.encode_header(frames.FrameType.PING, 0, 0, 7), ours)
@@ -442,7 +481,7 @@ def test_hostile_descriptors_fail_the_link(make, sock_path, case, caplog, tmp_pa
             _send_with_fds(sock, frames.encode_header(frames.FrameType.PING, 0, 0, 7), ours)
             sock.shutdown(socket.SHUT_WR)  # and nothing else comes
         elif case == "frame-without-fd":
-            _send_with_fds(sock, _segment_frame(size), [])
+            _send_with_fds(sock, _segment_frame(size, readonly), [])
         received = _read_all(sock)
     finally:
         sock.close()
@@ -455,18 +494,41 @@ def test_hostile_descriptors_fail_the_link(make, sock_path, case, caplog, tmp_pa
     assert server.statistics().shm_messages_in == 0
     client.put(np.ones(MiB // 8)).result(T)
     assert server.get(client.id, timeout=T).data.sum() == MiB // 8
+    client.put(np.ones(MiB // 8).tobytes()).result(T)  # and a read-only part
+    assert server.get(client.id, timeout=T).data == np.ones(MiB // 8).tobytes()
 
 
 # ============================================================================ processes dying
 
 
-_SENDER = textwrap.dedent("""
-    import sys, numpy as np, netq as nq
+# Every kind of large part that takes a segment: a writable array, a read-only one over
+# bytes, a read-only np.memmap (of an unlinked file) and bytes.
+KINDS = ["writable", "readonly", "memmap", "bytes"]
+
+
+def make_part(kind: str, size: int, value: float):
+    """A part of ``kind`` and ``size`` bytes, float64 ``value``s (child scripts have it too)."""
+    if kind == "writable":
+        return np.full(size // 8, value)
+    if kind == "readonly":
+        return np.frombuffer(np.full(size // 8, value).tobytes(), np.float64)
+    if kind == "memmap":
+        with tempfile.TemporaryFile() as backing:  # the map outlives the file object
+            backing.write(np.full(size // 8, value).tobytes())
+            backing.flush()
+            return np.memmap(backing, np.float64, "r")
+    return np.full(size // 8, value).tobytes()
+
+
+_MAKE = "import tempfile\nimport numpy as np\n" + inspect.getsource(make_part)
+
+_SENDER = _MAKE + textwrap.dedent("""
+    import sys, netq as nq
     options = nq.CommunicatorOptions(netloc=nq.NetworkLocation(path=sys.argv[1]))
     comm = nq.new(nq.Protocol.UNIX, "client", options)
     comm.put("ready").result(30)
     print("ready", flush=True)
-    big = np.ones(int(sys.argv[2]) // 8)
+    big = make_part(sys.argv[3], int(sys.argv[2]), 1.0)
     while True:
         comm.put(big)
 """)
@@ -512,17 +574,18 @@ def _reap(child: subprocess.Popen) -> None:
             pipe.close()
 
 
-def test_sender_killed_mid_message_leaks_nothing(make, sock_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_sender_killed_mid_message_leaks_nothing(make, sock_path, kind):
     """A sender SIGKILLed while its segments are on their way: once its link is gone and
     what arrived is taken and dropped, the receiver holds no descriptor more than before."""
     server = make("server", session_timeout=0.5)
     before = _fd_count()
-    child = _spawn(_SENDER, sock_path, str(4 * MiB))
+    child = _spawn(_SENDER, sock_path, str(4 * MiB), kind)
     try:
         assert server.get(timeout=T).data == "ready"
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         for _ in range(3):
-            assert server.get(timeout=T).data.shape == (MiB // 2,)
+            assert memoryview(server.get(timeout=T).data).nbytes == 4 * MiB
         os.kill(child.pid, signal.SIGKILL)
         child.wait(T)
     finally:
@@ -532,9 +595,11 @@ def test_sender_killed_mid_message_leaks_nothing(make, sock_path):
     wait_for(lambda: _fd_count() <= before, T, message="the receiver's descriptors to close")
 
 
-def test_receiver_killed_holding_arrays_leaks_nothing(make, sock_path):
-    """A receiver SIGKILLed while it holds arrays mapped from our segments: our link ends and
-    every segment of our pool is closed (our /proc/self/fd back where it was)."""
+@pytest.mark.parametrize("kind", KINDS)
+def test_receiver_killed_holding_arrays_leaks_nothing(make, sock_path, kind):
+    """A receiver SIGKILLed while it holds parts mapped from our segments (copy-on-write or
+    read-only): our link ends and every segment of our pool is closed (our /proc/self/fd
+    back where it was)."""
     server = make("server", session_timeout=0.5)
     before = _fd_count()
     child = _spawn(_HOLDER, sock_path, "5")
@@ -542,7 +607,9 @@ def test_receiver_killed_holding_arrays_leaks_nothing(make, sock_path):
         assert server.get(timeout=T).data == "ready"
         peer = server.peers[0]
         for index in range(5):
-            server.put(np.full(MiB // 4, float(index)), peer).result(T)
+            part = make_part(kind, 2 * MiB, float(index))
+            server.put(part, peer).result(T)
+            del part
         assert server.get(timeout=T).data == "holding"
         assert child.stdout is not None and child.stdout.readline().split()[0] == "holding"
         assert server.statistics().shm_segments == 5
@@ -563,9 +630,9 @@ def test_receiver_killed_holding_arrays_leaks_nothing(make, sock_path):
 _GATE = "import sys; sys.stdin.readline()\n"
 
 # The survivor: a server that does what stdin says, one command a line, and answers each.
-_CGROUP_SERVER = textwrap.dedent("""
+_CGROUP_SERVER = _MAKE + textwrap.dedent("""
     import gc, json, os, sys, time
-    import numpy as np, netq as nq
+    import netq as nq
     options = nq.CommunicatorOptions(netloc=nq.NetworkLocation(path=sys.argv[1]),
                                      connection=nq.ConnectionOptions(session_timeout=0.5))
     server = nq.new(nq.Protocol.UNIX, "server", options)
@@ -577,10 +644,10 @@ _CGROUP_SERVER = textwrap.dedent("""
                 server.get(timeout=30)
             gc.collect()
             print("got", flush=True)
-        elif op == "send":  # that many arrays of that many bytes to the one client
+        elif op == "send":  # that many parts of that many bytes, of that kind, to the client
             peer = server.peers[0]
             for index in range(int(args[0])):
-                server.put(np.full(int(args[1]) // 8, float(index)), peer).result(30)
+                server.put(make_part(args[2], int(args[1]), float(index)), peer).result(30)
             print("sent", flush=True)
         elif op == "gone":  # until the client's session ended and no segment is pooled
             deadline = time.monotonic() + 30
@@ -665,13 +732,14 @@ def _kill_and_see_it_freed(group, victim: subprocess.Popen, server: subprocess.P
     assert server.poll() is None
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_receiver_killed_holding_arrays_frees_its_segments_in_the_cgroup(memory_cgroup,
-                                                                          sock_path):
+                                                                          sock_path, kind):
     """Sender and receiver in a memory cgroup of their own: the receiver, SIGKILLed while it
-    holds 5 arrays mapped from the sender's segments, leaves no shared memory charged there
+    holds 5 parts mapped from the sender's segments, leaves no shared memory charged there
     once the sender saw the link end (the sender is still running)."""
     with _server_and_peer(memory_cgroup, sock_path, _HOLDER, "5") as (server, holder, baseline):
-        assert _ask(server, f"send 5 {4 * MiB}") == "sent"
+        assert _ask(server, f"send 5 {4 * MiB} {kind}") == "sent"
         assert _ask(server, "get 1") == "got"  # its "holding"
         assert holder.stdout is not None and holder.stdout.readline().split()[0] == "holding"
         held = memory_cgroup.shmem()
@@ -679,12 +747,14 @@ def test_receiver_killed_holding_arrays_frees_its_segments_in_the_cgroup(memory_
         _kill_and_see_it_freed(memory_cgroup, holder, server, baseline, "sender")
 
 
-def test_sender_killed_mid_message_frees_its_segments_in_the_cgroup(memory_cgroup, sock_path):
+@pytest.mark.parametrize("kind", KINDS)
+def test_sender_killed_mid_message_frees_its_segments_in_the_cgroup(memory_cgroup, sock_path,
+                                                                    kind):
     """Sender and receiver in a memory cgroup of their own: the sender, SIGKILLed while its
-    4 MiB arrays stream in, leaves no shared memory charged there once the receiver saw the
+    4 MiB parts stream in, leaves no shared memory charged there once the receiver saw the
     link end and dropped what it got (the receiver is still running)."""
-    with _server_and_peer(memory_cgroup, sock_path, _SENDER, str(4 * MiB)) as (server, sender,
-                                                                                baseline):
+    with _server_and_peer(memory_cgroup, sock_path, _SENDER, str(4 * MiB),
+                          kind) as (server, sender, baseline):
         assert sender.stdout is not None and sender.stdout.readline().strip() == "ready"
         assert _ask(server, "get 3") == "got"
         assert memory_cgroup.shmem() >= baseline + 4 * MiB  # the check sees segments

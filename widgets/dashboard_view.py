@@ -24,7 +24,7 @@ from ..display.formatting import (
     format_duration,
 )
 from ..display.tables import peer_name, with_names
-from ..display.view_model import clock, snapshot_sentence, static_badge
+from ..display.view_model import clock, memory_budget, snapshot_sentence, static_badge
 from ..statistics import CommunicatorStatistics
 from .dashboard_model import (
     HISTORY,
@@ -241,8 +241,7 @@ class DashboardModel:
                 "out_rate": "-" if gone else format_byte_rate(snapshot.bytes_out_per_s),
                 "out_msgs": "" if gone else f"{format_count(snapshot.messages_out_per_s)} msg/s",
                 "received": _budget(snapshot.recv_held, snapshot.recv_budget),
-                "memory": _budget(snapshot.memory,
-                                  snapshot.recv_budget + snapshot.send_budget),
+                "memory": _budget(snapshot.memory, memory_budget(snapshot)),
                 "note": note,
                 "spark": history.sparkline((0, 1), format_byte_rate) if history
                 else _no_history(2, format_byte_rate),

@@ -36,8 +36,9 @@ from .tables import (
     with_names,
 )
 
-__all__ = ("NEGATIVE_CREDIT", "LIVE_STATES", "STATIC_STATES", "busiest_first", "badge_state",
-           "static_badge", "snapshot_sentence", "clock", "FinalPicture", "monitor_view")
+__all__ = ("NEGATIVE_CREDIT", "LIVE_STATES", "STATIC_STATES", "memory_budget", "busiest_first",
+           "badge_state", "static_badge", "snapshot_sentence", "clock", "FinalPicture",
+           "monitor_view")
 
 NEGATIVE_CREDIT = ("credit may dip below zero by up to one message: a message may start on "
                    "any positive credit (netq.statistics)")
@@ -46,6 +47,12 @@ LIVE_STATES = frozenset({"open", "connecting", "closing", "waiting", "cannot-con
 STATIC_STATES = frozenset({"snapshot", "stopped", "closed"})
 # The cells of a row in order: the peer's name, then every column.
 _KEYS = ("peer", *(c.key for c in COLUMNS))
+
+
+def memory_budget(stats: CommunicatorStatistics) -> int:
+    """The memory a communicator may hold by its budgets, in bytes: its receive budget (shared
+    by its peers) and a send budget per peer (a client has one peer, the server)."""
+    return stats.recv_budget + stats.send_budget * max(1, len(stats.peers))
 
 
 def busiest_first(peers, names: Mapping[uuid.UUID, str] | None = None) -> list[PeerStatistics]:
@@ -201,7 +208,7 @@ def monitor_view(stats: CommunicatorStatistics,
                   "msg_out": format_count(stats.messages_out_per_s),
                   "mb_out": format_rate(stats.bytes_out_per_s / MiB),
                   "memory": format_bytes(stats.memory)})
-    budget = (f" of {format_bytes(stats.recv_budget + stats.send_budget)} budget"
+    budget = (f" of {format_bytes(memory_budget(stats))} budget"
               if stats.recv_budget or stats.send_budget else "")
     count = len(stats.peers)
     waiting = waiting_lines(stats, names)

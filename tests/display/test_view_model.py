@@ -87,3 +87,16 @@ def test_the_static_badge_and_sentence_say_why_a_form_is_not_live():
     assert snapshot_sentence("closed", 0.0).endswith("(the communicator is closed)")
     assert "msg/s" not in " ".join(monitor_view(dataclasses.replace(
         stats(row()), state="closed"))["title"]["facts"])  # no rate as current
+
+
+def test_the_memory_budget_counts_a_send_budget_per_peer():
+    """A server may hold its receive budget and, for each peer, that peer's send budget."""
+    import uuid
+
+    from netq.display.view_model import memory_budget
+
+    three = dataclasses.replace(stats(*(row(peer=uuid.uuid4()) for _ in range(3))),
+                                recv_budget=64 << 20, send_budget=32 << 20)
+    assert memory_budget(three) == (64 + 3 * 32) << 20
+    alone = dataclasses.replace(three, peers=())  # a client before it connects: one peer
+    assert memory_budget(alone) == (64 + 32) << 20

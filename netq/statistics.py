@@ -160,10 +160,17 @@ class RateMeter:
         with self._lock:
             rows = []
             totals = list(closed_totals)
+            since = self._previous.get("total")
             for row in peers:
                 counters = tuple(getattr(row, name) for name in _COUNTERS)
                 for index, value in enumerate(counters):
                     totals[index] += value
+                if since is not None and row.peer not in self._previous \
+                        and row.connected_for <= now - since[0]:
+                    # Connected since the last snapshot: everything it counts came after it, as
+                    # the totals' rate sees it, so its own rate is measured from there too
+                    # (from its first sample it would read 0 while the totals count it).
+                    self._previous[row.peer] = (since[0], (0,) * len(counters))
                 rates = self._rate(row.peer, now, counters)
                 rows.append(dataclasses.replace(
                     row, messages_in_per_s=rates[0], bytes_in_per_s=rates[1],

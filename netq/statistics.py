@@ -171,6 +171,7 @@ class RateMeter:
                     # the totals' rate sees it, so its own rate is measured from there too
                     # (from its first sample it would read 0 while the totals count it).
                     self._previous[row.peer] = (since[0], (0,) * len(counters))
+                    self._rates[row.peer] = (0.0,) * len(counters)  # as the totals: none yet
                 rates = self._rate(row.peer, now, counters)
                 rows.append(dataclasses.replace(
                     row, messages_in_per_s=rates[0], bytes_in_per_s=rates[1],

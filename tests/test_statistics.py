@@ -42,3 +42,20 @@ def test_a_peer_seen_first_in_the_first_snapshot_starts_at_zero():
     peer = uuid.uuid4()
     stats = snapshot(RateMeter(), 3.0, row(peer, 50, connected_for=1.0))
     assert stats.peers[0].messages_in_per_s == 0.0 and stats.messages_in_per_s == 0.0
+
+
+def test_a_peer_that_joins_within_the_rate_interval_reads_zero_until_the_next_rate():
+    """Snapshots closer than RATE_INTERVAL keep the last rates; a peer new in such a snapshot
+    has none yet, and reads 0 like the totals' rate that does not count it yet."""
+    old, new = uuid.uuid4(), uuid.uuid4()
+    meter = RateMeter()
+    snapshot(meter, 10.0, row(old, 100, connected_for=5.0))
+    soon = 10.0 + RATE_INTERVAL / 2
+    stats = snapshot(meter, soon, row(old, 100, connected_for=5.1),
+                     row(new, 10, connected_for=RATE_INTERVAL / 4))
+    assert {r.peer: r.messages_in_per_s for r in stats.peers} == {old: 0.0, new: 0.0}
+    later = 10.0 + 2 * RATE_INTERVAL
+    stats = snapshot(meter, later, row(old, 100, connected_for=5.2),
+                     row(new, 30, connected_for=RATE_INTERVAL))
+    assert stats.peers[1].messages_in_per_s == 30 / (2 * RATE_INTERVAL)
+    assert stats.messages_in_per_s == 30 / (2 * RATE_INTERVAL)

@@ -4,6 +4,8 @@
     python3 bench/hotpath.py                              # netq-tcp and raw-tcp, 64 B, both kinds
     python3 bench/hotpath.py --rows netq-tcp --kinds oneway --size 1M --count 2000
     python3 bench/hotpath.py --rows netq-tcp --kinds rtt --cprofile 12
+    python3 bench/hotpath.py --calls                      # Python calls per message, each side
+    python3 bench/hotpath.py --calls --calls-top 15       # and the functions called most
 
 Kinds: ``oneway`` (the sender calls ``put()`` per message, the receiver ``get()`` per message)
 and ``rtt`` (ping-pong: the client puts and waits for the echo). Rows: ``netq-tcp``,
@@ -27,6 +29,12 @@ measured process that wakes (the "preempted" column shows what that costs). On a
 vCPUs halt, a wake-up then costs no VM exit, so the difference to a run without it is what
 idling between messages costs (raw sockets' round trip gains most from it); what stays is the
 code's own cost.
+
+``--calls`` counts instead the Python function calls per message of each side, every thread
+(a profile hook installed before the communicator starts; bench/callcount.py, whose counts
+tests/test_calls_per_message.py pins) for a lone 64 B put with the link idle around it (through
+its ACK and resolved future), a stream of 64 B puts and a 64 B round trip. Counts do not
+depend on the machine's speed or load, so they show a change in the code that timing hides.
 
 ``--cprofile N`` profiles every thread of each side (cProfile per thread, merged) and prints
 the N functions with the most own time per message. Profiling slows Python code several times,
@@ -385,6 +393,18 @@ def _cpus_kept_awake(enabled: bool):
             spinner.wait()
 
 
+def _count_calls(args: argparse.Namespace) -> None:
+    """``--calls``: bench/callcount.py's table for the rows it knows."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import callcount
+
+    rows = [row for row in args.rows.split(",") if row in callcount.ROWS]
+    if not rows:
+        raise SystemExit(f"--calls counts the rows {', '.join(callcount.ROWS)}")
+    with tempfile.TemporaryDirectory(prefix="netq-calls-") as tmpdir:
+        callcount.report(rows, list(callcount.KINDS), args.count or 300, args.calls_top, tmpdir)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", default="netq-tcp,raw-tcp")
@@ -396,10 +416,18 @@ def main() -> None:
                         help="also print the N functions with the most own time per message")
     parser.add_argument("--awake", action="store_true",
                         help="keep every CPU from idling (SCHED_IDLE spinners) while measuring")
+    parser.add_argument("--calls", action="store_true",
+                        help="count Python calls per message instead (lone put, stream of "
+                             "puts, round trip; rows netq-tcp, netq-unix; --count default 300)")
+    parser.add_argument("--calls-top", type=int, default=0, metavar="N",
+                        help="with --calls: also list the N functions called most, per side")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
         side(json.loads(args.side))
+        return
+    if args.calls:
+        _count_calls(args)
         return
     size = _size(args.size)
     perf = shutil.which("perf") is not None

@@ -81,6 +81,7 @@ class Row:
 GRPC_SIZES = (64 * KiB, MiB, 16 * MiB)   # the gRPC rows (issue 4): large messages only
 MQTT_SIZES = (4 * KiB, MiB, 16 * MiB)
 PY_QUEUE_SIZES = (64, 4 * KiB, 64 * KiB)
+MP_CONNECTION_SIZES = (64, 4 * KiB)
 
 THROUGHPUT = [
     Row("raw-tcp", "raw.py", "raw-tcp"),
@@ -88,6 +89,9 @@ THROUGHPUT = [
     # The plain-Python floor of a put()/get() queue (bench/workers/pyqueue.py): netq-tcp over
     # it is what netq's guarantees cost, it over raw-tcp what Python costs before any design.
     Row("py-queue", "pyqueue.py", "py-queue", sizes=PY_QUEUE_SIZES),
+    # The standard library's multiprocessing.connection (send/recv with pickle): the peer a
+    # researcher would use instead at small sizes (bench/workers/mp_connection.py).
+    Row("mp-connection", "mp_connection.py", "mp-connection", sizes=MP_CONNECTION_SIZES),
     Row("zmq-push", "zmq_peer.py", "zmq-push", "zmq"),
     Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq"),
     Row("netq-tcp-batch", "netq_peer.py", "netq-tcp-batch", "netq", (64, 4 * KiB)),
@@ -120,6 +124,10 @@ FLOORS = {"netq-tcp": "py-queue", "netq-tls": "raw-ssl", "netq-grpc": "raw-grpc"
           "net-queue-grpc": "raw-grpc", "netq-mqtt": "mqtt-paho", "net-queue-mqtt": "mqtt-paho"}
 LATENCY = [
     Row("raw-tcp", "raw.py", "raw-tcp"),
+    # The round-trip floor of a Python queue (a waiting get() reads the socket itself:
+    # bench/workers/lead_floor.py) and multiprocessing.connection, a peer a user would pick.
+    Row("py-lead", "lead_floor.py", "py-lead"),
+    Row("mp-connection", "mp_connection.py", "mp-connection"),
     Row("zmq", "zmq_peer.py", "zmq-dealer", "zmq"),
     Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq"),
     Row("netq-unix", "netq_peer.py", "netq-unix", "netq"),

@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Python function calls per message, each side of a netq link, every thread counted.
+
+Used by ``bench/hotpath.py --calls`` and by ``tests/test_calls_per_message.py`` (which pins the
+counts): one measurement, one counter. Standard library only; netq is imported by the side
+processes, never by this module's importers.
+
+Each side is its own process. Before the communicator exists (so before its I/O thread
+starts), the side installs a profile hook on its own thread (``sys.setprofile``) and for every
+thread started later (``threading.setprofile``); the hook counts "call" events: Python
+functions entered, generators and coroutines resumed (C functions are not counted). The counts
+are taken over a window that holds the measured messages and the idle time around them, so
+every turn the I/O threads make meanwhile is in them. Calls made by this module's own code
+(the measuring loop) are left out.
+
+Kinds (64 B payload unless told):
+
+``lone``    the sender waits ``IDLE`` s, ``put()``s one message and waits for its future (the
+            receiver's ACK); the receiver ``get()``s it. The link is idle around each message.
+``stream``  the sender ``put()``s the messages back to back and waits for the last future;
+            the receiver ``get()``s them.
+``rtt``     ping-pong: the client ``put()``s and ``get()``s the echo, the server ``get()``s
+            and ``put()``s it back.
+
+A count is deterministic up to the timers that fire during the window: netq's idle link has
+none shorter than its heartbeat (5 s by default), so a slow machine stretches the window but
+adds at most a turn or two in all, not per message.
+
+    python3 bench/callcount.py --kinds lone,stream,rtt --count 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from types import CodeType, FrameType
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KINDS = ("lone", "stream", "rtt")
+ROWS = ("netq-tcp", "netq-unix")
+IDLE = 0.003  # seconds the link stays idle before and after each lone message
+SETTLE = 0.05  # seconds after the warm-up before the window opens (its ACKs are in by then)
+ROLES = {"lone": ("sender", "receiver"), "stream": ("sender", "receiver"),
+         "rtt": ("client", "server")}
+
+
+class CallCounter:
+    """Counts the Python calls of every thread of this process, by code object.
+
+    Each thread gets its own counter (installed by its first profile event), so counting needs
+    no lock and loses nothing; :meth:`snapshot` merges them.
+    """
+
+    def __init__(self, ignored_files: tuple[str, ...] = ()) -> None:
+        self._ignored = frozenset(ignored_files)
+        self._counters: list[Counter[CodeType]] = []
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        """Count on this thread from now on, and on every thread started later."""
+        threading.setprofile(self._first_event)
+        sys.setprofile(self._hook_for_this_thread())
+
+    def uninstall(self) -> None:
+        threading.setprofile(None)  # type: ignore[arg-type]
+        sys.setprofile(None)
+
+    def _hook_for_this_thread(self):
+        counter: Counter[CodeType] = Counter()
+        with self._lock:
+            self._counters.append(counter)
+        ignored = self._ignored
+
+        def hook(frame: FrameType, event: str, arg: object) -> None:
+            if event == "call":
+                code = frame.f_code
+                if code.co_filename not in ignored:
+                    counter[code] += 1
+
+        return hook
+
+    def _first_event(self, frame: FrameType, event: str, arg: object) -> None:
+        hook = self._hook_for_this_thread()
+        sys.setprofile(hook)  # this thread's own counter from now on
+        hook(frame, event, arg)
+
+    def snapshot(self) -> Counter[CodeType]:
+        """Calls so far, all threads (a copy)."""
+        with self._lock:
+            counters = list(self._counters)
+        total: Counter[CodeType] = Counter()
+        for counter in counters:
+            total.update(dict(counter))  # dict(): one C-level copy, safe beside its thread
+        return total
+
+
+def _label(code: CodeType) -> str:
+    path = code.co_filename
+    short = os.path.relpath(path, ROOT) if path.startswith(ROOT) else os.path.basename(path)
+    return f"{code.co_qualname} ({short}:{code.co_firstlineno})"
+
+
+# ----------------------------------------------------------------------------- one side
+
+
+def _communicator(row: str, role: str, address: str):
+    import netq
+
+    if row == "netq-unix":
+        netloc = netq.NetworkLocation(path=address)
+        protocol = netq.Protocol.UNIX
+    else:
+        host, port = address.rsplit(":", 1)
+        netloc = netq.NetworkLocation(host=host, port=int(port))
+        protocol = netq.Protocol.TCP
+    purpose = netq.Purpose.SERVER if role == "server" else netq.Purpose.CLIENT
+    return netq.new(protocol, purpose, netq.CommunicatorOptions(netloc=netloc))
+
+
+def side(spec: dict) -> None:
+    """One process: the server (receiver / echo) or the client (sender / pinger)."""
+    kind, role, count = spec["kind"], spec["role"], spec["count"]
+    payload = (bytes(range(256)) * (spec["size"] // 256 + 1))[: spec["size"]]
+    counter = CallCounter(ignored_files=(os.path.abspath(__file__), __file__))
+    counter.install()  # before the communicator starts its I/O thread
+    comm = _communicator(spec["row"], role, spec["address"])
+    timeout = spec["timeout"]
+    if role == "server":
+        sys.stdout.write("READY\n")
+        sys.stdout.flush()
+    # Warm-up: one round trip (the link is up, both sides' code paths have run once).
+    if role == "client":
+        comm.put(payload).result(timeout)
+        comm.get(timeout=timeout)
+    else:
+        comm.get(timeout=timeout)
+        comm.put(payload).result(timeout)
+    time.sleep(SETTLE)
+    put, get = comm.put, comm.get
+    before = counter.snapshot()
+    if kind == "lone":
+        if role == "client":  # the sender
+            for _ in range(count):
+                time.sleep(IDLE)
+                put(payload).result(timeout)
+        else:
+            for _ in range(count):
+                get(timeout=timeout)
+        time.sleep(IDLE)
+    elif kind == "stream":
+        if role == "client":
+            future = None
+            for _ in range(count):
+                future = put(payload)
+            future.result(timeout)  # type: ignore[union-attr]
+        else:
+            for _ in range(count):
+                get(timeout=timeout)
+        time.sleep(IDLE)
+    else:
+        if role == "client":
+            for _ in range(count):
+                put(payload)
+                get(timeout=timeout)
+        else:
+            for _ in range(count):
+                put(get(timeout=timeout).data)
+        time.sleep(IDLE)
+    after = counter.snapshot()
+    counter.uninstall()
+    calls = after - before
+    top = [(n, _label(code)) for code, n in calls.most_common(spec["top"])]
+    result = {"calls": sum(calls.values()), "count": count, "top": top}
+    sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+    sys.stdout.flush()
+    # Close only once both sides have counted (the orchestrator says so): a closing peer's
+    # goodbye must not land in the other side's window.
+    sys.stdin.readline()
+    comm.close(timeout)
+
+
+# ----------------------------------------------------------------------------- orchestration
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def measure(kind: str, count: int, row: str = "netq-tcp", size: int = 64, top: int = 0,
+            python: str = sys.executable, timeout: float = 60.0,
+            tmpdir: str | None = None) -> dict[str, dict]:
+    """Calls per message of each side: ``{role: {"per_message": float, "calls": int, "top":
+    [(calls, function), ...]}}``; roles are sender/receiver (lone, stream) or client/server
+    (rtt). Raises RuntimeError when a side fails."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    if row == "netq-unix":
+        if tmpdir is None:
+            raise ValueError("netq-unix needs a tmpdir for its socket file")
+        address = os.path.join(tmpdir, f"calls-{os.getpid()}.sock")
+    else:
+        address = f"127.0.0.1:{_free_port()}"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    procs: dict[str, subprocess.Popen] = {}
+    results: dict[str, dict] = {}
+    try:
+        for role in ("server", "client"):
+            spec = {"kind": kind, "role": role, "count": count, "size": size, "row": row,
+                    "address": address, "top": top, "timeout": timeout}
+            procs[role] = subprocess.Popen(
+                [python, os.path.abspath(__file__), "--side", json.dumps(spec)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+            if role == "server":
+                line = procs[role].stdout.readline()  # type: ignore[union-attr]
+                if line.strip() != "READY":
+                    raise RuntimeError(f"{row} server did not start: {line!r}")
+        for role, proc in procs.items():
+            while True:
+                line = proc.stdout.readline()  # type: ignore[union-attr]
+                if not line:
+                    raise RuntimeError(f"{row} {kind} {role} ended before its result "
+                                       f"(exit {proc.wait(timeout)})")
+                if line.startswith("RESULT "):
+                    results[role] = json.loads(line[len("RESULT "):])
+                    break
+        for proc in procs.values():
+            proc.stdin.write("close\n")  # type: ignore[union-attr]
+            proc.stdin.flush()  # type: ignore[union-attr]
+        for role, proc in procs.items():
+            if proc.wait(timeout):
+                raise RuntimeError(f"{row} {kind} {role} exited {proc.returncode}")
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+    client_role, server_role = (("sender", "receiver") if kind != "rtt"
+                                else ("client", "server"))
+    named = {client_role: results["client"], server_role: results["server"]}
+    return {role: {"per_message": r["calls"] / r["count"], "calls": r["calls"], "top": r["top"]}
+            for role, r in named.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--rows", default="netq-tcp")
+    parser.add_argument("--count", type=int, default=300, help="messages per kind")
+    parser.add_argument("--top", type=int, default=0,
+                        help="also list the N functions called most, per side")
+    parser.add_argument("--side", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        side(json.loads(args.side))
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="netq-calls-") as tmpdir:
+        report(args.rows.split(","), args.kinds.split(","), args.count, args.top, tmpdir)
+
+
+def report(rows: list[str], kinds: list[str], count: int, top: int, tmpdir: str) -> None:
+    """Print the calls-per-message table (and the top functions with ``top``)."""
+    print(f"\n## Python calls per message, each side, all threads ({count} messages, 64 B)\n")
+    print("| row | kind | side | calls per message | side | calls per message |")
+    print("|---|---|---|---:|---|---:|")
+    tops = []
+    for row in rows:
+        for kind in kinds:
+            got = measure(kind, count, row=row, top=top, tmpdir=tmpdir)
+            (a, fa), (b, fb) = got.items()
+            print(f"| {row} | {kind} | {a} | {fa['per_message']:.1f} | {b} | "
+                  f"{fb['per_message']:.1f} |")
+            for role, figures in got.items():
+                tops.append((row, kind, role, figures["top"]))
+    for row, kind, role, functions in tops:
+        if functions:
+            print(f"\n{row} {kind}, {role}: the functions called most, per message\n")
+            for n, label in functions:
+                print(f"{n / count:8.2f}  {label}")
+
+
+if __name__ == "__main__":
+    main()

@@ -64,33 +64,36 @@ def carrier_loop(carrier_class: CarrierFactory) -> Callable[[EngineAPI], Transpo
 
 class ParkingSpot:
     """Where an I/O thread waits while callers lead its loop: a lock held locked, released by
-    :meth:`unpark` once per park. ``parked`` and the release change under ``mutex`` (the
-    parking thread sets ``parked`` under it before it looks for work, so work queued after
-    the look finds it parked and unparks it)."""
+    :meth:`unpark` once per park. ``parked`` stays set until the parked thread is back (a
+    caller may take the loop until then, as it finds it free). The parking thread sets it
+    under ``mutex`` before it looks for work, so work queued after the look finds it parked
+    and unparks it."""
 
     def __init__(self) -> None:
         self.mutex = threading.Lock()
         self.parked = False
+        self._released = False  # unpark() released the gate during this park
         self._gate = threading.Lock()
         self._gate.acquire()
 
     def unpark(self) -> None:
         """Any thread: the parked thread goes on now (nothing if it is not parked)."""
         with self.mutex:
-            if self.parked:
-                self.parked = False
+            if self.parked and not self._released:
+                self._released = True
                 self._gate.release()
 
     def wait(self, gap: float) -> bool:
         """The parked thread: wait at most ``gap`` seconds; True when unparked."""
         gate = self._gate
-        if gate.acquire(True, gap):
-            return True
+        woken = gate.acquire(True, gap)
         with self.mutex:
-            if self.parked:
-                self.parked = False  # the gap ended
-                return False
-        gate.acquire()  # unparked as the gap ended: take the released gate back (no wait)
+            self.parked = False
+            if not self._released:
+                return False  # the gap ended
+            self._released = False
+        if not woken:
+            gate.acquire()  # unparked as the gap ended: take the released gate back (no wait)
         return True
 
 
@@ -185,17 +188,15 @@ class IOLoop:
 
     def wake(self) -> None:
         self._woken = True
-        spot = self._spot
-        if spot.parked:
-            spot.unpark()
+        if self._spot.parked:
+            self._spot.unpark()
         if self._idle:
             self.carrier.wake()
 
     def unpark(self) -> None:
         """Any thread: a parked I/O thread takes the loop back now (a get() went to sleep)."""
-        spot = self._spot
-        if spot.parked:
-            spot.unpark()
+        if self._spot.parked:
+            self._spot.unpark()
 
     @property
     def shm(self) -> ShmCounters:
@@ -325,11 +326,14 @@ class IOLoop:
         # and the stamp (waiting for the GIL) would hide bytes that came meanwhile.
         looked_at = time.monotonic()
         if turns.active:  # the main thread leads: a Ctrl-C may interrupt the wait at once
-            turns.waiting()
+            LoopTurns.deferring = False  # turns.waiting(), inline (plain class attributes)
+            if LoopTurns.pending:
+                LoopTurns.pending = False
+                raise KeyboardInterrupt
             try:
                 events = self.carrier.wait(timeout)
             finally:
-                turns.working()
+                LoopTurns.deferring = True  # turns.working()
         else:
             events = self.carrier.wait(timeout)
         self.looked_at = looked_at
@@ -390,8 +394,7 @@ class IOLoop:
         while not self._aborted:
             rounds = self._caller_rounds
             with spot.mutex:
-                # Parked before the look: work queued after it finds spot.parked and unparks.
-                spot.parked = True
+                spot.parked = True  # before the look: work queued after it unparks us
                 # A get() asleep on its gate does not lead: someone must poll.
                 if attention or engine.closing or consumers.consumer_sleeping:
                     spot.parked = False

@@ -40,7 +40,7 @@ from .live import live_communicators
 from .options import CommunicatorOptions, Protocol, Purpose
 from .protocol.events import MessageReceived as Incoming
 from .protocol.frames import MAX_PARTS
-from .session import Outgoing, PeerSession
+from .session import Outgoing, PeerSession, PeerState
 from .stall import StallWarning
 from .statistics import CommunicatorStatistics, RateMeter, peer_row
 
@@ -51,6 +51,7 @@ LOGGER = logging.getLogger("netq")
 _clock = time.perf_counter
 _sleep = time.sleep
 _new_tuple = tuple.__new__
+_CLOSED = PeerState.CLOSED
 
 
 class Message(NamedTuple):
@@ -288,7 +289,12 @@ class Communicator:
             raise ResourceClosed(None, "put after close()")
         if engine.failure is not None or engine.fatal is not None:
             engine.raise_if_broken()
-        targets = engine.peers.resolve(peers, sending=True)
+        table = engine.peers
+        server = table.server_session
+        if server is not None and not peers and server.state is not _CLOSED:
+            targets: Sequence[PeerSession] = table.server_only  # resolve()'s answer, inline
+        else:
+            targets = table.resolve(peers, sending=True)
         if len(parts) == 1:
             size = len(parts[0])
         else:

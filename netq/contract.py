@@ -42,7 +42,7 @@ import itertools
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from typing import TYPE_CHECKING, Protocol
 
 from ._shm import ShmCounters
@@ -175,16 +175,17 @@ class EngineAPI(Protocol):
         """The I/O loop should say goodbye and end."""
 
     @property
-    def has_work(self) -> bool:
-        """User threads queued work for the I/O thread (do not sleep)."""
-
-    @property
-    def consumer_waiting(self) -> bool:
-        """A get() is blocked waiting (a reply is likely to follow what arrives)."""
-
-    @property
-    def consumer_sleeping(self) -> bool:
-        """A get() sleeps until a message is handed to it: the loop must not be left idle."""
+    def attention(self) -> Sized:
+        """Sessions user threads queued work for: non-empty means the loop's turn must not
+        wait (a plain attribute on the engine: read on every turn)."""
+    # Monotonic time before which a turn with empty ``attention`` before close() need not
+    # call service() (0.0: call it now).
+    service_due: float
+    # The receive side's state, read (never called) by the loop on every read and turn:
+    # consumer_waiting (a get() is blocked: a reply is likely to follow what arrives) and
+    # consumer_sleeping (a get() sleeps until a message is handed to it: the loop must not
+    # be left idle).
+    consumers: Inbox
 
     def new_connection(self, passes_fds: bool = False) -> Connection:
         """The protocol state for a new link (its HELLO is queued); ``passes_fds``: its

@@ -77,6 +77,7 @@ _TIMER_TICK = 0.01
 _HEARTBEAT_SLACK = 0.1
 _QUIET = 50e-6  # seconds since the previous put after which a put counts as a lone request
 _clock = time.perf_counter
+_OPEN = proto.ConnectionState.OPEN
 
 
 class SessionEngine:
@@ -109,8 +110,16 @@ class SessionEngine:
                                     peer_count=self.peers.__len__, schedule=self.schedule,
                                     clock=time.monotonic)
 
-        self._attention: collections.deque[PeerSession] = collections.deque()
+        # Sessions the I/O thread must service (pump, grant credit) on its next turn; the loop
+        # reads it (non-empty: its turn has work, it must not wait).
+        self.attention: collections.deque[PeerSession] = collections.deque()
+        # The receive side, for the loop's reads of two flags on every read and turn
+        # (consumer_waiting, consumer_sleeping); the loop calls nothing on it.
+        self.consumers = inbox
         self._timers_ran = self._timers_due = 0.0  # when _timers last ran, when next due
+        # Until then, a turn with nothing scheduled (attention) before close() need not call
+        # service(): its timers are not due (0.0: at once). Read by the loop on every turn.
+        self.service_due = 0.0
         # Plain attributes, not properties: read on every put() and every loop turn.
         self.closing = False  # close() began: refuse newcomers, flush, then stop
         self.stopping = False  # the goodbyes are under way; the loop ends after them
@@ -136,18 +145,6 @@ class SessionEngine:
                                        reachability=self.reach, getters=inbox)
 
     # ================================================================== flags
-
-    @property
-    def has_work(self) -> bool:
-        return bool(self._attention)
-
-    @property
-    def consumer_waiting(self) -> bool:
-        return self._inbox.consumer_waiting
-
-    @property
-    def consumer_sleeping(self) -> bool:
-        return self._inbox.consumer_sleeping
 
     def consumer_asleep(self) -> None:
         """A get() went to sleep: a loop parked for callers must run again (IOLoop.lead)."""
@@ -222,7 +219,7 @@ class SessionEngine:
     def schedule(self, session: PeerSession) -> None:
         """Ask the I/O thread to service ``session`` (pump, grant credit) on its next turn."""
         session.scheduled = True
-        self._attention.append(session)
+        self.attention.append(session)
 
     def _wait_for_space(self, session: PeerSession, block: bool, timeout: float | None) -> None:
         """Called with put_lock held: wait until the peer's unsent bytes drop under budget."""
@@ -365,7 +362,9 @@ class SessionEngine:
         outbox = session.outbox
         inflight = session.inflight
         moved = 0
-        while outbox and conn.can_send_data:
+        # conn.can_send_data, inline: the link is open, both credits positive, no BYE sent.
+        while outbox and conn.state is _OPEN and conn.send_credit_bytes > 0 \
+                and conn.send_credit_messages > 0 and not conn.sent_bye:
             message = outbox.popleft()
             moved += message.size
             if not message.future._start():
@@ -378,7 +377,7 @@ class SessionEngine:
                 continue
             seq = session.next_seq
             session.next_seq = seq + 1
-            conn.send_message(seq, message.parts, message.size, message.batch)
+            conn.queue_message(seq, message.parts, message.size, message.batch)
             inflight.append(message)
             session.sent_messages += 1
         if outbox and session.credit_exhausted_since is None \
@@ -392,7 +391,7 @@ class SessionEngine:
     # ================================================================== I/O thread: periodic
 
     def service(self, now: float) -> float:
-        attention = self._attention
+        attention = self.attention
         transport = self.transport
         # One pass over what is queued now: a session rescheduled meanwhile waits for the next
         # pass (it is in the deque again), so user threads cannot keep this loop spinning.
@@ -416,6 +415,7 @@ class SessionEngine:
             return max(due - now, self._timers_ran + _TIMER_TICK - now)
         wait = self._timers(now)
         self._timers_ran, self._timers_due = now, now + wait
+        self.service_due = now + max(wait, _TIMER_TICK)
         return wait
 
     def _timers_changed(self, within: float = 0.0) -> None:
@@ -424,6 +424,7 @@ class SessionEngine:
         due = time.monotonic() + within if within else 0.0
         if due < self._timers_due:
             self._timers_due = due
+            self.service_due = max(due, self._timers_ran + _TIMER_TICK) if due else 0.0
 
     def _session_came(self) -> None:
         # No look now (one per handshake scans every link in a storm): one within the slack.

@@ -46,6 +46,12 @@ Resolving takes no lock either. Two ``dict.setdefault`` calls on the instance's 
 
 So a waiter either sees the new state or is told through the condition, never both (which
 would count the future twice in ``wait()``) and never neither.
+
+``result()`` does not use the condition: a caller waiting for its put's acknowledgement
+appends a locked lock of its own to ``_gates`` and then looks at ``_outcome`` again; the
+resolver claims ``_outcome`` first and then releases every lock in ``_gates``. So the waiter
+either finds the claim or is in the list the resolver walks, and waits on a lock (one C call)
+instead of a condition's Python methods on both threads.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from typing import Any, Protocol
 
 from .exceptions import BroadcastIncomplete, ResourceGone
@@ -70,6 +76,7 @@ FINISHED = "FINISHED"
 
 LOGGER = logging.getLogger("netq")
 _CREATE = threading.Lock()  # taken by whoever makes a future's condition (waiters only)
+_new_lock = threading.Lock  # a result() waiter's own lock (see the module docstring)
 _UNWATCHED = object()  # in _cond: resolved while no condition existed (see the module docstring)
 _STARTED = 1  # _gate entries
 _CANCELLED = 2
@@ -186,6 +193,10 @@ class DeliveryFuture(Future):
                     else:
                         waiter.add_exception(self)
                 cond.notify_all()
+        gates = self.__dict__.get("_gates")
+        if gates:
+            for gate in list(gates):  # result() waiters (see the module docstring)
+                gate.release()
         if self._queues:
             self._queues = ()  # a finished future does not keep the peers' queues alive
         callbacks = self._done_callbacks
@@ -240,6 +251,10 @@ class DeliveryFuture(Future):
             self._state = FINISHED
             if self._queues:
                 self._queues = ()
+            gates = slots.get("_gates")
+            if gates:
+                for gate in list(gates):  # result() waiters (see the module docstring)
+                    gate.release()
         else:
             self._settle(cond, FINISHED, None)
 
@@ -267,6 +282,43 @@ class DeliveryFuture(Future):
             self._addressed - len(failures), self._addressed, failures))
 
     # -- the caller's side ----------------------------------------------------------------
+
+    def result(self, timeout: float | None = None) -> None:
+        """None once every addressed peer acknowledged the message; raises what failed it
+        (``CancelledError`` after ``cancel()``), or ``TimeoutError`` after ``timeout`` seconds.
+
+        Waits on a lock of its own that the resolver releases (see the module docstring).
+        """
+        slots = self.__dict__
+        outcome = slots.get("_outcome")
+        if outcome is None:
+            gate = _new_lock()
+            gate.acquire()
+            gates = slots.get("_gates")
+            if gates is None:
+                gates = slots.setdefault("_gates", [])
+            gates.append(gate)
+            outcome = slots.get("_outcome")  # claimed before our gate was in the list?
+            if outcome is None:
+                if gate.acquire(True, -1 if timeout is None else max(timeout, 0.0)):
+                    outcome = slots["_outcome"]  # claimed before the gates were released
+                else:
+                    try:
+                        gates.remove(gate)
+                    except ValueError:
+                        pass  # the resolver's copy of the list had it: it releases it
+                    outcome = slots.get("_outcome")
+                    if outcome is None:
+                        raise TimeoutError()
+        state, exception = outcome
+        if state is not FINISHED:
+            raise CancelledError()
+        if exception is not None:
+            try:
+                raise exception
+            finally:
+                exception = None  # no cycle through this frame's traceback
+        return None
 
     def cancel(self) -> bool:
         """Withdraw a put that no peer's copy of is on the wire yet; False once one is."""

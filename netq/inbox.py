@@ -34,6 +34,7 @@ from .session import PeerSession, PeerState
 __all__ = ("Inboxes",)
 
 _clock = time.perf_counter
+_new_lock = threading.Lock
 _sleep = time.sleep
 
 
@@ -44,11 +45,14 @@ class Inboxes:
     def __init__(self, spin: float) -> None:
         self._spin = spin  # seconds a get() busy-polls before it leads the loop or sleeps
         self._lock = threading.Lock()
-        self._arrived = threading.Condition(self._lock)
+        # The locks of the get() calls asleep, oldest first: each sleeps on its own locked lock
+        # and whoever hands it a message pops and releases it (a condition variable's
+        # protocol, without its Python methods on both threads of every hand-over).
+        self._gates: collections.deque[Any] = collections.deque()
         self._getters = 0  # get() calls waiting for a message (sleeping or leading the loop)
         # _getters > 0, kept as a plain attribute: the loop reads it on every read (Inbox).
         self.consumer_waiting = False
-        self._sleepers = 0  # of those, the ones asleep on _arrived (a notify wakes them)
+        self._sleepers = 0  # of those, the ones asleep on a gate (_gates: a hand-over wakes them)
         # time.monotonic() when get() began waiting with nothing taken since (None when a
         # message was taken and no get() waits): the diagnostics say what such a wait is for.
         self.waiting_since: float | None = None
@@ -107,7 +111,7 @@ class Inboxes:
             session.in_ready = True
             self._ready.appendleft(session)
         if self._sleepers:
-            self._arrived.notify(len(items))
+            self._wake(len(items))
 
     def give_back(self, taken: list[tuple[PeerSession, Any]]) -> None:
         """Put messages taken by a get that then failed back at the front of their inboxes.
@@ -232,14 +236,31 @@ class Inboxes:
                     self._sleepers += 1
                     if self._caller_leads:
                         engine.consumer_asleep()  # nobody may be polling: the I/O thread must
+                    gate = _new_lock()
+                    gate.acquire()
+                    self._gates.append(gate)
+                    woken = False
+                    self._lock.release()
                     try:
-                        self._arrived.wait(remaining)
+                        woken = gate.acquire(True, -1 if remaining is None else remaining)
                     finally:
+                        self._lock.acquire()
                         self._sleepers -= 1
+                        if not woken:
+                            try:
+                                self._gates.remove(gate)
+                            except ValueError:
+                                pass  # popped by a hand-over as the wait ended: woken anyway
                     looked_again = False  # woken: this get may lead the loop again
                 finally:
                     self._getters -= 1
                     self.consumer_waiting = self._getters > 0
+
+    def _wake(self, count: int) -> None:
+        """Wake up to ``count`` sleeping get() calls, oldest first (receive lock held)."""
+        gates = self._gates
+        for _ in range(min(count, len(gates))):
+            gates.popleft().release()
 
     def _take_from(self, peers: tuple[uuid.UUID, ...]) -> tuple[PeerSession, Any] | None:
         assert self._engine is not None
@@ -261,13 +282,15 @@ class Inboxes:
                 session.in_ready = True
                 self._ready.append(session)
             if self._sleepers:
-                self._arrived.notify(len(messages))
+                gates = self._gates  # _wake(len(messages)), inline: once per read
+                for _ in range(min(len(messages), len(gates))):
+                    gates.popleft().release()
         for listener in self._listeners:
             listener()
 
     def wake_all(self) -> None:
         with self._lock:
-            self._arrived.notify_all()
+            self._wake(len(self._gates))
         for listener in list(self._listeners):
             listener()
 

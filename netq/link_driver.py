@@ -36,6 +36,7 @@ LOGGER = logging.getLogger("netq")
 CLOSE_FLUSH_LIMIT = 1.0  # seconds a closing link may take to flush its last frames
 READS_PER_EVENT = 32  # read_into calls per readable event before serving other links
 LEAD_BELOW = 256 * 1024  # bytes handed to a waiting get() below which callers may lead the loop
+_CLOSED = ConnectionState.CLOSED
 
 
 class LinkDriver:
@@ -45,6 +46,7 @@ class LinkDriver:
                  leading: Callable[[], bool], wake: Callable[[], None],
                  dropped: Callable[[Link], None]) -> None:
         self.engine = engine
+        self._consumers = engine.consumers  # read only: consumer_waiting
         self.carrier = carrier
         self.info: CarrierInfo = carrier.info
         self._leading = leading
@@ -58,6 +60,10 @@ class LinkDriver:
         self.changed = False  # links closed or began closing: the loop's due times change
         self.refused = 0  # links refused: their HELLO named another peer than they are bound to
         self.shm = ShmCounters()  # shared-memory totals of every link (netq._shm)
+        # Write a link's queued output now (link lock held); where each write is a broker
+        # round of its own, output of nothing but ACK/CREDIT frames may wait for company.
+        self.write_now: Callable[[Link], None] = \
+            self._write_after_hold if self.info.ack_hold_always else self._write
 
     def links(self) -> list[Link]:
         return [link for link in self.by_channel.values() if not link.dropped]
@@ -91,69 +97,98 @@ class LinkDriver:
         return False
 
     def service(self, link: Link, mask: int) -> None:
-        """A link's channel is readable and/or writable: read, then write or hold."""
+        """A link's channel is readable and/or writable: read until drained (or its share of
+        this turn is read), then write or hold what the reads queued.
+
+        One method on purpose: every small message a link reads passes through here, and
+        each helper split out of it would be a Python call per read.
+        """
         if link.dropped:
             return
         engine = self.engine
         # Looked at before reading: the message read now is what a blocked get() waited for.
-        consumer_waiting = engine.consumer_waiting
-        with link.lock:
+        consumer_waiting = self._consumers.consumer_waiting
+        session = link.session
+        conn = link.conn
+        with session.send_lock if session is not None else link.own_lock:  # link.lock
             if mask & WRITABLE:
                 self._write(link)
             if mask & READABLE and not link.dropped:
-                session = link.session
-                if consumer_waiting and session is not None:
-                    messages, size = session.received_messages, session.received_bytes
-                    self._read(link)
-                    if session.received_messages > messages \
-                            and session.received_bytes - size < LEAD_BELOW:
-                        # Small messages handed to a waiting get(): it may lead the loop from
-                        # now on. Large ones keep the I/O thread reading the next while the
-                        # caller takes this one (reading and consuming overlap).
-                        self.handed_off = True
+                counted = session if consumer_waiting else None
+                if counted is not None:
+                    messages, size = counted.received_messages, counted.received_bytes
+                read_into = self.carrier.read_into
+                channel = link.channel
+                # None unless the link takes parts in shared memory (our HELLO said so).
+                fds = conn.received_fds if conn.local.shm else None
+                for _ in range(READS_PER_EVENT):
+                    buffer = conn.receive_buffer()
+                    try:
+                        count = read_into(channel, buffer) if fds is None else \
+                            read_into(channel, buffer, fds)
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except (OSError, NetqError) as error:
+                        self._read_failed(link, error)
+                        break
+                    if count == 0:
+                        self.end_of_stream(link)
+                        break
+                    link.last_received_at = time.monotonic()
+                    events = conn.receive_done(count)
+                    if events:
+                        engine.handle_events(link, events)
+                    if link.dropped:
+                        break
+                    if conn.state is _CLOSED:
+                        self._peer_ended(link)
+                        break
+                    if count < len(buffer):
+                        # Drained. (A large direct read keeps going: more of the body is
+                        # usually on its way, and another read is cheaper than a round
+                        # through wait().)
+                        break
+                if counted is not None and counted.received_messages > messages \
+                        and counted.received_bytes - size < LEAD_BELOW:
+                    # Small messages handed to a waiting get(): it may lead the loop from
+                    # now on. Large ones keep the I/O thread reading the next while the
+                    # caller takes this one (reading and consuming overlap).
+                    self.handed_off = True
+            if not link.dropped and conn.bytes_queued:
+                # _write_or_hold and _hold, inline (see there).
+                if consumer_waiting and link.direct_ok and self.info.ack_hold \
+                        and conn.output_is_only_acks():
+                    if not link.ack_hold_until:
+                        link.ack_hold_until = time.monotonic() + self.info.ack_hold
+                        self.held.add(link)
                 else:
-                    self._read(link)
-            if not link.dropped and link.conn.bytes_queued:
-                self._write_or_hold(link, consumer_waiting)
-        engine.after_io(link)
+                    self.write_now(link)
+        session = link.session
+        if not link.direct_ok or (session is not None and session.outbox
+                                  and not session.scheduled):
+            engine.after_io(link)  # what it does when neither holds: nothing
 
-    def _read(self, link: Link) -> None:
-        """Read a link until drained, or until its share of this turn is read."""
-        conn = link.conn
-        read_into = self.carrier.read_into
-        channel = link.channel
-        fds = conn.received_fds  # None unless the link takes parts in shared memory
-        for _ in range(READS_PER_EVENT):
-            buffer = conn.receive_buffer()
-            try:
-                count = read_into(channel, buffer) if fds is None else \
-                    read_into(channel, buffer, fds)
-            except (BlockingIOError, InterruptedError):
-                return
-            except (OSError, NetqError) as error:
-                if isinstance(error, RemoteProtocolError):  # the peer's bytes (descriptors)
-                    LOGGER.info("netq %s: link to %s failed: %s", self.engine.purpose.value,
-                                link.peer_name, error)
-                if link.error is None:
-                    link.error = self.blamed(link, error) if isinstance(error, NetqError) \
-                        else ConnectionLost(link.peer_id, f"receive failed: {error}")
-                self.drop(link)
-                return
-            if count == 0:
-                self.end_of_stream(link)
-                return
-            link.last_received_at = time.monotonic()
-            if not self._received(link, conn.receive_done(count)):
-                return
-            if count < len(buffer):
-                # Drained. (A large direct read keeps going: more of the body is usually on
-                # its way, and another read is cheaper than a round through wait().)
-                return
+    def _read_failed(self, link: Link, error: OSError | NetqError) -> None:
+        """Reading the link's channel failed: the link ends, saying why."""
+        if isinstance(error, RemoteProtocolError):  # the peer's bytes (descriptors)
+            LOGGER.info("netq %s: link to %s failed: %s", self.engine.purpose.value,
+                        link.peer_name, error)
+        if link.error is None:
+            link.error = self.blamed(link, error) if isinstance(error, NetqError) \
+                else ConnectionLost(link.peer_id, f"receive failed: {error}")
+        self.drop(link)
+
+    def _peer_ended(self, link: Link) -> None:
+        """The peer closed the link (its ERROR frame, or ours after its bad bytes): flush our
+        last output, then close it."""
+        if link.error is None:
+            link.error = RemoteProtocolError("the peer ended the link")
+        self.close_link(link, flush=True)
 
     def data(self, link: Link, data: object) -> None:
         """A packet of the link's byte stream (packet carriers)."""
         link.last_received_at = time.monotonic()
-        consumer_waiting = self.engine.consumer_waiting
+        consumer_waiting = self._consumers.consumer_waiting
         with link.lock:
             conn = link.conn
             if not self._received(link, conn.receive_data(data)):  # type: ignore[arg-type]
@@ -172,10 +207,8 @@ class LinkDriver:
             self.engine.handle_events(link, events)
         if link.dropped:
             return False
-        if link.conn.state is ConnectionState.CLOSED:
-            if link.error is None:
-                link.error = RemoteProtocolError("the peer ended the link")
-            self.close_link(link, flush=True)
+        if link.conn.state is _CLOSED:
+            self._peer_ended(link)
             return False
         return True
 
@@ -231,13 +264,15 @@ class LinkDriver:
                 continue
             self.held.discard(link)
             link.ack_hold_until = 0.0
-            if not link.dropped and link.conn.has_output:
-                with link.lock:
+            if not link.dropped and link.conn.bytes_queued:
+                session = link.session
+                with session.send_lock if session is not None else link.own_lock:  # link.lock
                     self._write(link)
         return wait
 
-    def write_now(self, link: Link) -> None:
-        """Write the link's queued output as far as the carrier takes it (link lock held).
+    def _write_after_hold(self, link: Link) -> None:
+        """``write_now`` where ``info.ack_hold_always``: write the link's queued output as far
+        as the carrier takes it (link lock held).
 
         Where each write is a broker round of its own (``info.ack_hold_always``), output of
         nothing but ACK/CREDIT frames first waits up to ``info.ack_hold`` for company.
@@ -259,10 +294,11 @@ class LinkDriver:
         conn = link.conn
         channel = link.channel
         write = self.carrier.write
+        shm = conn.local.shm  # descriptors go with the output only where our HELLO said SHM
         blocked = conn.bytes_queued > 0
         while blocked:
             try:
-                if conn.has_fds:
+                if shm and conn.has_fds:
                     buffers, fds = conn.outgoing_fds()
                     sent = write(channel, buffers, fds)
                     if sent:

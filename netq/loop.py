@@ -62,6 +62,41 @@ def carrier_loop(carrier_class: CarrierFactory) -> Callable[[EngineAPI], Transpo
     return build
 
 
+class ParkingSpot:
+    """Where an I/O thread waits while callers lead its loop: a lock held locked, released by
+    :meth:`unpark` once per park. ``parked`` stays set until the parked thread is back (a
+    caller may take the loop until then, as it finds it free). The parking thread sets it
+    under ``mutex`` before it looks for work, so work queued after the look finds it parked
+    and unparks it."""
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        self.parked = False
+        self._released = False  # unpark() released the gate during this park
+        self._gate = threading.Lock()
+        self._gate.acquire()
+
+    def unpark(self) -> None:
+        """Any thread: the parked thread goes on now (nothing if it is not parked)."""
+        with self.mutex:
+            if self.parked and not self._released:
+                self._released = True
+                self._gate.release()
+
+    def wait(self, gap: float) -> bool:
+        """The parked thread: wait at most ``gap`` seconds; True when unparked."""
+        gate = self._gate
+        woken = gate.acquire(True, gap)
+        with self.mutex:
+            self.parked = False
+            if not self._released:
+                return False  # the gap ended
+            self._released = False
+        if not woken:
+            gate.acquire()  # unparked as the gap ended: take the released gate back (no wait)
+        return True
+
+
 class IOLoop:
     """The I/O thread of one communicator, its links, and the carrier it drives."""
 
@@ -97,6 +132,8 @@ class IOLoop:
         self.close_link = driver.close_link
         self.links = driver.links
         self.authorize = driver.authorize
+        self._attention = engine.attention  # non-empty: the turn has work, it must not wait
+        self._consumers = engine.consumers  # read only: consumer_sleeping
         self._aborted = False
         self._idle = False  # the loop is (about to be) waiting: wake() must reach the carrier
         self._reconnect_at: float | None = None
@@ -104,10 +141,9 @@ class IOLoop:
         self._attempt_since: float | None = None  # client: an attempt is under way since then
         self._io_ident: int | None = None
         # Leader/followers (caller_leads): whoever holds _lead runs the loop; the I/O thread
-        # parks on _park while callers' get() lead it (see lead()).
+        # parks in _spot while callers' get() lead it (see lead()).
         self._lead = threading.Lock()
-        self._park = threading.Condition(threading.Lock())
-        self._parked = False
+        self._spot = ParkingSpot()
         self._caller_rounds = 0  # times a caller led the loop
         # When the loop must next turn even without I/O (timers, reconnect, closing links),
         # as the latest turn computed it: a parked I/O thread looks at it, not at the loop.
@@ -152,16 +188,15 @@ class IOLoop:
 
     def wake(self) -> None:
         self._woken = True
-        if self._parked:
-            self.unpark()
+        if self._spot.parked:
+            self._spot.unpark()
         if self._idle:
             self.carrier.wake()
 
     def unpark(self) -> None:
         """Any thread: a parked I/O thread takes the loop back now (a get() went to sleep)."""
-        if self._parked:
-            with self._park:
-                self._park.notify()
+        if self._spot.parked:
+            self._spot.unpark()
 
     @property
     def shm(self) -> ShmCounters:
@@ -256,7 +291,10 @@ class IOLoop:
         now = time.monotonic()
         if engine.closing and self._server:
             self.carrier.admit(False)  # close() refuses newcomers from its first moment
-        timeout = engine.service(now)
+        if self._attention or engine.closing or now >= engine.service_due:
+            timeout = engine.service(now)
+        else:
+            timeout = engine.service_due - now  # nothing to service, no timer due before
         if engine.stopping:
             if self._stop_step():
                 return True
@@ -265,8 +303,8 @@ class IOLoop:
             timeout = min(timeout, max(0.0, self._reconnect_at - now))
         driver = self._driver
         if driver.closing:
-            for link in list(driver.closing):
-                timeout = min(timeout, max(0.0, link.close_deadline - now))
+            for closing in list(driver.closing):
+                timeout = min(timeout, max(0.0, closing.close_deadline - now))
         if self._attempt_since is not None and self.info.attempt_limit is not None:
             timeout = min(timeout, max(0.0, self._attempt_since + self.info.attempt_limit - now))
         driver.changed = False
@@ -275,25 +313,8 @@ class IOLoop:
         # look sees _idle and signals the wait (no lost wake-up). A shared loop is idle
         # between its turns too: it stays set.
         self._idle = True
-        if engine.has_work:
+        if self._attention:
             timeout = 0
-        self._wait(timeout, cap)
-        self._idle = self._shared is not None
-        now = time.monotonic()
-        if self._reconnect_at is not None and now >= self._reconnect_at:
-            self._reconnect_at = None
-            self._connect()
-        self._check_attempt(now)
-        if driver.closing:
-            for link in list(driver.closing):
-                if not link.conn.has_output or now >= link.close_deadline:
-                    driver.drop(link)
-        return False
-
-    def _wait(self, timeout: float, cap: float | None) -> None:
-        """Wait for the carrier's events (at most ``timeout`` s, and ``cap``) and act on
-        each."""
-        driver = self._driver
         if driver.held:
             timeout = min(timeout, driver.release_holds())
         self._next_turn_in = timeout
@@ -305,11 +326,14 @@ class IOLoop:
         # and the stamp (waiting for the GIL) would hide bytes that came meanwhile.
         looked_at = time.monotonic()
         if turns.active:  # the main thread leads: a Ctrl-C may interrupt the wait at once
-            turns.waiting()
+            LoopTurns.deferring = False  # turns.waiting(), inline (plain class attributes)
+            if LoopTurns.pending:
+                LoopTurns.pending = False
+                raise KeyboardInterrupt
             try:
                 events = self.carrier.wait(timeout)
             finally:
-                turns.working()
+                LoopTurns.deferring = True  # turns.working()
         else:
             events = self.carrier.wait(timeout)
         self.looked_at = looked_at
@@ -335,40 +359,50 @@ class IOLoop:
                     driver.end_of_stream(link)
             elif kind is FAILED:
                 self._attempt_failed(str(value) if value is not None else "the attempt failed")
+        self._idle = self._shared is not None
+        now = time.monotonic()
+        if self._reconnect_at is not None and now >= self._reconnect_at:
+            self._reconnect_at = None
+            self._connect()
+        if self._attempt_since is not None:
+            self._check_attempt(now)
+        if driver.closing:
+            for closing in list(driver.closing):
+                if not closing.conn.has_output or now >= closing.close_deadline:
+                    driver.drop(closing)
+        return False
 
     # ----------------------------------------------------------------- callers lead the loop
 
     def _park_for_callers(self) -> None:
         """Leave the loop to the next blocked get() (leader/followers), checking back often.
 
-        The I/O thread just handed a message to a get() that was waiting for it. That caller
-        will likely wait again soon; if the loop is free then, it runs the loop itself
-        (:meth:`lead`) and wakes up once, on its own socket, instead of the I/O thread waking
-        and then waking it. The I/O thread stays parked while callers keep leading; it takes
-        the loop back as soon as there is work (``wake()``) or when a look finds that no
-        caller led since the last one. Looks come every ``PARK_LIMIT``; while each finds
-        callers leading and nothing due, the gap doubles up to ``PARK_MAX`` (a steady stream
-        of round trips then costs the I/O thread a wake-up every few milliseconds, not every
-        one). Timers, heartbeats and held ACKs that no caller's turn took care of are never
-        later than that gap.
+        The I/O thread just handed a message to a get() that was waiting for it, which will
+        likely wait again soon and then run the loop itself (:meth:`lead`), waking once on its
+        own socket. The I/O thread takes the loop back as soon as there is work (``wake()``)
+        or when a look finds that no caller led since the last one. Looks come every
+        ``PARK_LIMIT``; while each finds callers leading and nothing due, the gap doubles up
+        to ``PARK_MAX`` (a steady stream of round trips then costs the I/O thread a wake-up
+        every few milliseconds, not every one). Timers, heartbeats and held ACKs that no
+        caller's turn took care of are never later than that gap.
         """
         engine = self.engine
-        park = self._park
+        attention = self._attention
+        consumers = self._consumers
+        spot = self._spot
         gap = PARK_LIMIT
         while not self._aborted:
             rounds = self._caller_rounds
-            with park:
-                self._parked = True
-                try:
-                    # A get() asleep on its condition does not lead: someone must poll.
-                    if engine.has_work or engine.closing or engine.consumer_sleeping:
-                        return
-                    park.wait(gap)
-                finally:
-                    self._parked = False
-            if engine.has_work or engine.closing or engine.consumer_sleeping \
-                    or self._caller_rounds == rounds:
-                return  # work to do, a get() asleep, or no caller led meanwhile: lead again
+            with spot.mutex:
+                spot.parked = True  # before the look: work queued after it unparks us
+                # A get() asleep on its gate does not lead: someone must poll.
+                if attention or engine.closing or consumers.consumer_sleeping:
+                    spot.parked = False
+                    return
+            if spot.wait(gap):
+                return  # unparked: work to do, or a get() went to sleep
+            if attention or engine.closing or self._caller_rounds == rounds:
+                return  # work to do, or no caller led meanwhile: lead again
             if not self._overdue(time.monotonic()):
                 # Callers lead and nothing is late: a turn of ours now would only contend
                 # with theirs for the loop (their get() would then wait for a hand-over).
@@ -393,7 +427,7 @@ class IOLoop:
         False (nothing done) when this carrier does not allow it, or the I/O thread leads
         (it is waiting for I/O itself: the caller waits for its hand-over as before).
         """
-        if not self._parked or not self._lead.acquire(False):  # positional: no keyword parsing
+        if not self._spot.parked or not self._lead.acquire(False):  # positional: no keyword parsing
             return False
         engine = self.engine
         turns = self._turns
@@ -401,7 +435,7 @@ class IOLoop:
             # Not if the I/O thread took the loop back meanwhile, nor on the main thread under
             # a SIGINT handler of the program's own (netq._interrupts). From here on, Ctrl-C on
             # the main thread waits for the end of a turn.
-            if not self._parked or not turns.begin():
+            if not self._spot.parked or not turns.begin():
                 return False
             self._leader_ident = threading.get_ident()
             self._caller_rounds += 1

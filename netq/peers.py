@@ -51,12 +51,12 @@ class PeerTable:
         # Departed peers, with the token and count of the session they had (ended()).
         self._departed: dict[uuid.UUID, tuple[bytes, int]] = {}
         self.server_session: PeerSession | None = None
-        self._server_only: tuple[PeerSession, ...] = ()
+        self.server_only: tuple[PeerSession, ...] = ()
         if not server:
             self.server_session = PeerSession(uuid.UUID(int=0), token=NO_TOKEN, window=window)
             # What a client's every put() addresses, made once: one object fewer per put
             # for the garbage collector to track (a client's session is never replaced).
-            self._server_only = (self.server_session,)
+            self.server_only = (self.server_session,)
 
     # ------------------------------------------------------------------ lookups
 
@@ -105,7 +105,7 @@ class PeerTable:
                     raise UnknownPeer(peer)
             if sending and server.state is PeerState.CLOSED:
                 raise ConnectionLost(server.id, "the server closed the session")
-            return self._server_only if sending or peers else ()
+            return self.server_only if sending or peers else ()
         sessions = self._sessions
         if not peers:
             return [session for session in list(sessions.values())

@@ -113,6 +113,7 @@ _ONE_PART_DESCRIPTOR = ONE_PART_DESCRIPTOR
 _ONE_PART_UNPACK_FROM = ONE_PART.unpack_from
 _CLOSED = ConnectionState.CLOSED
 _OPEN = ConnectionState.OPEN
+_new_tuple = tuple.__new__  # the per-message events, made without a Python call (events.py)
 
 
 # ------------------------------------------------------------------------- connection
@@ -295,44 +296,8 @@ class Connection(SendSide, SharedMemorySide):
         self._end += count
         if self._end == len(self._buffer) and len(self._buffer) < STAGING_SIZE:
             self._grow = True
-        return self._parse()
-
-    def receive_data(self, data: Buffer) -> list[Event]:
-        """Feed bytes that were read elsewhere (tests, message-oriented transports)."""
-        events: list[Event] = []
-        view = memoryview(data).cast("B")
-        while view and self.state is not ConnectionState.CLOSED:
-            target = self.receive_buffer()
-            count = min(len(target), len(view))
-            target[:count] = view[:count]
-            view = view[count:]
-            events.extend(self.receive_done(count))
-        return events
-
-    def _receive_eof(self) -> list[Event]:
-        """receive_eof: a goodbye before the end makes this a clean end."""
-        if self.state is ConnectionState.CLOSED:
-            return []
-        self._set_state(ConnectionState.CLOSED)
-        if self._incoming is not None or self._end > self._start:
-            return [ConnectionFailed(RemoteProtocolError("connection closed mid-frame"))]
-        return []
-
-    def _fail(self, events: list[Event], error: NetqError, code: ErrorCode) -> None:
-        self.send_error(code, str(error))
-        self._set_state(ConnectionState.CLOSED)
-        self._direct = False
-        events.append(ConnectionFailed(error))
-
-    def _complete(self, events: list[Event]) -> None:
-        incoming = self._incoming
-        assert incoming is not None
-        self._incoming = None
-        self.expected_seq += 1
-        events.append(incoming.finish())
-
-    def _parse(self) -> list[Event]:
-        events: list[Event] = []
+        # Parse what is staged (inline: one call per read that carries small messages).
+        events = []
         view = self._view
         start = self._start
         end = self._end
@@ -360,7 +325,7 @@ class Connection(SendSide, SharedMemorySide):
             # A busy link's frames first: an ACK, a whole one-part message. Then the rest.
             if frame_type == _ACK and not length and not reserved and self.state is _OPEN:
                 start += HEADER_SIZE
-                events.append(AckReceived(value))
+                events.append(_new_tuple(AckReceived, (value,)))
                 continue
             if (frame_type == _DATA and flags & _FIRST_LAST == _FIRST_LAST and not reserved
                   and _ONE_PART_DESCRIPTOR <= length <= data_limit
@@ -380,7 +345,8 @@ class Connection(SendSide, SharedMemorySide):
                             else self._buffer[position:start])
                     self.expected_seq = value + 1
                     self._after_large = False
-                    events.append(MessageReceived(value, bool(flags & _BATCH), [part], total))
+                    events.append(_new_tuple(MessageReceived,
+                                             (value, bool(flags & _BATCH), [part], total)))
                     continue
             if self.state is ConnectionState.HELLO and (frame_type not in _KNOWN_TYPES
                                                          or reserved):
@@ -415,6 +381,41 @@ class Connection(SendSide, SharedMemorySide):
             self._control(events, frame_type, flags, value, payload)
         self._start = start
         return events
+
+
+    def receive_data(self, data: Buffer) -> list[Event]:
+        """Feed bytes that were read elsewhere (tests, message-oriented transports)."""
+        events: list[Event] = []
+        view = memoryview(data).cast("B")
+        while view and self.state is not ConnectionState.CLOSED:
+            target = self.receive_buffer()
+            count = min(len(target), len(view))
+            target[:count] = view[:count]
+            view = view[count:]
+            events.extend(self.receive_done(count))
+        return events
+
+    def _receive_eof(self) -> list[Event]:
+        """receive_eof: a goodbye before the end makes this a clean end."""
+        if self.state is ConnectionState.CLOSED:
+            return []
+        self._set_state(ConnectionState.CLOSED)
+        if self._incoming is not None or self._end > self._start:
+            return [ConnectionFailed(RemoteProtocolError("connection closed mid-frame"))]
+        return []
+
+    def _fail(self, events: list[Event], error: NetqError, code: ErrorCode) -> None:
+        self.send_error(code, str(error))
+        self._set_state(ConnectionState.CLOSED)
+        self._direct = False
+        events.append(ConnectionFailed(error))
+
+    def _complete(self, events: list[Event]) -> None:
+        incoming = self._incoming
+        assert incoming is not None
+        self._incoming = None
+        self.expected_seq += 1
+        events.append(incoming.finish())
 
     def _data_header(self, events: list[Event], view: memoryview, start: int, end: int,
                      flags: int, length: int, seq: int) -> int:
@@ -488,7 +489,7 @@ class Connection(SendSide, SharedMemorySide):
         if last and end - position >= total:
             parts = cut_whole(view, self._buffer, position, sizes, self._pool)
             self.expected_seq += 1
-            events.append(MessageReceived(seq, batch, parts, total))
+            events.append(_new_tuple(MessageReceived, (seq, batch, parts, total)))
             return position + total
         self._incoming = Incoming(seq, batch, list(sizes), total, self._pool)
         self._body_left = body
@@ -564,7 +565,7 @@ class Connection(SendSide, SharedMemorySide):
                 self.send_credit_messages += messages
             events.append(CreditReceived(value, messages))
         elif frame_type == FrameType.ACK:
-            events.append(AckReceived(value))
+            events.append(_new_tuple(AckReceived, (value,)))
         elif frame_type == FrameType.BYE:
             self.peer_said_bye = True
             self._open_for_data = False

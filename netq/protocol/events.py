@@ -3,12 +3,18 @@
 :class:`netq.protocol.connection.Connection` turns received bytes into these; the engine and
 the session layer act on them. Plain data, no behaviour: every module of the protocol package
 may import them.
+
+The two events of every message, :class:`MessageReceived` (it waits in the inbox as it is)
+and :class:`AckReceived`, are tuples: the core makes them with ``tuple.__new__`` (no Python
+call per message, where a dataclass runs its ``__init__``). They still compare equal only to
+an event of their own class. The others are slotted dataclasses.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from .._buffers import Part
 from ..exceptions import NetqError
@@ -62,15 +68,40 @@ class SessionOpened(Event):
     held_messages: int = 0
 
 
-@dataclass(slots=True)
-class MessageReceived(Event):
-    """A complete message. ``parts`` are the final objects the user gets (``bytes``,
-    ``bytearray``, read-only ``memoryview``, shared-memory map: see :mod:`netq._buffers`)."""
+_tuple_eq: Any = tuple.__eq__
 
+
+class _TupleEvent(Event):
+    """Equality of a tuple event: same class and same fields (a plain tuple compares equal
+    to any tuple of the same values)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and _tuple_eq(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__: Any = tuple.__hash__
+
+
+class _MessageFields(NamedTuple):
     seq: int
     batch: bool
     parts: list[Part]
     size: int
+
+
+class MessageReceived(_MessageFields, _TupleEvent):
+    """A complete message. ``parts`` are the final objects the user gets (``bytes``,
+    ``bytearray``, read-only ``memoryview``, shared-memory map: see :mod:`netq._buffers`).
+    A tuple (see the module docstring)."""
+
+    __slots__ = ()
+    __eq__ = _TupleEvent.__eq__
+    __ne__ = _TupleEvent.__ne__
+    __hash__ = _TupleEvent.__hash__
 
 
 @dataclass(slots=True)
@@ -79,9 +110,17 @@ class CreditReceived(Event):
     messages: int
 
 
-@dataclass(slots=True)
-class AckReceived(Event):
+class _AckFields(NamedTuple):
     seq: int
+
+
+class AckReceived(_AckFields, _TupleEvent):
+    """The peer has every message up to ``seq``. A tuple (see the module docstring)."""
+
+    __slots__ = ()
+    __eq__ = _TupleEvent.__eq__
+    __ne__ = _TupleEvent.__ne__
+    __hash__ = _TupleEvent.__hash__
 
 
 @dataclass(slots=True)

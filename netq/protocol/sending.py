@@ -126,7 +126,9 @@ class SendSide:
 
     def send_message(self, seq: int, parts: Sequence[bytes | memoryview], total: int,
                      batch: bool) -> None:
-        """Queue one message as DATA frames. The caller checked :attr:`can_send_data`.
+        """Queue one message as DATA frames, after checking what :meth:`queue_message`
+        leaves to its caller: :attr:`can_send_data`, the peer's ``max_message`` and the
+        part count (:class:`LocalProtocolError` if one fails).
 
         ``parts`` are flat byte views (or ``bytes``: delivered read-only, like read-only
         views); views of ``efficient_size`` bytes or more are queued as they are (zero copy),
@@ -141,6 +143,15 @@ class SendSide:
             raise LocalProtocolError(f"message of {total} bytes over the peer's limit")
         if len(parts) > frames.MAX_PARTS:
             raise LocalProtocolError(f"{len(parts)} parts: at most {frames.MAX_PARTS}")
+        self.queue_message(seq, parts, total, batch)
+
+    def queue_message(self, seq: int, parts: Sequence[bytes | memoryview], total: int,
+                      batch: bool) -> None:
+        """:meth:`send_message` for a caller that checked its rules once already (the
+        engine's pump: ``put()`` checked the part count and the peer limit it knew, the pump
+        the credit, the open link and the limit learnt since): the frames only."""
+        peer = self.peer
+        assert peer is not None  # set by its HELLO, before the link opened
         self.send_credit_bytes -= total
         if peer.recv_messages != frames.UNLIMITED_MESSAGES:
             self.send_credit_messages -= 1
@@ -226,8 +237,12 @@ class SendSide:
             self._acks_start = start
         if start != self._replies_end:
             self._replies_start = start
-        self._emit(_HEADER_PACK(_ACK, 0, 0, 0, seq))
+        merge = self._merge  # _emit, inline: one ACK per read that carried messages
+        merge += _HEADER_PACK(_ACK, 0, 0, 0, seq)
+        self.bytes_queued += HEADER_SIZE
         self._acks_end = self._replies_end = start + HEADER_SIZE
+        if len(merge) >= self.merge_size:
+            self._seal()
 
     def send_ping(self, token: int) -> None:
         self._emit(_HEADER_PACK(FrameType.PING, 0, 0, 0, token))
@@ -245,8 +260,10 @@ class SendSide:
 
     def outgoing(self) -> list[Buffer]:
         """Buffers to write next, in order (at most IOV_MAX); empty when all is sent."""
-        self._seal()
         pending = self._pending
+        if self._merge:  # _seal, inline: called on every write
+            pending.append(self._merge)
+            self._merge = bytearray()
         if len(pending) <= IOV_MAX:
             return list(pending)
         return list(islice(pending, IOV_MAX))

@@ -183,6 +183,6 @@ class MemoryNetwork:
                 transport.engine.service(time.monotonic())
                 for link in transport.links():
                     moved |= self.move(link)
-            if not moved and not any(t.engine.has_work for t in self.transports):
+            if not moved and not any(t.engine.attention for t in self.transports):
                 return count
         raise AssertionError(f"still moving after {rounds} rounds")

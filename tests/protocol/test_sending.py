@@ -186,6 +186,19 @@ def test_send_message_limits():
     assert [len(e.parts) for e in events] == [MAX_PARTS, 1]
 
 
+@pytest.mark.parametrize("parts", [[b"x" * 10], [b"a", bytes(70_000)], [b""] * 3])
+def test_queue_message_writes_the_frames_send_message_writes(parts):
+    # queue_message is send_message without its checks (the engine checked them once):
+    # the same bytes and the same credit charged.
+    checked, unchecked = open_pair().client, open_pair().client
+    total = sum(len(part) for part in parts)
+    checked.send_message(1, [memoryview(p) for p in parts], total, True)
+    unchecked.queue_message(1, [memoryview(p) for p in parts], total, True)
+    assert checked.send_credit_bytes == unchecked.send_credit_bytes
+    assert checked.send_credit_messages == unchecked.send_credit_messages
+    assert drain(checked, [1 << 20]) == drain(unchecked, [1 << 20])
+
+
 def test_data_to_send_and_has_output():
     c = connection(Role.CLIENT)
     assert c.has_output

@@ -304,16 +304,11 @@ def test_a_stream_that_ended_is_freed_at_once_with_its_buffers(transport):
 # ============================================================================ hot path
 
 
-@plain
-def test_round_trips_with_direct_writes_and_held_acks(transport):
-    """Request/response: the ACK of each message waits (delayed ACK) for the reply, which a
-    caller's thread writes itself (``direct_writes``) and which carries it. Every future
-    resolves, including those of the last message each way, whose ACK no reply carries (the
-    hold's timer sends it), and no message is lost, duplicated or reordered."""
-    server = transport.make_server()
-    client = transport.connect(server)
-    rounds = 300
-    answered = []
+def echo_rounds(server, client, rounds: int) -> tuple[list, list]:
+    """``rounds`` request/replies: the client puts 2i, a thread of the server's side gets it
+    and puts 2i + 1 back, the client checks the reply. Returns the futures of both sides."""
+    sent: list = []
+    answered: list = []
 
     def serve():
         for _ in range(rounds):
@@ -322,12 +317,23 @@ def test_round_trips_with_direct_writes_and_held_acks(transport):
 
     worker = threading.Thread(target=serve, name="test-echo", daemon=True)
     worker.start()
-    sent = []
     for i in range(rounds):
         sent.append(client.put(2 * i))
         assert client.get(timeout=T).data == 2 * i + 1
     worker.join(T)
     assert not worker.is_alive()
+    return sent, answered
+
+
+@plain
+def test_round_trips_with_direct_writes_and_held_acks(transport):
+    """Request/response: the ACK of each message waits (delayed ACK) for the reply, which a
+    caller's thread writes itself (``direct_writes``) and which carries it. Every future
+    resolves, including those of the last message each way, whose ACK no reply carries (the
+    hold's timer sends it), and no message is lost, duplicated or reordered."""
+    server = transport.make_server()
+    client = transport.connect(server)
+    sent, answered = echo_rounds(server, client, 300)
     for future in sent + answered:
         future.result(T)  # acknowledged: the held ACKs all left
     assert client._transport.direct_writes and server._transport.direct_writes
@@ -355,20 +361,7 @@ def test_a_reply_written_by_its_caller_ends_the_held_ack_wait(transport, monkeyp
     server = transport.make_server()
     client = transport.connect(server)
     rounds = 50
-    replies = []
-
-    def serve():
-        for _ in range(rounds):
-            message = server.get(timeout=T)
-            replies.append(server.put(message.data + 1, message.peer))
-
-    worker = threading.Thread(target=serve, name="test-echo", daemon=True)
-    worker.start()
-    for i in range(rounds):
-        client.put(2 * i)
-        assert client.get(timeout=T).data == 2 * i + 1
-    worker.join(T)
-    assert not worker.is_alive()
+    echo_rounds(server, client, rounds)
     # Each side holds the ACK of nearly every message it gets, and its reply carries it.
     assert ended["by a caller's write"] >= rounds, ended
 

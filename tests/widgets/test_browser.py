@@ -708,7 +708,7 @@ def test_static_forms_keep_the_waiting_crowd_and_the_links(chromium):
     assert shown["others"] == (1 if max_rows < CROWD_SIZE else 0)
     assert re.search(rf"\b{CROWD_SIZE} peers\b", shown["title"]), shown["title"]
     assert len(shown["legend"]) > 0 and shown["series"], "the charts as they were"
-    assert len(waits) == CROWD_SIZE and all("recv_budget full" in text for text in waits), \
+    assert len(waits) == CROWD_SIZE and all("waits for credit from recv_budget" in text for text in waits), \
         waits[:3]
     assert links["live"] == "0" and links["state"] == "closed", links
     assert {f"server→{name}" for name in names.values()} == set(links["links"]), links["links"]

@@ -755,6 +755,8 @@ def summarize(records: list[dict]) -> dict:
                     is not None]),
                 "send_cpu_us_per_msg": median([_side_cpu_us(r, "send") for r in rs]),
                 "recv_cpu_us_per_msg": median([_side_cpu_us(r, "recv") for r in rs]),
+                "recv_faults_per_msg": median([r["recv"].get("recv_faults_per_msg")
+                                               for r in rs]),
                 "send_peak_mib": median([r["send"]["peak_rss_kb"] / KiB for r in rs]),
                 "recv_peak_mib": median([r["recv"]["peak_rss_kb"] / KiB for r in rs]),
                 "send_over_base_mib": median([_over_base_mib(r["send"]) for r in rs]),
@@ -900,6 +902,9 @@ def throughput_tables(thr: dict, sizes: list[int], failed_keys: set,
           f"{fmt(v.get('recv_cpu_us_per_msg'), '.3g')}"
           + (f" (×{v['cpu_ratio_to_raw_tcp']:.2f})"
              if v.get("cpu_ratio_to_raw_tcp") is not None else ""))
+    table("Receiver page faults per message (minor + major, all threads, over the timed "
+          "interval: a fresh buffer costs one per 4 KiB page it touches)",
+          lambda v: fmt(v.get("recv_faults_per_msg"), ".3g"))
     if not busy:
         table("Peak RSS, MiB: sender / receiver (MQTT: / broker)",
               lambda v: f"{v['send_peak_mib']:.0f} / {v['recv_peak_mib']:.0f}"

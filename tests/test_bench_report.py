@@ -359,3 +359,20 @@ def test_committed_results_render_with_the_targets_table(bench, results):
     block = bench.readme_block(results)
     assert "| target | bound | this run | met |" in block
     assert _target_line(block, "netq TCP one-way × raw TCP, 1 MiB")[1] == "≥ ×0.9"
+
+
+def test_receiver_page_faults_per_message_are_shown_and_records_without_them_render(
+        bench, tls_results):
+    """The receiver's page faults per message (median over reps) get a table of their own;
+    results recorded before the field existed render a dash."""
+    for record in tls_results["records"]:
+        if record["row"] == "netq-tls":
+            record["recv"]["recv_faults_per_msg"] = 2.0 + record["rep"]  # 2, 3, 4
+    summary = bench.summarize(tls_results["records"])
+    assert summary["throughput"][f"netq-tls|{1 << 20}"]["recv_faults_per_msg"] == 3.0
+    assert summary["throughput"][f"raw-tcp|{1 << 20}"]["recv_faults_per_msg"] is None
+    md = bench.markdown({**tls_results, "summary": {**summary, "stall": {},
+                                                     "many-clients": {}, "iops": {}}})
+    table = md.split("## Receiver page faults per message", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split(" | ")[0]: line for line in table.splitlines() if line.startswith("| ")}
+    assert rows["| netq-tls"].endswith("| 3 |") and rows["| raw-tcp"].endswith("| — |")

@@ -74,6 +74,13 @@ def maxrss_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def page_faults() -> int:
+    """Page faults of this process so far, all threads: minor (a page mapped in, as a fresh
+    buffer's first touch) plus major (read from disk)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_minflt + r.ru_majflt
+
+
 def cpu_s() -> float:
     """user+sys CPU seconds of this process, all threads."""
     r = resource.getrusage(resource.RUSAGE_SELF)
@@ -146,6 +153,7 @@ class Recorder:
         self.peers = [int(p) for p in read_command("PEERS")]
         self.pc0 = [proc_cpu_s(p) for p in self.peers]
         self.c0 = cpu_s()
+        self.f0 = page_faults()
         self.t0 = now()
 
     def receive_all(self, read) -> tuple[int, object]:
@@ -164,6 +172,7 @@ class Recorder:
     def stop(self) -> None:
         self.t1 = now()
         self.c1 = cpu_s()
+        self.f1 = page_faults()
         self.pc1 = [proc_cpu_s(p) for p in self.peers]
         self.peak = maxrss_kb()
 
@@ -181,6 +190,7 @@ class Recorder:
                    msgs_per_s=self.count / el if el > 0 else None,
                    gb_per_s=self.count * self.size / el / 1e9 if el > 0 else None,
                    recv_cpu_s=own_cpu, send_cpu_s=peer_cpu,
+                   recv_faults_per_msg=(self.f1 - self.f0) / self.count if self.count else None,
                    cpu_us_per_msg=((own_cpu + peer_cpu) / self.count * 1e6
                                    if peer_cpu is not None else None),
                    base_rss_kb=self.base_rss, peak_rss_kb=self.peak, **extra)

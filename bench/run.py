@@ -1277,7 +1277,9 @@ class Target:
     row: str
     base: str
     size: int | None
-    metric: str         # "rate" (GB/s), "cpu" (µs per message), "p50", "rt-cpu" (per round trip)
+    # "rate" (GB/s), "cpu" (µs per message), "p50", "rt-cpu" (per round trip), "recv-peak" (the
+    # receiver's peak RSS ÷ RSS_ALLOWANCE of the size: ``base`` is "", the ratio the value)
+    metric: str
     bound: float
     at_most: bool       # the ratio must be <= bound (CPU, latency), else >= bound (rates)
 
@@ -1289,6 +1291,8 @@ class Target:
     def ratio(self, records: list[dict]) -> float | None:
         """Median over reps of this row's value ÷ the base row's, in the same rep."""
         ours = _per_rep(records, self.section, self.row, self.size)
+        if not self.base:
+            return median([_target_value(record, self.metric) for record in ours.values()])
         base = _per_rep(records, self.section, self.base, self.size)
         ratios = []
         for rep, record in ours.items():
@@ -1316,6 +1320,9 @@ class Target:
 def _target_value(record: dict, metric: str) -> float | None:
     if metric == "rate":
         return record["recv"].get("gb_per_s")
+    if metric == "recv-peak":
+        peak = record["recv"].get("peak_rss_kb")
+        return peak * KiB / rss_allowance(record["size"]) if peak else None
     if metric == "cpu":
         return record["recv"].get("cpu_us_per_msg")
     if metric == "p50":
@@ -1329,6 +1336,18 @@ def _target_value(record: dict, metric: str) -> float | None:
 SHM_SIZES = (16 * MiB, 256 * MiB)  # where the same-host targets apply
 SHM_BOUND = 2.0  # numpy arrays over netq Unix (shared memory) ≥ 2 × a raw Unix socket
 SHM_HANDOUT_BOUND = 4.0  # and from comm.shared_array ≥ 4 ×
+# Every kind of large part over Unix (issue 54): through shared memory ≥ 2 × a raw Unix socket
+# (KIND_SHM_BOUND, as SHM_BOUND), with shared_memory=False ≥ 0.9 × at 256 MiB, and netq's
+# receiver within RSS_ALLOWANCE on either road.
+KIND_SHM_BOUND = 2.0
+KIND_SOCKET_SIZE, KIND_SOCKET_BOUND = 256 * MiB, 0.9
+# Unix without shared memory ≥ netq TCP, numpy arrays, at these sizes.
+UNIX_OVER_TCP_SIZES = (64 * KiB, MiB, 16 * MiB)
+
+
+def rss_allowance(size: int) -> float:
+    """Bytes a receiver of ``size``-byte messages may peak at: 60 MiB + 1.5 messages."""
+    return 60 * MiB + 1.5 * size
 
 
 def targets(sizes: list[int]) -> list[Target]:
@@ -1367,6 +1386,19 @@ def targets(sizes: list[int]) -> list[Target]:
                    "throughput", "netq-unix-handout", "raw-unix", size, "rate",
                    SHM_HANDOUT_BOUND, False)
             for size in sizes if size in SHM_SIZES]
+    for row in KIND_ROWS:
+        shm = "-noshm" not in row.name
+        out += [Target(f"{row.name} one-way × raw Unix socket, {human(size)}", "throughput",
+                       row.name, "raw-unix", size, "rate",
+                       KIND_SHM_BOUND if shm else KIND_SOCKET_BOUND, False)
+                for size in sizes if size in SHM_SIZES and (shm or size == KIND_SOCKET_SIZE)]
+        out += [Target(f"{row.name} receiver peak RSS ÷ (60 MiB + 1.5 × {human(size)})",
+                       "throughput", row.name, "", size, "recv-peak", 1.0, True)
+                for size in sizes if size in SHM_SIZES]
+    out += [Target(f"netq Unix (shared_memory=False) numpy arrays one-way × netq TCP, "
+                   f"{human(size)}", "throughput", "netq-unix-noshm-numpy", "netq-tcp-numpy",
+                   size, "rate", 1.0, False)
+            for size in sizes if size in UNIX_OVER_TCP_SIZES]
     return out
 
 
@@ -1406,7 +1438,8 @@ def targets_block(results: dict) -> list[str]:
         return []
     this_run = "this run" + (f" (`--busy {meta['busy']}`)" if meta.get("busy") else "")
     headers = ["target", "bound", this_run, "met"]
-    text = ("Targets of the per-message path, each a ratio of two rows of the same rep (median"
+    text = ("Targets of the per-message path, each a ratio of two rows of the same rep, or of a"
+            " receiver's peak RSS to what it may hold (median"
             " over reps; — where a run did not measure it); CPU is user+sys of both processes"
             " over the timed interval (sender + receiver per message, ping + echo per round"
             " trip)")

@@ -376,3 +376,27 @@ def test_receiver_page_faults_per_message_are_shown_and_records_without_them_ren
     table = md.split("## Receiver page faults per message", 1)[1].split("\n## ", 1)[0]
     rows = {line.split(" | ")[0]: line for line in table.splitlines() if line.startswith("| ")}
     assert rows["| netq-tls"].endswith("| 3 |") and rows["| raw-tcp"].endswith("| — |")
+
+
+def test_every_kind_of_large_part_has_its_targets_and_a_peak_is_judged_against_its_allowance(
+        bench):
+    """Issue 54's targets: each kind ≥ 2 × raw Unix through shared memory at 16 and 256 MiB,
+    ≥ 0.9 × over the socket at 256 MiB, every receiver within 60 MiB + 1.5 messages, and Unix
+    without shared memory ≥ TCP at 64 KiB, 1 MiB and 16 MiB."""
+    MiB = 1 << 20
+    found = {(t.row, t.size, t.metric): t for t in bench.targets([64 << 10, MiB, 16 * MiB,
+                                                                  256 * MiB])}
+    assert found["netq-unix-memmap-wait", 16 * MiB, "rate"].bound == 2.0
+    assert found["netq-unix-noshm-bytes", 256 * MiB, "rate"].bound == 0.9
+    assert ("netq-unix-noshm-bytes", 16 * MiB, "rate") not in found
+    assert {size for row, size, metric in found if row == "netq-unix-noshm-numpy"} == {
+        64 << 10, MiB, 16 * MiB}
+    peak = found["netq-unix-noshm-ro", 16 * MiB, "recv-peak"]
+    assert peak.base == "" and peak.at_most and peak.bound == 1.0
+    # 84 MiB is exactly 60 MiB + 1.5 × 16 MiB: the median of 42, 84 and 126 MiB is ×1.0
+    records = [_throughput("netq-unix-noshm-ro", 16 * MiB, rep, 1.0, 0.01, 0.01)
+               for rep in range(3)]
+    for record, mib in zip(records, (42, 84, 126), strict=True):
+        record["recv"]["peak_rss_kb"] = mib * 1024
+    assert peak.ratio(records) == pytest.approx(1.0) and peak.met(1.0)
+    assert not peak.met(peak.ratio(records[2:]))

@@ -56,6 +56,10 @@ class LinkDriver:
         self._bound: dict[Link, str] = {}  # links whose channel is bound to one peer id
         self.closing: set[Link] = set()  # links flushing their last frames (close_link)
         self.held: set[Link] = set()  # links whose ACK frames wait for a reply (ack_hold)
+        # No held ACK is due before this (time.monotonic()); it may be earlier than the first
+        # one due now (a held link written since): the loop compares it on every turn, and
+        # calls release_holds() only once it is reached.
+        self.hold_due = 0.0
         self.handed_off = False  # a read handed small messages to a get() waiting for them
         self.changed = False  # links closed or began closing: the loop's due times change
         self.refused = 0  # links refused: their HELLO named another peer than they are bound to
@@ -88,13 +92,6 @@ class LinkDriver:
             self._bound[link] = opened.bound_to
         with link.lock:
             self.write_now(link)
-
-    def overdue_hold(self, now: float) -> bool:
-        """Is a held ACK due by ``now``?"""
-        for link in list(self.held):
-            if link.ack_hold_until <= now:
-                return True
-        return False
 
     def service(self, link: Link, mask: int) -> None:
         """A link's channel is readable and/or writable: read until drained (or its share of
@@ -159,7 +156,9 @@ class LinkDriver:
                 if consumer_waiting and link.direct_ok and self.info.ack_hold \
                         and conn.output_is_only_acks():
                     if not link.ack_hold_until:
-                        link.ack_hold_until = time.monotonic() + self.info.ack_hold
+                        until = link.ack_hold_until = time.monotonic() + self.info.ack_hold
+                        if not self.held or until < self.hold_due:
+                            self.hold_due = until
                         self.held.add(link)
                 else:
                     self.write_now(link)
@@ -249,17 +248,21 @@ class LinkDriver:
 
     def _hold(self, link: Link) -> None:
         if not link.ack_hold_until:
-            link.ack_hold_until = time.monotonic() + self.info.ack_hold
+            until = link.ack_hold_until = time.monotonic() + self.info.ack_hold
+            if not self.held or until < self.hold_due:
+                self.hold_due = until
             self.held.add(link)
 
-    def release_holds(self) -> float:
-        """Write the held ACKs that are due (I/O thread); seconds until the next is due."""
+    def release_holds(self, every: bool = False) -> float:
+        """Write the held ACKs that are due (``every``: all of them; I/O thread); seconds
+        until the next is due (:attr:`hold_due` then says when)."""
         now = time.monotonic()
         wait = self.info.ack_hold
         credit = self.info.ack_hold_always
         for link in list(self.held):
             due = link.ack_hold_until - now
-            if due > 0 and not link.dropped and link.conn.output_is_only_acks(credit=credit):
+            if due > 0 and not every and not link.dropped \
+                    and link.conn.output_is_only_acks(credit=credit):
                 wait = min(wait, due)
                 continue
             self.held.discard(link)
@@ -268,6 +271,7 @@ class LinkDriver:
                 session = link.session
                 with session.send_lock if session is not None else link.own_lock:  # link.lock
                     self._write(link)
+        self.hold_due = now + wait
         return wait
 
     def _write_after_hold(self, link: Link) -> None:

@@ -316,7 +316,9 @@ class IOLoop:
         if self._attention:
             timeout = 0
         if driver.held:
-            timeout = min(timeout, driver.release_holds())
+            # Compared here: a turn before the first held ACK is due costs no call for it.
+            hold_wait = driver.hold_due - time.monotonic()
+            timeout = min(timeout, hold_wait if hold_wait > 0 else driver.release_holds())
         self._next_turn_in = timeout
         if cap is not None:
             timeout = min(timeout, cap)
@@ -419,7 +421,9 @@ class IOLoop:
 
     def _overdue(self, now: float) -> bool:
         """Is something due that no caller's turn has done: a timer, or a held ACK?"""
-        return now >= self._due_at or self._driver.changed or self._driver.overdue_hold(now)
+        driver = self._driver
+        return now >= self._due_at or driver.changed or bool(driver.held) \
+            and now >= driver.hold_due
 
     def lead(self, timeout: float | None, ready: Callable[[], object]) -> bool:
         """A blocked ``get()`` runs the loop on its own thread until ``ready()`` or timeout.
@@ -439,6 +443,11 @@ class IOLoop:
                 return False
             self._leader_ident = threading.get_ident()
             self._caller_rounds += 1
+            if self._driver.held:
+                # The get() that a held ACK waited on came back for more without a put() on
+                # the way: no reply will carry the ACK, so it goes now, not after the hold
+                # (a turn of this loop saved).
+                self._driver.release_holds(True)
             deadline = None if timeout is None else time.monotonic() + timeout
             while not ready() and not self._aborted and not engine.closing:
                 cap = LEAD_SLICE

@@ -101,8 +101,11 @@ class SessionEngine:
         self._send_messages = connection.send_messages
         self._stall_warning = connection.stall_warning
 
-        # Every session, a client's one session included (netq.peers).
+        # Every session, a client's one session included (netq.peers); a client's one
+        # session (with the server) is fixed for its life (None on a server).
         self.peers = PeerTable(server=self._server, window=self.limits.window_min)
+        self.server_session: PeerSession | None = self.peers.server_session
+        self.all_sessions = self.peers.all
 
         # The receive budget and the credit our peers have (netq.credit).
         self.budget = ReceiveBudget(self.limits, recv_messages=self._recv_messages,
@@ -136,6 +139,7 @@ class SessionEngine:
                                                             str(options.netloc))
 
         self.transport: TransportAPI = loop_factory(self)
+        self.start = self.transport.start
         self.handshake = Handshake(server=self._server, peers=self.peers, budget=self.budget,
                                    transport=self.transport, reachability=self.reach,
                                    schedule=self.schedule, changed=self._session_came,
@@ -143,23 +147,6 @@ class SessionEngine:
         self.diagnostics = Diagnostics(server=self._server, options=options, peers=self.peers,
                                        budget=self.budget, transport=self.transport,
                                        reachability=self.reach, getters=inbox)
-
-    # ================================================================== flags
-
-    def consumer_asleep(self) -> None:
-        """A get() went to sleep: a loop parked for callers must run again (IOLoop.lead)."""
-        self.transport.unpark()
-
-    def start(self) -> None:
-        self.transport.start()
-
-    @property
-    def server_session(self) -> PeerSession | None:
-        """Client: its one session (with the server); None on a server."""
-        return self.peers.server_session
-
-    def all_sessions(self) -> list[PeerSession]:
-        return self.peers.all()
 
     def raise_if_broken(self) -> None:
         """Raise what stops put() and get() for good: the I/O thread died, or a key was refused."""
@@ -202,8 +189,24 @@ class SessionEngine:
                 try:
                     link: Link | None = session.link  # type: ignore[assignment]  # AttachedLink
                     if link is not None and link.direct_ok and not link.write_blocked:
-                        self._pump(session, link)
                         conn = link.conn
+                        peer = conn.peer
+                        # _pump of just this message, inline: nothing else queued, the link
+                        # open with credit, the peer taking its size (else _pump does it all).
+                        if len(outbox) == 1 and conn.state is _OPEN and not conn.sent_bye \
+                                and conn.send_credit_bytes > 0 < conn.send_credit_messages \
+                                and peer is not None and message.size <= peer.max_message \
+                                and message.future._start():
+                            outbox.popleft()
+                            session.next_seq = (seq := session.next_seq) + 1
+                            conn.queue_message(seq, message.parts, message.size, message.batch)
+                            session.inflight.append(message)
+                            session.sent_messages += 1
+                            session.dequeued_bytes += message.size
+                            if outbox or session.space_waiters:  # a put() came meanwhile
+                                self._pump(session, link, waking=True)
+                        else:
+                            self._pump(session, link)
                         if conn.bytes_queued:
                             transport.write_now(link)
                             if not session.outbox and not conn.bytes_queued:
@@ -295,8 +298,7 @@ class SessionEngine:
                     link.rtt = time.monotonic() - link.ping_sent_at
         if arrived:
             assert session is not None
-            conn = link.conn
-            conn.send_ack(session.last_received)
+            link.conn.send_ack(session.last_received)
             self.budget.arrived(session, link, arrived)  # counts them: one call per read
             self._inbox.deliver(session, arrived)
 
@@ -311,7 +313,6 @@ class SessionEngine:
         # Nothing of a closed link is due before its session expires or a client warns.
         connection = self.options.connection
         self._timers_changed(min(connection.session_timeout, connection.stall_warning))
-        now = time.monotonic()
         self.budget.link_closed(link)
         if isinstance(link.error, AuthenticationError):
             LOGGER.warning("netq %s: %s", self.purpose.value, link.error)
@@ -325,21 +326,19 @@ class SessionEngine:
                     server.fail_outbound(link.error)
                 self._inbox.wake_all()
                 return
-        failed_attempt = self.handshake.link_closed(link, now)
+        failed_attempt = self.handshake.link_closed(link, time.monotonic())
         if failed_attempt is not None:
             self.connect_failed(str(self.options.netloc), failed_attempt)
 
     def connect_started(self) -> None:
-        now = time.monotonic()
         self._timers_changed()
         if self.reach is not None:
-            self.reach.started(now)
+            self.reach.started(time.monotonic())
 
     def connect_failed(self, address: str, reason: str) -> None:
-        now = time.monotonic()
         self._timers_changed()
         if self.reach is not None:
-            self.reach.failed(now, reason if address == str(self.options.netloc)
+            self.reach.failed(time.monotonic(), reason if address == str(self.options.netloc)
                               else f"{address}: {reason}")
         LOGGER.debug("netq client: connecting to %s failed: %s", address, reason)
 
@@ -356,8 +355,9 @@ class SessionEngine:
 
     # ================================================================== I/O thread: sending
 
-    def _pump(self, session: PeerSession, link: Link) -> None:
-        """Move queued messages onto the link while credit lasts (send_lock held)."""
+    def _pump(self, session: PeerSession, link: Link, waking: bool = False) -> None:
+        """Move queued messages onto the link while credit lasts (send_lock held); wake the
+        put() calls waiting for room if it moved any (``waking``: in any case)."""
         conn = link.conn
         outbox = session.outbox
         inflight = session.inflight
@@ -383,7 +383,7 @@ class SessionEngine:
         if outbox and session.credit_exhausted_since is None \
                 and conn.state is proto.ConnectionState.OPEN and not conn.can_send_data:
             session.credit_exhausted_since = time.monotonic()
-        if moved:
+        if moved or waking:
             session.dequeued_bytes += moved
             if session.space_waiters:
                 session.wake_putters()

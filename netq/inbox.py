@@ -70,6 +70,8 @@ class Inboxes:
         self._caller_leads: bool = transport.caller_leads
         self._lead = transport.lead
         self._wake_io = transport.wake  # settling what get() lent scheduled credit to send
+        # A get() went to sleep: a loop parked for callers must run again (IOLoop.lead).
+        self._unpark_io = transport.unpark
         # A client's one session (the server), fixed for its life; None on a server.
         self._server_session: PeerSession | None = engine.peers.server_session
 
@@ -235,7 +237,7 @@ class Inboxes:
                         continue
                     self._sleepers += 1
                     if self._caller_leads:
-                        engine.consumer_asleep()  # nobody may be polling: the I/O thread must
+                        self._unpark_io()  # nobody may be polling: the I/O thread must
                     gate = _new_lock()
                     gate.acquire()
                     self._gates.append(gate)

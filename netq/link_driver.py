@@ -296,13 +296,36 @@ class LinkDriver:
         if link.dropped:
             return
         conn = link.conn
+        if not conn.bytes_queued:
+            blocked = False
+        elif conn.local.shm:  # descriptors go with the output only where our HELLO said SHM
+            written = self._write_with_fds(link)
+            if written is None:
+                return
+            blocked = written
+        else:
+            try:
+                blocked = conn.write_to(self.carrier.write, link.channel)
+            except (BlockingIOError, InterruptedError):
+                blocked = True  # write_to leaves what was not written queued
+            except (OSError, NetqError) as error:
+                self._write_failed(link, error)
+                return
+        if link.ack_hold_until and not blocked:
+            link.ack_hold_until = 0.0  # the held ACKs left with this write
+            self.held.discard(link)
+        link.write_blocked = blocked
+
+    def _write_with_fds(self, link: Link) -> bool | None:
+        """_write where descriptors may go with the output; True while output remains, None
+        when the write failed (the link ends)."""
+        conn = link.conn
         channel = link.channel
         write = self.carrier.write
-        shm = conn.local.shm  # descriptors go with the output only where our HELLO said SHM
-        blocked = conn.bytes_queued > 0
+        blocked = True
         while blocked:
             try:
-                if shm and conn.has_fds:
+                if conn.has_fds:
                     buffers, fds = conn.outgoing_fds()
                     sent = write(channel, buffers, fds)
                     if sent:
@@ -312,20 +335,20 @@ class LinkDriver:
             except (BlockingIOError, InterruptedError):
                 break
             except (OSError, NetqError) as error:
-                if link.error is None:
-                    link.error = error if isinstance(error, AuthenticationError) else \
-                        ConnectionLost(link.peer_id, f"send failed: {error}")
-                link.write_blocked = True
-                if self._leading():
-                    self.drop(link)
-                return
+                self._write_failed(link, error)
+                return None
             if not sent:
                 break
             blocked = conn.sent(sent)
-        if link.ack_hold_until and not blocked:
-            link.ack_hold_until = 0.0  # the held ACKs left with this write
-            self.held.discard(link)
-        link.write_blocked = blocked
+        return blocked
+
+    def _write_failed(self, link: Link, error: OSError | NetqError) -> None:
+        if link.error is None:
+            link.error = error if isinstance(error, AuthenticationError) else \
+                ConnectionLost(link.peer_id, f"send failed: {error}")
+        link.write_blocked = True
+        if self._leading():
+            self.drop(link)
 
     # ----------------------------------------------------------------- ending links
 

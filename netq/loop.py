@@ -108,6 +108,7 @@ class IOLoop:
         self.carrier: Carrier[object] = carrier_class(engine.options, engine.purpose)
         info = self.carrier.info
         self.info = info
+        self.connect_state = self.carrier.explain  # what stands between a client and its server
         self.direct_writes = info.user_threads_write
         # A client may run on the process's shared I/O thread (netq.shared_io), where no
         # caller leads it (the shared thread serves the others meanwhile).
@@ -124,8 +125,7 @@ class IOLoop:
         self.caller_leads = info.any_thread_waits and self._shared is None
         self.watches_peer_host = info.watches_peer_host
         self.looked_at = time.monotonic()
-        # The links and what happens to each (netq.link_driver); the engine's calls about one
-        # link go straight to it.
+        # The links and what happens to each (netq.link_driver): the engine's calls go to it.
         driver = self._driver = LinkDriver(engine, self.carrier, leading=self._leading,
                                            wake=self.wake, dropped=self._link_dropped)
         self.write_now = driver.write_now
@@ -162,9 +162,6 @@ class IOLoop:
 
     def connect_target(self) -> str:
         return self.info.target
-
-    def connect_state(self) -> str | None:
-        return self.carrier.explain()
 
     def start(self) -> None:
         if self._thread is None:
@@ -315,10 +312,9 @@ class IOLoop:
         self._idle = True
         if self._attention:
             timeout = 0
-        if driver.held:
-            # Compared here: a turn before the first held ACK is due costs no call for it.
-            hold_wait = driver.hold_due - time.monotonic()
-            timeout = min(timeout, hold_wait if hold_wait > 0 else driver.release_holds())
+        if driver.held:  # release_holds() once the first held ACK is due, no call before
+            due_in = driver.hold_due - time.monotonic()
+            timeout = min(timeout, due_in if due_in > 0 else driver.release_holds())
         self._next_turn_in = timeout
         if cap is not None:
             timeout = min(timeout, cap)
@@ -422,8 +418,7 @@ class IOLoop:
     def _overdue(self, now: float) -> bool:
         """Is something due that no caller's turn has done: a timer, or a held ACK?"""
         driver = self._driver
-        return now >= self._due_at or driver.changed or bool(driver.held) \
-            and now >= driver.hold_due
+        return now >= self._due_at or driver.changed or bool(driver.held) and now >= driver.hold_due
 
     def lead(self, timeout: float | None, ready: Callable[[], object]) -> bool:
         """A blocked ``get()`` runs the loop on its own thread until ``ready()`` or timeout.
@@ -443,11 +438,8 @@ class IOLoop:
                 return False
             self._leader_ident = threading.get_ident()
             self._caller_rounds += 1
-            if self._driver.held:
-                # The get() that a held ACK waited on came back for more without a put() on
-                # the way: no reply will carry the ACK, so it goes now, not after the hold
-                # (a turn of this loop saved).
-                self._driver.release_holds(True)
+            if self._driver.held:  # a get() back without a put(): no reply carries held ACKs
+                self._driver.release_holds(True)  # so they go now (a turn saved)
             deadline = None if timeout is None else time.monotonic() + timeout
             while not ready() and not self._aborted and not engine.closing:
                 cap = LEAD_SLICE

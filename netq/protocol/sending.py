@@ -12,9 +12,9 @@ set up by its constructor.
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import LocalProtocolError
 from . import frames
@@ -267,6 +267,35 @@ class SendSide:
         if len(pending) <= IOV_MAX:
             return list(pending)
         return list(islice(pending, IOV_MAX))
+
+    def write_to(self, write: Callable[[Any, list[Buffer]], int], channel: object) -> bool:
+        """Write the output with ``write(channel, buffers)`` (a carrier's write: bytes
+        taken, 0 for none) until all of it is written or a write takes nothing; True while
+        output remains (:attr:`has_output`). :meth:`outgoing` and :meth:`sent` in one call,
+        for the link driver's every write. What ``write`` raises propagates; the bytes it
+        did not take stay queued."""
+        pending = self._pending
+        while self.bytes_queued:
+            if self._merge:  # _seal, inline
+                pending.append(self._merge)
+                self._merge = bytearray()
+            count = write(channel, list(pending) if len(pending) <= IOV_MAX
+                          else list(islice(pending, IOV_MAX)))
+            if not count:
+                return True
+            # sent(count), inline
+            self.bytes_queued -= count
+            self._sent_total += count
+            while count:
+                head = pending[0]
+                size = len(head)
+                if count >= size:
+                    pending.popleft()
+                    count -= size
+                else:
+                    pending[0] = memoryview(head)[count:]
+                    break
+        return False
 
     def data_to_send(self) -> bytes:
         """Everything queued, joined (for transports that write whole messages, and tests)."""

@@ -53,6 +53,7 @@ from .exceptions import (
     MessageTooLarge,
     NetqError,
 )
+from .futures import STARTED
 from .handshake import Handshake, new_connection
 from .options import CommunicatorOptions, Purpose
 from .peers import PeerTable
@@ -139,6 +140,7 @@ class SessionEngine:
                                                             str(options.netloc))
 
         self.transport: TransportAPI = loop_factory(self)
+        self._pump = pump  # an attribute: a test hooks into the I/O thread's pumping
         self.start = self.transport.start
         self.handshake = Handshake(server=self._server, peers=self.peers, budget=self.budget,
                                    transport=self.transport, reachability=self.reach,
@@ -196,15 +198,18 @@ class SessionEngine:
                         if len(outbox) == 1 and conn.state is _OPEN and not conn.sent_bye \
                                 and conn.send_credit_bytes > 0 < conn.send_credit_messages \
                                 and peer is not None and message.size <= peer.max_message \
-                                and message.future._start():
+                                and not message.future.start_gate:  # nobody can cancel it yet
+                            message.future.start_gate.append(STARTED)  # its _start(), inline
                             outbox.popleft()
                             session.next_seq = (seq := session.next_seq) + 1
                             conn.queue_message(seq, message.parts, message.size, message.batch)
                             session.inflight.append(message)
                             session.sent_messages += 1
                             session.dequeued_bytes += message.size
-                            if outbox or session.space_waiters:  # a put() came meanwhile
-                                self._pump(session, link, waking=True)
+                            if outbox:  # another put() came meanwhile
+                                self._pump(session, link)
+                            if session.space_waiters:
+                                session.wake_putters()
                         else:
                             self._pump(session, link)
                         if conn.bytes_queued:
@@ -261,7 +266,21 @@ class SessionEngine:
             elif kind is proto.AckReceived:
                 assert session is not None
                 ack: proto.AckReceived = event  # type: ignore[assignment]
-                session.acknowledge(ack.seq)
+                # session.acknowledge(ack.seq), inline (a call fewer per ACK): inflight holds
+                # the numbers next_seq - len(inflight) .. next_seq - 1; what the ACK covers
+                # resolves, oldest first.
+                inflight = session.inflight
+                count = min(ack.seq - (session.next_seq - len(inflight)) + 1, len(inflight))
+                if count > 0:
+                    acked_bytes = 0
+                    for _ in range(count):
+                        message = inflight.popleft()
+                        acked_bytes += message.size
+                        message.future._delivered()
+                    session.acked_messages += count
+                    session.acked_bytes += acked_bytes
+                    if session.space_waiters:
+                        session.wake_putters()  # a put() may wait for send_messages
                 if session.outbox and not session.scheduled:
                     self.schedule(session)
             elif kind is proto.CreditReceived:
@@ -352,41 +371,6 @@ class SessionEngine:
         if self.closing:
             return bool(session.outbox or session.inflight)
         return True
-
-    # ================================================================== I/O thread: sending
-
-    def _pump(self, session: PeerSession, link: Link, waking: bool = False) -> None:
-        """Move queued messages onto the link while credit lasts (send_lock held); wake the
-        put() calls waiting for room if it moved any (``waking``: in any case)."""
-        conn = link.conn
-        outbox = session.outbox
-        inflight = session.inflight
-        moved = 0
-        # conn.can_send_data, inline: the link is open, both credits positive, no BYE sent.
-        while outbox and conn.state is _OPEN and conn.send_credit_bytes > 0 \
-                and conn.send_credit_messages > 0 and not conn.sent_bye:
-            message = outbox.popleft()
-            moved += message.size
-            if not message.future._start():
-                continue  # cancelled before it reached the wire
-            peer = conn.peer
-            assert peer is not None
-            if message.size > (limit := peer.max_message):
-                # Over the peer's limit, learnt after the put() (which raises for a known one).
-                message.future._fail_peer(MessageTooLarge(message.size, limit, peer.id), peer.id)
-                continue
-            seq = session.next_seq
-            session.next_seq = seq + 1
-            conn.queue_message(seq, message.parts, message.size, message.batch)
-            inflight.append(message)
-            session.sent_messages += 1
-        if outbox and session.credit_exhausted_since is None \
-                and conn.state is proto.ConnectionState.OPEN and not conn.can_send_data:
-            session.credit_exhausted_since = time.monotonic()
-        if moved or waking:
-            session.dequeued_bytes += moved
-            if session.space_waiters:
-                session.wake_putters()
 
     # ================================================================== I/O thread: periodic
 
@@ -530,3 +514,41 @@ class SessionEngine:
             WAITING_CLIENTS.remove(self.reach)
         self.closed.set()
         self._closing_progress()
+
+
+def pump(session: PeerSession, link: Link) -> None:
+    """Move ``session``'s queued messages onto ``link`` while credit lasts, numbering them
+    (send_lock held): what goes on the wire under which sequence number. The engine's pump
+    (:attr:`SessionEngine._pump`), from its I/O thread's service and a user's direct write."""
+    conn = link.conn
+    outbox = session.outbox
+    inflight = session.inflight
+    moved = 0
+    # conn.can_send_data, inline: the link is open, both credits positive, no BYE sent.
+    while outbox and conn.state is _OPEN and conn.send_credit_bytes > 0 \
+            and conn.send_credit_messages > 0 and not conn.sent_bye:
+        message = outbox.popleft()
+        moved += message.size
+        gate = message.future.start_gate  # DeliveryFuture._start, inline (netq.futures)
+        if not gate:
+            gate.append(STARTED)
+        if gate[0] != STARTED:
+            continue  # cancelled before it reached the wire
+        peer = conn.peer
+        assert peer is not None
+        if message.size > (limit := peer.max_message):
+            # Over the peer's limit, learnt after the put() (which raises for a known one).
+            message.future._fail_peer(MessageTooLarge(message.size, limit, peer.id), peer.id)
+            continue
+        seq = session.next_seq
+        session.next_seq = seq + 1
+        conn.queue_message(seq, message.parts, message.size, message.batch)
+        inflight.append(message)
+        session.sent_messages += 1
+    if outbox and session.credit_exhausted_since is None \
+            and conn.state is proto.ConnectionState.OPEN and not conn.can_send_data:
+        session.credit_exhausted_since = time.monotonic()
+    if moved:
+        session.dequeued_bytes += moved
+        if session.space_waiters:
+            session.wake_putters()

@@ -152,9 +152,11 @@ class LinkDriver:
                     # caller takes this one (reading and consuming overlap).
                     self.handed_off = True
             if not link.dropped and conn.bytes_queued:
-                # _write_or_hold and _hold, inline (see there).
+                # _write_or_hold and _hold, inline (see there); conn.output_is_only_acks()
+                # too: the queued bytes end with a run of ACK frames that covers all of them.
                 if consumer_waiting and link.direct_ok and self.info.ack_hold \
-                        and conn.output_is_only_acks():
+                        and conn.acks_end == conn.sent_total + conn.bytes_queued \
+                        and conn.sent_total >= conn.acks_start:
                     if not link.ack_hold_until:
                         until = link.ack_hold_until = time.monotonic() + self.info.ack_hold
                         if not self.held or until < self.hold_due:

@@ -388,6 +388,7 @@ class IOLoop:
         attention = self._attention
         consumers = self._consumers
         spot = self._spot
+        driver = self._driver
         gap = PARK_LIMIT
         while not self._aborted:
             rounds = self._caller_rounds
@@ -401,9 +402,11 @@ class IOLoop:
                 return  # unparked: work to do, or a get() went to sleep
             if attention or engine.closing or self._caller_rounds == rounds:
                 return  # work to do, or no caller led meanwhile: lead again
-            if not self._overdue(time.monotonic()):
-                # Callers lead and nothing is late: a turn of ours now would only contend
-                # with theirs for the loop (their get() would then wait for a hand-over).
+            now = time.monotonic()
+            if now < self._due_at and not driver.changed and not (driver.held
+                                                                  and now >= driver.hold_due):
+                # Callers lead and nothing is late (a timer, a held ACK): a turn of ours now
+                # would only contend with theirs (their get() would wait for a hand-over).
                 gap = min(2 * gap, PARK_MAX)
                 continue
             gap = PARK_LIMIT
@@ -414,11 +417,6 @@ class IOLoop:
                     self._step(0.0)
                 finally:
                     self._lead.release()
-
-    def _overdue(self, now: float) -> bool:
-        """Is something due that no caller's turn has done: a timer, or a held ACK?"""
-        driver = self._driver
-        return now >= self._due_at or driver.changed or bool(driver.held) and now >= driver.hold_due
 
     def lead(self, timeout: float | None, ready: Callable[[], object]) -> bool:
         """A blocked ``get()`` runs the loop on its own thread until ``ready()`` or timeout.
@@ -451,8 +449,9 @@ class IOLoop:
                 if turns.active and turns.pending:  # attribute reads: no call per turn
                     turns.end_of_turn()
         finally:
-            if turns.active:
-                turns.end()
+            if turns.active:  # turns.end(), inline (plain attributes: see netq._interrupts)
+                LoopTurns.deferring = False
+                turns.active = False
             self._leader_ident = self._io_ident
             self._lead.release()
         return True

@@ -75,9 +75,9 @@ class SendSide:
         _pending: collections.deque[Buffer]
         _merge: bytearray
         bytes_queued: int
-        _sent_total: int
-        _acks_start: int
-        _acks_end: int
+        sent_total: int
+        acks_start: int
+        acks_end: int
         _replies_start: int
         _replies_end: int
         shm_threshold: int
@@ -224,7 +224,7 @@ class SendSide:
             messages = 0
         self.recv_allowance_bytes += nbytes
         self.recv_allowance_messages += messages
-        start = self._sent_total + self.bytes_queued
+        start = self.sent_total + self.bytes_queued
         if start != self._replies_end:
             self._replies_start = start
         self._emit(_HEADER_PACK(FrameType.CREDIT, 0, 0, 4, nbytes)
@@ -232,15 +232,15 @@ class SendSide:
         self._replies_end = start + HEADER_SIZE + frames.CREDIT_PAYLOAD.size
 
     def send_ack(self, seq: int) -> None:
-        start = self._sent_total + self.bytes_queued
-        if start != self._acks_end:
-            self._acks_start = start
+        start = self.sent_total + self.bytes_queued
+        if start != self.acks_end:
+            self.acks_start = start
         if start != self._replies_end:
             self._replies_start = start
         merge = self._merge  # _emit, inline: one ACK per read that carried messages
         merge += _HEADER_PACK(_ACK, 0, 0, 0, seq)
         self.bytes_queued += HEADER_SIZE
-        self._acks_end = self._replies_end = start + HEADER_SIZE
+        self.acks_end = self._replies_end = start + HEADER_SIZE
         if len(merge) >= self.merge_size:
             self._seal()
 
@@ -285,7 +285,7 @@ class SendSide:
                 return True
             # sent(count), inline
             self.bytes_queued -= count
-            self._sent_total += count
+            self.sent_total += count
             while count:
                 head = pending[0]
                 size = len(head)
@@ -311,7 +311,7 @@ class SendSide:
         """``count`` bytes of :meth:`outgoing` were written; True while output remains
         (:attr:`has_output`)."""
         self.bytes_queued -= count
-        self._sent_total += count
+        self.sent_total += count
         pending = self._pending
         while count:
             head = pending[0]
@@ -325,6 +325,15 @@ class SendSide:
         return self.bytes_queued > 0
 
     @property
+    def _sent_total(self) -> int:
+        """:attr:`sent_total` under the name the shared-memory side uses for it."""
+        return self.sent_total
+
+    @_sent_total.setter
+    def _sent_total(self, value: int) -> None:
+        self.sent_total = value
+
+    @property
     def has_output(self) -> bool:
         return self.bytes_queued > 0
 
@@ -336,12 +345,14 @@ class SendSide:
         wait a moment for the reply the application is about to send, so that one write
         carries both. Anything else queued (DATA, PING, PONG, BYE, ...) must go at once.
         Constant time: it compares stream offsets recorded by :meth:`send_ack`,
-        :meth:`send_credit` and :meth:`sent`, never scans the output.
+        :meth:`send_credit` and :meth:`sent`, never scans the output. Those of ACK frames are
+        public (:attr:`acks_start`, :attr:`acks_end`, :attr:`sent_total`) for a caller that
+        asks after every read and compares them itself (the link driver).
         """
         if credit:
             start, end = self._replies_start, self._replies_end
         else:
-            start, end = self._acks_start, self._acks_end
-        sent = self._sent_total
+            start, end = self.acks_start, self.acks_end
+        sent = self.sent_total
         queued = self.bytes_queued
         return queued > 0 and end == sent + queued and sent >= start

@@ -366,3 +366,35 @@ def test_output_is_only_acks_across_a_credit_and_sealed_buffers():
     c.send_ack(3)
     assert c.output_is_only_acks()
     assert frame_types(c.data_to_send()) == [FrameType.ACK, FrameType.ACK]
+
+
+def test_the_public_ack_offsets_say_what_output_is_only_acks_says():
+    """The link driver compares acks_start, acks_end and sent_total itself after every read:
+    the same answer as output_is_only_acks(), in every state the tests above walk through."""
+
+    def inline(c: Connection) -> bool:
+        return c.bytes_queued > 0 and c.acks_end == c.sent_total + c.bytes_queued \
+            and c.sent_total >= c.acks_start
+
+    pair = open_pair()
+    c = pair.client
+    seen = []
+    steps = [
+        lambda: None,
+        lambda: send(c, 1, [(100, True)]),
+        lambda: c.send_ack(5),
+        lambda: _write(c, 7),
+        lambda: _write(c, c.bytes_queued - HEADER_SIZE),  # the DATA written: the ACK left
+        lambda: _write(c, 3),  # into the ACK
+        lambda: c.send_ping(1),
+        lambda: c.data_to_send(),
+        lambda: c.send_credit(4096, 1),
+        lambda: c.send_ack(6),
+        lambda: _write(c, HEADER_SIZE + frames.CREDIT_PAYLOAD.size),  # the CREDIT written
+        lambda: c.data_to_send(),
+    ]
+    for step in steps:
+        step()
+        assert inline(c) == c.output_is_only_acks(), (step, c.bytes_queued)
+        seen.append(inline(c))
+    assert True in seen and False in seen

@@ -5,8 +5,8 @@ session engine (:mod:`netq.engine`, which runs the transport's I/O thread); ``ge
 next message from the per-peer inboxes, fairly across peers, and deserializes it on the
 caller's thread, so user code never runs on the I/O thread. ``close`` and ``statistics`` ask
 the engine what is still pending. The inboxes live here; the engine fills them through the
-:class:`netq.contract.Inbox` methods (``deliver``, ``wake_all``, ``consumer_waiting``,
-``consumer_sleeping``).
+:class:`netq.contract.Inbox` methods (``deliver``, ``wake_all``; the loop reads
+``consumer_waiting``, ``sleepers`` and ``ready``).
 """
 
 from __future__ import annotations

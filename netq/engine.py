@@ -118,7 +118,7 @@ class SessionEngine:
         # reads it (non-empty: its turn has work, it must not wait).
         self.attention: collections.deque[PeerSession] = collections.deque()
         # The receive side, for the loop's reads of two flags on every read and turn
-        # (consumer_waiting, consumer_sleeping); the loop calls nothing on it.
+        # (consumer_waiting; sleepers and ready); the loop calls nothing on it.
         self.consumers = inbox
         self._timers_ran = self._timers_due = 0.0  # when _timers last ran, when next due
         # Until then, a turn with nothing scheduled (attention) before close() need not call

@@ -133,7 +133,7 @@ class IOLoop:
         self.links = driver.links
         self.authorize = driver.authorize
         self._attention = engine.attention  # non-empty: the turn has work, it must not wait
-        self._consumers = engine.consumers  # read only: consumer_sleeping
+        self._consumers = engine.consumers  # read only: sleepers and ready
         self._aborted = False
         self._idle = False  # the loop is (about to be) waiting: wake() must reach the carrier
         self._reconnect_at: float | None = None
@@ -395,13 +395,14 @@ class IOLoop:
             with spot.mutex:
                 spot.parked = True  # before the look: work queued after it unparks us
                 # A get() asleep on its gate does not lead: someone must poll.
-                if attention or engine.closing or consumers.consumer_sleeping:
+                if attention or engine.closing or consumers.sleepers and not consumers.ready:
                     spot.parked = False
                     return
             if spot.wait(gap):
                 return  # unparked: work to do, or a get() went to sleep
-            if attention or engine.closing or self._caller_rounds == rounds:
-                return  # work to do, or no caller led meanwhile: lead again
+            if attention or engine.closing or self._caller_rounds == rounds \
+                    and not self._lead.locked():
+                return  # work to do, or no caller led meanwhile nor leads now: lead again
             now = time.monotonic()
             if now < self._due_at and not driver.changed and not (driver.held
                                                                   and now >= driver.hold_due):

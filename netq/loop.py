@@ -378,8 +378,8 @@ class IOLoop:
         The I/O thread just handed a message to a get() that was waiting for it, which will
         likely wait again soon and then run the loop itself (:meth:`lead`), waking once on its
         own socket. The I/O thread takes the loop back as soon as there is work (``wake()``)
-        or when a look finds that no caller led since the last one. Looks come every
-        ``PARK_LIMIT``; while each finds callers leading and nothing due, the gap doubles up
+        or when a look finds that no caller led since the last one, nor leads now. Looks come
+        every ``PARK_LIMIT``; while each finds callers leading and nothing due, the gap doubles up
         to ``PARK_MAX`` (a steady stream of round trips then costs the I/O thread a wake-up
         every few milliseconds, not every one). Timers, heartbeats and held ACKs that no
         caller's turn took care of are never later than that gap.

@@ -6,7 +6,7 @@ each what the loop's events call for::
     READABLE    carrier.read_into(channel, Connection.receive_buffer())
                 -> Connection.receive_done -> engine.handle_events (-> the inbox)
     DATA        Connection.receive_data(packet) -> engine.handle_events
-    WRITABLE    carrier.write(channel, Connection.outgoing()) -> Connection.sent
+    WRITABLE    Connection.write_to(carrier.write, channel)  (outgoing() and sent() in one)
     CLOSED      Connection.receive_eof -> engine.handle_events, then the link is dropped
 
 and the same writes for the engine (``write_now``: its pumping, a user's direct write), the

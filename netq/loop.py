@@ -8,8 +8,8 @@ happened. Each turn::
     engine.service()        pump queued messages, grant credit, heartbeats, timers
     carrier.wait(timeout)   until something happens, a wake-up, or the next timer
     for each event          the driver reads (read_into -> Connection.receive_done ->
-                            engine.handle_events -> inbox) or writes (Connection.outgoing ->
-                            carrier.write); a link opens or ends; an attempt failed
+                            engine.handle_events -> inbox) or writes (Connection.write_to
+                            -> carrier.write); a link opens or ends; an attempt failed
     reconnect when due, give up an attempt that takes too long, drop flushed closing links
 
 The engine calls the loop through :class:`netq.contract.TransportAPI` (``write_now``,

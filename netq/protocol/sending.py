@@ -4,7 +4,8 @@
 :meth:`SendSide.send_message` and the control-frame methods append to an output queue of
 buffers; small frames are coalesced into one bytearray (``efficient_size``, ``merge_size``),
 large parts are queued as views of the caller's memory. The I/O layer takes
-:meth:`SendSide.outgoing` (an iovec list for ``sendmsg``) and reports :meth:`SendSide.sent`.
+:meth:`SendSide.outgoing` (an iovec list for ``sendmsg``) and reports :meth:`SendSide.sent`,
+or hands its write to :meth:`SendSide.write_to`, which does both.
 The state it reads and writes (credit, the output queue, stream offsets) is the connection's,
 set up by its constructor.
 """

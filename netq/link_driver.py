@@ -300,7 +300,7 @@ class LinkDriver:
         conn = link.conn
         if not conn.bytes_queued:
             blocked = False
-        elif conn.local.shm:  # descriptors go with the output only where our HELLO said SHM
+        elif conn.local.shm and conn.has_fds:  # descriptors to send (our HELLO said SHM)
             written = self._write_with_fds(link)
             if written is None:
                 return
@@ -319,8 +319,9 @@ class LinkDriver:
         link.write_blocked = blocked
 
     def _write_with_fds(self, link: Link) -> bool | None:
-        """_write where descriptors may go with the output; True while output remains, None
-        when the write failed (the link ends)."""
+        """_write where descriptors go with the output; True while output remains, None when
+        the write failed (the link ends). Only descriptors queued before it began can be
+        due during it (the link lock is held)."""
         conn = link.conn
         channel = link.channel
         write = self.carrier.write

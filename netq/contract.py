@@ -71,9 +71,14 @@ class Inbox(Protocol):
     def consumer_waiting(self) -> bool:
         """True while a get() is blocked waiting for a message."""
 
+    # Plain attributes (read only here), read, never called, by the loop: get() calls asleep
+    # on a gate (they do not lead the loop), and the peers with messages to take. Asleep with
+    # nothing to take (sleepers and not ready): the loop must not be left to callers.
     @property
-    def consumer_sleeping(self) -> bool:
-        """True while a get() sleeps with nothing to take (it does not lead the loop)."""
+    def sleepers(self) -> int: ...
+
+    @property
+    def ready(self) -> Sized: ...
 
     @property
     def getters(self) -> int:
@@ -183,7 +188,7 @@ class EngineAPI(Protocol):
     service_due: float
     # The receive side's state, read (never called) by the loop on every read and turn:
     # consumer_waiting (a get() is blocked: a reply is likely to follow what arrives) and
-    # consumer_sleeping (a get() sleeps until a message is handed to it: the loop must not
+    # sleepers and ready (a get() sleeps until a message is handed to it: the loop must not
     # be left idle).
     consumers: Inbox
 

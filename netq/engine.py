@@ -53,6 +53,7 @@ from .exceptions import (
     MessageTooLarge,
     NetqError,
 )
+from .futures import STARTED
 from .handshake import Handshake, new_connection
 from .options import CommunicatorOptions, Purpose
 from .peers import PeerTable
@@ -101,8 +102,11 @@ class SessionEngine:
         self._send_messages = connection.send_messages
         self._stall_warning = connection.stall_warning
 
-        # Every session, a client's one session included (netq.peers).
+        # Every session, a client's one session included (netq.peers); a client's one
+        # session (with the server) is fixed for its life (None on a server).
         self.peers = PeerTable(server=self._server, window=self.limits.window_min)
+        self.server_session: PeerSession | None = self.peers.server_session
+        self.all_sessions = self.peers.all
 
         # The receive budget and the credit our peers have (netq.credit).
         self.budget = ReceiveBudget(self.limits, recv_messages=self._recv_messages,
@@ -114,7 +118,7 @@ class SessionEngine:
         # reads it (non-empty: its turn has work, it must not wait).
         self.attention: collections.deque[PeerSession] = collections.deque()
         # The receive side, for the loop's reads of two flags on every read and turn
-        # (consumer_waiting, consumer_sleeping); the loop calls nothing on it.
+        # (consumer_waiting; sleepers and ready); the loop calls nothing on it.
         self.consumers = inbox
         self._timers_ran = self._timers_due = 0.0  # when _timers last ran, when next due
         # Until then, a turn with nothing scheduled (attention) before close() need not call
@@ -136,6 +140,8 @@ class SessionEngine:
                                                             str(options.netloc))
 
         self.transport: TransportAPI = loop_factory(self)
+        self._pump = pump  # an attribute: a test hooks into the I/O thread's pumping
+        self.start = self.transport.start
         self.handshake = Handshake(server=self._server, peers=self.peers, budget=self.budget,
                                    transport=self.transport, reachability=self.reach,
                                    schedule=self.schedule, changed=self._session_came,
@@ -143,23 +149,6 @@ class SessionEngine:
         self.diagnostics = Diagnostics(server=self._server, options=options, peers=self.peers,
                                        budget=self.budget, transport=self.transport,
                                        reachability=self.reach, getters=inbox)
-
-    # ================================================================== flags
-
-    def consumer_asleep(self) -> None:
-        """A get() went to sleep: a loop parked for callers must run again (IOLoop.lead)."""
-        self.transport.unpark()
-
-    def start(self) -> None:
-        self.transport.start()
-
-    @property
-    def server_session(self) -> PeerSession | None:
-        """Client: its one session (with the server); None on a server."""
-        return self.peers.server_session
-
-    def all_sessions(self) -> list[PeerSession]:
-        return self.peers.all()
 
     def raise_if_broken(self) -> None:
         """Raise what stops put() and get() for good: the I/O thread died, or a key was refused."""
@@ -202,8 +191,27 @@ class SessionEngine:
                 try:
                     link: Link | None = session.link  # type: ignore[assignment]  # AttachedLink
                     if link is not None and link.direct_ok and not link.write_blocked:
-                        self._pump(session, link)
                         conn = link.conn
+                        peer = conn.peer
+                        # _pump of just this message, inline: nothing else queued, the link
+                        # open with credit, the peer taking its size (else _pump does it all).
+                        if len(outbox) == 1 and conn.state is _OPEN and not conn.sent_bye \
+                                and conn.send_credit_bytes > 0 < conn.send_credit_messages \
+                                and peer is not None and message.size <= peer.max_message \
+                                and not message.future.start_gate:  # nobody can cancel it yet
+                            message.future.start_gate.append(STARTED)  # its _start(), inline
+                            outbox.popleft()
+                            session.next_seq = (seq := session.next_seq) + 1
+                            conn.queue_message(seq, message.parts, message.size, message.batch)
+                            session.inflight.append(message)
+                            session.sent_messages += 1
+                            session.dequeued_bytes += message.size
+                            if outbox:  # another put() came meanwhile
+                                self._pump(session, link)
+                            if session.space_waiters:
+                                session.wake_putters()
+                        else:
+                            self._pump(session, link)
                         if conn.bytes_queued:
                             transport.write_now(link)
                             if not session.outbox and not conn.bytes_queued:
@@ -258,7 +266,21 @@ class SessionEngine:
             elif kind is proto.AckReceived:
                 assert session is not None
                 ack: proto.AckReceived = event  # type: ignore[assignment]
-                session.acknowledge(ack.seq)
+                # session.acknowledge(ack.seq), inline (a call fewer per ACK): inflight holds
+                # the numbers next_seq - len(inflight) .. next_seq - 1; what the ACK covers
+                # resolves, oldest first.
+                inflight = session.inflight
+                count = min(ack.seq - (session.next_seq - len(inflight)) + 1, len(inflight))
+                if count > 0:
+                    acked_bytes = 0
+                    for _ in range(count):
+                        message = inflight.popleft()
+                        acked_bytes += message.size
+                        message.future._delivered()
+                    session.acked_messages += count
+                    session.acked_bytes += acked_bytes
+                    if session.space_waiters:
+                        session.wake_putters()  # a put() may wait for send_messages
                 if session.outbox and not session.scheduled:
                     self.schedule(session)
             elif kind is proto.CreditReceived:
@@ -295,8 +317,7 @@ class SessionEngine:
                     link.rtt = time.monotonic() - link.ping_sent_at
         if arrived:
             assert session is not None
-            conn = link.conn
-            conn.send_ack(session.last_received)
+            link.conn.send_ack(session.last_received)
             self.budget.arrived(session, link, arrived)  # counts them: one call per read
             self._inbox.deliver(session, arrived)
 
@@ -311,7 +332,6 @@ class SessionEngine:
         # Nothing of a closed link is due before its session expires or a client warns.
         connection = self.options.connection
         self._timers_changed(min(connection.session_timeout, connection.stall_warning))
-        now = time.monotonic()
         self.budget.link_closed(link)
         if isinstance(link.error, AuthenticationError):
             LOGGER.warning("netq %s: %s", self.purpose.value, link.error)
@@ -325,21 +345,19 @@ class SessionEngine:
                     server.fail_outbound(link.error)
                 self._inbox.wake_all()
                 return
-        failed_attempt = self.handshake.link_closed(link, now)
+        failed_attempt = self.handshake.link_closed(link, time.monotonic())
         if failed_attempt is not None:
             self.connect_failed(str(self.options.netloc), failed_attempt)
 
     def connect_started(self) -> None:
-        now = time.monotonic()
         self._timers_changed()
         if self.reach is not None:
-            self.reach.started(now)
+            self.reach.started(time.monotonic())
 
     def connect_failed(self, address: str, reason: str) -> None:
-        now = time.monotonic()
         self._timers_changed()
         if self.reach is not None:
-            self.reach.failed(now, reason if address == str(self.options.netloc)
+            self.reach.failed(time.monotonic(), reason if address == str(self.options.netloc)
                               else f"{address}: {reason}")
         LOGGER.debug("netq client: connecting to %s failed: %s", address, reason)
 
@@ -353,40 +371,6 @@ class SessionEngine:
         if self.closing:
             return bool(session.outbox or session.inflight)
         return True
-
-    # ================================================================== I/O thread: sending
-
-    def _pump(self, session: PeerSession, link: Link) -> None:
-        """Move queued messages onto the link while credit lasts (send_lock held)."""
-        conn = link.conn
-        outbox = session.outbox
-        inflight = session.inflight
-        moved = 0
-        # conn.can_send_data, inline: the link is open, both credits positive, no BYE sent.
-        while outbox and conn.state is _OPEN and conn.send_credit_bytes > 0 \
-                and conn.send_credit_messages > 0 and not conn.sent_bye:
-            message = outbox.popleft()
-            moved += message.size
-            if not message.future._start():
-                continue  # cancelled before it reached the wire
-            peer = conn.peer
-            assert peer is not None
-            if message.size > (limit := peer.max_message):
-                # Over the peer's limit, learnt after the put() (which raises for a known one).
-                message.future._fail_peer(MessageTooLarge(message.size, limit, peer.id), peer.id)
-                continue
-            seq = session.next_seq
-            session.next_seq = seq + 1
-            conn.queue_message(seq, message.parts, message.size, message.batch)
-            inflight.append(message)
-            session.sent_messages += 1
-        if outbox and session.credit_exhausted_since is None \
-                and conn.state is proto.ConnectionState.OPEN and not conn.can_send_data:
-            session.credit_exhausted_since = time.monotonic()
-        if moved:
-            session.dequeued_bytes += moved
-            if session.space_waiters:
-                session.wake_putters()
 
     # ================================================================== I/O thread: periodic
 
@@ -530,3 +514,41 @@ class SessionEngine:
             WAITING_CLIENTS.remove(self.reach)
         self.closed.set()
         self._closing_progress()
+
+
+def pump(session: PeerSession, link: Link) -> None:
+    """Move ``session``'s queued messages onto ``link`` while credit lasts, numbering them
+    (send_lock held): what goes on the wire under which sequence number. The engine's pump
+    (:attr:`SessionEngine._pump`), from its I/O thread's service and a user's direct write."""
+    conn = link.conn
+    outbox = session.outbox
+    inflight = session.inflight
+    moved = 0
+    # conn.can_send_data, inline: the link is open, both credits positive, no BYE sent.
+    while outbox and conn.state is _OPEN and conn.send_credit_bytes > 0 \
+            and conn.send_credit_messages > 0 and not conn.sent_bye:
+        message = outbox.popleft()
+        moved += message.size
+        gate = message.future.start_gate  # DeliveryFuture._start, inline (netq.futures)
+        if not gate:
+            gate.append(STARTED)
+        if gate[0] != STARTED:
+            continue  # cancelled before it reached the wire
+        peer = conn.peer
+        assert peer is not None
+        if message.size > (limit := peer.max_message):
+            # Over the peer's limit, learnt after the put() (which raises for a known one).
+            message.future._fail_peer(MessageTooLarge(message.size, limit, peer.id), peer.id)
+            continue
+        seq = session.next_seq
+        session.next_seq = seq + 1
+        conn.queue_message(seq, message.parts, message.size, message.batch)
+        inflight.append(message)
+        session.sent_messages += 1
+    if outbox and session.credit_exhausted_since is None \
+            and conn.state is proto.ConnectionState.OPEN and not conn.can_send_data:
+        session.credit_exhausted_since = time.monotonic()
+    if moved:
+        session.dequeued_bytes += moved
+        if session.space_waiters:
+            session.wake_putters()

@@ -26,11 +26,13 @@ A future knows the queues its message waits in (``SendQueue``: a
 queue's.
 
 Start and cancel race lock-free for the right to decide a message's fate: each of them
-appends its kind to the future's ``_gate`` and reads the first entry back (``bytearray.append``
-is atomic under the GIL), so every thread agrees on who came first, whether another start (send
-it too) or a cancel (skip it). A broadcast is started by several threads at once (the I/O
-thread and a caller writing directly to an idle socket), so "someone else was first" must
-never be taken for "cancelled".
+appends its kind to the future's ``start_gate`` (if it is empty) and reads the first entry
+back (``bytearray.append`` is atomic under the GIL), so every thread agrees on who came first,
+whether another start (send it too) or a cancel (skip it). A broadcast is started by several
+threads at once (the I/O thread and a caller writing directly to an idle socket), so "someone
+else was first" must never be taken for "cancelled". The gate and :data:`STARTED` are public
+for the engine's pump, which starts every message it sends and does so inline (a call per
+message fewer); :meth:`DeliveryFuture._start` is the same rule as a method.
 
 Resolving takes no lock either. Two ``dict.setdefault`` calls on the instance's ``__dict__``
 (each one atomic: string keys, no Python code runs inside) decide it:
@@ -64,7 +66,7 @@ from typing import Any, Protocol
 
 from .exceptions import BroadcastIncomplete, ResourceGone
 
-__all__ = ("DeliveryFuture", "SendQueue")
+__all__ = ("DeliveryFuture", "SendQueue", "STARTED")
 
 # The states of concurrent.futures.Future (its _state), which its inherited methods and
 # wait()/as_completed() compare against by value. RUNNING is never written here: running() is
@@ -78,7 +80,7 @@ LOGGER = logging.getLogger("netq")
 _CREATE = threading.Lock()  # taken by whoever makes a future's condition (waiters only)
 _new_lock = threading.Lock  # a result() waiter's own lock (see the module docstring)
 _UNWATCHED = object()  # in _cond: resolved while no condition existed (see the module docstring)
-_STARTED = 1  # _gate entries
+STARTED = 1  # start_gate entries: a sender's (see the module docstring)
 _CANCELLED = 2
 
 
@@ -124,10 +126,10 @@ class DeliveryFuture(Future):
     def __init__(self, remaining: int = 1,
                  queues: Sequence[SendQueue] = ()) -> None:  # no super(): no Condition yet
         self._state = PENDING
-        # _STARTED / _CANCELLED, in the order they came: the first one decides. A bytearray,
+        # STARTED / _CANCELLED, in the order they came: the first one decides. A bytearray,
         # not a list: its append is as atomic, and it holds no references, so the cyclic GC
         # never tracks it (a put makes one future per message; see the module docstring).
-        self._gate = bytearray()
+        self.start_gate = bytearray()
         self.remaining = remaining
         # Where the message waits: the queues of the peers put() addressed (adapters address
         # none), told to withdraw it on cancel(). Set here, always, so that every future sets
@@ -219,17 +221,17 @@ class DeliveryFuture(Future):
             LOGGER.exception("exception calling callback for %r", self)
 
     def running(self) -> bool:
-        gate = self._gate
-        return bool(gate) and gate[0] == _STARTED and self._state is PENDING
+        gate = self.start_gate
+        return bool(gate) and gate[0] == STARTED and self._state is PENDING
 
     # -- the I/O thread's side ----------------------------------------------------------
 
     def _start(self) -> bool:
         """A copy goes on the wire; False only if the caller cancelled the put first."""
-        gate = self._gate
+        gate = self.start_gate
         if not gate:
-            gate.append(_STARTED)
-        return gate[0] == _STARTED
+            gate.append(STARTED)
+        return gate[0] == STARTED
 
     def _delivered(self) -> None:
         """One addressed peer acknowledged the message."""
@@ -322,7 +324,7 @@ class DeliveryFuture(Future):
 
     def cancel(self) -> bool:
         """Withdraw a put that no peer's copy of is on the wire yet; False once one is."""
-        gate = self._gate
+        gate = self.start_gate
         if not gate:
             gate.append(_CANCELLED)
         if gate[0] != _CANCELLED:

@@ -52,12 +52,16 @@ class Inboxes:
         self._getters = 0  # get() calls waiting for a message (sleeping or leading the loop)
         # _getters > 0, kept as a plain attribute: the loop reads it on every read (Inbox).
         self.consumer_waiting = False
-        self._sleepers = 0  # of those, the ones asleep on a gate (_gates: a hand-over wakes them)
+        # Of those, the ones asleep on a gate (_gates: a hand-over wakes them). Read by the
+        # loop (Inbox), with ready: a get() asleep with nothing to take does not lead the loop,
+        # so a parked I/O thread must run it (one handed a message wakes and takes it).
+        self.sleepers = 0
         # time.monotonic() when get() began waiting with nothing taken since (None when a
         # message was taken and no get() waits): the diagnostics say what such a wait is for.
         self.waiting_since: float | None = None
         self._adapter_getters = 0  # adapters' get() calls waiting (adapter_waits)
-        self._ready: collections.deque[PeerSession] = collections.deque()
+        # The peers with messages to take, in the order get() serves them (read only outside).
+        self.ready: collections.deque[PeerSession] = collections.deque()
         self._listeners: list[Callable[[], None]] = []
         self._engine: SessionEngine | None = None
 
@@ -70,6 +74,8 @@ class Inboxes:
         self._caller_leads: bool = transport.caller_leads
         self._lead = transport.lead
         self._wake_io = transport.wake  # settling what get() lent scheduled credit to send
+        # A get() went to sleep: a loop parked for callers must run again (IOLoop.lead).
+        self._unpark_io = transport.unpark
         # A client's one session (the server), fixed for its life; None on a server.
         self._server_session: PeerSession | None = engine.peers.server_session
 
@@ -109,8 +115,8 @@ class Inboxes:
         session.inbox.extendleft(reversed(items))
         if not session.in_ready:
             session.in_ready = True
-            self._ready.appendleft(session)
-        if self._sleepers:
+            self.ready.appendleft(session)
+        if self.sleepers:
             self._wake(len(items))
 
     def give_back(self, taken: list[tuple[PeerSession, Any]]) -> None:
@@ -154,7 +160,7 @@ class Inboxes:
                         return found
                 else:
                     # The next message of the first peer that has one (inline: the hot path).
-                    ready = self._ready
+                    ready = self.ready
                     while ready:
                         session = ready[0]
                         inbox = session.inbox
@@ -226,16 +232,16 @@ class Inboxes:
                         # message is then read on this thread, with no hand-over wake-up.
                         self._lock.release()
                         try:
-                            led = self._lead(remaining, self._ready.__len__)
+                            led = self._lead(remaining, self.ready.__len__)
                         finally:
                             self._lock.acquire()
                         # Look again either way: while the lock was released, a message
                         # the I/O thread delivered, or close(), notified nobody (no sleepers).
                         looked_again = not led
                         continue
-                    self._sleepers += 1
+                    self.sleepers += 1
                     if self._caller_leads:
-                        engine.consumer_asleep()  # nobody may be polling: the I/O thread must
+                        self._unpark_io()  # nobody may be polling: the I/O thread must
                     gate = _new_lock()
                     gate.acquire()
                     self._gates.append(gate)
@@ -245,7 +251,7 @@ class Inboxes:
                         woken = gate.acquire(True, -1 if remaining is None else remaining)
                     finally:
                         self._lock.acquire()
-                        self._sleepers -= 1
+                        self.sleepers -= 1
                         if not woken:
                             try:
                                 self._gates.remove(gate)
@@ -280,8 +286,8 @@ class Inboxes:
             session.inbox.extend(messages)
             if not session.in_ready:
                 session.in_ready = True
-                self._ready.append(session)
-            if self._sleepers:
+                self.ready.append(session)
+            if self.sleepers:
                 gates = self._gates  # _wake(len(messages)), inline: once per read
                 for _ in range(min(len(messages), len(gates))):
                     gates.popleft().release()
@@ -294,8 +300,3 @@ class Inboxes:
         for listener in list(self._listeners):
             listener()
 
-    @property
-    def consumer_sleeping(self) -> bool:
-        # Asleep with nothing to take: a get() handed a message wakes and takes it (and then
-        # leads the loop or sleeps again), so only one with nothing waiting needs the loop run.
-        return self._sleepers > 0 and not self._ready

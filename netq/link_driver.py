@@ -6,7 +6,7 @@ each what the loop's events call for::
     READABLE    carrier.read_into(channel, Connection.receive_buffer())
                 -> Connection.receive_done -> engine.handle_events (-> the inbox)
     DATA        Connection.receive_data(packet) -> engine.handle_events
-    WRITABLE    carrier.write(channel, Connection.outgoing()) -> Connection.sent
+    WRITABLE    Connection.write_to(carrier.write, channel)  (outgoing() and sent() in one)
     CLOSED      Connection.receive_eof -> engine.handle_events, then the link is dropped
 
 and the same writes for the engine (``write_now``: its pumping, a user's direct write), the
@@ -56,6 +56,10 @@ class LinkDriver:
         self._bound: dict[Link, str] = {}  # links whose channel is bound to one peer id
         self.closing: set[Link] = set()  # links flushing their last frames (close_link)
         self.held: set[Link] = set()  # links whose ACK frames wait for a reply (ack_hold)
+        # No held ACK is due before this (time.monotonic()); it may be earlier than the first
+        # one due now (a held link written since): the loop compares it on every turn, and
+        # calls release_holds() only once it is reached.
+        self.hold_due = 0.0
         self.handed_off = False  # a read handed small messages to a get() waiting for them
         self.changed = False  # links closed or began closing: the loop's due times change
         self.refused = 0  # links refused: their HELLO named another peer than they are bound to
@@ -88,13 +92,6 @@ class LinkDriver:
             self._bound[link] = opened.bound_to
         with link.lock:
             self.write_now(link)
-
-    def overdue_hold(self, now: float) -> bool:
-        """Is a held ACK due by ``now``?"""
-        for link in list(self.held):
-            if link.ack_hold_until <= now:
-                return True
-        return False
 
     def service(self, link: Link, mask: int) -> None:
         """A link's channel is readable and/or writable: read until drained (or its share of
@@ -155,11 +152,15 @@ class LinkDriver:
                     # caller takes this one (reading and consuming overlap).
                     self.handed_off = True
             if not link.dropped and conn.bytes_queued:
-                # _write_or_hold and _hold, inline (see there).
+                # _write_or_hold and _hold, inline (see there); conn.output_is_only_acks()
+                # too: the queued bytes end with a run of ACK frames that covers all of them.
                 if consumer_waiting and link.direct_ok and self.info.ack_hold \
-                        and conn.output_is_only_acks():
+                        and conn.acks_end == conn.sent_total + conn.bytes_queued \
+                        and conn.sent_total >= conn.acks_start:
                     if not link.ack_hold_until:
-                        link.ack_hold_until = time.monotonic() + self.info.ack_hold
+                        until = link.ack_hold_until = time.monotonic() + self.info.ack_hold
+                        if not self.held or until < self.hold_due:
+                            self.hold_due = until
                         self.held.add(link)
                 else:
                     self.write_now(link)
@@ -249,17 +250,21 @@ class LinkDriver:
 
     def _hold(self, link: Link) -> None:
         if not link.ack_hold_until:
-            link.ack_hold_until = time.monotonic() + self.info.ack_hold
+            until = link.ack_hold_until = time.monotonic() + self.info.ack_hold
+            if not self.held or until < self.hold_due:
+                self.hold_due = until
             self.held.add(link)
 
-    def release_holds(self) -> float:
-        """Write the held ACKs that are due (I/O thread); seconds until the next is due."""
+    def release_holds(self, every: bool = False) -> float:
+        """Write the held ACKs that are due (``every``: all of them; I/O thread); seconds
+        until the next is due (:attr:`hold_due` then says when)."""
         now = time.monotonic()
         wait = self.info.ack_hold
         credit = self.info.ack_hold_always
         for link in list(self.held):
             due = link.ack_hold_until - now
-            if due > 0 and not link.dropped and link.conn.output_is_only_acks(credit=credit):
+            if due > 0 and not every and not link.dropped \
+                    and link.conn.output_is_only_acks(credit=credit):
                 wait = min(wait, due)
                 continue
             self.held.discard(link)
@@ -268,6 +273,7 @@ class LinkDriver:
                 session = link.session
                 with session.send_lock if session is not None else link.own_lock:  # link.lock
                     self._write(link)
+        self.hold_due = now + wait
         return wait
 
     def _write_after_hold(self, link: Link) -> None:
@@ -292,13 +298,37 @@ class LinkDriver:
         if link.dropped:
             return
         conn = link.conn
+        if not conn.bytes_queued:
+            blocked = False
+        elif conn.local.shm and conn.has_fds:  # descriptors to send (our HELLO said SHM)
+            written = self._write_with_fds(link)
+            if written is None:
+                return
+            blocked = written
+        else:
+            try:
+                blocked = conn.write_to(self.carrier.write, link.channel)
+            except (BlockingIOError, InterruptedError):
+                blocked = True  # write_to leaves what was not written queued
+            except (OSError, NetqError) as error:
+                self._write_failed(link, error)
+                return
+        if link.ack_hold_until and not blocked:
+            link.ack_hold_until = 0.0  # the held ACKs left with this write
+            self.held.discard(link)
+        link.write_blocked = blocked
+
+    def _write_with_fds(self, link: Link) -> bool | None:
+        """_write where descriptors go with the output; True while output remains, None when
+        the write failed (the link ends). Only descriptors queued before it began can be
+        due during it (the link lock is held)."""
+        conn = link.conn
         channel = link.channel
         write = self.carrier.write
-        shm = conn.local.shm  # descriptors go with the output only where our HELLO said SHM
-        blocked = conn.bytes_queued > 0
+        blocked = True
         while blocked:
             try:
-                if shm and conn.has_fds:
+                if conn.has_fds:
                     buffers, fds = conn.outgoing_fds()
                     sent = write(channel, buffers, fds)
                     if sent:
@@ -308,20 +338,20 @@ class LinkDriver:
             except (BlockingIOError, InterruptedError):
                 break
             except (OSError, NetqError) as error:
-                if link.error is None:
-                    link.error = error if isinstance(error, AuthenticationError) else \
-                        ConnectionLost(link.peer_id, f"send failed: {error}")
-                link.write_blocked = True
-                if self._leading():
-                    self.drop(link)
-                return
+                self._write_failed(link, error)
+                return None
             if not sent:
                 break
             blocked = conn.sent(sent)
-        if link.ack_hold_until and not blocked:
-            link.ack_hold_until = 0.0  # the held ACKs left with this write
-            self.held.discard(link)
-        link.write_blocked = blocked
+        return blocked
+
+    def _write_failed(self, link: Link, error: OSError | NetqError) -> None:
+        if link.error is None:
+            link.error = error if isinstance(error, AuthenticationError) else \
+                ConnectionLost(link.peer_id, f"send failed: {error}")
+        link.write_blocked = True
+        if self._leading():
+            self.drop(link)
 
     # ----------------------------------------------------------------- ending links
 

@@ -8,8 +8,8 @@ happened. Each turn::
     engine.service()        pump queued messages, grant credit, heartbeats, timers
     carrier.wait(timeout)   until something happens, a wake-up, or the next timer
     for each event          the driver reads (read_into -> Connection.receive_done ->
-                            engine.handle_events -> inbox) or writes (Connection.outgoing ->
-                            carrier.write); a link opens or ends; an attempt failed
+                            engine.handle_events -> inbox) or writes (Connection.write_to
+                            -> carrier.write); a link opens or ends; an attempt failed
     reconnect when due, give up an attempt that takes too long, drop flushed closing links
 
 The engine calls the loop through :class:`netq.contract.TransportAPI` (``write_now``,
@@ -108,6 +108,7 @@ class IOLoop:
         self.carrier: Carrier[object] = carrier_class(engine.options, engine.purpose)
         info = self.carrier.info
         self.info = info
+        self.connect_state = self.carrier.explain  # what stands between a client and its server
         self.direct_writes = info.user_threads_write
         # A client may run on the process's shared I/O thread (netq.shared_io), where no
         # caller leads it (the shared thread serves the others meanwhile).
@@ -124,8 +125,7 @@ class IOLoop:
         self.caller_leads = info.any_thread_waits and self._shared is None
         self.watches_peer_host = info.watches_peer_host
         self.looked_at = time.monotonic()
-        # The links and what happens to each (netq.link_driver); the engine's calls about one
-        # link go straight to it.
+        # The links and what happens to each (netq.link_driver): the engine's calls go to it.
         driver = self._driver = LinkDriver(engine, self.carrier, leading=self._leading,
                                            wake=self.wake, dropped=self._link_dropped)
         self.write_now = driver.write_now
@@ -133,7 +133,7 @@ class IOLoop:
         self.links = driver.links
         self.authorize = driver.authorize
         self._attention = engine.attention  # non-empty: the turn has work, it must not wait
-        self._consumers = engine.consumers  # read only: consumer_sleeping
+        self._consumers = engine.consumers  # read only: sleepers and ready
         self._aborted = False
         self._idle = False  # the loop is (about to be) waiting: wake() must reach the carrier
         self._reconnect_at: float | None = None
@@ -162,9 +162,6 @@ class IOLoop:
 
     def connect_target(self) -> str:
         return self.info.target
-
-    def connect_state(self) -> str | None:
-        return self.carrier.explain()
 
     def start(self) -> None:
         if self._thread is None:
@@ -315,8 +312,9 @@ class IOLoop:
         self._idle = True
         if self._attention:
             timeout = 0
-        if driver.held:
-            timeout = min(timeout, driver.release_holds())
+        if driver.held:  # release_holds() once the first held ACK is due, no call before
+            due_in = driver.hold_due - time.monotonic()
+            timeout = min(timeout, due_in if due_in > 0 else driver.release_holds())
         self._next_turn_in = timeout
         if cap is not None:
             timeout = min(timeout, cap)
@@ -380,8 +378,8 @@ class IOLoop:
         The I/O thread just handed a message to a get() that was waiting for it, which will
         likely wait again soon and then run the loop itself (:meth:`lead`), waking once on its
         own socket. The I/O thread takes the loop back as soon as there is work (``wake()``)
-        or when a look finds that no caller led since the last one. Looks come every
-        ``PARK_LIMIT``; while each finds callers leading and nothing due, the gap doubles up
+        or when a look finds that no caller led since the last one, nor leads now. Looks come
+        every ``PARK_LIMIT``; while each finds callers leading and nothing due, the gap doubles up
         to ``PARK_MAX`` (a steady stream of round trips then costs the I/O thread a wake-up
         every few milliseconds, not every one). Timers, heartbeats and held ACKs that no
         caller's turn took care of are never later than that gap.
@@ -390,22 +388,26 @@ class IOLoop:
         attention = self._attention
         consumers = self._consumers
         spot = self._spot
+        driver = self._driver
         gap = PARK_LIMIT
         while not self._aborted:
             rounds = self._caller_rounds
             with spot.mutex:
                 spot.parked = True  # before the look: work queued after it unparks us
                 # A get() asleep on its gate does not lead: someone must poll.
-                if attention or engine.closing or consumers.consumer_sleeping:
+                if attention or engine.closing or consumers.sleepers and not consumers.ready:
                     spot.parked = False
                     return
             if spot.wait(gap):
                 return  # unparked: work to do, or a get() went to sleep
-            if attention or engine.closing or self._caller_rounds == rounds:
-                return  # work to do, or no caller led meanwhile: lead again
-            if not self._overdue(time.monotonic()):
-                # Callers lead and nothing is late: a turn of ours now would only contend
-                # with theirs for the loop (their get() would then wait for a hand-over).
+            if attention or engine.closing or self._caller_rounds == rounds \
+                    and not self._lead.locked():
+                return  # work to do, or no caller led meanwhile nor leads now: lead again
+            now = time.monotonic()
+            if now < self._due_at and not driver.changed and not (driver.held
+                                                                  and now >= driver.hold_due):
+                # Callers lead and nothing is late (a timer, a held ACK): a turn of ours now
+                # would only contend with theirs (their get() would wait for a hand-over).
                 gap = min(2 * gap, PARK_MAX)
                 continue
             gap = PARK_LIMIT
@@ -416,10 +418,6 @@ class IOLoop:
                     self._step(0.0)
                 finally:
                     self._lead.release()
-
-    def _overdue(self, now: float) -> bool:
-        """Is something due that no caller's turn has done: a timer, or a held ACK?"""
-        return now >= self._due_at or self._driver.changed or self._driver.overdue_hold(now)
 
     def lead(self, timeout: float | None, ready: Callable[[], object]) -> bool:
         """A blocked ``get()`` runs the loop on its own thread until ``ready()`` or timeout.
@@ -439,6 +437,8 @@ class IOLoop:
                 return False
             self._leader_ident = threading.get_ident()
             self._caller_rounds += 1
+            if self._driver.held:  # a get() back without a put(): no reply carries held ACKs
+                self._driver.release_holds(True)  # so they go now (a turn saved)
             deadline = None if timeout is None else time.monotonic() + timeout
             while not ready() and not self._aborted and not engine.closing:
                 cap = LEAD_SLICE
@@ -450,8 +450,9 @@ class IOLoop:
                 if turns.active and turns.pending:  # attribute reads: no call per turn
                     turns.end_of_turn()
         finally:
-            if turns.active:
-                turns.end()
+            if turns.active:  # turns.end(), inline (plain attributes: see netq._interrupts)
+                LoopTurns.deferring = False
+                turns.active = False
             self._leader_ident = self._io_ident
             self._lead.release()
         return True

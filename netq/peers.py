@@ -108,8 +108,13 @@ class PeerTable:
             return self.server_only if sending or peers else ()
         sessions = self._sessions
         if not peers:
-            return [session for session in list(sessions.values())
-                    if session.state not in _GONE] if sending else []
+            if not sending:
+                return []
+            live: list[PeerSession] = []  # a loop: a comprehension is a Python call per put()
+            for candidate in list(sessions.values()):
+                if candidate.state not in _GONE:
+                    live.append(candidate)
+            return live
         found: list[PeerSession] = []
         for peer in peers:
             session = sessions.get(peer)

@@ -85,15 +85,13 @@ def decode_options(spec: dict) -> tuple[nq.Protocol, nq.Purpose, nq.Communicator
 
 
 def _throttle(chunk: int, pause: float) -> None:
-    """Every write of every link in this process: at most ``chunk`` bytes, after ``pause`` s."""
+    """Every write of every link in this process: at most ``chunk`` bytes, after ``pause`` s.
+
+    Links write through ``Connection.write_to`` (each call of the carrier's write it makes
+    is throttled here) and, where descriptors may go along, ``Connection.outgoing``."""
     from netq.protocol.connection import Connection
 
-    original = Connection.outgoing
-
-    def outgoing(self):
-        buffers = original(self)
-        if not buffers:
-            return buffers
+    def slowed(buffers):
         time.sleep(pause)  # simulates the slow link asked for
         taken, total = [], 0
         for buffer in buffers:
@@ -104,7 +102,18 @@ def _throttle(chunk: int, pause: float) -> None:
                 break
         return taken
 
+    original_outgoing = Connection.outgoing
+    original_write_to = Connection.write_to
+
+    def outgoing(self):
+        buffers = original_outgoing(self)
+        return slowed(buffers) if buffers else buffers
+
+    def write_to(self, write, channel):
+        return original_write_to(self, lambda to, buffers: write(to, slowed(buffers)), channel)
+
     Connection.outgoing = outgoing
+    Connection.write_to = write_to
 
 
 def _jsonable(value):

@@ -251,7 +251,7 @@ def test_a_start_right_after_another_start_claimed_the_gate_sends_too():
             if not second:
                 second.append(future._start())
 
-    future._gate = SecondStartArrives()
+    future.start_gate = SecondStartArrives()
     assert future._start()
     assert second == [True]
 

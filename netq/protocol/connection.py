@@ -168,9 +168,10 @@ class Connection(SendSide, SharedMemorySide):
         self._merge = bytearray()
         self.bytes_queued = 0  # not yet sent; > 0 exactly when has_output (no empty buffers)
         # Stream offsets (counted over every byte ever queued) of the last run of ACK frames
-        # and of the last run of ACK/CREDIT frames, for output_is_only_acks().
-        self._sent_total = 0
-        self._acks_start = self._acks_end = -1
+        # and of the last run of ACK/CREDIT frames, for output_is_only_acks(): bytes written
+        # so far; where the run of ACK frames last queued starts and ends.
+        self.sent_total = 0
+        self.acks_start = self.acks_end = -1
         self._replies_start = self._replies_end = -1
 
         # Input. The staging buffer is allocated by the first receive_buffer().

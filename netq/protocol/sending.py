@@ -4,7 +4,8 @@
 :meth:`SendSide.send_message` and the control-frame methods append to an output queue of
 buffers; small frames are coalesced into one bytearray (``efficient_size``, ``merge_size``),
 large parts are queued as views of the caller's memory. The I/O layer takes
-:meth:`SendSide.outgoing` (an iovec list for ``sendmsg``) and reports :meth:`SendSide.sent`.
+:meth:`SendSide.outgoing` (an iovec list for ``sendmsg``) and reports :meth:`SendSide.sent`,
+or hands its write to :meth:`SendSide.write_to`, which does both.
 The state it reads and writes (credit, the output queue, stream offsets) is the connection's,
 set up by its constructor.
 """
@@ -12,9 +13,9 @@ set up by its constructor.
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import islice
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import LocalProtocolError
 from . import frames
@@ -75,9 +76,9 @@ class SendSide:
         _pending: collections.deque[Buffer]
         _merge: bytearray
         bytes_queued: int
-        _sent_total: int
-        _acks_start: int
-        _acks_end: int
+        sent_total: int
+        acks_start: int
+        acks_end: int
         _replies_start: int
         _replies_end: int
         shm_threshold: int
@@ -224,7 +225,7 @@ class SendSide:
             messages = 0
         self.recv_allowance_bytes += nbytes
         self.recv_allowance_messages += messages
-        start = self._sent_total + self.bytes_queued
+        start = self.sent_total + self.bytes_queued
         if start != self._replies_end:
             self._replies_start = start
         self._emit(_HEADER_PACK(FrameType.CREDIT, 0, 0, 4, nbytes)
@@ -232,15 +233,15 @@ class SendSide:
         self._replies_end = start + HEADER_SIZE + frames.CREDIT_PAYLOAD.size
 
     def send_ack(self, seq: int) -> None:
-        start = self._sent_total + self.bytes_queued
-        if start != self._acks_end:
-            self._acks_start = start
+        start = self.sent_total + self.bytes_queued
+        if start != self.acks_end:
+            self.acks_start = start
         if start != self._replies_end:
             self._replies_start = start
         merge = self._merge  # _emit, inline: one ACK per read that carried messages
         merge += _HEADER_PACK(_ACK, 0, 0, 0, seq)
         self.bytes_queued += HEADER_SIZE
-        self._acks_end = self._replies_end = start + HEADER_SIZE
+        self.acks_end = self._replies_end = start + HEADER_SIZE
         if len(merge) >= self.merge_size:
             self._seal()
 
@@ -268,6 +269,35 @@ class SendSide:
             return list(pending)
         return list(islice(pending, IOV_MAX))
 
+    def write_to(self, write: Callable[[Any, list[Buffer]], int], channel: object) -> bool:
+        """Write the output with ``write(channel, buffers)`` (a carrier's write: bytes
+        taken, 0 for none) until all of it is written or a write takes nothing; True while
+        output remains (:attr:`has_output`). :meth:`outgoing` and :meth:`sent` in one call,
+        for the link driver's every write. What ``write`` raises propagates; the bytes it
+        did not take stay queued."""
+        pending = self._pending
+        while self.bytes_queued:
+            if self._merge:  # _seal, inline
+                pending.append(self._merge)
+                self._merge = bytearray()
+            count = write(channel, list(pending) if len(pending) <= IOV_MAX
+                          else list(islice(pending, IOV_MAX)))
+            if not count:
+                return True
+            # sent(count), inline
+            self.bytes_queued -= count
+            self.sent_total += count
+            while count:
+                head = pending[0]
+                size = len(head)
+                if count >= size:
+                    pending.popleft()
+                    count -= size
+                else:
+                    pending[0] = memoryview(head)[count:]
+                    break
+        return False
+
     def data_to_send(self) -> bytes:
         """Everything queued, joined (for transports that write whole messages, and tests)."""
         data = b"".join(self.outgoing_all())
@@ -282,7 +312,7 @@ class SendSide:
         """``count`` bytes of :meth:`outgoing` were written; True while output remains
         (:attr:`has_output`)."""
         self.bytes_queued -= count
-        self._sent_total += count
+        self.sent_total += count
         pending = self._pending
         while count:
             head = pending[0]
@@ -296,6 +326,15 @@ class SendSide:
         return self.bytes_queued > 0
 
     @property
+    def _sent_total(self) -> int:
+        """:attr:`sent_total` under the name the shared-memory side uses for it."""
+        return self.sent_total
+
+    @_sent_total.setter
+    def _sent_total(self, value: int) -> None:
+        self.sent_total = value
+
+    @property
     def has_output(self) -> bool:
         return self.bytes_queued > 0
 
@@ -307,12 +346,14 @@ class SendSide:
         wait a moment for the reply the application is about to send, so that one write
         carries both. Anything else queued (DATA, PING, PONG, BYE, ...) must go at once.
         Constant time: it compares stream offsets recorded by :meth:`send_ack`,
-        :meth:`send_credit` and :meth:`sent`, never scans the output.
+        :meth:`send_credit` and :meth:`sent`, never scans the output. Those of ACK frames are
+        public (:attr:`acks_start`, :attr:`acks_end`, :attr:`sent_total`) for a caller that
+        asks after every read and compares them itself (the link driver).
         """
         if credit:
             start, end = self._replies_start, self._replies_end
         else:
-            start, end = self._acks_start, self._acks_end
-        sent = self._sent_total
+            start, end = self.acks_start, self.acks_end
+        sent = self.sent_total
         queued = self.bytes_queued
         return queued > 0 and end == sent + queued and sent >= start

@@ -21,7 +21,8 @@ import selectors
 import socket
 from typing import Any, Protocol
 
-__all__ = ("EVENT_READ", "EVENT_WRITE", "Poller", "EPOLL", "WakeUp")
+__all__ = ("EVENT_READ", "EVENT_WRITE", "EPOLL_READABLE_BITS", "EPOLL_WRITABLE_BITS", "Poller",
+           "EPOLL", "WakeUp")
 
 EVENT_READ = selectors.EVENT_READ
 EVENT_WRITE = selectors.EVENT_WRITE
@@ -36,6 +37,11 @@ _EPOLLIN = getattr(select, "EPOLLIN", 0)
 _EPOLLOUT = getattr(select, "EPOLLOUT", 0)
 _NOT_IN = ~_EPOLLIN
 _NOT_OUT = ~_EPOLLOUT
+# An epoll event with any of these bits makes a descriptor count as writable / readable (an
+# error or a hang-up reports it ready for whatever it was registered for), for a loop that
+# reads Poller.epoll itself (see Poller.epoll).
+EPOLL_WRITABLE_BITS = _NOT_IN
+EPOLL_READABLE_BITS = _NOT_OUT
 
 
 class Poller:
@@ -53,6 +59,12 @@ class Poller:
         else:
             self._epoll = None
             self._selector = selectors.DefaultSelector()
+        # For a loop that polls once per message and reads the answer itself (the socket
+        # carrier's wait, which would otherwise pay a Python call per turn for select()):
+        # the epoll set (None under selectors) and what each descriptor was registered with.
+        # Read only: register/modify/unregister keep them.
+        self.epoll: Any = self._epoll
+        self.registered = self._registered
 
     def __len__(self) -> int:
         return len(self._registered)

@@ -209,6 +209,66 @@ def test_data_to_send_and_has_output():
     assert c.has_output and c.bytes_queued == HEADER_SIZE
 
 
+# ----------------------------------------------------------------------------- write_to
+
+
+class ShortWrites:
+    """A carrier's write that takes at most ``limits[i]`` bytes on its i-th call (then raises
+    BlockingIOError once the limits run out), recording what it was given."""
+
+    def __init__(self, *limits: int) -> None:
+        self.limits = list(limits)
+        self.out = bytearray()
+        self.calls = 0
+
+    def __call__(self, channel: object, buffers: list) -> int:
+        assert channel == "channel" and 1 <= len(buffers) <= IOV_MAX
+        self.calls += 1
+        if not self.limits:
+            raise BlockingIOError
+        data = b"".join(bytes(b) for b in buffers)[: self.limits.pop(0)]
+        self.out += data
+        return len(data)
+
+
+def test_write_to_writes_everything_through_partial_writes_in_order():
+    pair = open_pair()
+    c = pair.client
+    send(c, 1, [(100, True)])
+    send(c, 2, [(70_000, False)])  # a view of its own in the output, after merged bytes
+    c.send_ack(4)
+    expected = b"".join(bytes(b) for b in c.outgoing_all())
+    write = ShortWrites(7, 100, 1, 10**9)
+    assert c.write_to(write, "channel") is False
+    assert bytes(write.out) == expected and write.calls == 4
+    assert not c.has_output and c.bytes_queued == 0
+    assert c.write_to(write, "channel") is False and write.calls == 4  # nothing: no write
+
+
+def test_write_to_stops_when_a_write_takes_nothing_and_keeps_the_rest_queued():
+    c = connection(Role.CLIENT, recv_messages=10)
+    hello = c.bytes_queued
+    write = ShortWrites(5, 0)
+    assert c.write_to(write, "channel") is True
+    assert c.bytes_queued == hello - 5 and c.has_output
+    rest = ShortWrites(10**9)
+    assert c.write_to(rest, "channel") is False
+    assert bytes(write.out + rest.out) == frames.encode_hello(c.local)
+
+
+def test_write_to_lets_what_the_write_raises_through_with_the_output_kept():
+    c = connection(Role.CLIENT, recv_messages=10)
+    hello = c.bytes_queued
+    with pytest.raises(BlockingIOError):
+        c.write_to(ShortWrites(3), "channel")  # 3 bytes, then the socket is full
+    assert c.bytes_queued == hello - 3
+    c.send_ack(1)
+    assert c.output_is_only_acks() is False  # the HELLO's tail is still ahead of the ACK
+    rest = ShortWrites(hello - 3, 0)
+    assert c.write_to(rest, "channel") is True  # the HELLO's tail only: the ACK remains
+    assert c.output_is_only_acks() and c.bytes_queued == HEADER_SIZE
+
+
 # ----------------------------------------------------------------------------- output_is_only_acks
 
 
@@ -306,3 +366,35 @@ def test_output_is_only_acks_across_a_credit_and_sealed_buffers():
     c.send_ack(3)
     assert c.output_is_only_acks()
     assert frame_types(c.data_to_send()) == [FrameType.ACK, FrameType.ACK]
+
+
+def test_the_public_ack_offsets_say_what_output_is_only_acks_says():
+    """The link driver compares acks_start, acks_end and sent_total itself after every read:
+    the same answer as output_is_only_acks(), in every state the tests above walk through."""
+
+    def inline(c: Connection) -> bool:
+        return c.bytes_queued > 0 and c.acks_end == c.sent_total + c.bytes_queued \
+            and c.sent_total >= c.acks_start
+
+    pair = open_pair()
+    c = pair.client
+    seen = []
+    steps = [
+        lambda: None,
+        lambda: send(c, 1, [(100, True)]),
+        lambda: c.send_ack(5),
+        lambda: _write(c, 7),
+        lambda: _write(c, c.bytes_queued - HEADER_SIZE),  # the DATA written: the ACK left
+        lambda: _write(c, 3),  # into the ACK
+        lambda: c.send_ping(1),
+        lambda: c.data_to_send(),
+        lambda: c.send_credit(4096, 1),
+        lambda: c.send_ack(6),
+        lambda: _write(c, HEADER_SIZE + frames.CREDIT_PAYLOAD.size),  # the CREDIT written
+        lambda: c.data_to_send(),
+    ]
+    for step in steps:
+        step()
+        assert inline(c) == c.output_is_only_acks(), (step, c.bytes_queued)
+        seen.append(inline(c))
+    assert True in seen and False in seen

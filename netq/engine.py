@@ -191,27 +191,8 @@ class SessionEngine:
                 try:
                     link: Link | None = session.link  # type: ignore[assignment]  # AttachedLink
                     if link is not None and link.direct_ok and not link.write_blocked:
+                        self._pump(session, link)
                         conn = link.conn
-                        peer = conn.peer
-                        # _pump of just this message, inline: nothing else queued, the link
-                        # open with credit, the peer taking its size (else _pump does it all).
-                        if len(outbox) == 1 and conn.state is _OPEN and not conn.sent_bye \
-                                and conn.send_credit_bytes > 0 < conn.send_credit_messages \
-                                and peer is not None and message.size <= peer.max_message \
-                                and not message.future.start_gate:  # nobody can cancel it yet
-                            message.future.start_gate.append(STARTED)  # its _start(), inline
-                            outbox.popleft()
-                            session.next_seq = (seq := session.next_seq) + 1
-                            conn.queue_message(seq, message.parts, message.size, message.batch)
-                            session.inflight.append(message)
-                            session.sent_messages += 1
-                            session.dequeued_bytes += message.size
-                            if outbox:  # another put() came meanwhile
-                                self._pump(session, link)
-                            if session.space_waiters:
-                                session.wake_putters()
-                        else:
-                            self._pump(session, link)
                         if conn.bytes_queued:
                             transport.write_now(link)
                             if not session.outbox and not conn.bytes_queued:
@@ -266,21 +247,7 @@ class SessionEngine:
             elif kind is proto.AckReceived:
                 assert session is not None
                 ack: proto.AckReceived = event  # type: ignore[assignment]
-                # session.acknowledge(ack.seq), inline (a call fewer per ACK): inflight holds
-                # the numbers next_seq - len(inflight) .. next_seq - 1; what the ACK covers
-                # resolves, oldest first.
-                inflight = session.inflight
-                count = min(ack.seq - (session.next_seq - len(inflight)) + 1, len(inflight))
-                if count > 0:
-                    acked_bytes = 0
-                    for _ in range(count):
-                        message = inflight.popleft()
-                        acked_bytes += message.size
-                        message.future._delivered()
-                    session.acked_messages += count
-                    session.acked_bytes += acked_bytes
-                    if session.space_waiters:
-                        session.wake_putters()  # a put() may wait for send_messages
+                session.acknowledge(ack.seq)
                 if session.outbox and not session.scheduled:
                     self.schedule(session)
             elif kind is proto.CreditReceived:

@@ -185,8 +185,7 @@ class PeerSession:
             self.disconnected_at = now
 
     def acknowledge(self, seq: int) -> None:
-        """The peer has every message up to ``seq``: resolve their futures (I/O thread). The
-        engine does the same inline for every ACK frame (SessionEngine.handle_events)."""
+        """The peer has every message up to ``seq``: resolve their futures (I/O thread)."""
         inflight = self.inflight
         # inflight holds the numbers next_seq - len(inflight) .. next_seq - 1
         count = min(seq - (self.next_seq - len(inflight)) + 1, len(inflight))

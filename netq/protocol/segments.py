@@ -79,7 +79,7 @@ class SharedMemorySide:
         recv_allowance_bytes: int
         recv_allowance_messages: int
         bytes_queued: int
-        _sent_total: int
+        sent_total: int
 
         def _fail(self, events: list[Event], error: NetqError, code: ErrorCode) -> None: ...
         def _seal(self) -> None: ...
@@ -197,7 +197,7 @@ class SharedMemorySide:
             if self._fd_marks is None:
                 self._fd_marks = collections.deque()
             self._seal()
-            self._fd_marks.append((self._sent_total + self.bytes_queued, fds, one_shot))
+            self._fd_marks.append((self.sent_total + self.bytes_queued, fds, one_shot))
             counters.bytes_out += moved
             counters.messages_out += 1
         return wire, body
@@ -218,10 +218,10 @@ class SharedMemorySide:
             probe = _shm.Probe()
             if self._fd_marks is None:
                 self._fd_marks = collections.deque()
-            self._fd_marks.appendleft((self._sent_total, [probe.fd], [probe]))
+            self._fd_marks.appendleft((self.sent_total, [probe.fd], [probe]))
         buffers = self.outgoing()
         self._marks_in_write = 0
-        sent = self._sent_total
+        sent = self.sent_total
         end = sent + sum(map(len, buffers))
         fds: list[int] = []
         for offset, mark_fds, _ in self._fd_marks or ():

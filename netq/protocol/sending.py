@@ -326,15 +326,6 @@ class SendSide:
         return self.bytes_queued > 0
 
     @property
-    def _sent_total(self) -> int:
-        """:attr:`sent_total` under the name the shared-memory side uses for it."""
-        return self.sent_total
-
-    @_sent_total.setter
-    def _sent_total(self, value: int) -> None:
-        self.sent_total = value
-
-    @property
     def has_output(self) -> bool:
         return self.bytes_queued > 0
 

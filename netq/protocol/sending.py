@@ -310,20 +310,15 @@ class SendSide:
 
     def sent(self, count: int) -> bool:
         """``count`` bytes of :meth:`outgoing` were written; True while output remains
-        (:attr:`has_output`)."""
-        self.bytes_queued -= count
-        self.sent_total += count
-        pending = self._pending
-        while count:
-            head = pending[0]
-            size = len(head)
-            if count >= size:
-                pending.popleft()
-                count -= size
-            else:
-                pending[0] = memoryview(head)[count:]
-                return True
-        return self.bytes_queued > 0
+        (:attr:`has_output`). The bookkeeping of :meth:`write_to`, after a write made
+        elsewhere (the shared-memory side's, which passes descriptors with its bytes)."""
+        written = [count]
+
+        def already_written(channel: object, buffers: list[Buffer]) -> int:
+            taken, written[0] = written[0], 0
+            return taken
+
+        return self.write_to(already_written, None)
 
     @property
     def has_output(self) -> bool:

@@ -5,8 +5,8 @@ session engine (:mod:`netq.engine`, which runs the transport's I/O thread); ``ge
 next message from the per-peer inboxes, fairly across peers, and deserializes it on the
 caller's thread, so user code never runs on the I/O thread. ``close`` and ``statistics`` ask
 the engine what is still pending. The inboxes live here; the engine fills them through the
-:class:`netq.contract.Inbox` methods (``deliver``, ``wake_all``; the loop reads
-``consumer_waiting``, ``sleepers`` and ``ready``).
+:class:`netq.contract.Inbox` methods (``deliver``, ``wake_all``). What the loop reads of both
+is plain data in one :class:`netq.contract.LoopSignals` made here and handed to both.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from . import _shm, live
 from .chunk_stream import Stream
-from .contract import TransportFactory
+from .contract import LoopSignals, TransportFactory
 from .engine import SessionEngine
 from .exceptions import (
     DeserializationError,
@@ -190,12 +190,15 @@ class Communicator:
         self._message_limit = options.serialization.message_limit
         self._stall_warning = options.connection.stall_warning
 
+        # What the loop reads of the engine and the inboxes, and the notices it leaves the
+        # engine: plain data, shared by the three (netq.contract.LoopSignals).
+        self._signals = signals = LoopSignals()
         # The inboxes (netq.inbox): the engine fills them, get() takes from them.
-        self._inboxes = Inboxes(options.connection.spin)
+        self._inboxes = Inboxes(options.connection.spin, signals)
         self._close_lock = threading.Lock()
         self._meter = RateMeter()
 
-        self._engine = SessionEngine(options, self.purpose, self._inboxes, loop_factory)
+        self._engine = SessionEngine(options, self.purpose, self._inboxes, signals, loop_factory)
         self._inboxes.attach(self._engine)
         self._transport = self._engine.transport
         # What get() hands out stays held until the next get() (netq.credit.ReceiveBudget.lend).
@@ -225,7 +228,7 @@ class Communicator:
     @property
     def closed(self) -> bool:
         """True once ``close()`` began, and always in a forked child (it cannot be used there)."""
-        return self._fork_error is not None or self._engine.closing
+        return self._fork_error is not None or self._signals.closing
 
     @property
     def transport(self) -> Any:
@@ -271,7 +274,7 @@ class Communicator:
         if self._fork_error is not None:
             raise self._fork_error
         engine = self._engine
-        if engine.closing:
+        if self._signals.closing:
             raise ResourceClosed(None, "put after close()")
         if engine.failure is not None or engine.fatal is not None:
             engine.raise_if_broken()
@@ -535,7 +538,7 @@ class Communicator:
             purpose=self.purpose.value,
             protocol=self.protocol.value,
             address=str(self._transport.address),
-            state="closed" if engine.closed.is_set() else "closing" if engine.closing
+            state="closed" if engine.closed.is_set() else "closing" if self._signals.closing
             else "open",
             uptime=now - engine.created,
             peers=rows,

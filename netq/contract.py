@@ -5,7 +5,8 @@ This module sits below both :mod:`netq.engine` and :mod:`netq.loop`: each import
 imports neither. The loop talks to its carrier (sockets, MQTT, gRPC) through another contract,
 :mod:`netq.carrier`; the engine never sees a carrier. This one holds
 
-* :class:`EngineAPI`: everything the loop may call on the engine;
+* :class:`EngineAPI`: everything the loop may call on the engine (five methods and the
+  :class:`LoopSignals`: what the loop reads, and the notices it leaves the engine, as data);
 * :class:`TransportAPI`: everything the engine may call on its loop (a
   :class:`netq.loop.IOLoop`, or the in-memory stand-in of the engine tests);
 * :class:`Inbox`: what the engine hands received messages to (the queue API's receive side);
@@ -38,11 +39,12 @@ Layers, top to bottom::
 
 from __future__ import annotations
 
+import collections
 import itertools
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence, Sized
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from ._shm import ShmCounters
@@ -53,32 +55,22 @@ from .protocol import Connection, Event, MessageReceived
 if TYPE_CHECKING:
     from .session import PeerSession
 
-__all__ = ("Address", "EngineAPI", "Inbox", "Link", "LinkIO", "TransportAPI", "TransportFactory")
+__all__ = ("CONNECT_FAILED", "CONNECT_STARTED", "LINK_CLOSED", "LINK_SERVED", "Address",
+           "EngineAPI", "Inbox", "Link", "LinkIO", "LoopSignals", "Notice", "TransportAPI",
+           "TransportFactory")
 
 _serials = itertools.count()  # Link.serial (next() on a count is atomic: any thread may)
 
 
 class Inbox(Protocol):
-    """What the engine hands received messages to (the queue API's receive side)."""
+    """What the engine hands received messages to (the queue API's receive side). What the
+    loop reads of the receive side is in :class:`LoopSignals`, never this."""
 
     def deliver(self, session: PeerSession, messages: list[MessageReceived]) -> None:
         """Append complete messages to the session's inbox and wake getters (I/O thread)."""
 
     def wake_all(self) -> None:
         """Wake every waiting get(): something changed that may end their wait."""
-
-    @property
-    def consumer_waiting(self) -> bool:
-        """True while a get() is blocked waiting for a message."""
-
-    # Plain attributes (read only here), read, never called, by the loop: get() calls asleep
-    # on a gate (they do not lead the loop), and the peers with messages to take. Asleep with
-    # nothing to take (sleepers and not ready): the loop must not be left to callers.
-    @property
-    def sleepers(self) -> int: ...
-
-    @property
-    def ready(self) -> Sized: ...
 
     @property
     def getters(self) -> int:
@@ -164,33 +156,53 @@ class Link(LinkIO):
         return str(self.peer_id) if self.peer_id is not None else str(self.address)
 
 
+# What the loop tells its engine, as data (:attr:`LoopSignals.notices`): each a
+# ``(kind, link, text)`` the engine drains at the start of its next service(), never a call.
+LINK_CLOSED = 1  # the link's channel is gone (link; text unused)
+LINK_SERVED = 2  # the link was read or written: the engine may pump its session (link)
+CONNECT_STARTED = 3  # client: an attempt to reach the server began (no link)
+CONNECT_FAILED = 4  # client: an attempt failed, the loop retries (no link; text: why)
+Notice = tuple[int, "Link | None", str]
+
+
+class LoopSignals:
+    """What the layers above the loop tell it, and what it tells them, as plain data.
+
+    The engine and the receive side write the flags; the loop reads them on every turn and
+    calls nothing on them. The loop appends to ``notices`` what the engine must hear (a link
+    closed or was served, a connection attempt began or failed); the engine drains them once
+    per turn, in the service() the loop runs whenever they are not empty. One object, made by
+    the communicator and handed to its inboxes and its engine (which hands it to the loop).
+    """
+
+    __slots__ = ("attention", "service_due", "closing", "stopping", "said_goodbye", "notices",
+                 "consumer_waiting", "sleepers", "ready")
+
+    def __init__(self) -> None:
+        # Sessions user threads queued work for (engine.schedule): non-empty means the loop's
+        # turn must not wait.
+        self.attention: collections.deque[PeerSession] = collections.deque()
+        # Monotonic time before which a turn with nothing in attention and notices before
+        # close() need not call service() (0.0: call it now).
+        self.service_due = 0.0
+        self.closing = False  # close() began: refuse newcomers, flush, then stop
+        self.stopping = False  # the goodbyes are under way; the loop ends after them
+        self.said_goodbye = False  # stopping: nothing is left to wait for but the links
+        self.notices: collections.deque[Notice] = collections.deque()
+        # The receive side's (netq.inbox): a get() is blocked (a reply is likely to follow
+        # what arrives); get() calls asleep on a gate (they do not lead the loop); the peers
+        # with messages to take. Asleep with nothing to take: the loop must not be left to
+        # callers.
+        self.consumer_waiting = False
+        self.sleepers = 0
+        self.ready: collections.deque[PeerSession] = collections.deque()
+
+
 class EngineAPI(Protocol):
-    """What the loop may call on its engine (and nothing else)."""
+    """What the loop may call on its engine (and nothing else): what it reads is data
+    (:attr:`signals`), what it tells the engine is data too (:attr:`LoopSignals.notices`)."""
 
-    options: CommunicatorOptions
-    purpose: Purpose
-    id: uuid.UUID
-
-    @property
-    def closing(self) -> bool:
-        """close() was called: refuse newcomers."""
-
-    @property
-    def stopping(self) -> bool:
-        """The I/O loop should say goodbye and end."""
-
-    @property
-    def attention(self) -> Sized:
-        """Sessions user threads queued work for: non-empty means the loop's turn must not
-        wait (a plain attribute on the engine: read on every turn)."""
-    # Monotonic time before which a turn with empty ``attention`` before close() need not
-    # call service() (0.0: call it now).
-    service_due: float
-    # The receive side's state, read (never called) by the loop on every read and turn:
-    # consumer_waiting (a get() is blocked: a reply is likely to follow what arrives) and
-    # sleepers and ready (a get() sleeps until a message is handed to it: the loop must not
-    # be left idle).
-    consumers: Inbox
+    signals: LoopSignals
 
     def new_connection(self, passes_fds: bool = False) -> Connection:
         """The protocol state for a new link (its HELLO is queued); ``passes_fds``: its
@@ -199,36 +211,15 @@ class EngineAPI(Protocol):
     def handle_events(self, link: Link, events: list[Event]) -> None:
         """What the link's Connection produced from received bytes (link lock held)."""
 
-    def after_io(self, link: Link) -> None:
-        """A link was read or written: pump its session's queue if it has one."""
-
-    def link_closed(self, link: Link) -> None:
-        """The link's socket or channel is gone (link lock held)."""
-
-    def connect_started(self) -> None:
-        """Client: the transport starts an attempt to reach the server."""
-
-    def connect_failed(self, address: str, reason: str) -> None:
-        """Client: an attempt to reach the server failed; the transport retries."""
-
     def wants_connection(self) -> bool:
         """Client: should the transport (re)connect now?"""
 
     def service(self, now: float) -> float:
-        """Periodic and requested work; returns seconds until it wants to run again."""
+        """Drain the notices, pump, grant credit, run the timers and, stopping, the goodbyes
+        (:attr:`LoopSignals.said_goodbye`); returns seconds until it wants to run again."""
 
-    def goodbyes(self) -> bool:
-        """Closing: say goodbye on every link; True when nothing is left to wait for."""
-
-    def goodbye_wait(self, now: float, linked: bool) -> float:
-        """Stopping: seconds the loop may sleep before calling goodbyes() again (``linked``:
-        links are open)."""
-
-    def failed(self, error: BaseException) -> None:
-        """The I/O thread is dying of ``error``."""
-
-    def finished(self) -> None:
-        """The I/O thread has ended."""
+    def ended(self, error: BaseException | None) -> None:
+        """The I/O thread has ended (``error``: what it died of), its links dropped."""
 
 
 class TransportAPI(Protocol):
@@ -291,6 +282,6 @@ class TransportAPI(Protocol):
         """Wait for the I/O thread to end."""
 
 
-TransportFactory = Callable[[EngineAPI], TransportAPI]
-"""What builds an engine's loop, called with the engine (:func:`netq.loop.carrier_loop` makes
-one from a carrier class)."""
+TransportFactory = Callable[[EngineAPI, CommunicatorOptions, Purpose], TransportAPI]
+"""What builds an engine's loop, called with the engine and its options and purpose
+(:func:`netq.loop.carrier_loop` makes one from a carrier class)."""

@@ -38,7 +38,18 @@ import time
 from collections.abc import Sequence
 
 from . import flow, protocol as proto
-from .contract import EngineAPI, Inbox, Link, TransportAPI, TransportFactory
+from .contract import (
+    CONNECT_FAILED,
+    CONNECT_STARTED,
+    LINK_CLOSED,
+    LINK_SERVED,
+    EngineAPI,
+    Inbox,
+    Link,
+    LoopSignals,
+    TransportAPI,
+    TransportFactory,
+)
 from .credit import ReceiveBudget
 from .diagnostics import (
     WAITING_CLIENTS,
@@ -85,7 +96,7 @@ class SessionEngine:
     """The I/O side of one communicator. Create through :class:`netq.Communicator`."""
 
     def __init__(self, options: CommunicatorOptions, purpose: Purpose, inbox: Inbox,
-                 loop_factory: TransportFactory) -> None:
+                 signals: LoopSignals, loop_factory: TransportFactory) -> None:
         self.options = options
         self.purpose = purpose
         self.id = options.id
@@ -114,19 +125,13 @@ class SessionEngine:
                                     peer_count=self.peers.__len__, schedule=self.schedule,
                                     clock=time.monotonic)
 
-        # Sessions the I/O thread must service (pump, grant credit) on its next turn; the loop
-        # reads it (non-empty: its turn has work, it must not wait).
-        self.attention: collections.deque[PeerSession] = collections.deque()
-        # The receive side, for the loop's reads of two flags on every read and turn
-        # (consumer_waiting; sleepers and ready); the loop calls nothing on it.
-        self.consumers = inbox
+        # What the loop reads on every turn and the notices it leaves us (netq.contract):
+        # attention (the sessions the I/O thread must service, pump and grant credit, on its
+        # next turn), service_due, closing and stopping are written here.
+        self.signals = signals
+        self.attention: collections.deque[PeerSession] = signals.attention
+        self._notices = signals.notices
         self._timers_ran = self._timers_due = 0.0  # when _timers last ran, when next due
-        # Until then, a turn with nothing scheduled (attention) before close() need not call
-        # service(): its timers are not due (0.0: at once). Read by the loop on every turn.
-        self.service_due = 0.0
-        # Plain attributes, not properties: read on every put() and every loop turn.
-        self.closing = False  # close() began: refuse newcomers, flush, then stop
-        self.stopping = False  # the goodbyes are under way; the loop ends after them
         self._stopping_since = 0.0
         self._close_progress = threading.Condition()  # close() waits here (wait_flushed)
         self.closed = threading.Event()  # the I/O thread has ended
@@ -139,7 +144,7 @@ class SessionEngine:
         self.reach = None if self._server else Reachability(self._stall_warning, self.created,
                                                             str(options.netloc))
 
-        self.transport: TransportAPI = loop_factory(self)
+        self.transport: TransportAPI = loop_factory(self, options, purpose)
         self._pump = pump  # an attribute: a test hooks into the I/O thread's pumping
         self.start = self.transport.start
         self.handshake = Handshake(server=self._server, peers=self.peers, budget=self.budget,
@@ -218,7 +223,7 @@ class SessionEngine:
         self.schedule(session)
         self.transport.wake()
         session.wait_for_space(self._send_budget, self._send_messages, timeout, StallWarning(
-            self._stall_warning, time.monotonic()), lambda: self.closing,
+            self._stall_warning, time.monotonic()), lambda: self.signals.closing,
             lambda: explain(session), self.purpose.value)
 
     # ================================================================== I/O thread: links
@@ -256,10 +261,14 @@ class SessionEngine:
                 self.schedule(session)
             elif kind is proto.PeerAuthenticated:
                 assert isinstance(event, proto.PeerAuthenticated)
+                if self._notices:  # a link of this peer that closed is heard of first
+                    self._drain_notices()
                 if not self.handshake.authenticated(link, event.hello):
                     return  # refused: nothing after the HELLO is looked at
             elif kind is proto.SessionOpened:
                 assert isinstance(event, proto.SessionOpened)
+                if self._notices:  # a link of this peer that closed is heard of first
+                    self._drain_notices()
                 if not self.handshake.session_opened(link, event):
                     return  # refused (a stale attempt): nothing after it is looked at
                 session = link.session
@@ -288,14 +297,34 @@ class SessionEngine:
             self.budget.arrived(session, link, arrived)  # counts them: one call per read
             self._inbox.deliver(session, arrived)
 
-    def after_io(self, link: Link) -> None:
-        session = link.session
-        if session is not None:
-            link.direct_ok = True
-            if session.outbox and not session.scheduled:
-                self.schedule(session)
+    def _drain_notices(self) -> None:
+        """What the loop left us since the last turn (netq.contract.LoopSignals.notices), in
+        the order it happened."""
+        notices = self._notices
+        while notices:
+            kind, link, text = notices.popleft()
+            if kind == LINK_SERVED:
+                assert link is not None
+                session = link.session
+                if session is not None:
+                    # User threads may write on the link from now on (see Link.direct_ok).
+                    link.direct_ok = True
+                    if session.outbox and not session.scheduled:
+                        self.schedule(session)
+            elif kind == LINK_CLOSED:
+                assert link is not None
+                with link.lock:
+                    self._link_closed(link)
+            elif kind == CONNECT_STARTED:
+                self._timers_changed()
+                if self.reach is not None:
+                    self.reach.started(time.monotonic())
+            elif kind == CONNECT_FAILED:
+                self._connect_failed(text)
 
-    def link_closed(self, link: Link) -> None:
+    def _link_closed(self, link: Link) -> None:
+        """The link's channel is gone (link lock held): its credit, its session, and for a
+        client whose attempt ended before its handshake, a failed attempt."""
         # Nothing of a closed link is due before its session expires or a client warns.
         connection = self.options.connection
         self._timers_changed(min(connection.session_timeout, connection.stall_warning))
@@ -314,34 +343,40 @@ class SessionEngine:
                 return
         failed_attempt = self.handshake.link_closed(link, time.monotonic())
         if failed_attempt is not None:
-            self.connect_failed(str(self.options.netloc), failed_attempt)
+            self._connect_failed(failed_attempt)
 
-    def connect_started(self) -> None:
+    def _connect_failed(self, reason: str) -> None:
+        """Client: an attempt to reach the server failed; the loop retries."""
         self._timers_changed()
         if self.reach is not None:
-            self.reach.started(time.monotonic())
-
-    def connect_failed(self, address: str, reason: str) -> None:
-        self._timers_changed()
-        if self.reach is not None:
-            self.reach.failed(time.monotonic(), reason if address == str(self.options.netloc)
-                              else f"{address}: {reason}")
-        LOGGER.debug("netq client: connecting to %s failed: %s", address, reason)
+            self.reach.failed(time.monotonic(), reason)
+        LOGGER.debug("netq client: connecting to %s failed: %s", self.options.netloc, reason)
 
     def wants_connection(self) -> bool:
-        if self.stopping:
+        if self.signals.stopping:
             # Only to finish a goodbye a broken link interrupted, while close() allows it.
             return self.handshake.goodbye_retry(time.monotonic())
         session = self.peers.server_session
         if session is None or session.state is PeerState.CLOSED:
             return False
-        if self.closing:
+        if self.signals.closing:
             return bool(session.outbox or session.inflight)
         return True
 
     # ================================================================== I/O thread: periodic
 
     def service(self, now: float) -> float:
+        if self._notices:
+            self._drain_notices()
+        wait = self._service(now)
+        signals = self.signals
+        if signals.stopping:
+            signals.said_goodbye = self._goodbyes(now)
+            wait = min(wait, self._goodbye_wait(now, bool(self.transport.links())))
+        return wait
+
+    def _service(self, now: float) -> float:
+        """Pump and grant credit to the sessions in attention; the timers when due."""
         attention = self.attention
         transport = self.transport
         # One pass over what is queued now: a session rescheduled meanwhile waits for the next
@@ -358,7 +393,7 @@ class SessionEngine:
                 self._pump(session, link)
                 if link.conn.has_output:
                     transport.write_now(link)
-        if self.closing:
+        if self.signals.closing:
             self._closing_progress()  # close() looks at flushed() again
         due = self._timers_due
         # Due (0: a look now), and for a due time reached, a tick after the last look.
@@ -366,7 +401,7 @@ class SessionEngine:
             return max(due - now, self._timers_ran + _TIMER_TICK - now)
         wait = self._timers(now)
         self._timers_ran, self._timers_due = now, now + wait
-        self.service_due = now + max(wait, _TIMER_TICK)
+        self.signals.service_due = now + max(wait, _TIMER_TICK)
         return wait
 
     def _timers_changed(self, within: float = 0.0) -> None:
@@ -375,7 +410,7 @@ class SessionEngine:
         due = time.monotonic() + within if within else 0.0
         if due < self._timers_due:
             self._timers_due = due
-            self.service_due = max(due, self._timers_ran + _TIMER_TICK) if due else 0.0
+            self.signals.service_due = max(due, self._timers_ran + _TIMER_TICK) if due else 0.0
 
     def _session_came(self) -> None:
         # No look now (one per handshake scans every link in a storm): one within the slack.
@@ -411,13 +446,13 @@ class SessionEngine:
                 # millisecond, at the price of a PING that much late.
                 due = heartbeat - min(silent, now - link.ping_sent_at)
                 wait = min(wait, max(due, heartbeat * _HEARTBEAT_SLACK))
-        return max(min(wait, self.diagnostics.watch(now, self.stopping)), 0.001)
+        return max(min(wait, self.diagnostics.watch(now, self.signals.stopping)), 0.001)
 
     # ================================================================== closing
 
     def begin_close(self) -> None:
         self._timers_changed()
-        self.closing = True
+        self.signals.closing = True
 
     def stop(self, goodbye_by: float | None = None) -> None:
         """Say goodbye and end the loop. ``goodbye_by``: see Handshake.stopping."""
@@ -425,7 +460,7 @@ class SessionEngine:
         now = time.monotonic()
         self._stopping_since = now
         self.handshake.stopping(now, goodbye_by)
-        self.stopping = True
+        self.signals.stopping = True
         self.transport.wake()
 
     def flushed(self) -> bool:
@@ -443,7 +478,7 @@ class SessionEngine:
         with self._close_progress:
             self._close_progress.notify_all()
 
-    def goodbye_wait(self, now: float, linked: bool) -> float:
+    def _goodbye_wait(self, now: float, linked: bool) -> float:
         """Stopping: seconds the loop may sleep before it looks at the goodbyes again. While
         links are open, or in the first moment, every 10 ms: a goodbye under way ends soon.
         A client with no link that waits to reconnect to finish its goodbye sleeps until its
@@ -458,25 +493,29 @@ class SessionEngine:
     def explain_close_wait(self) -> str:
         """What close() waits for, in words (its stall WARNINGs)."""
         now = time.monotonic()
-        deadline = self.handshake.goodbye_deadline() if self.stopping else None
+        deadline = self.handshake.goodbye_deadline() if self.signals.stopping else None
         return self.diagnostics.explain_close_wait(now, goodbye_deadline=deadline)
 
-    def goodbyes(self) -> bool:
-        now = time.monotonic()
+    def _goodbyes(self, now: float) -> bool:
+        """Closing: say goodbye on every link; True when nothing is left to wait for."""
         retrying = self.handshake.goodbye_retry(now)
         done = self.handshake.goodbyes(
             in_grace=retrying or now - self._stopping_since < _GOODBYE_GRACE)
         return done and not retrying
 
-    def failed(self, error: BaseException) -> None:
-        self.failure = error
-        lost = ConnectionLost(None, f"I/O thread failed: {error!r}")
-        for session in self.all_sessions():
-            session.fail_outbound(lost)
-        self._inbox.wake_all()
-        self._closing_progress()
+    def ended(self, error: BaseException | None) -> None:
+        if error is not None:
+            self.failure = error
+            lost = ConnectionLost(None, f"I/O thread failed: {error!r}")
+            for session in self.all_sessions():
+                session.fail_outbound(lost)
+            self._inbox.wake_all()
+        try:
+            self._drain_notices()  # the links the loop dropped as it ended
+        finally:
+            self._finished()
 
-    def finished(self) -> None:
+    def _finished(self) -> None:
         if self.reach is not None:
             WAITING_CLIENTS.remove(self.reach)
         self.closed.set()

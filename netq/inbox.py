@@ -1,13 +1,14 @@
 """The inboxes get() takes from: one per peer, served round-robin, filled by the engine.
 
 :class:`Inboxes` is the queue API's receive side. The engine hands complete messages to it
-on the I/O thread (the :class:`netq.contract.Inbox` methods: ``deliver``, ``wake_all``,
-``consumer_waiting``, ``consumer_sleeping``); a ``get()`` takes the next one, fairly across
-peers, and while it waits it may run the I/O loop itself (leader/followers,
-``IOLoop.lead``), spin briefly, or sleep on a condition the engine notifies. A message
-taken is lent by the receive budget until the next ``get()`` (netq.credit.ReceiveBudget.lend);
-one given back after a failed ``get()`` counts as held again. The communicator opens
-(deserializes) what it takes, on the caller's thread.
+on the I/O thread (the :class:`netq.contract.Inbox` methods: ``deliver``, ``wake_all``);
+what the loop reads of it (``consumer_waiting``, ``sleepers``, ``ready``) it keeps in the
+:class:`netq.contract.LoopSignals` it shares with the engine and the loop. A ``get()``
+takes the next one, fairly across peers, and while it waits it may run the I/O loop itself
+(leader/followers, ``IOLoop.lead``), spin briefly, or sleep on a condition the engine
+notifies. A message taken is lent by the receive budget until the next ``get()``
+(netq.credit.ReceiveBudget.lend); one given back after a failed ``get()`` counts as held
+again. The communicator opens (deserializes) what it takes, on the caller's thread.
 
 A ``get()`` that finds a message takes one lock round trip and one call into the budget
 (:meth:`netq.credit.ReceiveBudget.settle_lent`); one that waits leads the loop through the
@@ -24,7 +25,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .contract import TransportAPI
+from .contract import LoopSignals, TransportAPI
 from .credit import ReceiveBudget
 from .engine import SessionEngine
 from .exceptions import ConnectionLost, Empty, ResourceClosed
@@ -42,7 +43,7 @@ class Inboxes:
     """Every peer's inbox, the peers that have something (in the round-robin order get()
     serves them), and the get() calls waiting. Thread-safe: one lock for all of it."""
 
-    def __init__(self, spin: float) -> None:
+    def __init__(self, spin: float, signals: LoopSignals) -> None:
         self._spin = spin  # seconds a get() busy-polls before it leads the loop or sleeps
         self._lock = threading.Lock()
         # The locks of the get() calls asleep, oldest first: each sleeps on its own locked lock
@@ -50,18 +51,18 @@ class Inboxes:
         # protocol, without its Python methods on both threads of every hand-over).
         self._gates: collections.deque[Any] = collections.deque()
         self._getters = 0  # get() calls waiting for a message (sleeping or leading the loop)
-        # _getters > 0, kept as a plain attribute: the loop reads it on every read (Inbox).
-        self.consumer_waiting = False
-        # Of those, the ones asleep on a gate (_gates: a hand-over wakes them). Read by the
-        # loop (Inbox), with ready: a get() asleep with nothing to take does not lead the loop,
-        # so a parked I/O thread must run it (one handed a message wakes and takes it).
-        self.sleepers = 0
+        # What the loop reads of us on every read and turn (plain data, never a call):
+        # consumer_waiting (_getters > 0); sleepers, the get() calls asleep on a gate (_gates:
+        # a hand-over wakes them), with ready: a get() asleep with nothing to take does not
+        # lead the loop, so a parked I/O thread must run it (one handed a message wakes and
+        # takes it).
+        self._signals = signals
         # time.monotonic() when get() began waiting with nothing taken since (None when a
         # message was taken and no get() waits): the diagnostics say what such a wait is for.
         self.waiting_since: float | None = None
         self._adapter_getters = 0  # adapters' get() calls waiting (adapter_waits)
         # The peers with messages to take, in the order get() serves them (read only outside).
-        self.ready: collections.deque[PeerSession] = collections.deque()
+        self.ready: collections.deque[PeerSession] = signals.ready
         self._listeners: list[Callable[[], None]] = []
         self._engine: SessionEngine | None = None
 
@@ -116,7 +117,7 @@ class Inboxes:
         if not session.in_ready:
             session.in_ready = True
             self.ready.appendleft(session)
-        if self.sleepers:
+        if self._signals.sleepers:
             self._wake(len(items))
 
     def give_back(self, taken: list[tuple[PeerSession, Any]]) -> None:
@@ -185,13 +186,13 @@ class Inboxes:
                     # The I/O thread died ("it broke"), whether or not it has ended yet: the same
                     # ConnectionLost to a get() it wakes as to every later one.
                     engine.raise_if_broken()
-                if engine.closing and (not block or engine.closed.is_set()):
+                if self._signals.closing and (not block or engine.closed.is_set()):
                     raise ResourceClosed(None, "closed and every received message was taken")
                 if engine.fatal is not None:
                     engine.raise_if_broken()
                 server = self._server_session
                 if server is not None and server.state is PeerState.CLOSED and not server.inbox:
-                    if engine.closing:  # its BYE answered ours: we closed it
+                    if self._signals.closing:  # its BYE answered ours: we closed it
                         raise ResourceClosed(None, "closed and every received message was taken")
                     raise ConnectionLost(server.id, "the server closed the session")
                 if not block:
@@ -224,7 +225,7 @@ class Inboxes:
                 if self.waiting_since is None:
                     self.waiting_since = time.monotonic()
                 self._getters += 1
-                self.consumer_waiting = True
+                self._signals.consumer_waiting = True
                 try:
                     if self._caller_leads and not looked_again and (
                             not peers or server is not None):
@@ -239,7 +240,7 @@ class Inboxes:
                         # the I/O thread delivered, or close(), notified nobody (no sleepers).
                         looked_again = not led
                         continue
-                    self.sleepers += 1
+                    self._signals.sleepers += 1
                     if self._caller_leads:
                         self._unpark_io()  # nobody may be polling: the I/O thread must
                     gate = _new_lock()
@@ -251,7 +252,7 @@ class Inboxes:
                         woken = gate.acquire(True, -1 if remaining is None else remaining)
                     finally:
                         self._lock.acquire()
-                        self.sleepers -= 1
+                        self._signals.sleepers -= 1
                         if not woken:
                             try:
                                 self._gates.remove(gate)
@@ -260,7 +261,7 @@ class Inboxes:
                     looked_again = False  # woken: this get may lead the loop again
                 finally:
                     self._getters -= 1
-                    self.consumer_waiting = self._getters > 0
+                    self._signals.consumer_waiting = self._getters > 0
 
     def _wake(self, count: int) -> None:
         """Wake up to ``count`` sleeping get() calls, oldest first (receive lock held)."""
@@ -287,7 +288,7 @@ class Inboxes:
             if not session.in_ready:
                 session.in_ready = True
                 self.ready.append(session)
-            if self.sleepers:
+            if self._signals.sleepers:
                 gates = self._gates  # _wake(len(messages)), inline: once per read
                 for _ in range(min(len(messages), len(gates))):
                     gates.popleft().release()

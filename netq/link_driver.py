@@ -25,8 +25,9 @@ from collections.abc import Callable
 
 from ._shm import ShmCounters
 from .carrier import READABLE, WRITABLE, Carrier, CarrierInfo, Opened
-from .contract import EngineAPI, Link
+from .contract import LINK_CLOSED, LINK_SERVED, EngineAPI, Link
 from .exceptions import AuthenticationError, ConnectionLost, NetqError, RemoteProtocolError
+from .options import Purpose
 from .protocol import ConnectionState, Event
 
 __all__ = ("LinkDriver", "CLOSE_FLUSH_LIMIT", "READS_PER_EVENT", "LEAD_BELOW")
@@ -42,11 +43,14 @@ _CLOSED = ConnectionState.CLOSED
 class LinkDriver:
     """The links of one loop, and what happens to each of them."""
 
-    def __init__(self, engine: EngineAPI, carrier: Carrier[object], *,
+    def __init__(self, engine: EngineAPI, purpose: Purpose, carrier: Carrier[object], *,
                  leading: Callable[[], bool], wake: Callable[[], None],
                  dropped: Callable[[Link], None]) -> None:
         self.engine = engine
-        self._consumers = engine.consumers  # read only: consumer_waiting
+        self._purpose = purpose.value
+        # Read only: consumer_waiting; and what the engine must hear goes to notices.
+        self._signals = engine.signals
+        self._notices = engine.signals.notices
         self.carrier = carrier
         self.info: CarrierInfo = carrier.info
         self._leading = leading
@@ -80,7 +84,7 @@ class LinkDriver:
             return True
         self.refused += 1
         LOGGER.warning("netq %s: refused a link bound to peer %s whose HELLO claims id %s",
-                       self.engine.purpose.value, bound, peer_id)
+                       self._purpose, bound, peer_id)
         return False
 
     def open(self, channel: object, opened: Opened) -> None:
@@ -104,7 +108,7 @@ class LinkDriver:
             return
         engine = self.engine
         # Looked at before reading: the message read now is what a blocked get() waited for.
-        consumer_waiting = self._consumers.consumer_waiting
+        consumer_waiting = self._signals.consumer_waiting
         session = link.session
         conn = link.conn
         with session.send_lock if session is not None else link.own_lock:  # link.lock
@@ -165,14 +169,14 @@ class LinkDriver:
                 else:
                     self.write_now(link)
         session = link.session
-        if not link.direct_ok or (session is not None and session.outbox
-                                  and not session.scheduled):
-            engine.after_io(link)  # what it does when neither holds: nothing
+        if not link.direct_ok and session is not None or (
+                session is not None and session.outbox and not session.scheduled):
+            self._notices.append((LINK_SERVED, link, ""))  # the engine may pump it
 
     def _read_failed(self, link: Link, error: OSError | NetqError) -> None:
         """Reading the link's channel failed: the link ends, saying why."""
         if isinstance(error, RemoteProtocolError):  # the peer's bytes (descriptors)
-            LOGGER.info("netq %s: link to %s failed: %s", self.engine.purpose.value,
+            LOGGER.info("netq %s: link to %s failed: %s", self._purpose,
                         link.peer_name, error)
         if link.error is None:
             link.error = self.blamed(link, error) if isinstance(error, NetqError) \
@@ -189,14 +193,17 @@ class LinkDriver:
     def data(self, link: Link, data: object) -> None:
         """A packet of the link's byte stream (packet carriers)."""
         link.last_received_at = time.monotonic()
-        consumer_waiting = self._consumers.consumer_waiting
+        consumer_waiting = self._signals.consumer_waiting
         with link.lock:
             conn = link.conn
             if not self._received(link, conn.receive_data(data)):  # type: ignore[arg-type]
                 return
             if conn.bytes_queued:
                 self._write_or_hold(link, consumer_waiting)
-        self.engine.after_io(link)
+        session = link.session
+        if not link.direct_ok and session is not None or (
+                session is not None and session.outbox and not session.scheduled):
+            self._notices.append((LINK_SERVED, link, ""))  # the engine may pump it
 
     def _received(self, link: Link, events: list[Event]) -> bool:
         """Hand the events of bytes just received to the engine (link lock held).
@@ -392,5 +399,5 @@ class LinkDriver:
         self.carrier.close(link.channel)
         with link.lock:
             link.conn.close_descriptors()
-            self.engine.link_closed(link)
+        self._notices.append((LINK_CLOSED, link, ""))  # the engine drains it on its next turn
         self._dropped(link)

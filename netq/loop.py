@@ -41,9 +41,9 @@ from .carrier import (
     CarrierFactory,
     Opened,
 )
-from .contract import EngineAPI, Link, TransportAPI
+from .contract import CONNECT_FAILED, CONNECT_STARTED, EngineAPI, Link, TransportAPI
 from .link_driver import LinkDriver
-from .options import Purpose
+from .options import CommunicatorOptions, Purpose
 from .shared_io import client_thread, own_thread_ended
 
 __all__ = ("IOLoop", "carrier_loop")
@@ -53,11 +53,12 @@ PARK_MAX = 0.004  # ... growing to this while every look finds callers leading a
 LEAD_SLICE = 0.05  # seconds of a caller-led wait for I/O between looks at its own state
 
 
-def carrier_loop(carrier_class: CarrierFactory) -> Callable[[EngineAPI], TransportAPI]:
+def carrier_loop(carrier_class: CarrierFactory) -> Callable[
+        [EngineAPI, CommunicatorOptions, Purpose], TransportAPI]:
     """What the engine builds its loop with: an :class:`IOLoop` over ``carrier_class``."""
 
-    def build(engine: EngineAPI) -> TransportAPI:
-        return IOLoop(engine, carrier_class)
+    def build(engine: EngineAPI, options: CommunicatorOptions, purpose: Purpose) -> TransportAPI:
+        return IOLoop(engine, options, purpose, carrier_class)
 
     return build
 
@@ -100,12 +101,16 @@ class ParkingSpot:
 class IOLoop:
     """The I/O thread of one communicator, its links, and the carrier it drives."""
 
-    def __init__(self, engine: EngineAPI, carrier_class: CarrierFactory) -> None:
+    def __init__(self, engine: EngineAPI, options: CommunicatorOptions, purpose: Purpose,
+                 carrier_class: CarrierFactory) -> None:
         self.engine = engine
-        self._options = engine.options
-        self._server = engine.purpose is Purpose.SERVER
+        # Plain data (netq.contract.LoopSignals) the loop reads, and appends notices to.
+        signals = self._signals = engine.signals
+        self._notices = signals.notices
+        self._options = options
+        self._server = purpose is Purpose.SERVER
         # A server's carrier binds here: a taken port raises from netq.new().
-        self.carrier: Carrier[object] = carrier_class(engine.options, engine.purpose)
+        self.carrier: Carrier[object] = carrier_class(options, purpose)
         info = self.carrier.info
         self.info = info
         self.connect_state = self.carrier.explain  # what stands between a client and its server
@@ -113,7 +118,7 @@ class IOLoop:
         # A client may run on the process's shared I/O thread (netq.shared_io), where no
         # caller leads it (the shared thread serves the others meanwhile).
         client = not self._server and info.any_thread_waits
-        self._shared = client_thread(engine.options.connection.io_thread, info.poll_fd) \
+        self._shared = client_thread(options.connection.io_thread, info.poll_fd) \
             if client else None
         self._owns_client_thread = client and self._shared is None  # counted per process
         self.poll_fd = info.poll_fd if self._shared is not None and info.poll_fd is not None \
@@ -126,14 +131,13 @@ class IOLoop:
         self.watches_peer_host = info.watches_peer_host
         self.looked_at = time.monotonic()
         # The links and what happens to each (netq.link_driver): the engine's calls go to it.
-        driver = self._driver = LinkDriver(engine, self.carrier, leading=self._leading,
+        driver = self._driver = LinkDriver(engine, purpose, self.carrier, leading=self._leading,
                                            wake=self.wake, dropped=self._link_dropped)
         self.write_now = driver.write_now
         self.close_link = driver.close_link
         self.links = driver.links
         self.authorize = driver.authorize
-        self._attention = engine.attention  # non-empty: the turn has work, it must not wait
-        self._consumers = engine.consumers  # read only: sleepers and ready
+        self._attention = signals.attention  # non-empty: the turn must not wait
         self._aborted = False
         self._idle = False  # the loop is (about to be) waiting: wake() must reach the carrier
         self._reconnect_at: float | None = None
@@ -152,7 +156,7 @@ class IOLoop:
         self._turns = LoopTurns()  # a caller's turns on the main thread defer Ctrl-C (see lead)
         self._thread = None if self._shared is not None else threading.Thread(
             target=self._run,
-            name=f"netq-io-{engine.purpose.value}-{str(engine.id)[:8]}", daemon=True)
+            name=f"netq-io-{purpose.value}-{str(options.id)[:8]}", daemon=True)
 
     # ----------------------------------------------------------------- what the engine calls
 
@@ -268,34 +272,32 @@ class IOLoop:
     def end(self, error: BaseException | None) -> None:
         """The loop ends (``error``: why it failed): links closed, the engine told."""
         try:
-            if error is not None:
-                self.engine.failed(error)
-        finally:
             with self._lead:  # a caller leading the loop ends its turn first (it sees _aborted)
                 self._shutdown()
+        finally:
             if self._owns_client_thread:
                 self._owns_client_thread = False
                 own_thread_ended()
-            self.engine.finished()
-            self._ended.set()
+            try:
+                self.engine.ended(error)
+            finally:
+                self._ended.set()
 
     def _step(self, cap: float | None) -> bool:
         """One turn of the loop (whoever leads it); True when a closing loop may end.
 
         ``cap``: wait at most this long for I/O (a caller leading the loop, see :meth:`lead`).
         """
-        engine = self.engine
+        signals = self._signals
         now = time.monotonic()
-        if engine.closing and self._server:
+        if signals.closing and self._server:
             self.carrier.admit(False)  # close() refuses newcomers from its first moment
-        if self._attention or engine.closing or now >= engine.service_due:
-            timeout = engine.service(now)
+        if self._attention or self._notices or signals.closing or now >= signals.service_due:
+            timeout = self.engine.service(now)
         else:
-            timeout = engine.service_due - now  # nothing to service, no timer due before
-        if engine.stopping:
-            if self._stop_step():
-                return True
-            timeout = min(timeout, engine.goodbye_wait(now, bool(self._driver.by_channel)))
+            timeout = signals.service_due - now  # nothing to service, no timer due before
+        if signals.stopping and self._stop_step():
+            return True
         if self._reconnect_at is not None:
             timeout = min(timeout, max(0.0, self._reconnect_at - now))
         driver = self._driver
@@ -384,9 +386,9 @@ class IOLoop:
         every few milliseconds, not every one). Timers, heartbeats and held ACKs that no
         caller's turn took care of are never later than that gap.
         """
-        engine = self.engine
+        signals = self._signals
         attention = self._attention
-        consumers = self._consumers
+        notices = self._notices
         spot = self._spot
         driver = self._driver
         gap = PARK_LIMIT
@@ -395,12 +397,13 @@ class IOLoop:
             with spot.mutex:
                 spot.parked = True  # before the look: work queued after it unparks us
                 # A get() asleep on its gate does not lead: someone must poll.
-                if attention or engine.closing or consumers.sleepers and not consumers.ready:
+                if attention or notices or signals.closing \
+                        or signals.sleepers and not signals.ready:
                     spot.parked = False
                     return
             if spot.wait(gap):
                 return  # unparked: work to do, or a get() went to sleep
-            if attention or engine.closing or self._caller_rounds == rounds \
+            if attention or notices or signals.closing or self._caller_rounds == rounds \
                     and not self._lead.locked():
                 return  # work to do, or no caller led meanwhile nor leads now: lead again
             now = time.monotonic()
@@ -427,7 +430,7 @@ class IOLoop:
         """
         if not self._spot.parked or not self._lead.acquire(False):  # positional: no keyword parsing
             return False
-        engine = self.engine
+        signals = self._signals
         turns = self._turns
         try:
             # Not if the I/O thread took the loop back meanwhile, nor on the main thread under
@@ -440,7 +443,7 @@ class IOLoop:
             if self._driver.held:  # a get() back without a put(): no reply carries held ACKs
                 self._driver.release_holds(True)  # so they go now (a turn saved)
             deadline = None if timeout is None else time.monotonic() + timeout
-            while not ready() and not self._aborted and not engine.closing:
+            while not ready() and not self._aborted and not signals.closing:
                 cap = LEAD_SLICE
                 if deadline is not None:
                     cap = min(cap, deadline - time.monotonic())
@@ -460,7 +463,7 @@ class IOLoop:
     # ----------------------------------------------------------------- closing
 
     def _stop_step(self) -> bool:
-        """One step of closing; True when the loop may end."""
+        """One step of closing (service() said the goodbyes); True when the loop may end."""
         if self._server:
             self.carrier.admit(False)
         elif self.engine.wants_connection():
@@ -470,8 +473,7 @@ class IOLoop:
         else:
             self._abandon_attempt()
             self._reconnect_at = None
-        done = self.engine.goodbyes()
-        return done and not self.links()
+        return self._signals.said_goodbye and not self.links()
 
     def _shutdown(self) -> None:
         for link in list(self._driver.by_channel.values()):
@@ -491,7 +493,7 @@ class IOLoop:
             # An attempt the loop bounds stops the session clock while it lasts. A carrier
             # that bounds its own (a broker waiting for a server to announce itself) may wait
             # for ever: its time counts against session_timeout.
-            self.engine.connect_started()
+            self._notices.append((CONNECT_STARTED, None, ""))
         self._attempt_since = time.monotonic()
         self.carrier.admit(True)
 
@@ -502,7 +504,7 @@ class IOLoop:
 
     def _attempt_failed(self, reason: str) -> None:
         self._attempt_since = None
-        self.engine.connect_failed(str(self._options.netloc), reason)
+        self._notices.append((CONNECT_FAILED, None, reason))
         self._schedule_reconnect()
 
     def _check_attempt(self, now: float) -> None:
@@ -526,14 +528,13 @@ class IOLoop:
     # ----------------------------------------------------------------- links come and go
 
     def _open(self, channel: object, opened: Opened) -> None:
-        engine = self.engine
         if self._server:
-            refuse = engine.closing or self._aborted  # close() refuses newcomers at once
+            refuse = self._signals.closing or self._aborted  # close() refuses newcomers at once
         else:
             self._attempt_since = None
             # A closing client still takes a link that finishes a goodbye a broken link
             # interrupted (wants_connection says whether one is under way).
-            refuse = self._aborted or not engine.wants_connection()
+            refuse = self._aborted or not self.engine.wants_connection()
         if refuse:
             self.carrier.close(channel)
         else:

@@ -127,6 +127,151 @@ def test_the_check_sees_an_upward_import():
     assert "netq.contract" in imports_of("from .contract import Link", "netq.engine")
 
 
+# ---------------------------------------------------------------- nothing below the engine calls up
+# The modules below the engine: the loop, its link driver, the shared I/O thread, the carrier
+# contract, the carriers and the wire. What the engine must hear from them (a link served or
+# closed, a connection attempt begun or failed) they leave as data (netq.contract.LoopSignals:
+# notices the engine drains once per turn), and what they read of the engine and the receive
+# side is data too (the same LoopSignals). None may hold an inbox or a communicator at all.
+BELOW_THE_ENGINE = ("loop", "link_driver", "shared_io", "carrier", "transports", "protocol")
+# Names that hold an upper layer's object (a local, an attribute), and the upper layers' types.
+ENGINE_HOLDERS = frozenset({"engine", "_engine"})
+OTHER_HOLDERS = frozenset({"inbox", "_inbox", "inboxes", "_inboxes", "consumers", "_consumers",
+                           "communicator", "_communicator"})
+UPPER_TYPES = frozenset({"EngineAPI", "SessionEngine", "Inbox", "Inboxes", "Communicator"})
+# What an engine holds that is data, not a callable: reading it is no call up.
+ENGINE_DATA = frozenset({"signals"})
+# Issue 56: the engine calls still made from below it, each to become data the engine drains
+# (or gone). The set may only shrink: a new call up fails, and one that goes must go from here.
+STILL_CALLED_UP = {
+    "loop.py": {"EngineAPI", "engine.service", "engine.wants_connection", "engine.ended"},
+    "link_driver.py": {"EngineAPI", "engine.new_connection", "engine.handle_events"},
+}
+# Functions a user calls with a communicator (from above, on the user's thread): they read down
+# from it and are held by nothing below.
+USER_HELPERS = {"transports/mqtt/transport.py": {"link_statistics"}}
+
+
+def upward_reach(text: str, skip: frozenset[str] = frozenset()) -> set[str]:
+    """What the source ``text`` reaches of the layers above the engine's loop: ``holder.member``
+    for each member of an engine it uses (its data excepted), the holder's name for an inbox or
+    communicator held at all, and the upper layers' type names it mentions (annotations in
+    strings too). Top-level functions named in ``skip`` are not looked at."""
+    found: set[str] = set()
+    tree = ast.parse(text)
+    tree.body = [node for node in tree.body
+                 if not (isinstance(node, ast.FunctionDef) and node.name in skip)]
+
+    def holder(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return node.attr
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            held = holder(node.value)
+            if held in ENGINE_HOLDERS and node.attr not in ENGINE_DATA:
+                found.add(f"engine.{node.attr}")
+            if node.attr in OTHER_HOLDERS:
+                found.add(node.attr)
+            if node.attr in UPPER_TYPES:
+                found.add(node.attr)
+        elif isinstance(node, ast.Name):
+            if node.id in OTHER_HOLDERS or node.id in UPPER_TYPES:
+                found.add(node.id)
+        elif isinstance(node, ast.arg) and node.arg in OTHER_HOLDERS:
+            found.add(node.arg)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                annotation = ast.parse(node.value, mode="eval")
+            except SyntaxError:
+                continue  # a docstring or a message, not a type
+            found.update(name.id for name in ast.walk(annotation)
+                         if isinstance(name, ast.Name) and name.id in UPPER_TYPES)
+    return found
+
+
+def test_nothing_below_the_engine_calls_up_but_what_is_left():
+    paths = sources(*BELOW_THE_ENGINE)
+    assert len(paths) > 25 and PACKAGE / "transports" / "sockets.py" in paths
+    reached = {}
+    for path in paths:
+        name = str(path.relative_to(PACKAGE))
+        reach = upward_reach(path.read_text(), frozenset(USER_HELPERS.get(name, ())))
+        if reach:
+            reached[name] = reach
+    assert reached == STILL_CALLED_UP, (
+        "below the engine, only data may reach up (netq.contract.LoopSignals); what the "
+        f"engine must hear is a notice it drains: {reached}")
+
+
+def test_the_check_sees_a_call_up():
+    """The checker itself: an engine's method called through a local or an attribute, an inbox
+    or communicator held, an upper type named (in a string annotation too) are all found; the
+    engine's data and a docstring are not."""
+    text = '''"""The engine: a docstring."""
+def opened(self, engine: "EngineAPI", link):
+    engine.link_closed(link)
+    self.engine.after_io(link)
+    self._engine.signals.notices.append(link)
+    self._consumers.consumer_waiting
+def got(inbox, communicator):
+    pass
+'''
+    assert upward_reach(text) == {"EngineAPI", "engine.link_closed", "engine.after_io",
+                                  "_consumers", "inbox", "communicator"}
+    assert upward_reach("def f(link: Inboxes) -> SessionEngine: ...") == {"Inboxes",
+                                                                        "SessionEngine"}
+    helper = "def link_statistics(communicator):\n    return communicator.transport\n"
+    assert upward_reach(helper) == {"communicator"}
+    assert upward_reach(helper, frozenset({"link_statistics"})) == set()
+    # Appending a notice, and keeping the engine (an attribute named so), call nothing up.
+    assert upward_reach("signals.notices.append((1, link, ''))\nself.engine = engine\n") == set()
+
+
+# The most members EngineAPI may have (issue 56): what the loop may call on its engine, and the
+# data it reads (one LoopSignals).
+ENGINE_API_MEMBERS = 6
+
+
+def protocol_members(text: str, name: str) -> list[str]:
+    """The members a class ``name`` of the source ``text`` declares: its annotated attributes,
+    methods and properties (its docstring is none)."""
+    (cls,) = [node for node in ast.walk(ast.parse(text))
+              if isinstance(node, ast.ClassDef) and node.name == name]
+    members = []
+    for node in cls.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            members.append(node.target.id)
+        elif isinstance(node, ast.Assign):
+            members.extend(target.id for target in node.targets if isinstance(target, ast.Name))
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            members.append(node.name)
+    return members
+
+
+def test_the_engine_api_has_at_most_six_members():
+    members = protocol_members((PACKAGE / "contract.py").read_text(), "EngineAPI")
+    assert "signals" in members and "service" in members
+    assert len(members) <= ENGINE_API_MEMBERS, members
+
+
+def test_the_member_count_sees_every_kind_of_member():
+    text = '''class EngineAPI(Protocol):
+    """A docstring is no member."""
+    options: object
+    limit = 3
+    @property
+    def closing(self) -> bool: ...
+    def service(self, now: float) -> float: ...
+    async def later(self) -> None: ...
+'''
+    assert protocol_members(text, "EngineAPI") == ["options", "limit", "closing", "service",
+                                                  "later"]
+
+
 # The most lines a class may span: the facade and the engine stay readable in one sitting;
 # whatever grows past that is a decision of its own, with its own module.
 FACADE_AND_ENGINE_LINES = 450

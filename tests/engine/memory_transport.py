@@ -18,7 +18,7 @@ from typing import Any
 import netq as nq
 from netq._shm import ShmCounters
 from netq.communicator import Communicator
-from netq.contract import EngineAPI, Link
+from netq.contract import LINK_CLOSED, LINK_SERVED, EngineAPI, Link
 from netq.protocol import ConnectionState
 
 
@@ -36,11 +36,15 @@ class MemoryTransport:
     # The network the communicator being built joins (MemoryNetwork.communicator sets it).
     joining: MemoryNetwork | None = None
 
-    def __init__(self, engine: EngineAPI) -> None:
+    def __init__(self, engine: EngineAPI, options: nq.CommunicatorOptions,
+                 purpose: nq.Purpose) -> None:
         network = MemoryTransport.joining
         assert network is not None, "build memory communicators with MemoryNetwork"
         self.network = network
         self.engine = engine
+        self.options = options
+        # What the engine must hear (a link served, a link closed) goes here, as data.
+        self.notices = engine.signals.notices
         self.address = "memory"
         self.wakes = 0
         self._links: list[Link] = []
@@ -74,7 +78,7 @@ class MemoryTransport:
         pass
 
     def connect_target(self) -> str:
-        return str(self.engine.options.netloc)
+        return str(self.options.netloc)
 
     def connect_state(self) -> str | None:
         return None
@@ -95,8 +99,7 @@ class MemoryTransport:
         if link.dropped:
             return
         link.dropped = True
-        with link.lock:
-            self.engine.link_closed(link)
+        self.notices.append((LINK_CLOSED, link, ""))
         peer = self.network.peer_of(link)
         if peer is not None and not peer.dropped:
             owner = self.network.owner_of(peer)
@@ -146,8 +149,12 @@ class MemoryNetwork:
         return client_link, server_link
 
     def cut(self, link: Link) -> None:
-        """The network fails under both ends of ``link``."""
+        """The network fails under both ends of ``link``; each end's next turn (its engine's
+        service) hears of it, as a loop's would."""
         self.owner_of(link).drop(link)
+        for transport in self.transports:
+            if transport.notices:
+                transport.engine.service(time.monotonic())
 
     def peer_of(self, link: Link) -> Link | None:
         return self._pairs.get(id(link))
@@ -172,7 +179,7 @@ class MemoryNetwork:
         if peer.conn.state is ConnectionState.CLOSED and not peer.dropped:
             owner.drop(peer)
         else:
-            owner.engine.after_io(peer)
+            owner.notices.append((LINK_SERVED, peer, ""))
         return True
 
     def run(self, rounds: int = 10_000) -> int:
@@ -183,6 +190,7 @@ class MemoryNetwork:
                 transport.engine.service(time.monotonic())
                 for link in transport.links():
                     moved |= self.move(link)
-            if not moved and not any(t.engine.attention for t in self.transports):
+            if not moved and not any(t.engine.signals.attention or t.notices
+                                     for t in self.transports):
                 return count
         raise AssertionError(f"still moving after {rounds} rounds")

@@ -50,8 +50,8 @@ def test_a_link_may_open_while_the_engine_is_still_being_built(monkeypatch):
     opened = []
     build = MemoryTransport.__init__
 
-    def build_and_open(self, engine):
-        build(self, engine)
+    def build_and_open(self, engine, options, purpose):
+        build(self, engine, options, purpose)
         opened.append(self.open_link())  # SessionEngine.__init__ has not returned yet
 
     monkeypatch.setattr(MemoryTransport, "__init__", build_and_open)

@@ -192,7 +192,7 @@ class Communicator:
 
         # What the loop reads of the engine and the inboxes, and the notices it leaves the
         # engine: plain data, shared by the three (netq.contract.LoopSignals).
-        self._signals = signals = LoopSignals()
+        self._signals = signals = LoopSignals(wants_connection=self.purpose is Purpose.CLIENT)
         # The inboxes (netq.inbox): the engine fills them, get() takes from them.
         self._inboxes = Inboxes(options.connection.spin, signals)
         self._close_lock = threading.Lock()

@@ -5,7 +5,7 @@ This module sits below both :mod:`netq.engine` and :mod:`netq.loop`: each import
 imports neither. The loop talks to its carrier (sockets, MQTT, gRPC) through another contract,
 :mod:`netq.carrier`; the engine never sees a carrier. This one holds
 
-* :class:`EngineAPI`: everything the loop may call on the engine (five methods and the
+* :class:`EngineAPI`: everything the loop may call on the engine (four methods and the
   :class:`LoopSignals`: what the loop reads, and the notices it leaves the engine, as data);
 * :class:`TransportAPI`: everything the engine may call on its loop (a
   :class:`netq.loop.IOLoop`, or the in-memory stand-in of the engine tests);
@@ -175,10 +175,10 @@ class LoopSignals:
     the communicator and handed to its inboxes and its engine (which hands it to the loop).
     """
 
-    __slots__ = ("attention", "service_due", "closing", "stopping", "said_goodbye", "notices",
-                 "consumer_waiting", "sleepers", "ready")
+    __slots__ = ("attention", "service_due", "closing", "stopping", "said_goodbye",
+                 "wants_connection", "notices", "consumer_waiting", "sleepers", "ready")
 
-    def __init__(self) -> None:
+    def __init__(self, wants_connection: bool = False) -> None:
         # Sessions user threads queued work for (engine.schedule): non-empty means the loop's
         # turn must not wait.
         self.attention: collections.deque[PeerSession] = collections.deque()
@@ -188,6 +188,9 @@ class LoopSignals:
         self.closing = False  # close() began: refuse newcomers, flush, then stop
         self.stopping = False  # the goodbyes are under way; the loop ends after them
         self.said_goodbye = False  # stopping: nothing is left to wait for but the links
+        # Client: should the loop (re)connect now? Kept current by the engine whenever what
+        # it depends on may have changed (a link closed, a control frame, closing).
+        self.wants_connection = wants_connection
         self.notices: collections.deque[Notice] = collections.deque()
         # The receive side's (netq.inbox): a get() is blocked (a reply is likely to follow
         # what arrives); get() calls asleep on a gate (they do not lead the loop); the peers
@@ -210,9 +213,6 @@ class EngineAPI(Protocol):
 
     def handle_events(self, link: Link, events: list[Event]) -> None:
         """What the link's Connection produced from received bytes (link lock held)."""
-
-    def wants_connection(self) -> bool:
-        """Client: should the transport (re)connect now?"""
 
     def service(self, now: float) -> float:
         """Drain the notices, pump, grant credit, run the timers and, stopping, the goodbyes

@@ -274,9 +274,11 @@ class SessionEngine:
                 session = link.session
             elif kind is proto.ByeReceived:
                 self.handshake.bye(link)
+                self._wants_connection()
             elif kind is proto.ErrorReceived:
                 assert isinstance(event, proto.ErrorReceived)
                 self.handshake.error_frame(link, event)
+                self._wants_connection()
             elif kind is proto.ConnectionFailed:
                 assert isinstance(event, proto.ConnectionFailed)
                 link.error = event.error
@@ -321,6 +323,7 @@ class SessionEngine:
                     self.reach.started(time.monotonic())
             elif kind == CONNECT_FAILED:
                 self._connect_failed(text)
+        self._wants_connection()
 
     def _link_closed(self, link: Link) -> None:
         """The link's channel is gone (link lock held): its credit, its session, and for a
@@ -352,16 +355,22 @@ class SessionEngine:
             self.reach.failed(time.monotonic(), reason)
         LOGGER.debug("netq client: connecting to %s failed: %s", self.options.netloc, reason)
 
-    def wants_connection(self) -> bool:
-        if self.signals.stopping:
-            # Only to finish a goodbye a broken link interrupted, while close() allows it.
-            return self.handshake.goodbye_retry(time.monotonic())
+    def _wants_connection(self) -> None:
+        """Client: should the loop (re)connect now? Said in LoopSignals.wants_connection,
+        looked at again whenever its answer may have changed: a link closed, a BYE or ERROR
+        frame, and every turn once close() began."""
+        signals = self.signals
         session = self.peers.server_session
-        if session is None or session.state is PeerState.CLOSED:
-            return False
-        if self.signals.closing:
-            return bool(session.outbox or session.inflight)
-        return True
+        if signals.stopping:
+            # Only to finish a goodbye a broken link interrupted, while close() allows it.
+            wants = self.handshake.goodbye_retry(time.monotonic())
+        elif session is None or session.state is PeerState.CLOSED:
+            wants = False
+        elif signals.closing:
+            wants = bool(session.outbox or session.inflight)
+        else:
+            wants = True
+        signals.wants_connection = wants
 
     # ================================================================== I/O thread: periodic
 
@@ -373,6 +382,8 @@ class SessionEngine:
         if signals.stopping:
             signals.said_goodbye = self._goodbyes(now)
             wait = min(wait, self._goodbye_wait(now, bool(self.transport.links())))
+        if signals.closing:
+            self._wants_connection()
         return wait
 
     def _service(self, now: float) -> float:

@@ -466,7 +466,7 @@ class IOLoop:
         """One step of closing (service() said the goodbyes); True when the loop may end."""
         if self._server:
             self.carrier.admit(False)
-        elif self.engine.wants_connection():
+        elif self._signals.wants_connection:
             # A client finishing a goodbye a broken link interrupted: (re)connect as usual.
             if not self.links() and self._reconnect_at is None and self._attempt_since is None:
                 self._schedule_reconnect()
@@ -487,7 +487,7 @@ class IOLoop:
     # ----------------------------------------------------------------- client attempts
 
     def _connect(self) -> None:
-        if self._attempt_since is not None or not self.engine.wants_connection():
+        if self._attempt_since is not None or not self._signals.wants_connection:
             return
         if self.info.attempt_limit is not None:
             # An attempt the loop bounds stops the session clock while it lasts. A carrier
@@ -517,7 +517,7 @@ class IOLoop:
                                  f"firewall, or an unreachable host?)")
 
     def _schedule_reconnect(self) -> None:
-        if self._server or self._aborted or not self.engine.wants_connection():
+        if self._server or self._aborted or not self._signals.wants_connection:
             return
         # Jittered (half to all of the backoff): clients that lost their server together do
         # not come back in lockstep, each retry wave spread over half a backoff.
@@ -534,7 +534,7 @@ class IOLoop:
             self._attempt_since = None
             # A closing client still takes a link that finishes a goodbye a broken link
             # interrupted (wants_connection says whether one is under way).
-            refuse = self._aborted or not self.engine.wants_connection()
+            refuse = self._aborted or not self._signals.wants_connection
         if refuse:
             self.carrier.close(channel)
         else:

@@ -144,7 +144,7 @@ ENGINE_DATA = frozenset({"signals"})
 # Issue 56: the engine calls still made from below it, each to become data the engine drains
 # (or gone). The set may only shrink: a new call up fails, and one that goes must go from here.
 STILL_CALLED_UP = {
-    "loop.py": {"EngineAPI", "engine.service", "engine.wants_connection", "engine.ended"},
+    "loop.py": {"EngineAPI", "engine.service", "engine.ended"},
     "link_driver.py": {"EngineAPI", "engine.new_connection", "engine.handle_events"},
 }
 # Functions a user calls with a communicator (from above, on the user's thread): they read down

@@ -159,7 +159,9 @@ class Link(LinkIO):
 # What the loop tells its engine, as data (:attr:`LoopSignals.notices`): each a
 # ``(kind, link, text)`` the engine drains at the start of its next service(), never a call.
 LINK_CLOSED = 1  # the link's channel is gone (link; text unused)
-LINK_SERVED = 2  # the link was read or written: the engine may pump its session (link)
+# A link's read left its session with messages queued and unscheduled, or a newly attached
+# link was served: the engine lets user threads write on it (direct_ok) and pumps it (link).
+LINK_SERVED = 2
 CONNECT_STARTED = 3  # client: an attempt to reach the server began (no link)
 CONNECT_FAILED = 4  # client: an attempt failed, the loop retries (no link; text: why)
 Notice = tuple[int, "Link | None", str]
@@ -171,8 +173,9 @@ class LoopSignals:
     The engine and the receive side write the flags; the loop reads them on every turn and
     calls nothing on them. The loop appends to ``notices`` what the engine must hear (a link
     closed or was served, a connection attempt began or failed); the engine drains them once
-    per turn, in the service() the loop runs whenever they are not empty. One object, made by
-    the communicator and handed to its inboxes and its engine (which hands it to the loop).
+    per turn, in the service() the loop runs whenever they are not empty (and before a
+    handshake frame, so that a peer's old link is heard of as closed first). One object, made
+    by the communicator and handed to its inboxes and its engine (which hands it to the loop).
     """
 
     __slots__ = ("attention", "service_due", "closing", "stopping", "said_goodbye",

@@ -4,9 +4,12 @@ The engine sits between its loop (:class:`netq.loop.IOLoop`, which drives the tr
 carrier) and the queue API (:class:`netq.Communicator`):
 
 * the loop calls it through :class:`netq.contract.EngineAPI` (a ``typing.Protocol``): a new
-  link's :class:`~netq.protocol.Connection`, the events a link produced, a link that closed,
-  a failed connection attempt, and the periodic :meth:`SessionEngine.service`; the engine
-  calls the loop back through :class:`netq.contract.TransportAPI` (write a link now, close
+  link's :class:`~netq.protocol.Connection`, the events a link produced, the periodic
+  :meth:`SessionEngine.service` and the end of the I/O thread; what else the engine must hear
+  (a link served or closed, a client's attempt begun or failed) the loop leaves as data, in
+  :attr:`netq.contract.LoopSignals.notices`, which :meth:`SessionEngine.service` drains first,
+  and what the loop reads of the engine is data in the same ``LoopSignals``; the engine
+  calls the loop through :class:`netq.contract.TransportAPI` (write a link now, close
   it, wake the loop);
 * the queue API calls :meth:`SessionEngine.submit` (queue a serialized message for some peers,
   waiting for send budget) and the closing and reporting methods; its receive side
@@ -18,9 +21,9 @@ The engine dispatches and pumps; each decision it needs lives in one module (see
 docs/architecture.md): which peer an id names (:mod:`netq.peers`), how much credit to grant
 (:mod:`netq.credit`, policy in :mod:`netq.flow`), what a handshake, a goodbye or an error frame
 means for a session (:mod:`netq.handshake`), where numbering resumes
-(:mod:`netq.protocol.resume`), and what a wait says (:mod:`netq.diagnostics`). Here: which
-message goes on the wire under which sequence number, what an acknowledgement resolves, when
-a silent link is dead, when a session expires.
+(:mod:`netq.protocol.resume`), what a wait says (:mod:`netq.diagnostics`), and which message
+goes on the wire under which sequence number (:meth:`netq.session.PeerSession.pump`). Here:
+what a link's events mean, when a session is pumped, when a silent link is dead.
 
 Threads: the I/O thread runs every ``handle_*``/``service`` method. User threads run
 ``submit`` (appending under the session's ``put_lock``; writing an idle link themselves when
@@ -61,10 +64,8 @@ from .exceptions import (
     AuthenticationError,
     ConnectionLost,
     Full,
-    MessageTooLarge,
     NetqError,
 )
-from .futures import STARTED
 from .handshake import Handshake, new_connection
 from .options import CommunicatorOptions, Purpose
 from .peers import PeerTable
@@ -89,7 +90,6 @@ _TIMER_TICK = 0.01
 _HEARTBEAT_SLACK = 0.1
 _QUIET = 50e-6  # seconds since the previous put after which a put counts as a lone request
 _clock = time.perf_counter
-_OPEN = proto.ConnectionState.OPEN
 
 
 class SessionEngine:
@@ -145,7 +145,7 @@ class SessionEngine:
                                                             str(options.netloc))
 
         self.transport: TransportAPI = loop_factory(self, options, purpose)
-        self._pump = pump  # an attribute: a test hooks into the I/O thread's pumping
+        self._pump = PeerSession.pump  # an attribute: a test hooks into the I/O thread's pumping
         self.start = self.transport.start
         self.handshake = Handshake(server=self._server, peers=self.peers, budget=self.budget,
                                    transport=self.transport, reachability=self.reach,
@@ -257,8 +257,7 @@ class SessionEngine:
                     self.schedule(session)
             elif kind is proto.CreditReceived:
                 assert session is not None
-                session.credit_exhausted_since = None
-                self.schedule(session)
+                self.schedule(session)  # its pump says whether credit is still short
             elif kind is proto.PeerAuthenticated:
                 assert isinstance(event, proto.PeerAuthenticated)
                 if self._notices:  # a link of this peer that closed is heard of first
@@ -339,9 +338,7 @@ class SessionEngine:
                 self.fatal = link.error
                 server = self.peers.server_session
                 assert server is not None
-                server.state = PeerState.CLOSED
-                with server.send_lock:
-                    server.fail_outbound(link.error)
+                self.handshake.end_session(server, link.error)
                 self._inbox.wake_all()
                 return
         failed_attempt = self.handshake.link_closed(link, time.monotonic())
@@ -532,40 +529,3 @@ class SessionEngine:
         self.closed.set()
         self._closing_progress()
 
-
-def pump(session: PeerSession, link: Link) -> None:
-    """Move ``session``'s queued messages onto ``link`` while credit lasts, numbering them
-    (send_lock held): what goes on the wire under which sequence number. The engine's pump
-    (:attr:`SessionEngine._pump`), from its I/O thread's service and a user's direct write."""
-    conn = link.conn
-    outbox = session.outbox
-    inflight = session.inflight
-    moved = 0
-    # conn.can_send_data, inline: the link is open, both credits positive, no BYE sent.
-    while outbox and conn.state is _OPEN and conn.send_credit_bytes > 0 \
-            and conn.send_credit_messages > 0 and not conn.sent_bye:
-        message = outbox.popleft()
-        moved += message.size
-        gate = message.future.start_gate  # DeliveryFuture._start, inline (netq.futures)
-        if not gate:
-            gate.append(STARTED)
-        if gate[0] != STARTED:
-            continue  # cancelled before it reached the wire
-        peer = conn.peer
-        assert peer is not None
-        if message.size > (limit := peer.max_message):
-            # Over the peer's limit, learnt after the put() (which raises for a known one).
-            message.future._fail_peer(MessageTooLarge(message.size, limit, peer.id), peer.id)
-            continue
-        seq = session.next_seq
-        session.next_seq = seq + 1
-        conn.queue_message(seq, message.parts, message.size, message.batch)
-        inflight.append(message)
-        session.sent_messages += 1
-    if outbox and session.credit_exhausted_since is None \
-            and conn.state is proto.ConnectionState.OPEN and not conn.can_send_data:
-        session.credit_exhausted_since = time.monotonic()
-    if moved:
-        session.dequeued_bytes += moved
-        if session.space_waiters:
-            session.wake_putters()

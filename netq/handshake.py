@@ -314,7 +314,12 @@ class Handshake:
             return None
         # A goodbye the link took with it is said again on the next link (see goodbyes()).
         session.goodbye_sent = False
-        session.mark_disconnected(now)
+        # The session waits for a reconnect (also one whose goodbye was under way: a closing
+        # client says it again on the next link).
+        session.link = None
+        if session.state in (PeerState.CONNECTED, PeerState.CONNECTING, PeerState.CLOSING):
+            session.state = PeerState.DISCONNECTED
+            session.disconnected_at = now
         if self._reach is not None:
             self._reach.disconnected(now)
         return None

@@ -263,9 +263,9 @@ class IOLoop:
                 self._leader_ident = None  # another member's callback is not this loop's
         if self._aborted:
             return None
-        if self._woken or self._handled or self._due_at == 0.0 or self._driver.changed:
-            # Woken during the turn, or what it did (events, a reconnect scheduled, a link
-            # closing) may want a turn sooner than its wait was worked out before.
+        if self._woken or self._handled or self._due_at == 0.0 or self._driver.changed \
+                or self._notices:
+            # Woken, or what it did (events, reconnects, closing links, notices) wants a turn now.
             return 0.0
         return self._next_turn_in
 

@@ -11,8 +11,13 @@ Threads and ownership (one writer per field, so the hot path needs no lock):
   under ``put_lock``; they pop ``inbox`` under the communicator's receive lock and count
   ``consumed_*`` there.
 * whoever holds ``send_lock`` (the I/O thread, or a user thread writing on an idle link) moves
-  messages from ``outbox`` to the link, numbers them and appends them to ``inflight``.
+  messages from ``outbox`` to the link, numbers them and appends them to ``inflight``
+  (:meth:`PeerSession.pump`).
 * the I/O thread alone appends to ``inbox``, pops ``inflight`` on ACK, and attaches links.
+
+And one module per field: each field is written by one module (this one, netq.handshake for
+the link and the state, netq.credit for the receive counts, netq.engine and netq.inbox for the
+few they own; ``tests/test_layers.py`` checks it and names the one exception left).
 """
 
 from __future__ import annotations
@@ -27,14 +32,17 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from .exceptions import ConnectionLost, Full, ResourceClosed
-from .futures import DeliveryFuture
+from .exceptions import ConnectionLost, Full, MessageTooLarge, ResourceClosed
+from .futures import STARTED, DeliveryFuture
+from .protocol.events import ConnectionState
 from .protocol.resume import Resume
 
 if TYPE_CHECKING:
     from .chunk_stream import Buffer
     from .protocol.connection import Connection
     from .stall import StallWarning
+
+_OPEN = ConnectionState.OPEN
 
 __all__ = ("NO_TOKEN", "AttachedLink", "Outgoing", "PeerSession", "PeerState")
 
@@ -176,13 +184,45 @@ class PeerSession:
     def connected(self) -> bool:
         return self.state is PeerState.CONNECTED
 
-    def mark_disconnected(self, now: float) -> None:
-        """The link broke: the session waits for a reconnect (also one whose goodbye was
-        under way: a closing client says it again on the next link)."""
-        self.link = None
-        if self.state in (PeerState.CONNECTED, PeerState.CONNECTING, PeerState.CLOSING):
-            self.state = PeerState.DISCONNECTED
-            self.disconnected_at = now
+    def pump(self, link: AttachedLink) -> None:
+        """Move queued messages onto ``link`` while credit lasts, numbering them (send_lock
+        held): what goes on the wire under which sequence number. The engine's pump, from its
+        I/O thread's service and a user's direct write."""
+        conn = link.conn
+        outbox = self.outbox
+        inflight = self.inflight
+        moved = 0
+        if self.credit_exhausted_since is not None and conn.can_send_data:
+            self.credit_exhausted_since = None  # CREDIT came
+        # conn.can_send_data, inline: the link is open, both credits positive, no BYE sent.
+        while outbox and conn.state is _OPEN and conn.send_credit_bytes > 0 \
+                and conn.send_credit_messages > 0 and not conn.sent_bye:
+            message = outbox.popleft()
+            moved += message.size
+            gate = message.future.start_gate  # DeliveryFuture._start, inline (netq.futures)
+            if not gate:
+                gate.append(STARTED)
+            if gate[0] != STARTED:
+                continue  # cancelled before it reached the wire
+            peer = conn.peer
+            assert peer is not None
+            if message.size > (limit := peer.max_message):
+                # Over the peer's limit, learnt after the put() (which raises for a known one).
+                message.future._fail_peer(MessageTooLarge(message.size, limit, peer.id),
+                                          peer.id)
+                continue
+            seq = self.next_seq
+            self.next_seq = seq + 1
+            conn.queue_message(seq, message.parts, message.size, message.batch)
+            inflight.append(message)
+            self.sent_messages += 1
+        if outbox and self.credit_exhausted_since is None \
+                and conn.state is _OPEN and not conn.can_send_data:
+            self.credit_exhausted_since = time.monotonic()
+        if moved:
+            self.dequeued_bytes += moved
+            if self.space_waiters:
+                self.wake_putters()
 
     def acknowledge(self, seq: int) -> None:
         """The peer has every message up to ``seq``: resolve their futures (I/O thread)."""

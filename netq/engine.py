@@ -316,13 +316,13 @@ class SessionEngine:
                 assert link is not None
                 with link.lock:
                     self._link_closed(link)
+                self._wants_connection()  # the session may have ended with it
             elif kind == CONNECT_STARTED:
                 self._timers_changed()
                 if self.reach is not None:
                     self.reach.started(time.monotonic())
             elif kind == CONNECT_FAILED:
                 self._connect_failed(text)
-        self._wants_connection()
 
     def _link_closed(self, link: Link) -> None:
         """The link's channel is gone (link lock held): its credit, its session, and for a

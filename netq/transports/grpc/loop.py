@@ -20,8 +20,10 @@ closes the loop, once.
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 
+from ..._interrupts import LoopTurns
 from ..._native_heap import NativeHeap
 from ..._threads import call_on_thread
 from ...carrier import DATA
@@ -61,10 +63,18 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
 
     def __init__(self, options: CommunicatorOptions, purpose: Purpose) -> None:
         self._loop = asyncio.new_event_loop()
-        self._loop_waiting = False  # the I/O thread is inside loop.run_forever() in _sleep
+        # Held by the thread that runs the asyncio loop (one at a time: the I/O thread, a
+        # get() that leads the netq loop, a caller's thread starting its own write).
+        self._run_lock = threading.Lock()
+        self._runner: int | None = None  # the thread that holds _run_lock
+        self._loop_waiting = False  # a thread is inside loop.run_forever() in _sleep
         self._wake_pending = False  # a stop of the loop is on its way from another thread
         self._loop_closed = False
-        self._waiter: int | None = None  # the thread that runs the loop in _sleep (I/O thread)
+        self._waiter: int | None = None  # the thread that runs the loop in _sleep
+        # Streams whose sleeping writer has packets to write: woken by the next thread that
+        # runs the loop (see kick)
+        self._kicks: collections.deque[Stream] = collections.deque()
+        self._kick_posted = False  # a _serve_kicks callback is on its way to the loop
         # The wait under way is no longer than a held ACK's (ack_hold): see caller_wrote()
         self._waiting_for_hold = False
         self._waits = 0  # waits begun (_sleep): tells one wait from the next
@@ -75,17 +85,77 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
         self.native_heap = NativeHeap()
         super().__init__(options, purpose)
 
-    @property
-    def on_loop_thread(self) -> bool:
-        """True on the thread that runs the asyncio loop while it waits (the I/O thread)."""
-        return threading.get_ident() == self._waiter
-
     def call_soon(self, callback) -> None:
         """Any thread: run ``callback()`` on the carrier's loop soon (nothing once it closed)."""
         try:
             self._loop.call_soon_threadsafe(callback)
         except RuntimeError:
             pass  # the loop is closed: whatever it was for is gone
+
+    def kick(self, stream: Stream) -> None:
+        """Any thread outside the loop: ``stream``'s sleeping writer has packets to write.
+
+        If no thread runs the loop now, this one runs a single pass of it, in which the
+        writer hands the packet to gRPC (its C core sends it; the completion waits for the
+        next thread that runs the loop). Otherwise the thread that runs it is asked to wake
+        the writer: one callback, which also ends a wait as short as a held ACK's (see
+        :meth:`caller_wrote`).
+        """
+        self._kicks.append(stream)
+        if self._loop_closed:
+            return
+        if self._run_lock.acquire(False):
+            self._run_pass()
+        elif not self._kick_posted:
+            self._kick_posted = True
+            self.call_soon(self._serve_kicks)
+
+    def _serve_kicks(self) -> None:
+        """On the loop: wake the writers :meth:`kick` asked for."""
+        self._kick_posted = False
+        kicks = self._kicks
+        woke = False
+        while kicks:
+            stream = kicks.popleft()
+            if stream.waiting:
+                stream.waiting = False
+                stream.ready.set()
+                woke = True
+        if woke:
+            self.caller_wrote()
+
+    def _run_pass(self) -> None:
+        """One pass of the loop on this thread, which just took ``_run_lock`` (released here,
+        and taken again while kicks arrived meanwhile)."""
+        loop = self._loop
+        while True:
+            try:
+                self._runner = threading.get_ident()
+                if not self._loop_closed:
+                    self._serve_kicks()
+                    loop.call_soon(loop.stop)
+                    self._run_forever()
+            finally:
+                self._runner = None
+                self._run_lock.release()
+            # A kick that found the lock taken just before the release: nobody else may run
+            # the loop soon, so its writer is woken here.
+            if not self._kicks or self._loop_closed or not self._run_lock.acquire(False):
+                return
+
+    def _run_forever(self) -> None:
+        """``loop.run_forever()`` on this thread, even when it is inside a running event loop
+        of its own (a Jupyter cell, a coroutine that called get()): that loop is blocked in
+        this call meanwhile, so ours may run here; its marker is put back afterwards."""
+        outer = asyncio._get_running_loop()
+        if outer is None:
+            self._loop.run_forever()
+            return
+        asyncio._set_running_loop(None)
+        try:
+            self._loop.run_forever()
+        finally:
+            asyncio._set_running_loop(outer)
 
     def packet_received(self, channel: Stream, payload) -> None:
         self.native_heap.moved(len(payload))
@@ -128,25 +198,40 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
 
     def _sleep(self, timeout: float) -> None:
         loop = self._loop
-        self._waiter = threading.get_ident()
-        self._waits += 1
-        if self._events or timeout <= 0:
-            # Still give gRPC a turn: queued writes go out, completed reads come in.
-            loop.call_soon(loop.stop)
-            loop.run_forever()
-        else:
-            shorter = self._timer_for(timeout)
-            self._loop_waiting = True
-            self._waiting_for_hold = timeout <= self.ack_hold
-            try:
-                loop.run_forever()
-            finally:
-                self._loop_waiting = False
-                self._waiting_for_hold = False
-                if shorter is not None:
-                    shorter.cancel()
-        self._wake_pending = False
-        self.native_heap.trim_if_due(loop.time())
+        me = threading.get_ident()
+        self._run_lock.acquire()
+        deferring = LoopTurns.deferring
+        try:
+            self._runner = self._waiter = me
+            self._waits += 1
+            # Ctrl-C on the main thread waits for the end of the netq loop's turn (a wait
+            # here runs gRPC's callbacks, which an exception must not cut in half).
+            LoopTurns.deferring = True
+            if self._kicks:
+                self._serve_kicks()
+            if self._events or timeout <= 0:
+                # Still give gRPC a turn: queued writes go out, completed reads come in.
+                loop.call_soon(loop.stop)
+                self._run_forever()
+            else:
+                shorter = self._timer_for(timeout)
+                self._loop_waiting = True
+                self._waiting_for_hold = timeout <= self.ack_hold
+                try:
+                    self._run_forever()
+                finally:
+                    self._loop_waiting = False
+                    self._waiting_for_hold = False
+                    if shorter is not None:
+                        shorter.cancel()
+            self._wake_pending = False
+            self.native_heap.trim_if_due(loop.time())
+        finally:
+            LoopTurns.deferring = deferring
+            self._runner = None
+            self._run_lock.release()
+        if self._kicks and self._run_lock.acquire(False):
+            self._run_pass()
 
     def _timer_for(self, timeout: float) -> asyncio.TimerHandle | None:
         """Make sure a timer ends the coming wait within ``timeout`` s; the one to cancel
@@ -179,15 +264,16 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
     def _run_until(self, coroutine, timeout: float):
         """Run ``coroutine`` to completion on the loop (thread not in the loop); its result."""
         loop = self._loop
-        task = loop.create_task(coroutine)
-        task.add_done_callback(lambda _: loop.stop())
-        timer = loop.call_later(timeout, loop.stop)
-        deadline = loop.time() + timeout
-        try:
-            while not task.done() and loop.time() < deadline:
-                loop.run_forever()  # a stray stop (a late wake-up) only costs a turn
-        finally:
-            timer.cancel()
+        with self._run_lock:
+            task = loop.create_task(coroutine)
+            task.add_done_callback(lambda _: loop.stop())
+            timer = loop.call_later(timeout, loop.stop)
+            deadline = loop.time() + timeout
+            try:
+                while not task.done() and loop.time() < deadline:
+                    loop.run_forever()  # a stray stop (a late wake-up) only costs a turn
+            finally:
+                timer.cancel()
         if not task.done():
             task.cancel()
             raise TimeoutError(f"gRPC did not finish within {timeout} s")
@@ -195,8 +281,13 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
 
     def _close_loop(self) -> None:
         """Cancel every task left, close the loop (once, from a thread not inside it)."""
+        with self._run_lock:
+            self._loop_closed = True
+            self._close_loop_now()
+        self._kicks.clear()
+
+    def _close_loop_now(self) -> None:
         loop = self._loop
-        self._loop_closed = True
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
         pending = [task for task in asyncio.all_tasks(loop) if not task.done()]

@@ -45,7 +45,7 @@ class Stream:
 
     __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",
                  "opened", "ended", "closing", "call", "grpc_channel", "writer",
-                 "wake_posted", "finished")
+                 "finished")
 
     def __init__(self, transport) -> None:
         self.transport = transport
@@ -61,7 +61,6 @@ class Stream:
         self.call: grpc.aio.StreamStreamCall | None = None  # client: the grpc.aio call
         self.grpc_channel: grpc.aio.Channel | None = None  # client: this stream's channel
         self.writer: asyncio.Task | None = None  # client: the writer task
-        self.wake_posted = False  # a caller's thread asked the loop to wake the writer
         self.finished = False  # release() ran: the call is over, nothing more is queued
 
     def release(self) -> None:
@@ -80,22 +79,9 @@ class Stream:
         if packet is not END:
             self.queued += len(packet)
         if self.waiting:
-            if self.transport.on_loop_thread:
-                self.waiting = False
-                self.ready.set()
-            elif not self.wake_posted:
-                # asyncio objects belong to the loop's thread: one callback wakes the writer.
-                # A writer busy with a write needs none: it looks at the deque when done.
-                self.wake_posted = True
-                self.transport.call_soon(self._wake_writer)
-
-    def _wake_writer(self) -> None:
-        """On the loop: the packet a caller's thread queued goes out now."""
-        self.wake_posted = False
-        if self.waiting:
-            self.waiting = False
-            self.ready.set()
-        self.transport.caller_wrote()
+            # The writer sleeps: whoever runs the loop next (maybe this thread, now) wakes it.
+            # A writer busy with a write needs nothing: it looks at the deque when done.
+            self.transport.kick(self)
 
     def has_room(self) -> bool:
         if self.queued - self.drained < OUTBOUND_LIMIT:

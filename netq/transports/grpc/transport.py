@@ -64,6 +64,9 @@ class GRPCCarrier(LoopDrivenCarrier):
     # them on the stream and wakes the writer with one loop callback: no stop of the loop and
     # no pass of the netq loop on the way out (see Stream.push).
     user_threads_write = True
+    # A get() that would block runs the netq loop, and so the asyncio loop, on its own thread
+    # (leader/followers): the reply it waits for is read there, with no hand-over wake-up.
+    any_thread_waits = True
     # While someone waits in get(), output of nothing but ACK frames waits this long for the
     # reply to carry it in the same gRPC message (one write and one read fewer each way).
     ack_hold = ACK_DELAY
@@ -165,6 +168,10 @@ class GRPCCarrier(LoopDrivenCarrier):
     # ----------------------------------------------------------------- client
 
     def _start_connect(self) -> None:
+        # The netq loop's thread may not be running the asyncio loop now (a caller leads it).
+        self.call_soon(self._begin_attempt)
+
+    def _begin_attempt(self) -> None:
         self._attempt = self._loop.create_task(self._open_stream())
 
     async def _open_stream(self) -> None:
@@ -297,7 +304,7 @@ class GRPCCarrier(LoopDrivenCarrier):
         if call is not None and not call.done() and not self._loop_closed:
             # Client: the server ends the stream once it has read our end; if it does not
             # within the grace (frozen, cut off), cancel it.
-            self._loop.call_later(_CLOSE_GRACE, call.cancel)
+            self.call_soon(lambda: self._loop.call_later(_CLOSE_GRACE, call.cancel))
 
     def _stop_carrier(self) -> None:
         if not self._loop_closed:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import grpc.aio
 
 __all__ = ("Stream", "END", "SERVICE", "METHOD", "PATH", "MESSAGE_LIMIT", "PACKET_LIMIT",
-           "OUTBOUND_LIMIT")
+           "OUTBOUND_LIMIT", "JOIN_BELOW")
 
 SERVICE = "netq.Link"
 METHOD = "Stream"
@@ -37,6 +37,10 @@ MESSAGE_LIMIT = PACKET_SIZE + 64 * 1024  # bytes per gRPC message, both ways, bo
 # so a 1 MiB message is one gRPC message rather than 1 MiB and a 40-byte tail.
 PACKET_LIMIT = PACKET_SIZE + 4096
 OUTBOUND_LIMIT = 4 * PACKET_SIZE  # bytes queued per stream before the engine holds back
+# A buffer of at least this many bytes is a gRPC message of its own, never joined with its
+# neighbours: a join copies it (gRPC copies each message once more when its write starts),
+# and from this size on the copy costs more than the write it would save.
+JOIN_BELOW = 256 * 1024
 END = None  # outbound marker: no more packets, finish the stream
 
 
@@ -106,14 +110,15 @@ class Stream:
             if packet is END:
                 return True
             size = len(packet)
-            if packets and packets[0] is not END and size + len(packets[0]) <= MESSAGE_LIMIT:
+            if size < JOIN_BELOW and packets and packets[0] is not END \
+                    and len(packets[0]) < JOIN_BELOW and size + len(packets[0]) <= MESSAGE_LIMIT:
                 # Packets that queued up while the previous write was in flight (ACK and
                 # CREDIT frames, small messages, the tail of one message and the head of the
                 # next) go as one gRPC message: a packet is a slice of the byte stream, so
                 # joining neighbours is lossless, and each write waits for its completion,
                 # which costs far more than the join.
                 parts = [packet]
-                while packets and packets[0] is not END \
+                while packets and packets[0] is not END and len(packets[0]) < JOIN_BELOW \
                         and size + len(packets[0]) <= MESSAGE_LIMIT:
                     part = packets.popleft()
                     parts.append(part)

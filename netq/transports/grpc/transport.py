@@ -46,7 +46,7 @@ from .config import (
     server_credentials,
 )
 from .loop import STOP_TIMEOUT, LoopDrivenCarrier, outside_running_loop
-from .streams import END, METHOD, PACKET_LIMIT, PATH, SERVICE, Stream
+from .streams import END, JOIN_BELOW, METHOD, PACKET_LIMIT, PATH, SERVICE, Stream
 
 __all__ = ("GRPCCarrier", "ACK_DELAY")
 
@@ -282,16 +282,26 @@ class GRPCCarrier(LoopDrivenCarrier):
         return channel.has_room()
 
     def _send(self, channel: Stream, parts: list[Buffer], size: int) -> None:
-        """Queue one packet on the stream: one ``bytes`` as it is, several buffers (a frame
-        header and a 1 MiB body, say) joined into a new ``bytes`` (gRPC takes nothing else;
-        it copies each message when the write starts and lets go of it when the write
-        completes)."""
-        payload: Buffer
+        """Queue one packet on the stream as gRPC messages of ``bytes`` (gRPC takes nothing
+        else; it copies each message when the write starts and lets go of it when the write
+        completes). A ``bytes`` part of :data:`JOIN_BELOW` bytes or more (a message body) goes
+        as it is, a message of its own; the buffers around it (a frame header, small parts,
+        views cut out of a larger body) are joined into one new ``bytes``. A packet is a slice
+        of the byte stream: how it is split into messages makes no difference to the peer."""
         if len(parts) == 1 and type(parts[0]) is bytes:
-            payload = parts[0]
-        else:
-            payload = b"".join(parts)
-        channel.push(payload)
+            channel.push(parts[0])
+            return
+        run: list[Buffer] = []
+        for part in parts:
+            if type(part) is bytes and len(part) >= JOIN_BELOW:
+                if run:
+                    channel.push(b"".join(run))
+                    run = []
+                channel.push(part)
+            else:
+                run.append(part)
+        if run:
+            channel.push(b"".join(run))
 
     def _close_channel(self, channel: Stream) -> None:
         stream = channel

@@ -257,6 +257,31 @@ def test_16_mib_message_travels_as_1_mib_grpc_messages(transport):
 
 
 @plain
+def test_a_large_bytes_body_is_a_grpc_message_of_its_own_not_a_copy(transport, monkeypatch):
+    """A ``bytes`` body of ``JOIN_BELOW`` bytes or more goes to gRPC as the very object the
+    caller put (gRPC copies it once; a join would copy it once more); its frame header and
+    small neighbours go as a message of their own. Small messages are still joined."""
+    pushed: list = []
+    push = grpc_streams.Stream.push
+
+    def recorded(self, packet):
+        pushed.append(packet)
+        push(self, packet)
+
+    monkeypatch.setattr(grpc_streams.Stream, "push", recorded)
+    server = transport.make_server()
+    client = transport.connect(server)
+    body = bytes(range(256)) * (nq.MiB // 256)
+    client.put(body).result(T)
+    assert server.get(timeout=T).data == body
+    assert any(packet is body for packet in pushed)
+    small = b"s" * 100
+    client.put(small).result(T)
+    assert server.get(timeout=T).data == small
+    assert not any(packet is small for packet in pushed)  # joined with its header
+
+
+@plain
 def test_unix_socket_target(transport):
     """``NetworkLocation(path=...)``: gRPC over a Unix socket (``unix:`` target); the file is
     gone after close and the path can be bound again."""
@@ -337,6 +362,27 @@ def test_round_trips_with_direct_writes_and_held_acks(transport):
     for future in sent + answered:
         future.result(T)  # acknowledged: the held ACKs all left
     assert client._transport.direct_writes and server._transport.direct_writes
+
+
+@plain
+def test_a_blocked_get_runs_the_loop_itself_and_a_later_lone_put_still_goes(transport):
+    """Leader/followers over gRPC: during round trips a blocked get() runs the netq loop, and
+    the asyncio loop gRPC lives on, on its own thread (no hand-over from the I/O thread).
+    Afterwards, with the I/O thread parked and nobody in get(), lone puts from the same
+    threads still leave at once and are acknowledged: the caller's thread starts its own
+    gRPC write, and the ACK is read by whoever runs the loop next."""
+    server = transport.make_server()
+    client = transport.connect(server)
+    sent, answered = echo_rounds(server, client, 100)
+    for future in sent + answered:
+        future.result(T)
+    assert client._transport.caller_led_turns > 0
+    assert server._transport.caller_led_turns > 0
+    # Lone puts both ways, no get() on the putting side afterwards.
+    client.put("lone from the client").result(T)
+    assert server.get(timeout=T).data == "lone from the client"
+    server.put("lone from the server", client.id).result(T)
+    assert client.get(timeout=T).data == "lone from the server"
 
 
 @plain

@@ -66,7 +66,6 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
         # Held by the thread that runs the asyncio loop (one at a time: the I/O thread, a
         # get() that leads the netq loop, a caller's thread starting its own write).
         self._run_lock = threading.Lock()
-        self._runner: int | None = None  # the thread that holds _run_lock
         self._loop_waiting = False  # a thread is inside loop.run_forever() in _sleep
         self._wake_pending = False  # a stop of the loop is on its way from another thread
         self._loop_closed = False
@@ -128,20 +127,30 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
         """One pass of the loop on this thread, which just took ``_run_lock`` (released here,
         and taken again while kicks arrived meanwhile)."""
         loop = self._loop
-        while True:
-            try:
-                self._runner = threading.get_ident()
-                if not self._loop_closed:
-                    self._serve_kicks()
-                    loop.call_soon(loop.stop)
-                    self._run_forever()
-            finally:
-                self._runner = None
-                self._run_lock.release()
-            # A kick that found the lock taken just before the release: nobody else may run
-            # the loop soon, so its writer is woken here.
-            if not self._kicks or self._loop_closed or not self._run_lock.acquire(False):
-                return
+        me = threading.get_ident()
+        on_main = me == threading.main_thread().ident
+        if on_main:  # see _sleep: an interrupt waits for the end of the pass
+            deferring = LoopTurns.deferring
+            LoopTurns.deferring = True
+        try:
+            while True:
+                try:
+                    if not self._loop_closed:
+                        self._serve_kicks()
+                        loop.call_soon(loop.stop)
+                        self._run_forever()
+                finally:
+                    self._run_lock.release()
+                # A kick that found the lock taken just before the release: nobody else may
+                # run the loop soon, so its writer is woken here.
+                if not self._kicks or self._loop_closed or not self._run_lock.acquire(False):
+                    break
+        finally:
+            if on_main:
+                LoopTurns.deferring = deferring
+        if on_main and not deferring and LoopTurns.pending:
+            LoopTurns.pending = False
+            raise KeyboardInterrupt
 
     def _run_forever(self) -> None:
         """``loop.run_forever()`` on this thread, even when it is inside a running event loop
@@ -200,13 +209,16 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
         loop = self._loop
         me = threading.get_ident()
         self._run_lock.acquire()
+        # Ctrl-C on the main thread (a get() leading the netq loop there) waits for the end
+        # of the netq loop's turn: a wait here runs gRPC's callbacks and the writer's task,
+        # which an exception must not cut in half.
+        on_main = me == threading.main_thread().ident
         deferring = LoopTurns.deferring
         try:
-            self._runner = self._waiter = me
+            self._waiter = me
             self._waits += 1
-            # Ctrl-C on the main thread waits for the end of the netq loop's turn (a wait
-            # here runs gRPC's callbacks, which an exception must not cut in half).
-            LoopTurns.deferring = True
+            if on_main:
+                LoopTurns.deferring = True
             if self._kicks:
                 self._serve_kicks()
             if self._events or timeout <= 0:
@@ -227,8 +239,8 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
             self._wake_pending = False
             self.native_heap.trim_if_due(loop.time())
         finally:
-            LoopTurns.deferring = deferring
-            self._runner = None
+            if on_main:
+                LoopTurns.deferring = deferring
             self._run_lock.release()
         if self._kicks and self._run_lock.acquire(False):
             self._run_pass()

@@ -1,20 +1,28 @@
-"""The asyncio loop of ``grpc.aio``, driven by the netq loop's own I/O thread.
+"""The asyncio loop of ``grpc.aio``, driven by whichever thread runs the netq loop.
 
 No thread of our own beyond the I/O thread: while the netq loop waits (``Carrier.wait``), the
-I/O thread runs the asyncio loop (:meth:`LoopDrivenCarrier._sleep`) until the carrier posts
-something (a read completed, a stream ended: the loop stops after that turn), a user thread
-wakes it (:meth:`~LoopDrivenCarrier.wake` stops the loop from any thread), or the timeout
-expires. Packets therefore go from the netq loop to ``call.write`` and from ``call.read`` to
-the netq loop without a thread hand-off. Two things keep the waits cheap: one asyncio timer
-serves consecutive waits for the same deadline (:meth:`~LoopDrivenCarrier._timer_for`), and a
-wait as short as a held ACK's ends with the reply a caller's thread writes, which carries that
-ACK (:meth:`~LoopDrivenCarrier.caller_wrote`), instead of in a wake-up of its own.
+thread that leads it (the I/O thread, or a ``get()`` that would block: ``any_thread_waits``)
+runs the asyncio loop (:meth:`LoopDrivenCarrier._sleep`) until the carrier posts something (a
+read completed, a stream ended: the loop stops after that turn), another thread wakes it
+(:meth:`~LoopDrivenCarrier.wake` stops the loop from any thread), or the timeout expires.
+Packets therefore go from the netq loop to ``call.write`` and from ``call.read`` to the netq
+loop without a thread hand-off. asyncio runs a loop on one thread at a time, whichever it is:
+``_run_lock`` is held by the thread that runs it. A packet queued while the stream's writer
+sleeps wakes it through :meth:`~LoopDrivenCarrier.kick`: a thread that finds the loop free (a
+caller writing its put while the I/O thread is parked) runs one pass of it itself, in which the
+writer hands the packet to gRPC; otherwise one callback asks the thread that runs it.
 
-Outside the I/O thread the loop runs twice: on the constructor's thread (a server binds) and on
-a closing thread (shutdown), each time through :meth:`~LoopDrivenCarrier._run_until` and,
-when that thread is itself inside an event loop (Jupyter, ``netq.aio``),
-:func:`outside_running_loop`. :meth:`~LoopDrivenCarrier._close_loop` cancels what is left and
-closes the loop, once.
+Two things keep the waits cheap: one asyncio timer serves consecutive waits for the same
+deadline (:meth:`~LoopDrivenCarrier._timer_for`), and a wait as short as a held ACK's ends
+with the reply a caller's thread writes, which carries that ACK
+(:meth:`~LoopDrivenCarrier.caller_wrote`), instead of in a wake-up of its own.
+
+Outside the netq loop the asyncio loop runs twice: on the constructor's thread (a server binds)
+and on a closing thread (shutdown), each time through :meth:`~LoopDrivenCarrier._run_until`
+and, when that thread is itself inside an event loop (Jupyter, ``netq.aio``),
+:func:`outside_running_loop`. A ``get()`` or a write on such a thread runs the loop in its
+place (:meth:`~LoopDrivenCarrier._run_forever`: the outer loop is blocked in that call).
+:meth:`~LoopDrivenCarrier._close_loop` cancels what is left and closes the loop, once.
 """
 
 from __future__ import annotations
@@ -59,7 +67,8 @@ def outside_running_loop(function):
 
 
 class LoopDrivenCarrier(PacketCarrier[Stream]):
-    """A packet carrier whose library lives on an asyncio loop that the I/O thread runs."""
+    """A packet carrier whose library lives on an asyncio loop that the netq loop's thread
+    runs while it waits."""
 
     def __init__(self, options: CommunicatorOptions, purpose: Purpose) -> None:
         self._loop = asyncio.new_event_loop()

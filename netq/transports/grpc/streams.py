@@ -1,15 +1,16 @@
 """One gRPC stream's outbound side: the deque the netq loop fills and the writer that drains it.
 
-A link is one call of ``/netq.Link/Stream`` (:data:`PATH`), bidirectional, raw bytes. The I/O
-thread, or a caller's thread writing a lone put itself (link lock held either way), pushes
-packets (:meth:`Stream.push`) and a writer coroutine on the I/O thread's loop awaits
-``write()`` for each (:meth:`Stream.drain`), which waits for HTTP/2 flow control. A push from
-another thread wakes a waiting writer through one loop callback (asyncio objects belong to the
-loop's thread); a busy writer needs no wake-up: it looks at the deque after each write. Packets
-that queue up while a write is in flight go out joined as one gRPC message of at most
-:data:`MESSAGE_LIMIT` bytes. The engine stops handing packets to a stream whose deque holds
-:data:`OUTBOUND_LIMIT` bytes (:meth:`Stream.has_room`) and is woken when it drains below half.
-:data:`END` in the deque ends the stream once everything before it is written.
+A link is one call of ``/netq.Link/Stream`` (:data:`PATH`), bidirectional, raw bytes. The
+thread that leads the netq loop, or a caller's thread writing a lone put itself (link lock held
+either way), pushes packets (:meth:`Stream.push`) and a writer coroutine awaits ``write()`` for
+each (:meth:`Stream.drain`), which waits for HTTP/2 flow control. A push while the writer
+sleeps wakes it through the carrier's ``kick`` (asyncio objects belong to the thread that runs
+the loop); a busy writer needs no wake-up: it looks at the deque after each write. Packets
+below :data:`JOIN_BELOW` bytes that queue up while a write is in flight go out joined as one
+gRPC message of at most :data:`MESSAGE_LIMIT` bytes. The engine stops handing packets to a
+stream whose deque holds :data:`OUTBOUND_LIMIT` bytes (:meth:`Stream.has_room`) and is woken
+when it drains below half. :data:`END` in the deque ends the stream once everything before it
+is written.
 
 The stream also carries the state the carrier keeps per link: the gRPC call and channel
 (client) and the writer task. It is the carrier's channel (:mod:`netq.carrier`).
@@ -45,7 +46,7 @@ END = None  # outbound marker: no more packets, finish the stream
 
 
 class Stream:
-    """One gRPC stream carrying one link, and its outbound deque (all on the I/O thread)."""
+    """One gRPC stream carrying one link, and its outbound deque."""
 
     __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",
                  "opened", "ended", "closing", "call", "grpc_channel", "writer",

@@ -11,12 +11,13 @@ What it holds (the asyncio loop driver is :mod:`.loop`, one stream's outbound si
   an untrusted server certificate ends the link with :class:`AuthenticationError` (fatal);
 - both: a stream that ends is reported closed once (:meth:`GRPCCarrier._ended`); packet size
   (``_packet_limit``); back-pressure (``_can_send``: the stream's outbound deque has room);
-  sending a packet (``_send``: one ``bytes`` as it is, several buffers joined into one;
-  then pushed on the stream); the delayed-ACK setting (``ack_hold``: the loop holds ACK-only
-  output up to :data:`ACK_DELAY` while someone waits in ``get()``; a held link is not
-  blocked, so the reply may be written by the caller's thread, ``user_threads_write``); close
-  (the end marker, then a grace before a client cancels); shutdown (channels, server, tasks,
-  then the loop; every gRPC object dropped at once).
+  sending a packet (``_send``: a large ``bytes`` body as it is, the buffers around it joined
+  into one ``bytes``; then pushed on the stream); the delayed-ACK setting (``ack_hold``: the
+  loop holds ACK-only output up to :data:`ACK_DELAY` while someone waits in ``get()``; a held
+  link is not blocked, so the reply may be written by the caller's thread,
+  ``user_threads_write``); a blocked ``get()`` leads the netq loop (``any_thread_waits``);
+  close (the end marker, then a grace before a client cancels); shutdown (channels, server,
+  tasks, then the loop; every gRPC object dropped at once).
 """
 
 from __future__ import annotations

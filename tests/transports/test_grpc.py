@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import resource
+import signal
 import socket
 import threading
 import time
@@ -383,6 +384,77 @@ def test_a_blocked_get_runs_the_loop_itself_and_a_later_lone_put_still_goes(tran
     assert server.get(timeout=T).data == "lone from the client"
     server.put("lone from the server", client.id).result(T)
     assert client.get(timeout=T).data == "lone from the server"
+
+
+@plain
+def test_ctrl_c_during_a_write_pass_on_the_main_thread_waits_for_its_end(transport, monkeypatch):
+    """On the main thread, the asyncio loop runs in a put's pass (the loop is free while the
+    I/O thread is parked) or in a leading get()'s wait, and with it the stream's writer. A
+    Ctrl-C landing inside the writer's task waits for the end of the pass or the turn and is
+    raised then, from put() or get(): raised in the task, it would end the writer for good and
+    the link would send nothing until heartbeats gave it up. No message is lost, and the link
+    goes on. (Raised from put(), it may cut the put's bookkeeping short, as a Ctrl-C in put()
+    can on every transport: the link is then replaced and the session resumed.)"""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("needs the main thread (signal handlers run there)")
+    landed = threading.Event()
+    writers: list = []  # the writer's task the interrupt landed in
+    write = grpc.aio._call._StreamRequestMixin.write
+
+    def write_with_a_ctrl_c(self, request):
+        if not landed.is_set() and threading.current_thread() is threading.main_thread():
+            landed.set()
+            writers.append(asyncio.current_task())
+            signal.raise_signal(signal.SIGINT)  # the handler runs here, inside the task
+        return write(self, request)
+
+    # Before the client exists: its writer takes the method when the stream opens.
+    monkeypatch.setattr(grpc.aio._call._StreamRequestMixin, "write", write_with_a_ctrl_c)
+    server = transport.make_server()
+    client = transport.connect(server)
+    stop = threading.Event()
+
+    def echo():
+        while not stop.is_set():
+            try:
+                message = server.get(timeout=0.1)
+            except nq.Empty:
+                continue
+            server.put(message.data, message.peer)
+
+    echoing = threading.Thread(target=echo, name="test-echo", daemon=True)
+    echoing.start()
+    interrupts = []
+
+    def round_trip(value):
+        # The interrupt surfaces from put() (its pass) or from get() (the end of the turn
+        # in which a leading get() ran the writer): either way nothing is lost.
+        try:
+            client.put(value)
+        except KeyboardInterrupt:
+            interrupts.append(value)
+        while True:
+            try:
+                return client.get(timeout=T).data
+            except KeyboardInterrupt:
+                interrupts.append(value)
+
+    try:
+        for i in range(500):  # until the writer ran on this thread
+            assert round_trip(i) == i
+            if landed.is_set():
+                break
+        assert landed.is_set(), "the writer never ran on the main thread"
+        assert interrupts == [i]
+        for j in range(10):  # the writer lives on
+            assert round_trip(1000 + j) == 1000 + j
+        assert interrupts == [i]
+        writer = writers[0]  # running still, or cancelled with its stream: not killed
+        assert not (writer.done() and not writer.cancelled()
+                    and isinstance(writer.exception(), KeyboardInterrupt))
+    finally:
+        stop.set()
+        echoing.join(T)
 
 
 @plain

@@ -83,6 +83,7 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
         # runs the loop (see kick)
         self._kicks: collections.deque[Stream] = collections.deque()
         self._kick_posted = False  # a _serve_kicks callback is on its way to the loop
+        self._pass_turns = LoopTurns()  # a pass on the main thread defers Ctrl-C (_run_pass)
         # The wait under way is no longer than a held ACK's (ack_hold): see caller_wrote()
         self._waiting_for_hold = False
         self._waits = 0  # waits begun (_sleep): tells one wait from the next
@@ -109,14 +110,13 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
         the writer: one callback, which also ends a wait as short as a held ACK's (see
         :meth:`caller_wrote`).
         """
-        self._kicks.append(stream)
         if self._loop_closed:
             return
-        if self._run_lock.acquire(False):
-            self._run_pass()
-        elif not self._kick_posted:
-            self._kick_posted = True
-            self.call_soon(self._serve_kicks)
+        self._kicks.append(stream)
+        if not self._run_lock.acquire(False) or not self._run_pass():
+            if not self._kick_posted:
+                self._kick_posted = True
+                self.call_soon(self._serve_kicks)
 
     def _serve_kicks(self) -> None:
         """On the loop: wake the writers :meth:`kick` asked for."""
@@ -132,15 +132,22 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
         if woke:
             self.caller_wrote()
 
-    def _run_pass(self) -> None:
+    def _run_pass(self) -> bool:
         """One pass of the loop on this thread, which just took ``_run_lock`` (released here,
-        and taken again while kicks arrived meanwhile)."""
+        and taken again while kicks arrived meanwhile); False (nothing run) on the main thread
+        under a SIGINT handler of the program's own.
+
+        On the main thread a Ctrl-C waits for the end of the pass (netq's handler, see
+        :mod:`netq._interrupts`; already so inside a turn of the netq loop) and is raised
+        then: raised inside it, it would end the writer's task half-way.
+        """
         loop = self._loop
-        me = threading.get_ident()
-        on_main = me == threading.main_thread().ident
-        if on_main:  # see _sleep: an interrupt waits for the end of the pass
-            deferring = LoopTurns.deferring
-            LoopTurns.deferring = True
+        turns = None
+        if not LoopTurns.deferring and threading.get_ident() == threading.main_thread().ident:
+            turns = self._pass_turns
+            if not turns.begin():
+                self._run_lock.release()
+                return False
         try:
             while True:
                 try:
@@ -155,11 +162,12 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
                 if not self._kicks or self._loop_closed or not self._run_lock.acquire(False):
                     break
         finally:
-            if on_main:
-                LoopTurns.deferring = deferring
-        if on_main and not deferring and LoopTurns.pending:
+            if turns is not None:
+                turns.end()
+        if turns is not None and LoopTurns.pending:
             LoopTurns.pending = False
             raise KeyboardInterrupt
+        return True
 
     def _run_forever(self) -> None:
         """``loop.run_forever()`` on this thread, even when it is inside a running event loop
@@ -251,8 +259,8 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
             if on_main:
                 LoopTurns.deferring = deferring
             self._run_lock.release()
-        if self._kicks and self._run_lock.acquire(False):
-            self._run_pass()
+        if self._kicks and self._run_lock.acquire(False) and not self._run_pass():
+            self.call_soon(self._serve_kicks)
 
     def _timer_for(self, timeout: float) -> asyncio.TimerHandle | None:
         """Make sure a timer ends the coming wait within ``timeout`` s; the one to cancel

@@ -194,10 +194,16 @@ class LinkDriver:
         """A packet of the link's byte stream (packet carriers)."""
         link.last_received_at = time.monotonic()
         consumer_waiting = self._signals.consumer_waiting
+        counted = link.session if consumer_waiting else None
+        if counted is not None:
+            messages, size = counted.received_messages, counted.received_bytes
         with link.lock:
             conn = link.conn
             if not self._received(link, conn.receive_data(data)):  # type: ignore[arg-type]
                 return
+            if counted is not None and counted.received_messages > messages \
+                    and counted.received_bytes - size < LEAD_BELOW:
+                self.handed_off = True  # as in service(): a waiting get() may lead from now on
             if conn.bytes_queued:
                 self._write_or_hold(link, consumer_waiting)
         session = link.session

@@ -55,6 +55,7 @@ class PacketCarrier(ABC, Generic[ChannelT]):
     """Base of MQTT and gRPC: subclasses implement the hooks marked "subclass"."""
 
     user_threads_write = False  # a subclass whose _send may run on a user's thread says so
+    any_thread_waits = False  # a subclass whose wait() may run on any thread says so
     ack_hold = 0.0  # see CarrierInfo
     ack_hold_always = False
 
@@ -74,7 +75,8 @@ class PacketCarrier(ABC, Generic[ChannelT]):
                 self._stop_carrier()
                 raise
         self.info = CarrierInfo(address=self.address,
-                                target=self._target(), user_threads_write=self.user_threads_write,
+                                target=self._target(), any_thread_waits=self.any_thread_waits,
+                                user_threads_write=self.user_threads_write,
                                 ack_hold=self.ack_hold, ack_hold_always=self.ack_hold_always)
 
     # ----------------------------------------------------------------- subclass hooks

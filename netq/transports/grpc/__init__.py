@@ -14,26 +14,30 @@ server's handler is cancelled within milliseconds; gRPC keepalive and netq's hea
 peer that goes silent without closing).
 
 Threads: none of our own beyond the netq loop's I/O thread. ``grpc.aio`` runs on an asyncio
-loop that the I/O thread itself drives while the netq loop waits (``_sleep`` runs it until
-the carrier posts an event, a user thread wakes it, or the loop's timeout expires). Packets
-therefore go from the netq loop to ``call.write`` and from ``call.read`` to the netq loop
-without a thread hand-off: a packet read is posted as a ``DATA`` event and stops the asyncio
-loop after that turn (``packet_received``), so the netq loop feeds it to the link's Connection
-at once; a lone put is cut into packets on the caller's thread (``user_threads_write``), which
-queues them on the stream and wakes its writer with one loop callback. A server holds any
-number of clients on its one thread (a synchronous grpc server would pin one pool thread per
-open stream). gRPC's own C-core threads and its aio poller thread are gRPC's, process-wide,
-and not ours to stop.
+loop that whichever thread runs the netq loop drives while it waits (``_sleep`` runs it until
+the carrier posts an event, a user thread wakes it, or the loop's timeout expires): the I/O
+thread, or a ``get()`` that would block and leads the netq loop itself (leader/followers,
+``any_thread_waits``), so the reply it waits for is read on its own thread with no hand-over.
+Packets therefore go from the netq loop to ``call.write`` and from ``call.read`` to the netq
+loop without a thread hand-off: a packet read is posted as a ``DATA`` event and stops the
+asyncio loop after that turn (``packet_received``), so the netq loop feeds it to the link's
+Connection at once. A put on an idle link is cut into packets on the caller's thread
+(``user_threads_write``): when no thread runs the asyncio loop, that thread runs one pass of it,
+in which the stream's writer hands the packet to gRPC; otherwise one loop callback asks the
+thread that runs it (``kick``). One lock (``_run_lock``) lets one thread at a time run the
+loop. A server holds any number of clients on its one thread (a synchronous grpc server would
+pin one pool thread per open stream). gRPC's own C-core threads and its aio poller thread are
+gRPC's, process-wide, and not ours to stop.
 
 Flow control: the carrier's ``write`` cuts a packet and ``_send`` appends it to the stream's
-outbound deque (a packet of several buffers joined into one ``bytes``: gRPC takes no other
-type); a writer task awaits ``write()``, which waits for HTTP/2 flow
-control. A stream whose deque holds :data:`OUTBOUND_LIMIT` bytes takes no more packets
-(``_can_send``); once it drains below half it wakes the carrier, and the loop hears the link
-``WRITABLE``. Each write waits for its completion; packets that queue up meanwhile go out
-joined as one gRPC message (a packet is a byte-stream slice, so joining neighbours is
-lossless). netq's credits bound what a peer may have in flight, so memory stays bounded on
-both ends.
+outbound deque as ``bytes`` (gRPC takes no other type: a body of :data:`JOIN_BELOW` bytes or
+more as the caller's object itself, the buffers around it joined into one); a writer task
+awaits ``write()``, which waits for HTTP/2 flow control. A stream whose deque holds
+:data:`OUTBOUND_LIMIT` bytes takes no more packets (``_can_send``); once it drains below half
+it wakes the carrier, and the loop hears the link ``WRITABLE``. Each write waits for its
+completion; packets that queue up meanwhile go out joined as one gRPC message, each below
+:data:`JOIN_BELOW` (a packet is a byte-stream slice, so joining neighbours is lossless).
+netq's credits bound what a peer may have in flight, so memory stays bounded on both ends.
 
 Security: TLS and mutual TLS from :class:`netq.SecurityOptions` (server: ``certificate``/``key``,
 ``client_ca`` requires client certificates; client: trusts ``certificate``, presents
@@ -47,7 +51,8 @@ Files::
                    stream per connection attempt), the delayed-ACK setting, the packet-carrier
                    hooks, shutdown
     streams.py     one stream's outbound deque and its writer (Stream), the message limits
-    loop.py        the asyncio loop the I/O thread drives while it waits (LoopDrivenCarrier)
+    loop.py        the asyncio loop the netq loop's thread drives while it waits, and the
+                   one pass a caller's write may run (LoopDrivenCarrier)
     config.py      channel and server options, TLS credentials, targets, connect errors
 """
 
@@ -68,6 +73,7 @@ except ImportError as missing:  # pragma: no cover - depends on the installation
                       f"(grpcio==1.85.1): {missing}") from missing
 
 from .streams import (
+    JOIN_BELOW,
     MESSAGE_LIMIT,
     METHOD,
     OUTBOUND_LIMIT,
@@ -78,4 +84,4 @@ from .streams import (
 from .transport import GRPCCarrier
 
 __all__ = ("GRPCCarrier", "SERVICE", "METHOD", "PATH", "OUTBOUND_LIMIT", "MESSAGE_LIMIT",
-           "PACKET_LIMIT")
+           "PACKET_LIMIT", "JOIN_BELOW")

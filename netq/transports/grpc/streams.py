@@ -1,15 +1,16 @@
 """One gRPC stream's outbound side: the deque the netq loop fills and the writer that drains it.
 
-A link is one call of ``/netq.Link/Stream`` (:data:`PATH`), bidirectional, raw bytes. The I/O
-thread, or a caller's thread writing a lone put itself (link lock held either way), pushes
-packets (:meth:`Stream.push`) and a writer coroutine on the I/O thread's loop awaits
-``write()`` for each (:meth:`Stream.drain`), which waits for HTTP/2 flow control. A push from
-another thread wakes a waiting writer through one loop callback (asyncio objects belong to the
-loop's thread); a busy writer needs no wake-up: it looks at the deque after each write. Packets
-that queue up while a write is in flight go out joined as one gRPC message of at most
-:data:`MESSAGE_LIMIT` bytes. The engine stops handing packets to a stream whose deque holds
-:data:`OUTBOUND_LIMIT` bytes (:meth:`Stream.has_room`) and is woken when it drains below half.
-:data:`END` in the deque ends the stream once everything before it is written.
+A link is one call of ``/netq.Link/Stream`` (:data:`PATH`), bidirectional, raw bytes. The
+thread that leads the netq loop, or a caller's thread writing a lone put itself (link lock held
+either way), pushes packets (:meth:`Stream.push`) and a writer coroutine awaits ``write()`` for
+each (:meth:`Stream.drain`), which waits for HTTP/2 flow control. A push while the writer
+sleeps wakes it through the carrier's ``kick`` (asyncio objects belong to the thread that runs
+the loop); a busy writer needs no wake-up: it looks at the deque after each write. Packets
+below :data:`JOIN_BELOW` bytes that queue up while a write is in flight go out joined as one
+gRPC message of at most :data:`MESSAGE_LIMIT` bytes. The engine stops handing packets to a
+stream whose deque holds :data:`OUTBOUND_LIMIT` bytes (:meth:`Stream.has_room`) and is woken
+when it drains below half. :data:`END` in the deque ends the stream once everything before it
+is written.
 
 The stream also carries the state the carrier keeps per link: the gRPC call and channel
 (client) and the writer task. It is the carrier's channel (:mod:`netq.carrier`).
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     import grpc.aio
 
 __all__ = ("Stream", "END", "SERVICE", "METHOD", "PATH", "MESSAGE_LIMIT", "PACKET_LIMIT",
-           "OUTBOUND_LIMIT")
+           "OUTBOUND_LIMIT", "JOIN_BELOW")
 
 SERVICE = "netq.Link"
 METHOD = "Stream"
@@ -37,15 +38,19 @@ MESSAGE_LIMIT = PACKET_SIZE + 64 * 1024  # bytes per gRPC message, both ways, bo
 # so a 1 MiB message is one gRPC message rather than 1 MiB and a 40-byte tail.
 PACKET_LIMIT = PACKET_SIZE + 4096
 OUTBOUND_LIMIT = 4 * PACKET_SIZE  # bytes queued per stream before the engine holds back
+# A buffer of at least this many bytes is a gRPC message of its own, never joined with its
+# neighbours: a join copies it (gRPC copies each message once more when its write starts),
+# and from this size on the copy costs more than the write it would save.
+JOIN_BELOW = 256 * 1024
 END = None  # outbound marker: no more packets, finish the stream
 
 
 class Stream:
-    """One gRPC stream carrying one link, and its outbound deque (all on the I/O thread)."""
+    """One gRPC stream carrying one link, and its outbound deque."""
 
     __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",
                  "opened", "ended", "closing", "call", "grpc_channel", "writer",
-                 "wake_posted", "finished")
+                 "finished")
 
     def __init__(self, transport) -> None:
         self.transport = transport
@@ -61,7 +66,6 @@ class Stream:
         self.call: grpc.aio.StreamStreamCall | None = None  # client: the grpc.aio call
         self.grpc_channel: grpc.aio.Channel | None = None  # client: this stream's channel
         self.writer: asyncio.Task | None = None  # client: the writer task
-        self.wake_posted = False  # a caller's thread asked the loop to wake the writer
         self.finished = False  # release() ran: the call is over, nothing more is queued
 
     def release(self) -> None:
@@ -80,22 +84,9 @@ class Stream:
         if packet is not END:
             self.queued += len(packet)
         if self.waiting:
-            if self.transport.on_loop_thread:
-                self.waiting = False
-                self.ready.set()
-            elif not self.wake_posted:
-                # asyncio objects belong to the loop's thread: one callback wakes the writer.
-                # A writer busy with a write needs none: it looks at the deque when done.
-                self.wake_posted = True
-                self.transport.call_soon(self._wake_writer)
-
-    def _wake_writer(self) -> None:
-        """On the loop: the packet a caller's thread queued goes out now."""
-        self.wake_posted = False
-        if self.waiting:
-            self.waiting = False
-            self.ready.set()
-        self.transport.caller_wrote()
+            # The writer sleeps: whoever runs the loop next (maybe this thread, now) wakes it.
+            # A writer busy with a write needs nothing: it looks at the deque when done.
+            self.transport.kick(self)
 
     def has_room(self) -> bool:
         if self.queued - self.drained < OUTBOUND_LIMIT:
@@ -120,14 +111,15 @@ class Stream:
             if packet is END:
                 return True
             size = len(packet)
-            if packets and packets[0] is not END and size + len(packets[0]) <= MESSAGE_LIMIT:
+            if size < JOIN_BELOW and packets and packets[0] is not END \
+                    and len(packets[0]) < JOIN_BELOW and size + len(packets[0]) <= MESSAGE_LIMIT:
                 # Packets that queued up while the previous write was in flight (ACK and
                 # CREDIT frames, small messages, the tail of one message and the head of the
                 # next) go as one gRPC message: a packet is a slice of the byte stream, so
                 # joining neighbours is lossless, and each write waits for its completion,
                 # which costs far more than the join.
                 parts = [packet]
-                while packets and packets[0] is not END \
+                while packets and packets[0] is not END and len(packets[0]) < JOIN_BELOW \
                         and size + len(packets[0]) <= MESSAGE_LIMIT:
                     part = packets.popleft()
                     parts.append(part)

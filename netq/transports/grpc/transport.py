@@ -11,12 +11,13 @@ What it holds (the asyncio loop driver is :mod:`.loop`, one stream's outbound si
   an untrusted server certificate ends the link with :class:`AuthenticationError` (fatal);
 - both: a stream that ends is reported closed once (:meth:`GRPCCarrier._ended`); packet size
   (``_packet_limit``); back-pressure (``_can_send``: the stream's outbound deque has room);
-  sending a packet (``_send``: one ``bytes`` as it is, several buffers joined into one;
-  then pushed on the stream); the delayed-ACK setting (``ack_hold``: the loop holds ACK-only
-  output up to :data:`ACK_DELAY` while someone waits in ``get()``; a held link is not
-  blocked, so the reply may be written by the caller's thread, ``user_threads_write``); close
-  (the end marker, then a grace before a client cancels); shutdown (channels, server, tasks,
-  then the loop; every gRPC object dropped at once).
+  sending a packet (``_send``: a large ``bytes`` body as it is, the buffers around it joined
+  into one ``bytes``; then pushed on the stream); the delayed-ACK setting (``ack_hold``: the
+  loop holds ACK-only output up to :data:`ACK_DELAY` while someone waits in ``get()``; a held
+  link is not blocked, so the reply may be written by the caller's thread,
+  ``user_threads_write``); a blocked ``get()`` leads the netq loop (``any_thread_waits``);
+  close (the end marker, then a grace before a client cancels); shutdown (channels, server,
+  tasks, then the loop; every gRPC object dropped at once).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from .config import (
     server_credentials,
 )
 from .loop import STOP_TIMEOUT, LoopDrivenCarrier, outside_running_loop
-from .streams import END, METHOD, PACKET_LIMIT, PATH, SERVICE, Stream
+from .streams import END, JOIN_BELOW, METHOD, PACKET_LIMIT, PATH, SERVICE, Stream
 
 __all__ = ("GRPCCarrier", "ACK_DELAY")
 
@@ -64,6 +65,9 @@ class GRPCCarrier(LoopDrivenCarrier):
     # them on the stream and wakes the writer with one loop callback: no stop of the loop and
     # no pass of the netq loop on the way out (see Stream.push).
     user_threads_write = True
+    # A get() that would block runs the netq loop, and so the asyncio loop, on its own thread
+    # (leader/followers): the reply it waits for is read there, with no hand-over wake-up.
+    any_thread_waits = True
     # While someone waits in get(), output of nothing but ACK frames waits this long for the
     # reply to carry it in the same gRPC message (one write and one read fewer each way).
     ack_hold = ACK_DELAY
@@ -165,6 +169,10 @@ class GRPCCarrier(LoopDrivenCarrier):
     # ----------------------------------------------------------------- client
 
     def _start_connect(self) -> None:
+        # The netq loop's thread may not be running the asyncio loop now (a caller leads it).
+        self.call_soon(self._begin_attempt)
+
+    def _begin_attempt(self) -> None:
         self._attempt = self._loop.create_task(self._open_stream())
 
     async def _open_stream(self) -> None:
@@ -275,16 +283,26 @@ class GRPCCarrier(LoopDrivenCarrier):
         return channel.has_room()
 
     def _send(self, channel: Stream, parts: list[Buffer], size: int) -> None:
-        """Queue one packet on the stream: one ``bytes`` as it is, several buffers (a frame
-        header and a 1 MiB body, say) joined into a new ``bytes`` (gRPC takes nothing else;
-        it copies each message when the write starts and lets go of it when the write
-        completes)."""
-        payload: Buffer
+        """Queue one packet on the stream as gRPC messages of ``bytes`` (gRPC takes nothing
+        else; it copies each message when the write starts and lets go of it when the write
+        completes). A ``bytes`` part of :data:`JOIN_BELOW` bytes or more (a message body) goes
+        as it is, a message of its own; the buffers around it (a frame header, small parts,
+        views cut out of a larger body) are joined into one new ``bytes``. A packet is a slice
+        of the byte stream: how it is split into messages makes no difference to the peer."""
         if len(parts) == 1 and type(parts[0]) is bytes:
-            payload = parts[0]
-        else:
-            payload = b"".join(parts)
-        channel.push(payload)
+            channel.push(parts[0])
+            return
+        run: list[Buffer] = []
+        for part in parts:
+            if type(part) is bytes and len(part) >= JOIN_BELOW:
+                if run:
+                    channel.push(b"".join(run))
+                    run = []
+                channel.push(part)
+            else:
+                run.append(part)
+        if run:
+            channel.push(b"".join(run))
 
     def _close_channel(self, channel: Stream) -> None:
         stream = channel
@@ -297,7 +315,7 @@ class GRPCCarrier(LoopDrivenCarrier):
         if call is not None and not call.done() and not self._loop_closed:
             # Client: the server ends the stream once it has read our end; if it does not
             # within the grace (frozen, cut off), cancel it.
-            self._loop.call_later(_CLOSE_GRACE, call.cancel)
+            self.call_soon(lambda: self._loop.call_later(_CLOSE_GRACE, call.cancel))
 
     def _stop_carrier(self) -> None:
         if not self._loop_closed:

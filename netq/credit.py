@@ -13,7 +13,9 @@ acts on them, for one communicator (:class:`ReceiveBudget`):
   when room frees), message credit (``queue_size``);
 * the bandwidth-delay probe that lets a window grow on a long path;
 * whether the budget is full, for warnings and statistics (:class:`netq.diagnostics
-  .BudgetView`).
+  .BudgetView`);
+* the buffers large parts are received into (:attr:`ReceiveBudget.receive_pool`, shared by
+  the links), bounded by the budget.
 
 Threads: the I/O thread grants, probes and counts arrivals; ``get()`` (under the
 communicator's receive lock) counts consumption (:meth:`settle_lent`, :meth:`returned`, the
@@ -31,6 +33,7 @@ import itertools
 from collections.abc import Callable, Iterable
 
 from . import flow
+from ._buffers import ReceivePool
 from .contract import Link
 from .protocol.events import MessageReceived
 from .session import PeerSession
@@ -88,6 +91,10 @@ class ReceiveBudget:
         # peer cannot send the next large message while the caller still holds this one.
         # get() appends under the receive lock (lend(), or inline on its hot path).
         self.lent: list[tuple[PeerSession, int]] = []
+        # The large part buffers every link of this communicator receives into, reused once
+        # get()'s caller drops a message: within the budget, so that the free ones and the
+        # messages held stay within recv_budget (netq._buffers.ReceivePool).
+        self.receive_pool = ReceivePool(limits.budget)
 
     # ------------------------------------------------------------------ totals
 

@@ -228,7 +228,8 @@ class SessionEngine:
             self.reach.reached_server()
         # Not through self.handshake: a carrier's thread may get here before __init__ ends.
         return new_connection(self.options, server=self._server, passes_fds=passes_fds,
-                              recv_messages=self._recv_messages, grant=self.budget.hello_grant())
+                              recv_messages=self._recv_messages, grant=self.budget.hello_grant(),
+                              pool=self.budget.receive_pool)
 
     def handle_events(self, link: Link, events: list[proto.Event]) -> None:
         arrived: list[proto.MessageReceived] | None = None

@@ -112,7 +112,8 @@ class SessionEngine:
         self.budget = ReceiveBudget(self.limits, recv_messages=self._recv_messages,
                                     stall_warning=self._stall_warning,
                                     peer_count=self.peers.__len__, schedule=self.schedule,
-                                    clock=time.monotonic)
+                                    clock=time.monotonic, look_within=self._timers_changed,
+                                    consumers=inbox)
 
         # Sessions the I/O thread must service (pump, grant credit) on its next turn; the loop
         # reads it (non-empty: its turn has work, it must not wait).

@@ -126,8 +126,9 @@ class ReceivePool:
 
     * at most ``limit`` bytes of buffers, free or held (a communicator passes its
       ``recv_budget``: what it holds for messages received and not taken plus the free
-      buffers stays within the budget, and the messages the caller keeps are the caller's);
-      the least recently used go first;
+      buffers stays within the budget, and the messages the caller keeps are the caller's),
+      or two buffers of the size just allocated if that is more (a message may be larger than
+      the budget: the one the caller holds and the next); the least recently used go first;
     * a free buffer of another size or kind than the one asked for, met among the oldest
       when no buffer fits, is dropped: a stream of varying sizes does not keep buffers it
       will not reuse;
@@ -197,11 +198,12 @@ class ReceivePool:
             else:
                 part = fresh = allocate_writable(size)
                 view = memoryview(fresh)
-            if size <= self.limit:
-                while buffers and self._bytes + size > self.limit:
-                    self._bytes -= len(buffers.pop(0))
-                buffers.append(fresh)  # type: ignore[arg-type]  # a bytearray or an mmap
-                self._bytes += size
+            # Two of this size at least: the part a caller still holds while the next arrives.
+            limit = max(self.limit, 2 * size)
+            while buffers and self._bytes + size > limit:
+                self._bytes -= len(buffers.pop(0))
+            buffers.append(fresh)  # type: ignore[arg-type]  # a bytearray or an mmap
+            self._bytes += size
         return part, view
 
     @property

@@ -127,9 +127,16 @@ def test_the_pool_remembers_at_most_its_limit_and_clear_drops_them():
     held = [fill(pool, SIZE, False, b"%d" % i) for i in range(8)]
     assert len(pool) == 5 and pool.capacity == 5 * SIZE
     assert ReceivePool().limit == POOL_LIMIT
-    too_large = fill(pool, 6 * SIZE, False, b"x")  # over the limit alone: never remembered
-    assert len(pool) == 5 and pool.capacity == 5 * SIZE
+    # Over the limit alone: two such at most (the caller holds one while the next arrives).
+    too_large = fill(pool, 6 * SIZE, False, b"x")
+    assert len(pool) == 6 and pool.capacity == 11 * SIZE
+    next_one = fill(pool, 6 * SIZE, False, b"y")
+    assert len(pool) == 2 and pool.capacity == 12 * SIZE
+    address = id(too_large)
     del too_large
+    again = fill(pool, 6 * SIZE, False, b"z")
+    assert id(again) == address and len(pool) == 2
+    del next_one, again
     pool.clear()
     assert len(pool) == 0 and pool.capacity == 0
     del held

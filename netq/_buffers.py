@@ -29,6 +29,7 @@ from __future__ import annotations
 import mmap
 import sys
 import threading
+import time
 from typing import cast
 
 __all__ = ("allocate_writable", "allocate_readonly", "ReceivePool", "Part", "LARGE", "MMAP_MIN",
@@ -100,6 +101,9 @@ POOL_SCAN = 8
 # The bytes a pool remembers when nobody says otherwise (a connection or carrier of its own,
 # outside a communicator): a communicator's pool is bounded by its receive budget instead.
 POOL_LIMIT = 64 * 1024 * 1024
+# release_idle() drops the buffers unused for this long at least (seconds): every idle link of
+# a communicator asks, many in one look at the timers, and one busy link keeps its buffers.
+IDLE_AGE = 1.0
 _REFS_WHEN_FREE = 3  # the pool's list, the local variable and getrefcount()'s argument
 
 
@@ -133,14 +137,15 @@ class ReceivePool:
       when no buffer fits, is dropped: a stream of varying sizes does not keep buffers it
       will not reuse;
     * :meth:`release_idle` (an idle link) drops the buffers no allocation has used since the
-      call before; :meth:`clear` drops all of them.
+      call before that did (at least :data:`IDLE_AGE` seconds earlier); :meth:`clear` drops
+      all of them.
 
     Thread-safe: a communicator's links share one pool, and a link is read by whichever
     thread drives it (the I/O thread, or a ``get()`` that leads the loop). One lock, taken once
     per large part.
     """
 
-    __slots__ = ("_buffers", "_bytes", "_lock", "limit", "_used")
+    __slots__ = ("_buffers", "_bytes", "_lock", "limit", "_used", "_aged_at")
 
     def __init__(self, limit: int = POOL_LIMIT) -> None:
         if limit < 0:
@@ -149,8 +154,9 @@ class ReceivePool:
         self._bytes = 0  # their total size
         self._lock = threading.Lock()
         self.limit = limit
-        # Allocations since the last release_idle(): the buffers they used are the last ones.
+        # Allocations since release_idle() last dropped: the buffers they used are the last ones.
         self._used = 0
+        self._aged_at = -IDLE_AGE  # when release_idle() last dropped (time.monotonic)
 
     def __len__(self) -> int:
         return len(self._buffers)
@@ -211,10 +217,15 @@ class ReceivePool:
         """Bytes of the buffers the pool remembers (some may still be the user's messages)."""
         return self._bytes
 
-    def release_idle(self) -> None:
-        """Drop the buffers no allocation used since the last call (a link went idle: the
-        others' buffers stay while they receive)."""
+    def release_idle(self, now: float | None = None) -> None:
+        """Drop the buffers no allocation used since the last call that dropped, if that was
+        :data:`IDLE_AGE` seconds ago or more (``now``: time.monotonic()). A link went idle:
+        the buffers of the links still receiving stay."""
+        now = time.monotonic() if now is None else now
         with self._lock:
+            if now - self._aged_at < IDLE_AGE:
+                return
+            self._aged_at = now
             keep = min(self._used, len(self._buffers))
             dropped = self._buffers[: len(self._buffers) - keep]
             del self._buffers[: len(self._buffers) - keep]

@@ -14,7 +14,15 @@ import threading
 import pytest
 
 from netq import _buffers
-from netq._buffers import LARGE, MMAP_MIN, POOL_LIMIT, POOL_MIN, POOL_SCAN, ReceivePool
+from netq._buffers import (
+    IDLE_AGE,
+    LARGE,
+    MMAP_MIN,
+    POOL_LIMIT,
+    POOL_MIN,
+    POOL_SCAN,
+    ReceivePool,
+)
 
 SIZE = 2 * POOL_MIN
 
@@ -185,16 +193,22 @@ def test_buffers_someone_holds_are_kept_whatever_their_size():
 
 def test_release_idle_keeps_only_what_was_used_since_the_call_before():
     """One link of a communicator idles while another receives: the busy link's buffers stay,
-    the rest go; a pool no link used since the last call is emptied."""
+    the rest go; a pool no link used since the last call is emptied. Many idle links asking
+    in one look count once."""
     pool = ReceivePool()
+    now = 1000.0
     fill(pool, 2 * SIZE, False, b"idle link")
-    pool.release_idle()  # used since the (absent) call before: kept
+    pool.release_idle(now)  # used since the (absent) call before: kept
     assert len(pool) == 1
     for _ in range(3):
         fill(pool, SIZE, False, b"busy link")
-    pool.release_idle()
+    now += IDLE_AGE
+    pool.release_idle(now)
     assert len(pool) == 1 and pool.capacity == SIZE  # the busy link's one buffer
-    pool.release_idle()
+    for _ in range(5):
+        pool.release_idle(now + IDLE_AGE / 2)  # the other idle links, in the same look
+    assert len(pool) == 1 and pool.capacity == SIZE
+    pool.release_idle(now + IDLE_AGE)
     assert len(pool) == 0 and pool.capacity == 0
 
 

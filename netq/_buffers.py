@@ -11,7 +11,7 @@ What a received part is, by the sender's buffer and the part's size:
 
 * **writable** (any size): a ``bytearray`` (numpy arrays rebuilt from it are writable). A
   fresh one is zero-filled by ``bytearray(n)``; a large one is usually a reused buffer of the
-  link's :class:`ReceivePool`, which is not filled again.
+  communicator's :class:`ReceivePool`, which is not filled again.
 * **read-only, smaller than** :data:`LARGE` (64 KiB): ``bytes``, cut out of the link's staging
   buffer or out of a small ``bytearray`` it was reassembled in: the one copy, of < 64 KiB.
 * **read-only, from** :data:`LARGE`: a read-only ``memoryview`` (format ``"B"``, 1-D) of a
@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import mmap
 import sys
+import threading
+import time
 from typing import cast
 
 __all__ = ("allocate_writable", "allocate_readonly", "ReceivePool", "Part", "LARGE", "MMAP_MIN",
-           "POOL_MIN")
+           "POOL_MIN", "POOL_LIMIT")
 
 Part = bytes | bytearray | memoryview  # a received message part: the object the user gets
 
@@ -92,46 +94,69 @@ def seal(part: Part, readonly: bool) -> Part:
 # to the system when a free of 64 KiB or more leaves enough free there, so a stream of
 # freshly allocated 64 KiB parts kept faulting its pages in again (several faults a message).
 POOL_MIN = LARGE
-# How many a pool remembers: at least POOL_BUFFERS (the one being filled, the caller's, one
-# queued), and more while they total at most POOL_BYTES. A reader that runs ahead of get()
-# has several messages queued, each holding its buffer; the next free one is then the oldest.
-POOL_BUFFERS = 4
-POOL_BYTES = 1024 * 1024
-# Buffers looked at per allocation, oldest first: the ones get() has released, when a caller
-# drops each message after use. One that keeps every message pays this many looks, not more.
+# Buffers looked at per allocation, least recently used first: the ones get() has released,
+# when a caller drops each message after use. One that keeps every message pays this many
+# looks, not more.
 POOL_SCAN = 8
+# The bytes a pool remembers when nobody says otherwise (a connection or carrier of its own,
+# outside a communicator): a communicator's pool is bounded by its receive budget instead.
+POOL_LIMIT = 64 * 1024 * 1024
+# release_idle() drops the buffers unused for this long at least (seconds): every idle link of
+# a communicator asks, many in one look at the timers, and one busy link keeps its buffers.
+IDLE_AGE = 1.0
 _REFS_WHEN_FREE = 3  # the pool's list, the local variable and getrefcount()'s argument
 
 
 class ReceivePool:
     """Large receive buffers, filled again once nothing outside the pool refers to them.
 
-    The parts of a received message are allocated by the I/O thread and handed to the caller
-    of ``get()``. A large fresh allocation costs a page fault per 4 KiB page whenever the
-    allocator has given the memory back to the system, which it does as soon as a few large
-    blocks are freed (for example when the caller keeps the previous message while it takes
-    the next), and a fresh ``bytearray`` is zero-filled too: about as much as receiving the
-    bytes. So the pool remembers the buffers behind the most recent parts of
-    :data:`POOL_MIN` bytes or more (:data:`POOL_BUFFERS` of them, more while they total at
-    most :data:`POOL_BYTES`), and a part of the same size is received into one of them if the
-    pool holds the only reference to it. CPython counts every holder: the caller's variables,
-    the read-only memoryview a read-only part is, memoryviews and numpy arrays built on a part
-    (each holds a reference to the buffer it exports). Only the :data:`POOL_SCAN` least
-    recently used are looked at. What is reused is a ``bytearray`` or an anonymous map that
-    nothing else can see: writing it is no different from writing a fresh one.
+    The parts of a received message are allocated by the thread that reads the link and
+    handed to the caller of ``get()``. A large fresh allocation costs a page fault per 4 KiB
+    page whenever the allocator has given the memory back to the system, which it does as
+    soon as a few large blocks are freed, and a fresh ``bytearray`` is zero-filled too: about
+    as much as receiving the bytes. So the pool remembers the buffers behind recent parts of
+    :data:`POOL_MIN` bytes or more, and a part of the same size and kind is received into one
+    of them if the pool holds the only reference to it. CPython counts every holder: the
+    caller's variables, the read-only memoryview a read-only part is, memoryviews and numpy
+    arrays built on a part (each holds a reference to the buffer it exports). What is reused
+    is a ``bytearray`` or an anonymous map that nothing else can see: writing it is no
+    different from writing a fresh one.
 
-    Memory: the pool keeps alive beyond their use at most :data:`POOL_BUFFERS` buffers, or
-    :data:`POOL_BYTES` bytes of them if that is more; :meth:`clear` drops them (a link that
-    closes or idles). It grows past a few buffers only when every one it looked at was still
-    held, which takes a reader that many messages ahead of ``get()`` (as many as the link's
-    credit window lets the peer send). One thread only (the link's I/O thread).
+    The buffers are kept least recently used first and only the :data:`POOL_SCAN` oldest are
+    looked at. A pool remembers every buffer it handed out while messages hold them (a reader
+    that runs ahead of ``get()`` has many queued, each holding its buffer; each returns to
+    the front as get() consumes in order), so a stream whose queue is deeper than a few
+    messages still finds a free buffer instead of a fresh one. Memory:
+
+    * at most ``limit`` bytes of buffers, free or held (a communicator passes its
+      ``recv_budget``: what it holds for messages received and not taken plus the free
+      buffers stays within the budget, and the messages the caller keeps are the caller's),
+      or two buffers of the size just allocated if that is more (a message may be larger than
+      the budget: the one the caller holds and the next); the least recently used go first;
+    * a free buffer of another size or kind than the one asked for, met among the oldest
+      when no buffer fits, is dropped: a stream of varying sizes does not keep buffers it
+      will not reuse;
+    * :meth:`release_idle` (an idle link) drops the buffers no allocation has used since the
+      call before that did (at least :data:`IDLE_AGE` seconds earlier); :meth:`clear` drops
+      all of them.
+
+    Thread-safe: a communicator's links share one pool, and a link is read by whichever
+    thread drives it (the I/O thread, or a ``get()`` that leads the loop). One lock, taken once
+    per large part.
     """
 
-    __slots__ = ("_buffers", "_bytes")
+    __slots__ = ("_buffers", "_bytes", "_lock", "limit", "_used", "_aged_at")
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = POOL_LIMIT) -> None:
+        if limit < 0:
+            raise ValueError("a pool's limit is a number of bytes, >= 0")
         self._buffers: list[bytearray | mmap.mmap] = []
         self._bytes = 0  # their total size
+        self._lock = threading.Lock()
+        self.limit = limit
+        # Allocations since release_idle() last dropped: the buffers they used are the last ones.
+        self._used = 0
+        self._aged_at = -IDLE_AGE  # when release_idle() last dropped (time.monotonic)
 
     def __len__(self) -> int:
         return len(self._buffers)
@@ -149,29 +174,42 @@ class ReceivePool:
             return obj, memoryview(obj)
         kind = mmap.mmap if readonly and size >= MMAP_MIN and _MAP_PRIVATE is not None \
             else bytearray
-        buffers = self._buffers
         getrefcount = sys.getrefcount
-        # Not enumerate(): its tuple would hold a reference.
-        for index in range(min(len(buffers), POOL_SCAN)):
-            backing = buffers[index]
-            if (type(backing) is kind and len(backing) == size
-                    and getrefcount(backing) == _REFS_WHEN_FREE):
+        with self._lock:
+            buffers = self._buffers
+            self._used += 1
+            index = 0
+            looked = 0
+            # Not enumerate(): its tuple would hold a reference.
+            while index < len(buffers) and looked < POOL_SCAN:
+                looked += 1
+                backing = buffers[index]
+                if getrefcount(backing) != _REFS_WHEN_FREE:
+                    index += 1  # a message still holds it
+                    continue
+                if type(backing) is kind and len(backing) == size:
+                    del buffers[index]
+                    buffers.append(backing)  # most recently used last
+                    view = memoryview(backing)
+                    if readonly:
+                        return memoryview(backing).toreadonly(), view
+                    return cast(bytearray, backing), view  # the kind of a writable part
+                # Free, older than the buffers in use, and not what this stream asks for.
                 del buffers[index]
-                buffers.append(backing)  # most recently used last
-                view = memoryview(backing)
-                if readonly:
-                    return memoryview(backing).toreadonly(), view
-                return cast(bytearray, backing), view  # the kind of a writable part
-        if readonly:
-            part, view = allocate_readonly(size)
-            backing = view.obj  # type: ignore[assignment]  # the bytearray or map it writes
-        else:
-            part = backing = allocate_writable(size)
-            view = memoryview(backing)
-        buffers.append(backing)
-        self._bytes += size
-        while len(buffers) > POOL_BUFFERS and self._bytes > POOL_BYTES:
-            self._bytes -= len(buffers.pop(0))
+                self._bytes -= len(backing)
+                del backing  # freed now, before the fresh one is allocated
+            if readonly:
+                part, view = allocate_readonly(size)
+                fresh = view.obj  # the bytearray or map it writes
+            else:
+                part = fresh = allocate_writable(size)
+                view = memoryview(fresh)
+            # Two of this size at least: the part a caller still holds while the next arrives.
+            limit = max(self.limit, 2 * size)
+            while buffers and self._bytes + size > limit:
+                self._bytes -= len(buffers.pop(0))
+            buffers.append(fresh)  # type: ignore[arg-type]  # a bytearray or an mmap
+            self._bytes += size
         return part, view
 
     @property
@@ -179,6 +217,24 @@ class ReceivePool:
         """Bytes of the buffers the pool remembers (some may still be the user's messages)."""
         return self._bytes
 
+    def release_idle(self, now: float | None = None) -> None:
+        """Drop the buffers no allocation used since the last call that dropped, if that was
+        :data:`IDLE_AGE` seconds ago or more (``now``: time.monotonic()). A link went idle:
+        the buffers of the links still receiving stay."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            if now - self._aged_at < IDLE_AGE:
+                return
+            self._aged_at = now
+            keep = min(self._used, len(self._buffers))
+            dropped = self._buffers[: len(self._buffers) - keep]
+            del self._buffers[: len(self._buffers) - keep]
+            self._bytes -= sum(len(buffer) for buffer in dropped)
+            self._used = 0
+        del dropped  # outside the lock: freeing a large buffer takes a while
+
     def clear(self) -> None:
-        self._buffers.clear()
-        self._bytes = 0
+        with self._lock:
+            self._buffers.clear()
+            self._bytes = 0
+            self._used = 0

@@ -13,7 +13,9 @@ acts on them, for one communicator (:class:`ReceiveBudget`):
   when room frees), message credit (``queue_size``);
 * the bandwidth-delay probe that lets a window grow on a long path;
 * whether the budget is full, for warnings and statistics (:class:`netq.diagnostics
-  .BudgetView`).
+  .BudgetView`);
+* the buffers large parts are received into (:attr:`ReceiveBudget.receive_pool`, shared by
+  the links), bounded by the budget.
 
 Threads: the I/O thread grants, probes and counts arrivals; ``get()`` (under the
 communicator's receive lock) counts consumption (:meth:`settle_lent`, :meth:`returned`, the
@@ -29,8 +31,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from . import flow
+from ._buffers import ReceivePool
 from .contract import Link
 from .protocol.events import MessageReceived
 from .session import PeerSession
@@ -41,6 +45,20 @@ __all__ = ("BDP_PING", "ReceiveBudget")
 BDP_PING = 1 << 63  # PING tokens with this bit are bandwidth-delay probes, not heartbeats
 _BDP_BACKOFF_MAX = 1.0  # seconds between probes at most, while rounds show the path limits
 STARVED_RECHECK = 1.0  # seconds between counts of the peers out of credit (one pass over them)
+# A consumer that waited in get() or took a message within this many seconds is taking
+# messages now: held bytes count against each peer's window (netq.flow.plan_grant's
+# ``consuming``). Longer than a consumer's work on one large message (or the first one's, which
+# may import numpy); short, because a peer held back this way waits that long once the
+# consumer stops (a batch put right after a loop of get()s).
+CONSUMER_RECENT = 0.5
+
+
+class Consumers(Protocol):
+    """What the budget reads of the get() side (netq.inbox.Inboxes)."""
+
+    @property
+    def getters(self) -> int:
+        """get() calls waiting now."""
 
 
 class ReceiveBudget:
@@ -48,11 +66,16 @@ class ReceiveBudget:
 
     def __init__(self, limits: flow.FlowLimits, *, recv_messages: int, stall_warning: float,
                  peer_count: Callable[[], int], schedule: Callable[[PeerSession], None],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float],
+                 look_within: Callable[[float], None] | None = None,
+                 consumers: Consumers | None = None) -> None:
         """``recv_messages``: the message count a peer may have unread (queue_size, or
         flow.UNLIMITED_MESSAGES). ``peer_count``: how many peers share the budget.
         ``schedule``: ask the I/O thread to service a session (grant it credit) soon.
-        ``clock``: monotonic seconds (time.monotonic; a test may pass its own)."""
+        ``clock``: monotonic seconds (time.monotonic; a test may pass its own).
+        ``look_within``: ask the I/O thread to call :meth:`watch` within that many seconds
+        (a peer the consumer holds back is granted again once the consumer stops).
+        ``consumers``: the get() side, whose waiting calls say a consumer is there."""
         self.limits = limits
         self.recv_messages = recv_messages
         self._counts_messages = recv_messages != flow.UNLIMITED_MESSAGES
@@ -88,6 +111,20 @@ class ReceiveBudget:
         # peer cannot send the next large message while the caller still holds this one.
         # get() appends under the receive lock (lend(), or inline on its hot path).
         self.lent: list[tuple[PeerSession, int]] = []
+        # Whether a consumer is taking messages (flow.plan_grant's ``consuming``): the consumed
+        # total and the count of lent messages as of the last look, and when the consumer was
+        # last seen (they moved, or a get() waited).
+        self._consumed_seen = 0
+        self._lent_seen = 0
+        self._consumer_at = -CONSUMER_RECENT
+        self._look_within = look_within
+        self._consumers = consumers
+        # Peers whose grant the consumer's rule held back: granted again when it stops.
+        self._held_back: dict[PeerSession, None] = {}
+        # The large part buffers every link of this communicator receives into, reused once
+        # get()'s caller drops a message: within the budget, so that the free ones and the
+        # messages held stay within recv_budget (netq._buffers.ReceivePool).
+        self.receive_pool = ReceivePool(limits.budget)
 
     # ------------------------------------------------------------------ totals
 
@@ -166,6 +203,7 @@ class ReceiveBudget:
     def forget(self, session: PeerSession) -> None:
         """The session is gone: it waits for nothing, and the others' shares grow."""
         self._stop_waiting(session)
+        self._held_back.pop(session, None)
         self._largest_window = self.largest_window()
 
     # ------------------------------------------------------------------ arrivals (I/O thread)
@@ -219,10 +257,18 @@ class ReceiveBudget:
         self.recount(link)
         allowance = conn.recv_allowance_bytes
         held = session.held_bytes + conn.incoming_bytes  # a message under way counts already
+        consuming = self.consuming()
         plan = flow.plan_grant(self.limits, window=session.window, allowance=allowance,
                                held=held, room=self.room(), starved=allowance <= 0,
-                               backlog=held - arrived, share=self.share())
+                               backlog=held - arrived, share=self.share(), consuming=consuming)
         session.window = plan.window
+        if consuming and plan.limited:
+            if session not in self._held_back:
+                self._held_back[session] = None
+                if self._look_within is not None:
+                    self._look_within(CONSUMER_RECENT)  # watch() grants it once nobody takes
+        elif self._held_back:
+            self._held_back.pop(session, None)
         messages = 0
         if session.credit_requested or session.consumed_messages != session.credited_messages:
             session.credit_requested = False
@@ -238,6 +284,18 @@ class ReceiveBudget:
                 self._waiters[session] = None
         else:
             self._stop_waiting(session)
+
+    def consuming(self) -> bool:
+        """Has a consumer waited in get() or taken a message within :data:`CONSUMER_RECENT`
+        seconds (as seen from the I/O thread: a get() waits now, or what get() handed out or
+        consumed changed since the last look)?"""
+        now = self._clock()
+        consumed, lent = self._consumed_total, len(self.lent)
+        if consumed != self._consumed_seen or lent != self._lent_seen or (
+                self._consumers is not None and self._consumers.getters):
+            self._consumed_seen, self._lent_seen = consumed, lent
+            self._consumer_at = now
+        return now - self._consumer_at < CONSUMER_RECENT
 
     def _stop_waiting(self, session: PeerSession) -> None:
         if session.credit_waiting:
@@ -367,18 +425,34 @@ class ReceiveBudget:
 
     def watch(self, now: float) -> tuple[StallWarning | None, float]:
         """Is the budget too full to grant credit to peers that wait for it? Returns the stall
-        (None when not full) and seconds until a warning could first be due."""
+        (None when not full) and seconds until a warning could first be due (or until the
+        peers the consumer's rule held back are granted again: see :meth:`consuming`)."""
+        again = self._grant_held_back()
         if self._waiters and self.room() < flow.CREDIT_FLOOR \
                 and now - self._starved_counted_at >= STARVED_RECHECK:
             self._starved_counted_at, self._starved = now, self._count_starved()
         if self._waiters and self.room() < flow.CREDIT_FLOOR and self._starved:
             if self._full is None:
                 self._full = StallWarning(self._stall_warning, now)
-            return self._full, self._full.until_due(now)
+            return self._full, min(self._full.until_due(now), again)
         if not self._waiters:
             self._starved = 0
         self._full = None
-        return None, self._stall_warning
+        return None, min(self._stall_warning, again)
+
+    def _grant_held_back(self) -> float:
+        """Once no consumer takes messages, schedule the peers its rule held back (their
+        grant is planned again, against the budget alone). Seconds until the next look."""
+        if not self._held_back:
+            return self._stall_warning
+        if self.consuming():
+            return max(self._consumer_at + CONSUMER_RECENT - self._clock(), 0.001)
+        held_back = list(self._held_back)
+        self._held_back.clear()
+        for session in held_back:
+            if not session.scheduled:
+                self._schedule(session)
+        return self._stall_warning
 
     def _count_starved(self) -> int:
         return len(self.starved_sessions())

@@ -123,7 +123,8 @@ class SessionEngine:
         self.budget = ReceiveBudget(self.limits, recv_messages=self._recv_messages,
                                     stall_warning=self._stall_warning,
                                     peer_count=self.peers.__len__, schedule=self.schedule,
-                                    clock=time.monotonic)
+                                    clock=time.monotonic, look_within=self._timers_changed,
+                                    consumers=inbox)
 
         # What the loop reads on every turn and the notices it leaves us (netq.contract):
         # attention (the sessions the I/O thread must service, pump and grant credit, on its
@@ -233,7 +234,8 @@ class SessionEngine:
             self.reach.reached_server()
         # Not through self.handshake: a carrier's thread may get here before __init__ ends.
         return new_connection(self.options, server=self._server, passes_fds=passes_fds,
-                              recv_messages=self._recv_messages, grant=self.budget.hello_grant())
+                              recv_messages=self._recv_messages, grant=self.budget.hello_grant(),
+                              pool=self.budget.receive_pool)
 
     def handle_events(self, link: Link, events: list[proto.Event]) -> None:
         arrived: list[proto.MessageReceived] | None = None

@@ -21,16 +21,23 @@ the bandwidth-delay product as gRPC's BDP probe does: a PING goes out with the f
 round, the bytes that arrive until its PONG are one round trip's worth, and a round that
 carried most of the window means the window is what limits (:func:`bdp_window`).
 
-Unread data piles up into the budget, not into the window: a consumer that is slow or absent
-makes ``held`` grow until the budget is full, and from then on the peers get no more credit
-(the window stops growing because held exceeds it) until ``get()`` frees room. Each peer's
+Unread data piles up into the budget while nobody consumes: an absent consumer (a batch put
+before it is got) makes ``held`` grow until the budget is full, and from then on the peers get
+no more credit (the window stops growing because held exceeds it) until ``get()`` frees room.
+While a consumer is taking messages (``consuming``: the engine says one took a message
+recently), a peer's held bytes count against its window as well, as a TCP receive window
+shrinks by what the application has not read: credit tops held + outstanding up to the
+window, not to the budget. A consumer that lags a little then queues a window (for messages
+as large as half the window: one queued while the next arrives), not the budget: the receive
+memory of a stream of large messages stays near two of them. Each peer's
 held + outstanding credit stays within its *share* of the budget (``recv_budget`` divided by
 the number of peers), so one peer's backlog cannot crowd out the others, and a peer may always
 have :data:`CREDIT_FLOOR` bytes, so that no peer is starved completely (``get(other_peer)``
 still makes progress).
 
 Memory bound (receive side): held + outstanding <= ``recv_budget`` + per peer
-(:data:`CREDIT_FLOOR` + one message), because a message may start on any positive credit.
+(:data:`CREDIT_FLOOR` + one message), because a message may start on any positive credit;
+while a consumer is taking messages, per peer held + outstanding <= its window + one message.
 """
 
 from __future__ import annotations
@@ -75,7 +82,8 @@ class Grant:
 
 
 def plan_grant(limits: FlowLimits, *, window: int, allowance: int, held: int, room: int,
-               starved: bool, backlog: int | None = None, share: int | None = None) -> Grant:
+               starved: bool, backlog: int | None = None, share: int | None = None,
+               consuming: bool = False) -> Grant:
     """Credit to grant one peer now.
 
     ``window``     the peer's current window.
@@ -89,6 +97,11 @@ def plan_grant(limits: FlowLimits, *, window: int, allowance: int, held: int, ro
                    all of it). The consumer keeps up while this stays within the window or
                    within what just arrived (the message the caller is holding, taken by the
                    last get() and released by the next, counts as held).
+    ``consuming``  a consumer is taking this communicator's messages now: ``held`` counts
+                   against the window (held + credit <= window), as unread bytes count against
+                   a TCP receive window, so a consumer that lags queues at most a window, not
+                   the budget. With no consumer (a batch put before it is got) the budget
+                   alone bounds what waits.
     """
     if backlog is None:
         backlog = held
@@ -109,12 +122,16 @@ def plan_grant(limits: FlowLimits, *, window: int, allowance: int, held: int, ro
     if want <= 0:
         return Grant(0, window, False)
     floor_room = limits.floor - held - credit
-    grant = min(want, max(min(room, share - held - credit), floor_room))
+    budget_cap = max(min(room, share - held - credit), floor_room)
+    consumer_cap = want - held if consuming else want
+    grant = min(consumer_cap, budget_cap)
     limited = grant < want
     if grant <= 0:
         return Grant(0, window, True)
-    if credit and grant < window // FRAME_WORTH and not limited:
-        return Grant(0, window, False)  # the peer has credit left: not worth a frame yet
+    if credit and grant < window // FRAME_WORTH and (not limited or grant < budget_cap):
+        # The peer has credit left: not worth a frame yet (limited by the consumer: more is
+        # due as it takes messages).
+        return Grant(0, window, limited)
     return Grant(debt + grant, window, limited)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import cast
 
 from . import protocol as proto
+from ._buffers import ReceivePool
 from .contract import Link, TransportAPI
 from .credit import ReceiveBudget
 from .diagnostics import Reachability
@@ -42,8 +43,10 @@ LOGGER = logging.getLogger("netq")
 
 
 def new_connection(options: CommunicatorOptions, *, server: bool, recv_messages: int,
-                   grant: int, passes_fds: bool = False) -> proto.Connection:
-    """The protocol state for a new link, its HELLO (granting ``grant`` bytes) queued.
+                   grant: int, passes_fds: bool = False,
+                   pool: ReceivePool | None = None) -> proto.Connection:
+    """The protocol state for a new link, its HELLO (granting ``grant`` bytes) queued; its
+    large parts received into ``pool`` (the communicator's; None: one of the link's own).
 
     It depends on the options alone: a carrier's thread may ask for it while the engine
     that will own the link is still being built (a broker delivers a waiting client's
@@ -58,7 +61,7 @@ def new_connection(options: CommunicatorOptions, *, server: bool, recv_messages:
         shm=passes_fds and connection.shared_memory)
     conn = proto.Connection(hello, authkey, max_size=connection.max_size,
                             merge_size=connection.merge_size,
-                            efficient_size=connection.efficient_size)
+                            efficient_size=connection.efficient_size, pool=pool)
     conn.shm_threshold = connection.shm_threshold
     return conn
 

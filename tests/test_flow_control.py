@@ -53,6 +53,54 @@ def test_one_thread_puts_64_mib_of_mixed_sizes_then_gets_them_all(transport):
 
 
 @pytest.mark.timeout(240)
+def test_a_batch_put_right_after_a_loop_of_gets_fits_the_budget_again(transport):
+    """A consumer that just took messages holds each peer to its window; the next cell puts a
+    batch larger than the window plus the send budget before it gets any: once nobody takes
+    messages the batch is granted the receive budget again, and put() returns."""
+    budgets = {"recv_budget": 8 * MiB, "send_budget": 2 * MiB}
+    server = transport.make_server(**budgets)
+    client = transport.connect(server, **budgets)
+    size = 256 * KiB
+    for index in range(8):  # a loop of put, get: a consumer at work
+        client.put(payload(index, size), timeout=T)
+        assert int.from_bytes(server.get(timeout=T).data[:4], "little") == index
+    count = 7 * MiB // size  # more than window_max (4 MiB) + send_budget, less than both budgets
+    futures = [client.put(payload(index, size), timeout=T) for index in range(count)]
+    for index in range(count):
+        assert int.from_bytes(server.get(timeout=T).data[:4], "little") == index
+    for future in futures:
+        assert future.result(T) is None
+
+
+@pytest.mark.timeout(240)
+def test_a_consumer_that_lags_queues_a_window_of_large_messages_not_the_budget(transport):
+    """A stream of 2 MiB messages to a consumer slower than the link (default options: a
+    64 MiB budget, windows up to 32 MiB): what the receiver holds and has promised stays
+    within the window and a message or two, not the budget."""
+    server = transport.make_server()
+    client = transport.connect(server)
+    size, count = 2 * MiB, 40
+    window_max = nq.ConnectionOptions().window_max
+    assert window_max is not None
+    sender = threading.Thread(
+        target=lambda: [client.put(payload(index, size), timeout=T) for index in range(count)])
+    sender.start()
+    most = 0
+    try:
+        for index in range(count):
+            assert int.from_bytes(server.get(timeout=T).data[:4], "little") == index
+            stats = server.statistics()
+            most = max(most, stats.recv_held + stats.recv_outstanding)
+            # The consumer's work on a message (the workload, not a wait for an event): long
+            # enough for the sender to fill whatever credit it has meanwhile.
+            time.sleep(0.02)
+    finally:
+        sender.join(T)
+    assert not sender.is_alive()
+    assert most <= window_max + 2 * size, most / MiB
+
+
+@pytest.mark.timeout(240)
 def test_clients_close_before_the_server_reads_and_lose_nothing(transport):
     """Three clients put 40 x 200 kB (24 MB in all) and close: close() returns once the
     server's netq holds their messages, before the server's code has read one."""

@@ -92,7 +92,7 @@ DIRECT_THRESHOLD = 128 * 1024  # body bytes still to come above which we recv_in
 _EMPTY = bytearray()  # the staging buffer of an idle link (allocated again on the next read)
 # Bound here, apart from the parts' allocate_* calls (which tests and the fuzzer count).
 _allocate_staging = _buffers.allocate_writable
-# Messages this large go into parts from the link's ReceivePool (reused buffers), never into
+# Messages this large go into parts from the ReceivePool (reused buffers), never into
 # parts sliced out of the staging buffer (fresh allocations).
 _POOL_MIN = _buffers.POOL_MIN
 _SIZE_MASK = READONLY_BIT - 1
@@ -135,6 +135,7 @@ class Connection(SendSide, SharedMemorySide):
         max_size: int = 4 * 1024 * 1024,
         merge_size: int = 4 * 1024 * 1024,
         efficient_size: int = 64 * 1024,
+        pool: _buffers.ReceivePool | None = None,
     ) -> None:
         if local.auth != (authkey is not None):
             raise LocalProtocolError("Hello.auth must say whether an authkey is used")
@@ -185,7 +186,10 @@ class Connection(SendSide, SharedMemorySide):
         self._incoming: Incoming | None = None
         self._direct = False  # receive_buffer() points into the incoming message
         self._after_large = False  # the last message took the direct path
-        self._pool = _buffers.ReceivePool()  # large part buffers, reused once the caller is done
+        # Large part buffers, reused once the caller is done: the communicator's, shared by
+        # its links (``pool``), or this link's own.
+        self._own_pool = pool is None
+        self._pool = _buffers.ReceivePool() if pool is None else pool
 
         self._emit(frames.encode_hello(local))
 
@@ -215,10 +219,14 @@ class Connection(SendSide, SharedMemorySide):
         return self._incoming is not None
 
     def _release_core_buffers(self) -> None:
-        """release_buffers: the large buffers kept for reuse, and the staging buffer when
-        nothing is waiting in it (the next read allocates a small one)."""
+        """release_buffers: the large buffers kept for reuse (of a shared pool, those no link
+        used lately), and the staging buffer when nothing is waiting in it (the next read
+        allocates a small one)."""
         if self._incoming is None:
-            self._pool.clear()
+            if self._own_pool:
+                self._pool.clear()
+            else:
+                self._pool.release_idle()
             if self._start == self._end and not self._direct:
                 self._buffer = _EMPTY
                 self._view = memoryview(_EMPTY)
@@ -228,9 +236,10 @@ class Connection(SendSide, SharedMemorySide):
     @property
     def _core_buffered_bytes(self) -> int:
         """buffered_bytes: the staging buffer, output merged and not yet sent, and the
-        receive pool's buffers (an upper bound: a pooled buffer may be a message the user
-        still holds)."""
-        return len(self._buffer) + len(self._merge) + self._pool.capacity
+        link's own receive pool's buffers (an upper bound: a pooled buffer may be a message
+        the user still holds; a pool shared by a communicator's links is not this link's)."""
+        return len(self._buffer) + len(self._merge) + (
+            self._pool.capacity if self._own_pool else 0)
 
     @property
     def incoming_bytes(self) -> int:

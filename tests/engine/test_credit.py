@@ -232,3 +232,78 @@ def test_an_arrival_with_credit_to_spare_asks_no_policy():
         sys.setprofile(None)
     assert calls == ["arrived"]
     assert b.budget.held_bytes == 2 * KiB and b.budget.outstanding_bytes == 62 * KiB
+
+
+class Getters:
+    """The get() side, as the budget sees it: how many get() calls wait now."""
+
+    def __init__(self) -> None:
+        self.getters = 0
+
+
+def consumer_budget(getters: Getters, looks: list[float]) -> Budget:
+    """A Budget whose ReceiveBudget sees ``getters`` and records the looks it asks for."""
+    b = Budget(budget=64 * 64 * KiB, window=64 * KiB)
+    # A window that cannot grow: a starved peer would otherwise double it.
+    limits = flow.FlowLimits(64 * 64 * KiB, 64 * KiB, 64 * KiB)
+    b.budget = ReceiveBudget(limits, recv_messages=flow.UNLIMITED_MESSAGES,
+                             stall_warning=5.0, peer_count=lambda: 1,
+                             schedule=b.scheduled.append, clock=lambda: b.now,
+                             look_within=looks.append, consumers=getters)
+    b.budget.hello_grant()
+    b.budget.recount(b.link)
+    return b
+
+
+def test_a_consumer_is_seen_by_a_waiting_get_a_lent_message_or_consumption_and_forgotten():
+    getters, looks = Getters(), []
+    b = consumer_budget(getters, looks)
+    assert not b.budget.consuming()
+    getters.getters = 1
+    assert b.budget.consuming()  # a get() waits
+    getters.getters = 0
+    b.now += credit.CONSUMER_RECENT
+    assert not b.budget.consuming()
+    b.budget.lend(b.session, 10)
+    assert b.budget.consuming()  # get() handed a message out
+    b.now += credit.CONSUMER_RECENT
+    assert not b.budget.consuming()
+    b.budget.settle_lent()
+    assert b.budget.consuming()  # the next get() consumed it
+    b.now += credit.CONSUMER_RECENT / 2
+    assert b.budget.consuming()
+
+
+def test_a_peer_the_consumer_holds_back_is_granted_against_the_budget_once_it_stops():
+    """A stream of 64 KiB messages (the window): with a consumer, the peer gets no credit while
+    one is held; once nobody took a message for CONSUMER_RECENT, watch() schedules it again
+    and its grant is planned against the budget alone (a batch put before it is got)."""
+    getters, looks = Getters(), []
+    b = consumer_budget(getters, looks)
+    getters.getters = 1
+    b.arrive(64 * KiB)  # out of credit: a top-up is planned, held back by the consumer
+    assert not b.credit_sent()
+    assert looks == [credit.CONSUMER_RECENT]  # the timers look once the consumer may be gone
+    _, wait = b.budget.watch(b.now)
+    assert wait == pytest.approx(credit.CONSUMER_RECENT) and b.scheduled == []
+    getters.getters = 0
+    b.now += credit.CONSUMER_RECENT
+    b.budget.watch(b.now)
+    assert b.scheduled == [b.session]  # nobody consumes: planned again
+    b.budget.grant(b.session, b.link)
+    assert b.credit_sent() and b.budget.outstanding_bytes == 64 * KiB
+    assert looks == [credit.CONSUMER_RECENT]
+
+
+def test_get_frees_what_the_consumer_held_back():
+    getters, looks = Getters(), []
+    b = consumer_budget(getters, looks)
+    getters.getters = 1
+    b.arrive(64 * KiB)
+    assert not b.credit_sent()
+    getters.getters = 0
+    b.budget.lend(b.session, 64 * KiB)  # taken ...
+    assert b.budget.settle_lent()  # ... and consumed by the next get(): the peer is woken
+    assert b.scheduled == [b.session]
+    b.budget.grant(b.session, b.link)
+    assert b.credit_sent() and b.budget.outstanding_bytes == 64 * KiB

@@ -115,3 +115,36 @@ def test_a_window_smaller_than_the_messages_grows_to_two_of_them_at_once():
     plan = grant(window=256 * KiB, allowance=-(16 * MiB - 256 * KiB), held=16 * MiB,
                  backlog=0, starved=True)
     assert plan.window == 32 * MiB  # two 16 MiB messages in flight, not 512 KiB
+
+
+def test_while_a_consumer_takes_messages_held_bytes_count_against_the_window():
+    """Two 16 MiB messages in a 32 MiB window: one taken and held by the caller, one on its
+    way. Without a consumer the budget alone bounds what waits; with one, held + credit stay
+    within the window, and what get() frees is granted again."""
+    window = 32 * MiB
+    idle = grant(window=window, allowance=0, held=16 * MiB, room=48 * MiB)
+    assert idle.nbytes == 32 * MiB and not idle.limited
+    busy = grant(window=window, allowance=0, held=16 * MiB, room=48 * MiB, consuming=True)
+    assert busy.nbytes == 16 * MiB and busy.limited  # limited: get() freeing room wakes it
+    full = grant(window=window, allowance=16 * MiB, held=16 * MiB, room=32 * MiB,
+                 consuming=True)
+    assert full.nbytes == 0 and full.limited
+    freed = grant(window=window, allowance=16 * MiB, held=0, room=48 * MiB, consuming=True)
+    assert freed.nbytes == 16 * MiB and not freed.limited
+
+
+def test_a_consumer_held_top_up_smaller_than_a_quarter_window_waits_while_credit_lasts():
+    small = grant(window=256 * KiB, allowance=100 * KiB, held=130 * KiB, consuming=True)
+    assert small.nbytes == 0 and small.limited  # 26 KiB: not worth a frame, wait for more
+    starved = grant(window=256 * KiB, allowance=0, held=230 * KiB, consuming=True)
+    assert starved.nbytes == 26 * KiB and starved.limited  # out of credit: worth a frame
+
+
+def test_a_consumer_held_message_larger_than_the_window_waits_until_taken():
+    """A 256 MiB message held (its tail paid on credit it ran past): nothing more until get()
+    takes it, then the debt and a window."""
+    plan = grant(window=32 * MiB, allowance=-224 * MiB, held=256 * MiB, room=-160 * MiB,
+                 consuming=True)
+    assert plan.nbytes == 0 and plan.limited
+    plan = grant(window=32 * MiB, allowance=-224 * MiB, held=0, room=64 * MiB, consuming=True)
+    assert plan.nbytes == 224 * MiB + 32 * MiB

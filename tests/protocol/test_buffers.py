@@ -9,11 +9,20 @@ from __future__ import annotations
 import gc
 import mmap
 import sys
+import threading
 
 import pytest
 
 from netq import _buffers
-from netq._buffers import LARGE, MMAP_MIN, POOL_BUFFERS, POOL_BYTES, POOL_MIN, ReceivePool
+from netq._buffers import (
+    IDLE_AGE,
+    LARGE,
+    MMAP_MIN,
+    POOL_LIMIT,
+    POOL_MIN,
+    POOL_SCAN,
+    ReceivePool,
+)
 
 SIZE = 2 * POOL_MIN
 
@@ -109,37 +118,140 @@ def test_small_parts_and_other_sizes_are_not_pooled():
     assert len(pool) == 0
     del small
     large = fill(pool, SIZE, False, b"y")
-    address = id(large)
+    kept = memoryview(large)  # it stays alive, and held: not a candidate for reuse
     del large
     other = fill(pool, SIZE + 1, False, b"z")
-    assert id(other) != address  # a different size is a fresh allocation
+    assert other is not kept.obj and len(other) == SIZE + 1  # a fresh allocation
+    kept.release()
+    del kept
+    again = fill(pool, SIZE + 2, False, b"w")  # the free SIZE one does not fit: dropped
+    assert len(pool) == 2 and pool.capacity == 2 * SIZE + 3
+    del other, again
 
 
-@pytest.mark.parametrize("size", [SIZE, POOL_BYTES])
-def test_the_pool_remembers_a_bounded_amount_and_clear_drops_them(size):
-    """At most POOL_BYTES of buffers, or POOL_BUFFERS of them when they are larger."""
-    pool = ReceivePool()
-    remembered = max(POOL_BUFFERS, POOL_BYTES // size)
-    held = [fill(pool, size, False, b"%d" % i) for i in range(remembered + 3)]
-    assert len(pool) == remembered and pool.capacity == remembered * size
+def test_the_pool_remembers_at_most_its_limit_and_clear_drops_them():
+    """Free or held, the buffers total at most ``limit`` bytes: the least recently used go."""
+    pool = ReceivePool(limit=5 * SIZE)
+    held = [fill(pool, SIZE, False, b"%d" % i) for i in range(8)]
+    assert len(pool) == 5 and pool.capacity == 5 * SIZE
+    assert ReceivePool().limit == POOL_LIMIT
+    # Over the limit alone: two such at most (the caller holds one while the next arrives).
+    too_large = fill(pool, 6 * SIZE, False, b"x")
+    assert len(pool) == 6 and pool.capacity == 11 * SIZE
+    next_one = fill(pool, 6 * SIZE, False, b"y")
+    assert len(pool) == 2 and pool.capacity == 12 * SIZE
+    address = id(too_large)
+    del too_large
+    again = fill(pool, 6 * SIZE, False, b"z")
+    assert id(again) == address and len(pool) == 2
+    del next_one, again
     pool.clear()
     assert len(pool) == 0 and pool.capacity == 0
     del held
     gc.collect()
+    with pytest.raises(ValueError):
+        ReceivePool(limit=-1)
 
 
-def test_the_oldest_buffer_is_reused_while_the_newer_ones_are_still_queued():
-    """A reader ahead of get(): the messages after the one just taken still hold theirs."""
+@pytest.mark.parametrize("depth", [4, 40, 400])
+def test_the_oldest_buffer_is_reused_while_the_newer_ones_are_still_queued(depth):
+    """A reader ahead of get() by ``depth`` messages, however many: the messages after the one
+    just taken still hold theirs, and each new message gets the buffer of the one taken (a
+    queue deeper than a fixed count of buffers made every message a fresh allocation)."""
     pool = ReceivePool()
-    remembered = POOL_BYTES // SIZE
-    assert remembered > POOL_BUFFERS
-    queued = [fill(pool, SIZE, False, b"%d" % i) for i in range(remembered)]
-    taken = queued.pop(0)
-    address = id(taken)
-    del taken
-    again = fill(pool, SIZE, False, b"next")
-    assert id(again) == address
-    assert [bytes(part[:1]) for part in queued] == [b"%d" % i for i in range(1, remembered)]
+    queued = [fill(pool, SIZE, False, b"%08d" % i) for i in range(depth)]
+    addresses = {id(part) for part in queued}
+    for i in range(depth, 3 * depth):
+        taken = queued.pop(0)
+        del taken
+        queued.append(fill(pool, SIZE, False, b"%08d" % i))
+        assert id(queued[-1]) in addresses  # a buffer of the pool, not a fresh one
+    assert len(pool) == depth and pool.capacity == depth * SIZE
+    assert [bytes(part[:8]) for part in queued] == [b"%08d" % i
+                                                    for i in range(2 * depth, 3 * depth)]
+
+
+def test_free_buffers_of_other_sizes_met_first_are_dropped():
+    """Varying sizes: a free buffer that does not fit, among the oldest, is not kept."""
+    pool = ReceivePool()
+    for size in range(SIZE, SIZE + 2 * POOL_SCAN):
+        fill(pool, size, False, b"x")  # dropped at once: free
+    assert len(pool) == 1, "each miss dropped the free misfits it looked at"
+    kept = fill(pool, 3 * SIZE, False, b"y")
+    assert len(pool) == 1 and pool.capacity == 3 * SIZE
+    assert fill(pool, 3 * SIZE, True, b"z").obj is not kept  # another kind: not reused
+    del kept
+
+
+def test_buffers_someone_holds_are_kept_whatever_their_size():
+    pool = ReceivePool()
+    held = [fill(pool, SIZE + i, False, b"h") for i in range(3)]
+    fill(pool, 5 * SIZE, False, b"x")
+    assert len(pool) == 4
+    del held
+
+
+def test_release_idle_keeps_only_what_was_used_since_the_call_before():
+    """One link of a communicator idles while another receives: the busy link's buffers stay,
+    the rest go; a pool no link used since the last call is emptied. Many idle links asking
+    in one look count once."""
+    pool = ReceivePool()
+    now = 1000.0
+    fill(pool, 2 * SIZE, False, b"idle link")
+    pool.release_idle(now)  # used since the (absent) call before: kept
+    assert len(pool) == 1
+    for _ in range(3):
+        fill(pool, SIZE, False, b"busy link")
+    now += IDLE_AGE
+    pool.release_idle(now)
+    assert len(pool) == 1 and pool.capacity == SIZE  # the busy link's one buffer
+    for _ in range(5):
+        pool.release_idle(now + IDLE_AGE / 2)  # the other idle links, in the same look
+    assert len(pool) == 1 and pool.capacity == SIZE
+    pool.release_idle(now + IDLE_AGE)
+    assert len(pool) == 0 and pool.capacity == 0
+
+
+def test_links_share_a_pool_across_threads_and_never_share_a_buffer():
+    """A communicator's links, read by different threads, allocate from one pool: a buffer is
+    handed to one part at a time, and a dropped one is reused by any of them."""
+    pool = ReceivePool()
+    rounds, errors = 2000, []
+    start = threading.Barrier(3)
+
+    def receiver(tag: bytes) -> None:
+        try:
+            start.wait(timeout=10)
+            kept = []
+            for _ in range(rounds):
+                part = fill(pool, SIZE, False, tag * 8)
+                kept.append(part)
+                if len(kept) > 3:
+                    oldest = kept.pop(0)
+                    if bytes(oldest[:8]) != tag * 8:
+                        errors.append("a held part was written by another thread")
+                    del oldest
+        except Exception as error:  # noqa: BLE001  (reported by the main thread)
+            errors.append(repr(error))
+
+    threads = [threading.Thread(target=receiver, args=(tag,)) for tag in (b"a", b"b")]
+    for thread in threads:
+        thread.start()
+    start.wait(timeout=10)
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    assert errors == []
+    assert len(pool) <= 2 * 5 + 2, "the two links reused their dropped buffers"
+
+
+def test_two_links_reuse_each_others_dropped_buffers():
+    pool = ReceivePool()
+    from_link_a = fill(pool, SIZE, False, b"a")
+    address = id(from_link_a)
+    del from_link_a
+    from_link_b = fill(pool, SIZE, False, b"b")
+    assert id(from_link_b) == address and len(pool) == 1
 
 
 @pytest.mark.parametrize("readonly", [True, False])

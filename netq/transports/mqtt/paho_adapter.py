@@ -410,6 +410,8 @@ def new_client(options: CommunicatorOptions, client_id: str) -> PahoClient:
     client.max_inflight_messages_set(0)
     client.max_queued_messages_set(0)
     connection = options.connection
+    # The packet bodies it reuses stay within what the communicator may hold received.
+    client._large_buffers.limit = connection.recv_budget
     # paho reconnects to the broker by itself, with our backoff (seconds; paho documents
     # ints and computes with floats).
     client.reconnect_delay_set(max(0.05, connection.reconnect_min),  # type: ignore[arg-type]

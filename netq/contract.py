@@ -179,7 +179,8 @@ class LoopSignals:
     """
 
     __slots__ = ("attention", "service_due", "closing", "stopping", "said_goodbye",
-                 "wants_connection", "notices", "consumer_waiting", "sleepers", "ready")
+                 "wants_connection", "notices", "consumer_waiting", "sleepers", "ready",
+                 "held_acks", "release_acks")
 
     def __init__(self, wants_connection: bool = False) -> None:
         # Sessions user threads queued work for (engine.schedule): non-empty means the loop's
@@ -202,6 +203,12 @@ class LoopSignals:
         self.consumer_waiting = False
         self.sleepers = 0
         self.ready: collections.deque[PeerSession] = collections.deque()
+        # The loop's (netq.link_driver): the links whose ACKs wait for the reply a waiting
+        # get() may be about to send. A get() that goes back to sleep without a put() sends no
+        # such reply: it sets release_acks (and wakes the loop), and the loop's next turn
+        # writes them rather than letting them wait out their hold.
+        self.held_acks: set[Link] = set()
+        self.release_acks = False
 
 
 class EngineAPI(Protocol):

@@ -240,8 +240,15 @@ class Inboxes:
                         # the I/O thread delivered, or close(), notified nobody (no sleepers).
                         looked_again = not led
                         continue
-                    self._signals.sleepers += 1
-                    if self._caller_leads:
+                    signals = self._signals
+                    signals.sleepers += 1
+                    if signals.held_acks and not signals.release_acks:
+                        # Back without a put(): the ACKs held for a reply need not wait out
+                        # their hold (a wait for I/O rounds it up to a millisecond). The wake
+                        # unparks a parked I/O thread too.
+                        signals.release_acks = True
+                        self._wake_io()
+                    elif self._caller_leads:
                         self._unpark_io()  # nobody may be polling: the I/O thread must
                     gate = _new_lock()
                     gate.acquire()

@@ -59,7 +59,8 @@ class LinkDriver:
         self.by_channel: dict[object, Link] = {}  # channel -> its link
         self._bound: dict[Link, str] = {}  # links whose channel is bound to one peer id
         self.closing: set[Link] = set()  # links flushing their last frames (close_link)
-        self.held: set[Link] = set()  # links whose ACK frames wait for a reply (ack_hold)
+        # Links whose ACK frames wait for a reply (ack_hold); the receive side reads it.
+        self.held: set[Link] = self._signals.held_acks
         # No held ACK is due before this (time.monotonic()); it may be earlier than the first
         # one due now (a held link written since): the loop compares it on every turn, and
         # calls release_holds() only once it is reached.
@@ -149,12 +150,17 @@ class LinkDriver:
                         # usually on its way, and another read is cheaper than a round
                         # through wait().)
                         break
-                if counted is not None and counted.received_messages > messages \
-                        and counted.received_bytes - size < LEAD_BELOW:
-                    # Small messages handed to a waiting get(): it may lead the loop from
-                    # now on. Large ones keep the I/O thread reading the next while the
-                    # caller takes this one (reading and consuming overlap).
-                    self.handed_off = True
+                if counted is not None and counted.received_messages > messages:
+                    if counted.received_bytes - size < LEAD_BELOW:
+                        # Small messages handed to a waiting get(): it may lead the loop from
+                        # now on. Large ones keep the I/O thread reading the next while the
+                        # caller takes this one (reading and consuming overlap).
+                        self.handed_off = True
+                    else:
+                        # Nor do their ACKs wait for a reply: one more small write is
+                        # nothing beside a large message, and a sender waiting for its
+                        # future should not wait for the consumer too.
+                        consumer_waiting = False
             if not link.dropped and conn.bytes_queued:
                 # _write_or_hold and _hold, inline (see there); conn.output_is_only_acks()
                 # too: the queued bytes end with a run of ACK frames that covers all of them.
@@ -274,6 +280,8 @@ class LinkDriver:
         now = time.monotonic()
         wait = self.info.ack_hold
         credit = self.info.ack_hold_always
+        if every:
+            self._signals.release_acks = False  # asked for or not, none is held after this
         for link in list(self.held):
             due = link.ack_hold_until - now
             if due > 0 and not every and not link.dropped \

@@ -196,8 +196,7 @@ class IOLoop:
 
     def unpark(self) -> None:
         """Any thread: a parked I/O thread takes the loop back now (a get() went to sleep)."""
-        if self._spot.parked:
-            self._spot.unpark()
+        self._spot.unpark()  # nothing if it is not parked
 
     @property
     def shm(self) -> ShmCounters:
@@ -314,9 +313,10 @@ class IOLoop:
         self._idle = True
         if self._attention:
             timeout = 0
-        if driver.held:  # release_holds() once the first held ACK is due, no call before
-            due_in = driver.hold_due - time.monotonic()
-            timeout = min(timeout, due_in if due_in > 0 else driver.release_holds())
+        if driver.held:  # release_holds() once the first is due (all: a get() went to sleep)
+            every = self._signals.release_acks
+            due_in = 0.0 if every else driver.hold_due - time.monotonic()
+            timeout = min(timeout, due_in if due_in > 0 else driver.release_holds(every))
         self._next_turn_in = timeout
         if cap is not None:
             timeout = min(timeout, cap)

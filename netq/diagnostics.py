@@ -438,7 +438,9 @@ class Diagnostics:
             since = session.credit_exhausted_since or now
             return (f"peer {name_of(session.id)} has granted no credit for {now - since:.0f} s: it "
                     f"holds what we sent unread, because its code is not calling get() (or "
-                    f"its recv_budget is full of other peers' messages); {unsent} wait here "
+                    f"takes messages slower than we send them: while it takes them it grants "
+                    f"a window ahead, not its whole recv_budget; or its recv_budget is full "
+                    f"of other peers' messages); {unsent} wait here "
                     f"({budget}). It changes when the peer calls get(); "
                     f"put(timeout=) or put(block=False) raise Full instead of waiting")
         return (f"{unsent} unsent to peer {name_of(session.id)} ({budget}): the link "

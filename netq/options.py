@@ -90,7 +90,11 @@ class ConnectionOptions:
                     it is full, peers get no more credit until ``get()`` frees some; each peer
                     may still hold 16 KiB (so one peer's backlog cannot starve another), and a
                     message may start on any positive credit: received memory stays under
-                    recv_budget + per peer (16 KiB + one message). See docs/guarantees.md.
+                    recv_budget + per peer (16 KiB + one message). While a consumer takes
+                    messages (a get() waits, or one returned within half a second), what a
+                    peer has unread also counts against its window: a consumer that lags
+                    queues about a window (two large messages), not the budget.
+                    See docs/guarantees.md.
     send_budget     bytes queued for one peer and not yet on the wire above which ``put``
                     blocks (or raises ``Full``). Each queued message counts its serialized
                     size plus 512 bytes (``netq.session.QUEUED_MESSAGE_COST``: the memory of

@@ -150,7 +150,7 @@ _BY_NAME = {
     "_emit_view": 2, "_seal": 2,
     "outgoing": 2, "sent": 2, "write_to": 2, "pump": 2, "has_output": 2, "can_send_data": 2,
     "service": 4, "_timers": 4, "_wait": 4, "wait": 4, "_service": 4, "_release_holds": 4,
-    "_write_or_hold": 4, "_hold": 4, "after_io": 4, "links": 4,
+    "_write_or_hold": 4, "_hold": 4, "release_holds": 4, "_drain_notices": 6, "links": 4,
     "_read": 5, "read_into": 5, "_data": 5, "receive_buffer": 5, "receive_done": 5, "_parse": 5,
     "_control": 5,
     "settle_lent": 7, "take": 7,

@@ -387,7 +387,8 @@ def test_a_blocked_get_runs_the_loop_itself_and_a_later_lone_put_still_goes(tran
 
 
 @plain
-def test_ctrl_c_during_a_write_pass_on_the_main_thread_waits_for_its_end(transport, monkeypatch):
+def test_ctrl_c_during_a_write_pass_on_the_main_thread_waits_for_its_end(transport, monkeypatch,
+                                                                          request):
     """On the main thread, the asyncio loop runs in a put's pass (the loop is free while the
     I/O thread is parked) or in a leading get()'s wait, and with it the stream's writer. A
     Ctrl-C landing inside the writer's task waits for the end of the pass or the turn and is
@@ -397,6 +398,11 @@ def test_ctrl_c_during_a_write_pass_on_the_main_thread_waits_for_its_end(transpo
     can on every transport: the link is then replaced and the session resumed.)"""
     if threading.current_thread() is not threading.main_thread():
         pytest.skip("needs the main thread (signal handlers run there)")
+    # Python's own handler, whatever the process inherited (SIGINT is ignored under nohup and
+    # in a background CI step): the one a user's interpreter starts with.
+    inherited = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, inherited))
     landed = threading.Event()
     writers: list = []  # the writer's task the interrupt landed in
     write = grpc.aio._call._StreamRequestMixin.write

@@ -207,13 +207,21 @@ class GRPCCarrier(LoopDrivenCarrier):
             else:
                 self.connect_failed(error)
             return
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
             call.cancel()
             await channel.close(None)
+            forget_traceback(cancelled)  # see below
+            call = channel = None
             raise
         stream = Stream(self)
         stream.call = call
         stream.grpc_channel = channel
+        # A cancelled task keeps its CancelledError, whose traceback keeps the frames it
+        # passed (gRPC's own among them), and they keep the call: the cancelled coroutines
+        # forget that traceback, and the gRPC objects are held by the stream only, so that
+        # they go with it rather than at the next garbage collection (gRPC's process-wide
+        # poller, its sockets and threads live as long as any channel does).
+        del call, channel
         self._streams.add(stream)
         stream.opened = True
         self.channel_opened(stream, self._options.netloc)
@@ -226,11 +234,14 @@ class GRPCCarrier(LoopDrivenCarrier):
         try:
             if await stream.drain(call.write):
                 await call.done_writing()
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
+            forget_traceback(cancelled)  # see _open_stream
             raise
         except Exception as error:  # noqa: BLE001 - the reader sees the call end as well
             self._ended(stream, ConnectionLost(None, f"gRPC write failed: {error!r}"))
             call.cancel()
+        finally:
+            del call  # the traceback of a cancelled writer keeps this frame
 
     async def _client_reader(self, stream: Stream) -> None:
         call, channel = stream.call, stream.grpc_channel
@@ -249,7 +260,8 @@ class GRPCCarrier(LoopDrivenCarrier):
             if code is not grpc.StatusCode.OK:
                 error = ConnectionLost(None, f"gRPC stream ended: {code.name}: "
                                                      f"{await call.details()}")
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
+            forget_traceback(cancelled)  # see _open_stream
             error = ConnectionLost(None, "the gRPC stream was cancelled")
             raise
         except grpc.aio.AioRpcError as failure:
@@ -264,7 +276,10 @@ class GRPCCarrier(LoopDrivenCarrier):
             # Forget the gRPC objects at once (the link may live on in the engine for a while).
             stream.call = stream.grpc_channel = stream.writer = None
             stream.release()
-            await channel.close(None)
+            try:
+                await channel.close(None)
+            finally:
+                del call, channel  # the traceback of a cancelled reader keeps this frame
 
     # ----------------------------------------------------------------- both
 

@@ -21,7 +21,13 @@ A carrier has eight members::
     explain()               client: what stands between us and the server now, if known
 
 A *channel* is the carrier's handle of one link (a socket, an MQTT topic pair, a gRPC stream).
-The loop treats it as opaque: it keeps the link that goes with it, and hands it back.
+The loop treats it as opaque: it keeps the link that goes with it, and hands it back. A channel
+that needs none of the carrier's code to move bytes (a plain socket) may come with its own
+reader and writer (:attr:`Opened.read_into`, :attr:`Opened.write`: the socket's ``recv_into``
+and ``sendmsg``, C functions), which the loop then calls instead of the carrier's, a Python
+call fewer per read and per write. Such a writer raises BlockingIOError where the carrier's
+``write`` would return 0; the loop then writes through the carrier's ``write`` once, which
+arranges the ``WRITABLE`` event.
 
 Events (``(kind, channel, value)`` tuples, read by the loop in order):
 
@@ -31,7 +37,8 @@ kind                       channel      value
 ``READABLE``               the channel  None: ``read_into`` until it raises BlockingIOError
 ``WRITABLE``               the channel  None: ``write`` may take bytes again
 ``READABLE | WRITABLE``    the channel  both at once (one readiness report of a socket)
-``OPENED``                 a new one    :class:`Opened`: its address, whom it is bound to
+``OPENED``                 a new one    :class:`Opened`: its address, whom it is bound to,
+                                        its own reader and writer if it has them
 ``DATA``                   the channel  a packet's bytes, in order (packet carriers)
 ``CLOSED``                 the channel  why it ended (an exception), or None: a clean end
 ``FAILED``                 None         client: why the attempt failed (a sentence)
@@ -89,6 +96,15 @@ class Opened:
     # The peer id (a UUID's text) this channel may carry, when the carrier ties channels to
     # peers (MQTT: a client's topics); the peer's HELLO must then name it. None: any peer.
     bound_to: str | None = None
+    # ``read_into(channel, buffer)`` for this channel where it needs none of the carrier's
+    # code (a plain socket's ``recv_into``, a C function: no Python call per read); used
+    # while the link takes no descriptors. None: the carrier's read_into.
+    read_into: Callable[[memoryview], int] | None = None
+    # ``write(channel, buffers)`` for this channel where it needs none of the carrier's code
+    # while there is room (a plain socket's ``sendmsg``); it raises BlockingIOError where the
+    # carrier's write returns 0, and the link driver then writes through the carrier's
+    # write, which arranges the WRITABLE event. None: the carrier's write.
+    write: Callable[[list[Buffer]], int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ from .options import CommunicatorOptions, Purpose
 from .protocol import Connection, Event, MessageReceived
 
 if TYPE_CHECKING:
+    from .protocol.sending import Buffer
     from .session import PeerSession
 
 __all__ = ("CONNECT_FAILED", "CONNECT_STARTED", "LINK_CLOSED", "LINK_SERVED", "Address",
@@ -91,12 +92,19 @@ class LinkIO:
     ``write_blocked``, and sets ``error``/``replaced`` when a frame tells why a link ends.
     """
 
-    __slots__ = ("conn", "channel", "own_lock", "error", "closing", "close_deadline",
-                 "write_blocked", "replaced", "dropped", "address", "ack_hold_until")
+    __slots__ = ("conn", "channel", "reader", "writer", "own_lock", "error", "closing",
+                 "close_deadline", "write_blocked", "replaced", "dropped", "address",
+                 "ack_hold_until")
 
     def __init__(self, conn: Connection, address: object, channel: object = None) -> None:
         self.conn = conn
         self.channel = channel  # the carrier's handle (netq.carrier), opaque to the loop
+        # The channel's own read_into(buffer) (netq.carrier.Opened.read_into) where the link
+        # takes no descriptors; None: the carrier's read_into(channel, buffer[, fds]).
+        self.reader: Callable[[memoryview], int] | None = None
+        # write(buffers): the channel's own (netq.carrier.Opened.write) or the carrier's
+        # write bound to the channel; set when the loop opens the link.
+        self.writer: Callable[[list[Buffer]], int] | None = None
         self.own_lock = threading.RLock()
         self.error: BaseException | None = None  # why the link ended (or is ending)
         self.closing = False  # flushing its last frames (LinkDriver.close_link)

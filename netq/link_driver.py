@@ -6,7 +6,8 @@ each what the loop's events call for::
     READABLE    carrier.read_into(channel, Connection.receive_buffer())
                 -> Connection.receive_done -> engine.handle_events (-> the inbox)
     DATA        Connection.receive_data(packet) -> engine.handle_events
-    WRITABLE    Connection.write_to(carrier.write, channel)  (outgoing() and sent() in one)
+    WRITABLE    Connection.write_to(link.writer)  (outgoing() and sent() in one; the writer is
+                the channel's own where it has one, else carrier.write bound to the channel)
     CLOSED      Connection.receive_eof -> engine.handle_events, then the link is dropped
 
 and the same writes for the engine (``write_now``: its pumping, a user's direct write), the
@@ -22,6 +23,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 
 from ._shm import ShmCounters
 from .carrier import READABLE, WRITABLE, Carrier, CarrierInfo, Opened
@@ -92,6 +94,9 @@ class LinkDriver:
         """A new channel the loop accepted: its link, and its HELLO on the way."""
         link = Link(self.engine.new_connection(self.info.passes_fds), opened.address, channel)
         link.conn.shm_counters = self.shm
+        if not link.conn.local.shm:  # descriptors come through the carrier's read_into only
+            link.reader = opened.read_into
+        link.writer = opened.write or partial(self.carrier.write, channel)
         self.by_channel[channel] = link
         if opened.bound_to is not None:
             self._bound[link] = opened.bound_to
@@ -120,14 +125,19 @@ class LinkDriver:
                 if counted is not None:
                     messages, size = counted.received_messages, counted.received_bytes
                 read_into = self.carrier.read_into
+                reader = link.reader
                 channel = link.channel
                 # None unless the link takes parts in shared memory (our HELLO said so).
                 fds = conn.received_fds if conn.local.shm else None
                 for _ in range(READS_PER_EVENT):
                     buffer = conn.receive_buffer()
                     try:
-                        count = read_into(channel, buffer) if fds is None else \
-                            read_into(channel, buffer, fds)
+                        if reader is not None:
+                            count = reader(buffer)
+                        elif fds is None:
+                            count = read_into(channel, buffer)
+                        else:
+                            count = read_into(channel, buffer, fds)
                     except (BlockingIOError, InterruptedError):
                         break
                     except (OSError, NetqError) as error:
@@ -328,9 +338,15 @@ class LinkDriver:
             blocked = written
         else:
             try:
-                blocked = conn.write_to(self.carrier.write, link.channel)
+                blocked = conn.write_to(link.writer)  # type: ignore[arg-type]  # set by open()
             except (BlockingIOError, InterruptedError):
-                blocked = True  # write_to leaves what was not written queued
+                # The channel's own writer found no room (write_to leaves what was not
+                # written queued): once more through the carrier's write, which arranges
+                # the WRITABLE event that says when there is.
+                written = self._write_via_carrier(link)
+                if written is None:
+                    return
+                blocked = written
             except (OSError, NetqError) as error:
                 self._write_failed(link, error)
                 return
@@ -365,6 +381,17 @@ class LinkDriver:
                 break
             blocked = conn.sent(sent)
         return blocked
+
+    def _write_via_carrier(self, link: Link) -> bool | None:
+        """Write the link's output with the carrier's write: True while output remains,
+        None when the link failed (it is dropped)."""
+        try:
+            return link.conn.write_to(partial(self.carrier.write, link.channel))
+        except (BlockingIOError, InterruptedError):
+            return True
+        except (OSError, NetqError) as error:
+            self._write_failed(link, error)
+            return None
 
     def _write_failed(self, link: Link, error: OSError | NetqError) -> None:
         if link.error is None:

@@ -109,8 +109,8 @@ def _throttle(chunk: int, pause: float) -> None:
         buffers = original_outgoing(self)
         return slowed(buffers) if buffers else buffers
 
-    def write_to(self, write, channel):
-        return original_write_to(self, lambda to, buffers: write(to, slowed(buffers)), channel)
+    def write_to(self, write):
+        return original_write_to(self, lambda buffers: write(slowed(buffers)))
 
     Connection.outgoing = outgoing
     Connection.write_to = write_to

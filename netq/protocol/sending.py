@@ -15,7 +15,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Sequence
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..exceptions import LocalProtocolError
 from . import frames
@@ -269,18 +269,18 @@ class SendSide:
             return list(pending)
         return list(islice(pending, IOV_MAX))
 
-    def write_to(self, write: Callable[[Any, list[Buffer]], int], channel: object) -> bool:
-        """Write the output with ``write(channel, buffers)`` (a carrier's write: bytes
-        taken, 0 for none) until all of it is written or a write takes nothing; True while
-        output remains (:attr:`has_output`). :meth:`outgoing` and :meth:`sent` in one call,
-        for the link driver's every write. What ``write`` raises propagates; the bytes it
-        did not take stay queued."""
+    def write_to(self, write: Callable[[list[Buffer]], int]) -> bool:
+        """Write the output with ``write(buffers)`` (bytes taken, 0 for none: a carrier's
+        write bound to its channel, or a socket's ``sendmsg``) until all of it is written or a
+        write takes nothing; True while output remains (:attr:`has_output`). :meth:`outgoing`
+        and :meth:`sent` in one call, for the link driver's every write. What ``write``
+        raises propagates; the bytes it did not take stay queued."""
         pending = self._pending
         while self.bytes_queued:
             if self._merge:  # _seal, inline
                 pending.append(self._merge)
                 self._merge = bytearray()
-            count = write(channel, list(pending) if len(pending) <= IOV_MAX
+            count = write(list(pending) if len(pending) <= IOV_MAX
                           else list(islice(pending, IOV_MAX)))
             if not count:
                 return True
@@ -314,11 +314,11 @@ class SendSide:
         elsewhere (the shared-memory side's, which passes descriptors with its bytes)."""
         written = [count]
 
-        def already_written(channel: object, buffers: list[Buffer]) -> int:
+        def already_written(buffers: list[Buffer]) -> int:
             taken, written[0] = written[0], 0
             return taken
 
-        return self.write_to(already_written, None)
+        return self.write_to(already_written)
 
     @property
     def has_output(self) -> bool:

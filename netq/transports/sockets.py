@@ -379,11 +379,19 @@ class SocketCarrier:
                 raise
             sock.setblocking(False)
             try:
-                events.append((OPENED, self._open_channel(sock, server_side=True),
-                               Opened(address)))
+                events.append(self._opened(sock, address, server_side=True))
             except OSError as error:  # reset before the TLS layer was set up: not our failure
                 sock.close()
                 LOGGER.info("netq server: connection from %s lost at once: %s", address, error)
+
+    def _opened(self, sock: socket.socket, address: Address, server_side: bool) -> Event:
+        """The OPENED event of a connected socket, its channel set up (OSError: it broke)."""
+        channel = self._open_channel(sock, server_side)
+        if channel.tls is not None:  # read_into and write run the TLS record layer
+            return (OPENED, channel, Opened(address))
+        # A plain socket reads and writes with its own methods (C functions: no Python call).
+        return (OPENED, channel, Opened(address, read_into=sock.recv_into,
+                                        write=sock.sendmsg if self._gather else None))
 
     def _open_channel(self, sock: socket.socket, server_side: bool) -> SocketChannel:
         self._tune(sock)
@@ -432,7 +440,7 @@ class SocketCarrier:
             return
         try:
             address = sock.getpeername()
-            events.append((OPENED, self._open_channel(sock, server_side=False), Opened(address)))
+            events.append(self._opened(sock, address, server_side=False))
         except OSError as error:
             sock.close()
             events.append((FAILED, None, str(error)))

@@ -213,16 +213,17 @@ def test_data_to_send_and_has_output():
 
 
 class ShortWrites:
-    """A carrier's write that takes at most ``limits[i]`` bytes on its i-th call (then raises
-    BlockingIOError once the limits run out), recording what it was given."""
+    """A writer (a socket's sendmsg, a carrier's write bound to its channel) that takes at most
+    ``limits[i]`` bytes on its i-th call (then raises BlockingIOError once the limits run
+    out), recording what it was given."""
 
     def __init__(self, *limits: int) -> None:
         self.limits = list(limits)
         self.out = bytearray()
         self.calls = 0
 
-    def __call__(self, channel: object, buffers: list) -> int:
-        assert channel == "channel" and 1 <= len(buffers) <= IOV_MAX
+    def __call__(self, buffers: list) -> int:
+        assert 1 <= len(buffers) <= IOV_MAX
         self.calls += 1
         if not self.limits:
             raise BlockingIOError
@@ -239,20 +240,20 @@ def test_write_to_writes_everything_through_partial_writes_in_order():
     c.send_ack(4)
     expected = b"".join(bytes(b) for b in c.outgoing_all())
     write = ShortWrites(7, 100, 1, 10**9)
-    assert c.write_to(write, "channel") is False
+    assert c.write_to(write) is False
     assert bytes(write.out) == expected and write.calls == 4
     assert not c.has_output and c.bytes_queued == 0
-    assert c.write_to(write, "channel") is False and write.calls == 4  # nothing: no write
+    assert c.write_to(write) is False and write.calls == 4  # nothing: no write
 
 
 def test_write_to_stops_when_a_write_takes_nothing_and_keeps_the_rest_queued():
     c = connection(Role.CLIENT, recv_messages=10)
     hello = c.bytes_queued
     write = ShortWrites(5, 0)
-    assert c.write_to(write, "channel") is True
+    assert c.write_to(write) is True
     assert c.bytes_queued == hello - 5 and c.has_output
     rest = ShortWrites(10**9)
-    assert c.write_to(rest, "channel") is False
+    assert c.write_to(rest) is False
     assert bytes(write.out + rest.out) == frames.encode_hello(c.local)
 
 
@@ -260,12 +261,12 @@ def test_write_to_lets_what_the_write_raises_through_with_the_output_kept():
     c = connection(Role.CLIENT, recv_messages=10)
     hello = c.bytes_queued
     with pytest.raises(BlockingIOError):
-        c.write_to(ShortWrites(3), "channel")  # 3 bytes, then the socket is full
+        c.write_to(ShortWrites(3))  # 3 bytes, then the socket is full
     assert c.bytes_queued == hello - 3
     c.send_ack(1)
     assert c.output_is_only_acks() is False  # the HELLO's tail is still ahead of the ACK
     rest = ShortWrites(hello - 3, 0)
-    assert c.write_to(rest, "channel") is True  # the HELLO's tail only: the ACK remains
+    assert c.write_to(rest) is True  # the HELLO's tail only: the ACK remains
     assert c.output_is_only_acks() and c.bytes_queued == HEADER_SIZE
 
 

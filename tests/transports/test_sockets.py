@@ -11,6 +11,7 @@ suite (tcp, tls, unix, tcp6); the packet carriers do not let callers lead.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -194,3 +195,45 @@ def test_ctrl_c_during_caller_led_gets_tears_no_link():
     assert result["in_order_no_duplicates"], "a message came twice or out of order"
     assert result["total"] - result["received"] <= result["interrupts"]
     assert result["reconnects"] == 0, "the link was torn"
+
+
+def test_a_full_socket_hands_the_write_over_to_the_carrier(transport, monkeypatch):
+    """A plain socket's link writes with the socket's own ``sendmsg``; when the socket is full
+    (here: the server's process is stopped), the link writes once through the carrier's
+    ``write``, which watches the socket for room. Once the server runs again, the rest goes
+    out and every message arrives."""
+    from netq.transports.sockets import SocketCarrier
+
+    carrier_writes = []
+    write = SocketCarrier.write
+
+    def counted(self, channel, buffers, fds=None):
+        carrier_writes.append(len(buffers))
+        return write(self, channel, buffers, fds)
+
+    if not transport.spec.byte_stream:
+        pytest.skip(f"{transport.name} is not a byte stream")
+    monkeypatch.setattr(SocketCarrier, "write", counted)  # before the client's link opens
+    # Credit for all of it from the start: the stopped server grants none.
+    server = transport.spawn_server(window_min=32 * nq.MiB, recv_budget=64 * nq.MiB)
+    client = transport.make_client(server)
+    client.put("hello").result(T)
+    assert server.request("get", count=1, timeout=T) == ["hello"]
+    if not carrier_writes:  # TLS writes through the carrier always; plain sockets do not
+        assert transport.name != "tls"
+    before = len(carrier_writes)
+    size, count = 256 * nq.KiB, 64  # 16 MiB: more than the two socket buffers hold
+    futures: list = []
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        putter = threading.Thread(target=lambda: futures.extend(
+            client.put(bytes([index]) * size) for index in range(count)), name="putter")
+        putter.start()
+        wait_for(lambda: len(carrier_writes) > before, T)  # the socket filled up
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    putter.join(T)
+    assert len(futures) == count
+    for future in futures:
+        assert future.result(T) is None
+    assert server.request("get", count=count, timeout=T) == [{"bytes": size}] * count

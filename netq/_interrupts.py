@@ -28,20 +28,16 @@ import threading
 from types import FrameType
 from typing import ClassVar
 
-__all__ = ("LoopTurns",)
+__all__ = ("LoopTurns", "SIGINT_NUMBER", "on_sigint", "sigint_disposition")
 
-_SIGINT = int(signal.SIGINT)
+SIGINT_NUMBER = _SIGINT = int(signal.SIGINT)
 _NO_INTERRUPT = (int(signal.SIG_IGN), int(signal.SIG_DFL))  # as _signal.getsignal reports them
-_getsignal = _signal.getsignal
+sigint_disposition = _getsignal = _signal.getsignal  # call with SIGINT_NUMBER
 _get_ident = threading.get_ident
-# The thread Python runs signal handlers on. It changes only in a forked child, where the
-# thread that forked becomes the main thread (see _after_fork_in_child).
-_main_ident = threading.main_thread().ident
 
 
 def _after_fork_in_child() -> None:
-    global _main_ident
-    _main_ident = _get_ident()
+    LoopTurns.main_ident = _get_ident()
     LoopTurns.deferring = LoopTurns.pending = False  # the turn that deferred is the parent's
 
 
@@ -49,7 +45,8 @@ if hasattr(os, "register_at_fork"):  # POSIX; Windows has no fork
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _on_sigint(signum: int, frame: FrameType | None) -> None:
+def on_sigint(signum: int, frame: FrameType | None) -> None:
+    """netq's SIGINT handler: raise, as Python's own, unless a loop turn is under way."""
     if LoopTurns.deferring:
         LoopTurns.pending = True
         return
@@ -68,6 +65,9 @@ class LoopTurns:
 
     __slots__ = ("active",)
 
+    # The thread Python runs signal handlers on. It changes only in a forked child, where the
+    # thread that forked becomes the main thread (see _after_fork_in_child).
+    main_ident: ClassVar[int | None] = threading.main_thread().ident
     deferring: ClassVar[bool] = False  # the main thread is inside a loop turn: note, not raise
     pending: ClassVar[bool] = False  # an interrupt arrived meanwhile: raise it after the turn
 
@@ -84,13 +84,13 @@ class LoopTurns:
         operating-system default SIGINT as it is. The disposition is read on every call (one
         C call): a handler the program installs at any time is honoured from its next lead.
         """
-        if _get_ident() != _main_ident:
+        if _get_ident() != LoopTurns.main_ident:
             return True  # not the main thread: no interrupt lands here, nothing to defer
         current = _getsignal(_SIGINT)
-        if current is not _on_sigint and current not in _NO_INTERRUPT:
+        if current is not on_sigint and current not in _NO_INTERRUPT:
             if current is not signal.default_int_handler:
                 return False  # the program's own handler: never touched
-            signal.signal(signal.SIGINT, _on_sigint)
+            signal.signal(signal.SIGINT, on_sigint)
         self.active = True
         LoopTurns.deferring = True
         return True

@@ -9,7 +9,7 @@ happened. Each turn::
     carrier.wait(timeout)   until something happens, a wake-up, or the next timer
     for each event          the driver reads (read_into -> Connection.receive_done ->
                             engine.handle_events -> inbox) or writes (Connection.write_to
-                            -> carrier.write); a link opens or ends; an attempt failed
+                            -> the link's writer); a link opens or ends; an attempt failed
     reconnect when due, give up an attempt that takes too long, drop flushed closing links
 
 The engine calls the loop through :class:`netq.contract.TransportAPI` (``write_now``,
@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from ._interrupts import LoopTurns
+from ._interrupts import SIGINT_NUMBER, LoopTurns, on_sigint, sigint_disposition
 from ._shm import ShmCounters
 from .carrier import (
     CLOSED,
@@ -41,7 +41,14 @@ from .carrier import (
     CarrierFactory,
     Opened,
 )
-from .contract import CONNECT_FAILED, CONNECT_STARTED, EngineAPI, Link, TransportAPI
+from .contract import (
+    CONNECT_FAILED,
+    CONNECT_STARTED,
+    EngineAPI,
+    Link,
+    LoopSignals,
+    TransportAPI,
+)
 from .link_driver import LinkDriver
 from .options import CommunicatorOptions, Purpose
 from .shared_io import client_thread, own_thread_ended
@@ -98,6 +105,83 @@ class ParkingSpot:
         return True
 
 
+class ClientAttempts:
+    """A client's attempts to reach its server: one at a time, each given up after the
+    carrier's ``attempt_limit`` (where the loop bounds them), the next one after a backoff
+    that doubles from ``reconnect_min`` to ``reconnect_max`` (and starts again from
+    ``reconnect_min`` once a link had a session)."""
+
+    def __init__(self, carrier: Carrier[object], signals: LoopSignals,
+                 options: CommunicatorOptions) -> None:
+        self._carrier = carrier
+        self._signals = signals
+        self._limit = carrier.info.attempt_limit
+        self._min = self.backoff = options.connection.reconnect_min
+        self._max = options.connection.reconnect_max
+        self.since: float | None = None  # an attempt is under way since then
+        self.retry_at: float | None = None  # the next attempt is due then
+
+    def start(self) -> None:
+        """Begin an attempt, unless one is under way or the engine wants no connection."""
+        if self.since is not None or not self._signals.wants_connection:
+            return
+        if self._limit is not None:
+            # An attempt the loop bounds stops the session clock while it lasts. A carrier
+            # that bounds its own (a broker waiting for a server to announce itself) may wait
+            # for ever: its time counts against session_timeout.
+            self._signals.notices.append((CONNECT_STARTED, None, ""))
+        self.since = time.monotonic()
+        self._carrier.admit(True)
+
+    def abandon(self) -> None:
+        """Give up the attempt under way (if any) and forget the one scheduled."""
+        self.retry_at = None
+        if self.since is not None:
+            self.since = None
+            self._carrier.admit(False)
+
+    def succeeded(self) -> None:
+        self.since = None
+
+    def failed(self, reason: str) -> None:
+        self.since = None
+        self._signals.notices.append((CONNECT_FAILED, None, reason))
+        self.schedule()
+
+    def schedule(self) -> None:
+        """The next attempt after the backoff, if the engine wants a connection."""
+        if not self._signals.wants_connection:
+            return
+        # Jittered (half to all of the backoff): clients that lost their server together do
+        # not come back in lockstep, each retry wave spread over half a backoff.
+        self.retry_at = time.monotonic() + self.backoff * random.uniform(0.5, 1.0)
+        self.backoff = min(self.backoff * 2, self._max)
+
+    def link_lost(self, had_session: bool) -> None:
+        if had_session:
+            self.backoff = self._min
+        self.schedule()
+
+    def due_in(self, now: float, timeout: float) -> float:
+        """``timeout``, shortened to when the next attempt or the limit of this one is due."""
+        if self.retry_at is not None:
+            timeout = min(timeout, max(0.0, self.retry_at - now))
+        if self.since is not None and self._limit is not None:
+            timeout = min(timeout, max(0.0, self.since + self._limit - now))
+        return timeout
+
+    def tick(self, now: float) -> None:
+        """Start the attempt that is due; give up the one that took too long."""
+        if self.retry_at is not None and now >= self.retry_at:
+            self.retry_at = None
+            self.start()
+        limit = self._limit
+        if self.since is not None and limit is not None and now - self.since > limit:
+            self.abandon()
+            self.failed(f"timed out after {limit:.0f} s (no answer: a server too busy to "
+                        f"take new connections, a firewall, or an unreachable host?)")
+
+
 class IOLoop:
     """The I/O thread of one communicator, its links, and the carrier it drives."""
 
@@ -140,9 +224,7 @@ class IOLoop:
         self._attention = signals.attention  # non-empty: the turn must not wait
         self._aborted = False
         self._idle = False  # the loop is (about to be) waiting: wake() must reach the carrier
-        self._reconnect_at: float | None = None
-        self._backoff = self._options.connection.reconnect_min
-        self._attempt_since: float | None = None  # client: an attempt is under way since then
+        self._attempts = ClientAttempts(self.carrier, signals, options)  # a client's
         self._io_ident: int | None = None
         # Leader/followers (caller_leads): whoever holds _lead runs the loop; the I/O thread
         # parks in _spot while callers' get() lead it (see lead()).
@@ -245,7 +327,7 @@ class IOLoop:
         """The first thing the loop does on its thread: a client starts to connect."""
         self._io_ident = self._leader_ident = threading.get_ident()
         if not self._server:
-            self._connect()
+            self._attempts.start()
 
     def turn(self) -> float | None:
         """One turn on the shared I/O thread, with a wait of 0: seconds until the loop wants
@@ -297,14 +379,13 @@ class IOLoop:
             timeout = signals.service_due - now  # nothing to service, no timer due before
         if signals.stopping and self._stop_step():
             return True
-        if self._reconnect_at is not None:
-            timeout = min(timeout, max(0.0, self._reconnect_at - now))
+        attempts = self._attempts
+        if attempts.since is not None or attempts.retry_at is not None:  # no call per turn
+            timeout = attempts.due_in(now, timeout)
         driver = self._driver
         if driver.closing:
             for closing in list(driver.closing):
                 timeout = min(timeout, max(0.0, closing.close_deadline - now))
-        if self._attempt_since is not None and self.info.attempt_limit is not None:
-            timeout = min(timeout, max(0.0, self._attempt_since + self.info.attempt_limit - now))
         driver.changed = False
         self._due_at = now + timeout
         # Set before looking at the engine's queue: a user thread that queues work after the
@@ -358,14 +439,11 @@ class IOLoop:
                         link.error = driver.blamed(link, value)
                     driver.end_of_stream(link)
             elif kind is FAILED:
-                self._attempt_failed(str(value) if value is not None else "the attempt failed")
+                self._attempts.failed(str(value) if value is not None else "the attempt failed")
         self._idle = self._shared is not None
         now = time.monotonic()
-        if self._reconnect_at is not None and now >= self._reconnect_at:
-            self._reconnect_at = None
-            self._connect()
-        if self._attempt_since is not None:
-            self._check_attempt(now)
+        if attempts.since is not None or attempts.retry_at is not None:
+            attempts.tick(now)
         if driver.closing:
             for closing in list(driver.closing):
                 if not closing.conn.has_output or now >= closing.close_deadline:
@@ -436,9 +514,18 @@ class IOLoop:
             # Not if the I/O thread took the loop back meanwhile, nor on the main thread under
             # a SIGINT handler of the program's own (netq._interrupts). From here on, Ctrl-C on
             # the main thread waits for the end of a turn.
-            if not self._spot.parked or not turns.begin():
+            if not self._spot.parked:
                 return False
-            self._leader_ident = threading.get_ident()
+            ident = threading.get_ident()
+            if ident == LoopTurns.main_ident:
+                if sigint_disposition(SIGINT_NUMBER) is on_sigint:
+                    # turns.begin(), inline where netq's handler is in place already (every
+                    # lead on the main thread but the first): a Python call per lead saved.
+                    turns.active = True
+                    LoopTurns.deferring = True
+                elif not turns.begin():
+                    return False
+            self._leader_ident = ident
             self._caller_rounds += 1
             if self._driver.held:  # a get() back without a put(): no reply carries held ACKs
                 self._driver.release_holds(True)  # so they go now (a turn saved)
@@ -468,11 +555,11 @@ class IOLoop:
             self.carrier.admit(False)
         elif self._signals.wants_connection:
             # A client finishing a goodbye a broken link interrupted: (re)connect as usual.
-            if not self.links() and self._reconnect_at is None and self._attempt_since is None:
-                self._schedule_reconnect()
+            attempts = self._attempts
+            if not self.links() and attempts.retry_at is None and attempts.since is None:
+                attempts.schedule()
         else:
-            self._abandon_attempt()
-            self._reconnect_at = None
+            self._attempts.abandon()
         return self._signals.said_goodbye and not self.links()
 
     def _shutdown(self) -> None:
@@ -481,49 +568,8 @@ class IOLoop:
         if self._server:
             self.carrier.admit(False)
         else:
-            self._abandon_attempt()
+            self._attempts.abandon()
         self.carrier.close(None)
-
-    # ----------------------------------------------------------------- client attempts
-
-    def _connect(self) -> None:
-        if self._attempt_since is not None or not self._signals.wants_connection:
-            return
-        if self.info.attempt_limit is not None:
-            # An attempt the loop bounds stops the session clock while it lasts. A carrier
-            # that bounds its own (a broker waiting for a server to announce itself) may wait
-            # for ever: its time counts against session_timeout.
-            self._notices.append((CONNECT_STARTED, None, ""))
-        self._attempt_since = time.monotonic()
-        self.carrier.admit(True)
-
-    def _abandon_attempt(self) -> None:
-        if self._attempt_since is not None:
-            self._attempt_since = None
-            self.carrier.admit(False)
-
-    def _attempt_failed(self, reason: str) -> None:
-        self._attempt_since = None
-        self._notices.append((CONNECT_FAILED, None, reason))
-        self._schedule_reconnect()
-
-    def _check_attempt(self, now: float) -> None:
-        limit = self.info.attempt_limit
-        since = self._attempt_since
-        if since is not None and limit is not None and now - since > limit:
-            self._abandon_attempt()
-            self._attempt_failed(f"timed out after {limit:.0f} s "
-                                 f"(no answer: a server too busy to take new connections, a "
-                                 f"firewall, or an unreachable host?)")
-
-    def _schedule_reconnect(self) -> None:
-        if self._server or self._aborted or not self._signals.wants_connection:
-            return
-        # Jittered (half to all of the backoff): clients that lost their server together do
-        # not come back in lockstep, each retry wave spread over half a backoff.
-        self._reconnect_at = time.monotonic() + self._backoff * random.uniform(0.5, 1.0)
-        self._due_at = 0.0
-        self._backoff = min(self._backoff * 2, self._options.connection.reconnect_max)
 
     # ----------------------------------------------------------------- links come and go
 
@@ -531,7 +577,7 @@ class IOLoop:
         if self._server:
             refuse = self._signals.closing or self._aborted  # close() refuses newcomers at once
         else:
-            self._attempt_since = None
+            self._attempts.succeeded()
             # A closing client still takes a link that finishes a goodbye a broken link
             # interrupted (wants_connection says whether one is under way).
             refuse = self._aborted or not self._signals.wants_connection
@@ -544,7 +590,5 @@ class IOLoop:
         """A client whose link ended reconnects (after a backoff), unless a newer link of the
         same peer replaced it."""
         self._due_at = 0.0
-        if not self._server and not link.replaced:
-            if link.session is not None:
-                self._backoff = self._options.connection.reconnect_min
-            self._schedule_reconnect()
+        if not self._server and not link.replaced and not self._aborted:
+            self._attempts.link_lost(link.session is not None)

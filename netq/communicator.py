@@ -52,6 +52,7 @@ _clock = time.perf_counter
 _sleep = time.sleep
 _new_tuple = tuple.__new__
 _CLOSED = PeerState.CLOSED
+_CONNECTED = PeerState.CONNECTED
 
 
 class _Batch:
@@ -282,6 +283,10 @@ class Communicator:
         server = table.server_session
         if server is not None and not peers and server.state is not _CLOSED:
             targets: Sequence[PeerSession] = table.server_only  # resolve()'s answer, inline
+        elif len(peers) == 1 and server is None and (
+                (session := table.sessions.get(peers[0])) is not None
+                and session.state is _CONNECTED):
+            targets = (session,)  # a server's reply to a connected peer: resolve(), inline
         else:
             targets = table.resolve(peers, sending=True)
         if len(parts) == 1:

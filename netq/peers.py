@@ -47,7 +47,8 @@ class PeerTable:
         server, id unknown until the handshake). ``window``: new sessions' receive window."""
         self.server = server
         self._window = window
-        self._sessions: dict[uuid.UUID, PeerSession] = {}
+        # A server's sessions by peer id (written here only; put() reads it for a reply).
+        self.sessions: dict[uuid.UUID, PeerSession] = {}
         # Departed peers, with the token and count of the session they had (ended()).
         self._departed: dict[uuid.UUID, tuple[bytes, int]] = {}
         self.server_session: PeerSession | None = None
@@ -62,21 +63,21 @@ class PeerTable:
 
     def __len__(self) -> int:
         """Sessions in the table (a server's clients, including those closing)."""
-        return len(self._sessions) if self.server else 1
+        return len(self.sessions) if self.server else 1
 
     def __iter__(self) -> Iterator[PeerSession]:
         return iter(self.all())
 
     def all(self) -> list[PeerSession]:
         """Every session, in any state (a copy: safe from any thread)."""
-        sessions = list(self._sessions.values())
+        sessions = list(self.sessions.values())
         if self.server_session is not None:
             sessions.append(self.server_session)
         return sessions
 
     def get(self, peer: uuid.UUID) -> PeerSession | None:
         """A server's session with ``peer``, if it has one (any state)."""
-        return self._sessions.get(peer)
+        return self.sessions.get(peer)
 
     def departed(self, peer: uuid.UUID) -> bool:
         """``peer`` had a session that is gone now."""
@@ -87,7 +88,7 @@ class PeerTable:
         server = self.server_session
         if server is not None:
             return (server.id,) if server.state is PeerState.CONNECTED else ()
-        return tuple(peer for peer, session in list(self._sessions.items())
+        return tuple(peer for peer, session in list(self.sessions.items())
                      if session.state not in _GONE)
 
     def resolve(self, peers: tuple[uuid.UUID, ...], *,
@@ -106,7 +107,7 @@ class PeerTable:
             if sending and server.state is PeerState.CLOSED:
                 raise ConnectionLost(server.id, "the server closed the session")
             return self.server_only if sending or peers else ()
-        sessions = self._sessions
+        sessions = self.sessions
         if not peers:
             if not sending:
                 return []
@@ -133,7 +134,7 @@ class PeerTable:
     def ended(self, peer: uuid.UUID) -> tuple[bytes, int] | None:
         """Server: the token of ``peer``'s session that ended here (closed, or forgotten since)
         and the highest of its messages received in it; None if it had none."""
-        session = self._sessions.get(peer)
+        session = self.sessions.get(peer)
         if session is not None:
             return (session.token, session.last_received) \
                 if session.state is PeerState.CLOSED else None
@@ -142,19 +143,19 @@ class PeerTable:
     def open(self, peer: uuid.UUID) -> tuple[PeerSession, bool]:
         """Server: the session for ``peer``'s handshake, and whether it resumes one (a live
         session of that id) or is new (first contact, or the old one closed)."""
-        session = self._sessions.get(peer)
+        session = self.sessions.get(peer)
         if session is not None and session.state is not PeerState.CLOSED:
             return session, True
         session = PeerSession(peer, window=self._window)
-        self._sessions[peer] = session
+        self.sessions[peer] = session
         return session, False
 
     def forget(self, session: PeerSession) -> bool:
         """Server: drop a finished session and remember its peer as departed; False when the
         table holds another session for that id now (nothing changed)."""
-        if self._sessions.get(session.id) is not session:
+        if self.sessions.get(session.id) is not session:
             return False
-        del self._sessions[session.id]
+        del self.sessions[session.id]
         departed = self._departed
         departed[session.id] = (session.token, session.last_received)
         while len(departed) > DEPARTED_MEMORY:

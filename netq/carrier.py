@@ -96,11 +96,11 @@ class Opened:
     # The peer id (a UUID's text) this channel may carry, when the carrier ties channels to
     # peers (MQTT: a client's topics); the peer's HELLO must then name it. None: any peer.
     bound_to: str | None = None
-    # ``read_into(channel, buffer)`` for this channel where it needs none of the carrier's
+    # ``read_into(buffer)`` of this channel, where it needs none of the carrier's
     # code (a plain socket's ``recv_into``, a C function: no Python call per read); used
     # while the link takes no descriptors. None: the carrier's read_into.
     read_into: Callable[[memoryview], int] | None = None
-    # ``write(channel, buffers)`` for this channel where it needs none of the carrier's code
+    # ``write(buffers)`` of this channel, where it needs none of the carrier's code
     # while there is room (a plain socket's ``sendmsg``); it raises BlockingIOError where the
     # carrier's write returns 0, and the link driver then writes through the carrier's
     # write, which arranges the WRITABLE event. None: the carrier's write.

@@ -3,7 +3,8 @@
 :class:`LinkDriver` holds the links of one :class:`netq.loop.IOLoop` (by channel) and does to
 each what the loop's events call for::
 
-    READABLE    carrier.read_into(channel, Connection.receive_buffer())
+    READABLE    carrier.read_into(channel, Connection.receive_buffer()) (or the channel's own
+                reader, a plain socket's recv_into)
                 -> Connection.receive_done -> engine.handle_events (-> the inbox)
     DATA        Connection.receive_data(packet) -> engine.handle_events
     WRITABLE    Connection.write_to(link.writer)  (outgoing() and sent() in one; the writer is

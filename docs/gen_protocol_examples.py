@@ -47,6 +47,7 @@ def hello(role: Role) -> Hello:
         max_frame=1024 * 1024,
         recv_window=8 * 1024 * 1024,
         recv_messages=frames.UNLIMITED_MESSAGES if client else 1000,
+        array_parts=True,
     )
 
 
@@ -99,7 +100,9 @@ def annotate(direction: str, raw: bytes) -> None:
         d.row(p[0:4], "magic", '"NETQ"')
         d.row(p[4:6], "version", str(h.version))
         d.row(p[6:7], "role", h.role.name)
-        d.row(p[7:8], "flags", "AUTH (an AUTH frame follows)" if h.auth else "0")
+        names = [name for name, on in (("AUTH (an AUTH frame follows)", h.auth), ("SHM", h.shm),
+                                       ("ARRAY_PARTS", h.array_parts)) if on]
+        d.row(p[7:8], "flags", " | ".join(names) or "0")
         d.row(p[8:24], "id", str(h.id))
         d.row(p[24:40], "nonce", "fresh per connection")
         d.row(p[40:48], "max_message", f"{h.max_message} bytes")

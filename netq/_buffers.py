@@ -11,7 +11,11 @@ What a received part is, by the sender's buffer and the part's size:
 
 * **writable** (any size): a ``bytearray`` (numpy arrays rebuilt from it are writable). A
   fresh one is zero-filled by ``bytearray(n)``; a large one is usually a reused buffer of the
-  communicator's :class:`ReceivePool`, which is not filled again.
+  communicator's :class:`ReceivePool`, which is not filled again. An *array's* part (the
+  sender's buffer was writable and no ``bytearray``: the wire's ``ARRAY`` bit) of
+  :data:`MMAP_MIN` bytes or more is an anonymous private ``mmap`` instead: the arrays rebuilt
+  from it are just as writable, and no zero-filling pass precedes the receive. A
+  ``bytearray`` the sender put stays a ``bytearray``.
 * **read-only, smaller than** :data:`LARGE` (64 KiB): ``bytes``, cut out of the link's staging
   buffer or out of a small ``bytearray`` it was reassembled in: the one copy, of < 64 KiB.
 * **read-only, from** :data:`LARGE`: a read-only ``memoryview`` (format ``"B"``, 1-D) of a
@@ -41,7 +45,7 @@ Part = bytes | bytearray | memoryview  # a received message part: the object the
 # as bytes (copied: a copy of < 64 KiB costs less than the part's own frame handling). The
 # same bound as PickleSerializer's default copy_threshold: out-of-band buffers are this large.
 LARGE = 64 * 1024
-# Read-only parts at least this large live in anonymous maps rather than bytearrays: no
+# Read-only and array parts at least this large live in anonymous maps, not bytearrays: no
 # zero-filling pass of their own. glibc maps blocks this large itself (its mmap threshold
 # grows to at most 32 MiB), so a map costs the same page faults and saves the memset (fresh
 # allocation and fill, 48 MiB: 25 ms mapped, 27 ms as a bytearray). Below it the heap keeps
@@ -57,7 +61,7 @@ def allocate_writable(size: int) -> bytearray:
 
 
 def _backing(size: int) -> bytearray | mmap.mmap:
-    """The memory of a read-only part of ``size`` bytes (>= LARGE)."""
+    """The memory of a read-only or an array's part of ``size`` bytes (>= LARGE)."""
     if size >= MMAP_MIN and _MAP_PRIVATE is not None:
         try:
             # Private: a child made by fork() gets its own copy on write, as with heap memory.
@@ -161,19 +165,21 @@ class ReceivePool:
     def __len__(self) -> int:
         return len(self._buffers)
 
-    def allocate(self, size: int, readonly: bool) -> tuple[Part, memoryview]:
+    def allocate(self, size: int, readonly: bool, array: bool = False
+                 ) -> tuple[Part, memoryview]:
         """A part of ``size`` bytes and a writable view to fill it (release it when full).
 
         The part is what the user gets (a ``bytearray``; when ``readonly``, a read-only
-        memoryview), except for a read-only part below :data:`LARGE`: a ``bytearray`` for
-        :func:`seal` to copy into ``bytes``."""
+        memoryview; an ``mmap`` for a writable ``array`` part from :data:`MMAP_MIN`), except
+        for a read-only part below :data:`LARGE`: a ``bytearray`` for :func:`seal` to copy
+        into ``bytes``."""
         if size < POOL_MIN:
             if readonly:
                 return allocate_readonly(size)
             obj = allocate_writable(size)
             return obj, memoryview(obj)
-        kind = mmap.mmap if readonly and size >= MMAP_MIN and _MAP_PRIVATE is not None \
-            else bytearray
+        kind = mmap.mmap if (readonly or array) and size >= MMAP_MIN \
+            and _MAP_PRIVATE is not None else bytearray
         getrefcount = sys.getrefcount
         with self._lock:
             buffers = self._buffers
@@ -193,7 +199,7 @@ class ReceivePool:
                     view = memoryview(backing)
                     if readonly:
                         return memoryview(backing).toreadonly(), view
-                    return cast(bytearray, backing), view  # the kind of a writable part
+                    return cast(bytearray, backing), view  # a bytearray, or an array's map
                 # Free, older than the buffers in use, and not what this stream asks for.
                 del buffers[index]
                 self._bytes -= len(backing)
@@ -201,6 +207,9 @@ class ReceivePool:
             if readonly:
                 part, view = allocate_readonly(size)
                 fresh = view.obj  # the bytearray or map it writes
+            elif kind is mmap.mmap:
+                part = fresh = _backing(size)  # type: ignore[assignment]  # a map, or no room
+                view = memoryview(fresh)
             else:
                 part = fresh = allocate_writable(size)
                 view = memoryview(fresh)

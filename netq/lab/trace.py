@@ -131,7 +131,7 @@ def describe(frame_type: int, flags: int, value: int, payload: bytes, length: in
                 sizes = [frames.PART_SIZE.unpack_from(payload, frames.DESCRIPTOR.size + 8 * i)[0]
                          for i in range(nparts)]
                 fields["total"] = total
-                fields["parts"] = [size & (READONLY_BIT - 1) for size in sizes]
+                fields["parts"] = [size & frames.PART_SIZE_MASK for size in sizes]
                 fields["readonly"] = [bool(size & READONLY_BIT) for size in sizes]
                 body = length - descriptor
         fields["body"] = body  # message bytes carried by this chunk

@@ -95,7 +95,7 @@ _allocate_staging = _buffers.allocate_writable
 # Messages this large go into parts from the ReceivePool (reused buffers), never into
 # parts sliced out of the staging buffer (fresh allocations).
 _POOL_MIN = _buffers.POOL_MIN
-_SIZE_MASK = READONLY_BIT - 1
+_SIZE_MASK = frames.PART_SIZE_MASK
 _FIRST = DataFlags.FIRST.value
 _LAST = DataFlags.LAST.value
 _BATCH = DataFlags.BATCH.value
@@ -623,7 +623,7 @@ def new_nonce() -> bytes:
 
 def make_hello(role: Role, peer_id: uuid.UUID, *, auth: bool, max_message: int, max_frame: int,
                recv_window: int, recv_messages: int, shm: bool = False) -> Hello:
-    """Our HELLO, with a fresh nonce."""
+    """Our HELLO, with a fresh nonce (it reads ARRAY_BIT: parts are allocated by kind)."""
     return Hello(
         version=frames.VERSION,
         role=role,
@@ -635,4 +635,5 @@ def make_hello(role: Role, peer_id: uuid.UUID, *, auth: bool, max_message: int, 
         recv_window=recv_window,
         recv_messages=recv_messages,
         shm=shm,
+        array_parts=True,
     )

@@ -40,6 +40,8 @@ __all__ = [
     "PART_SIZE",
     "READONLY_BIT",
     "SEGMENT_BIT",
+    "ARRAY_BIT",
+    "PART_SIZE_MASK",
     "MAX_PARTS",
     "MAX_TEXT",
     "AUTH_SIZE",
@@ -72,6 +74,9 @@ HELLO_FLAG_AUTH = 0x01  # the sender holds an authkey and will send AUTH
 # The sender takes message parts in shared-memory segments (descriptors passed with the
 # frames, SCM_RIGHTS): set only over a carrier that passes descriptors (Unix sockets).
 HELLO_FLAG_SHM = 0x02
+# The sender reads ARRAY_BIT in part sizes. Peers that predate it ignore the flag, and are
+# never sent the bit.
+HELLO_FLAG_ARRAY_PARTS = 0x04
 
 # SESSION: token, last sequence number received from the peer, flags (bit 0: resumed), then
 # the bytes and messages of the peer's that the sender still holds (received, not released):
@@ -87,6 +92,14 @@ READONLY_BIT = 1 << 63  # set in a part size: the sender's buffer was read-only 
 # whose descriptor came with the frames (the next one not claimed yet). Only between peers
 # whose HELLOs both set HELLO_FLAG_SHM.
 SEGMENT_BIT = 1 << 62
+# Set in a writable part's size: the sender's buffer was not a bytearray (an array's memory),
+# so the receiver may hold the part in any writable buffer (a memory map: no zero-filling
+# pass before the bytes arrive) rather than a bytearray. Only to peers whose HELLO set
+# HELLO_FLAG_ARRAY_PARTS.
+ARRAY_BIT = 1 << 61
+# A part's size in bytes without its READONLY and ARRAY bits. SEGMENT_BIT stays in: where
+# segments are not expected, a part that claims one fails the descriptor's size check.
+PART_SIZE_MASK = (1 << 64) - 1 - READONLY_BIT - ARRAY_BIT
 MAX_PARTS = 1024  # pickle's out-of-band buffers per message; a descriptor is <= 8 KiB + 16
 MAX_DESCRIPTOR = DESCRIPTOR.size + MAX_PARTS * PART_SIZE.size
 
@@ -146,6 +159,7 @@ class Hello:
     recv_window: int  # initial byte credit granted to the receiver of this HELLO
     recv_messages: int  # initial message credit (UNLIMITED_MESSAGES: none)
     shm: bool = False  # takes parts in shared-memory segments (HELLO_FLAG_SHM)
+    array_parts: bool = False  # reads ARRAY_BIT in part sizes (HELLO_FLAG_ARRAY_PARTS)
 
 
 # Largest payload accepted per frame type, before looking at the payload. DATA is bounded by
@@ -184,7 +198,8 @@ def encode_hello(hello: Hello) -> bytes:
         MAGIC,
         hello.version,
         hello.role,
-        (HELLO_FLAG_AUTH if hello.auth else 0) | (HELLO_FLAG_SHM if hello.shm else 0),
+        (HELLO_FLAG_AUTH if hello.auth else 0) | (HELLO_FLAG_SHM if hello.shm else 0)
+        | (HELLO_FLAG_ARRAY_PARTS if hello.array_parts else 0),
         hello.id.bytes,
         hello.nonce,
         hello.max_message,
@@ -212,6 +227,7 @@ def decode_hello(payload: bytes) -> Hello:
         recv_window=window,
         recv_messages=messages,
         shm=bool(flags & HELLO_FLAG_SHM),
+        array_parts=bool(flags & HELLO_FLAG_ARRAY_PARTS),
     )
 
 

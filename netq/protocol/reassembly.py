@@ -14,11 +14,11 @@ from __future__ import annotations
 from .. import _buffers
 from .._buffers import LARGE, POOL_MIN, Part
 from .events import MessageReceived
-from .frames import READONLY_BIT
+from .frames import ARRAY_BIT, PART_SIZE_MASK, READONLY_BIT
 
 __all__ = ("Incoming", "cut_whole")
 
-_SIZE_MASK = READONLY_BIT - 1
+_SIZE_MASK = PART_SIZE_MASK
 
 
 class Incoming:
@@ -39,7 +39,7 @@ class Incoming:
         for raw in sizes:
             size = raw & _SIZE_MASK
             readonly = bool(raw & READONLY_BIT)
-            obj, view = allocate(size, readonly)
+            obj, view = allocate(size, readonly, bool(raw & ARRAY_BIT))
             if readonly and size < LARGE:
                 if self.copies is None:
                     self.copies = []
@@ -108,7 +108,7 @@ def cut_whole(view: memoryview, buffer: bytearray, position: int, sizes: tuple[i
         size = raw & _SIZE_MASK
         stop = position + size
         if size >= POOL_MIN:
-            part, target = pool.allocate(size, bool(raw & READONLY_BIT))
+            part, target = pool.allocate(size, bool(raw & READONLY_BIT), bool(raw & ARRAY_BIT))
             target[:] = view[position:stop]
             target.release()
             parts.append(part)

@@ -31,6 +31,7 @@ from .events import ConnectionFailed, MessageReceived
 from .frames import (
     DESCRIPTOR,
     HEADER_SIZE,
+    PART_SIZE_MASK,
     READONLY_BIT,
     SEGMENT_BIT,
     UNLIMITED_MESSAGES,
@@ -48,8 +49,8 @@ if TYPE_CHECKING:
 
 __all__ = ("SharedMemorySide",)
 
-_SIZE_MASK = READONLY_BIT - 1
-_PART_MASK = SEGMENT_BIT - 1  # a part's size, without its READONLY and SEGMENT bits
+_SIZE_MASK = PART_SIZE_MASK
+_PART_MASK = PART_SIZE_MASK & ~SEGMENT_BIT  # a part's size, without any of its flag bits
 # (frame offset, fds, what to close once they are sent: one-shot segments, the probe)
 _Mark = tuple[int, list[int], list[_shm.Segment | _shm.Probe]]
 _SHARED_COUNTERS = _shm.ShmCounters()  # for connections nobody gave counters (tests)

@@ -21,6 +21,7 @@ from ..exceptions import LocalProtocolError
 from . import frames
 from .events import ConnectionState
 from .frames import (
+    ARRAY_BIT,
     DESCRIPTOR,
     HEADER,
     HEADER_SIZE,
@@ -167,8 +168,13 @@ class SendSide:
             if len(merge) >= self.merge_size:
                 self._seal()
             return
-        sizes = [len(p) | READONLY_BIT if type(p) is not memoryview or p.readonly else len(p)
-                 for p in parts]
+        if peer.array_parts:  # a writable part that is no bytearray may come back as a map
+            sizes = [len(p) | READONLY_BIT if type(p) is not memoryview or p.readonly
+                     else len(p) if type(p.obj) is bytearray else len(p) | ARRAY_BIT
+                     for p in parts]
+        else:
+            sizes = [len(p) | READONLY_BIT if type(p) is not memoryview or p.readonly
+                     else len(p) for p in parts]
         parts, body = self._to_segments(parts, sizes) if self.shm_out \
             and total >= self.shm_threshold else (parts, total)  # body: bytes in the frames
         first = _FIRST | _BATCH if batch else _FIRST

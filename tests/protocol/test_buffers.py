@@ -1,7 +1,8 @@
 """netq._buffers: receive buffers allocated once, and reused only when nobody else holds them.
 
-What a part is: a writable one a ``bytearray``; a read-only one ``bytes`` below LARGE (a copy)
-and a read-only memoryview of a buffer netq owns from LARGE (an anonymous map from MMAP_MIN).
+What a part is: a writable one a ``bytearray`` (an array's, from MMAP_MIN, an anonymous map);
+a read-only one ``bytes`` below LARGE (a copy) and a read-only memoryview of a buffer netq owns
+from LARGE (an anonymous map from MMAP_MIN).
 """
 
 from __future__ import annotations
@@ -53,6 +54,29 @@ def test_a_buffer_nobody_holds_is_received_into_again(readonly, size):
         assert type(second.obj) is (mmap.mmap if size >= MMAP_MIN else bytearray)
     else:
         assert type(second) is bytearray
+
+
+def array_part(pool: ReceivePool, size: int):
+    obj, view = pool.allocate(size, False, True)
+    view.release()
+    return obj
+
+
+@pytest.mark.parametrize("size", [SIZE, MMAP_MIN], ids=["heap", "mapped"])
+def test_an_arrays_part_is_a_map_from_mmap_min_and_a_plain_part_never_gets_one(size):
+    """A writable array's part (ARRAY_BIT) from MMAP_MIN lives in a writable map, reused as
+    such; a plain writable part of the same size is a bytearray, never the array's map."""
+    pool = ReceivePool()
+    kind = mmap.mmap if size >= MMAP_MIN else bytearray
+    first = array_part(pool, size)
+    assert type(first) is kind and not memoryview(first).readonly
+    address = id(first)
+    del first
+    again = array_part(pool, size)
+    assert type(again) is kind and id(again) == address
+    del again
+    plain = fill(pool, size, False, b"plain")
+    assert type(plain) is bytearray
 
 
 def test_a_read_only_part_cannot_be_written_and_compares_by_content():

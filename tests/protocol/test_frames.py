@@ -93,6 +93,8 @@ hellos = st.builds(
     max_frame=u32,
     recv_window=u64,
     recv_messages=u32,
+    shm=st.booleans(),
+    array_parts=st.booleans(),
 )
 
 
@@ -120,6 +122,20 @@ def test_hello_byte_layout():
     assert p[48:52] == (0x0C0D).to_bytes(4, "little")
     assert p[52:60] == (0x0E0F).to_bytes(8, "little")
     assert p[60:64] == b"\xff\xff\xff\xff"
+
+
+def test_hello_flags_say_what_the_sender_reads():
+    base = dict(version=1, role=Role.SERVER, auth=False, id=uuid.UUID(int=1), nonce=bytes(16),
+                max_message=1, max_frame=1, recv_window=1, recv_messages=1)
+    for shm, array_parts, flags in [(False, False, 0), (True, False, 0x02),
+                                    (False, True, 0x04), (True, True, 0x06)]:
+        hello = Hello(**base, shm=shm, array_parts=array_parts)
+        payload = frames.encode_hello(hello)[HEADER_SIZE:]
+        assert payload[7] == flags
+        assert frames.decode_hello(payload) == hello
+    # A peer that predates a flag leaves it clear: it reads neither segments nor ARRAY_BIT.
+    old = frames.decode_hello(frames.encode_hello(Hello(**base))[HEADER_SIZE:])
+    assert not old.shm and not old.array_parts
 
 
 def test_hello_bad_magic():

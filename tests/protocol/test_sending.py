@@ -7,14 +7,20 @@ merging of small frames, zero-copy views of large parts, the send limits and
 
 from __future__ import annotations
 
+import mmap
+
 import pytest
 
+from netq._buffers import MMAP_MIN
 from netq.exceptions import LocalProtocolError
 from netq.protocol import frames
 from netq.protocol.connection import Connection
 from netq.protocol.frames import (
+    ARRAY_BIT,
+    DESCRIPTOR,
     HEADER_SIZE,
     MAX_PARTS,
+    READONLY_BIT,
     ErrorCode,
     FrameType,
     Role,
@@ -170,6 +176,38 @@ def test_chunked_large_parts_are_views_of_the_caller_object():
     data = conn.data_to_send()
     first, second = server_open().receive_data(data)
     assert first.parts == [big] and second.parts == [small]
+
+
+def _part_sizes(data: bytes) -> list[int]:
+    """The part sizes, flags included, of the first DATA frame in ``data``."""
+    nparts = DESCRIPTOR.unpack_from(data, HEADER_SIZE)[1]
+    offset = HEADER_SIZE + DESCRIPTOR.size
+    return [int.from_bytes(data[offset + 8 * i: offset + 8 * i + 8], "little")
+            for i in range(nparts)]
+
+
+@pytest.mark.parametrize("peer_reads_it", [True, False], ids=["peer-reads-array-bit", "older-peer"])
+def test_a_writable_part_that_is_no_bytearray_is_marked_array_for_a_peer_that_reads_it(
+        peer_reads_it):
+    """ARRAY_BIT frees the receiver to hold an array's part in a map (no zero-filling pass);
+    a bytearray part keeps its plain size, so a bytearray put comes back a bytearray."""
+    np = pytest.importorskip("numpy")
+    pair = open_pair(server={"array_parts": peer_reads_it, "max_message": 3 * MMAP_MIN})
+    array = np.arange(MMAP_MIN, dtype=np.uint8)
+    raw = bytearray(b"r") * MMAP_MIN
+    frozen = bytes(1000)
+    parts = [memoryview(frozen), memoryview(array), memoryview(raw)]
+    total = sum(len(part) for part in parts)
+    pair.client.send_message(1, parts, total, False)
+    data = pair.client.data_to_send()
+    array_flag = ARRAY_BIT if peer_reads_it else 0
+    assert _part_sizes(data) == [1000 | READONLY_BIT, MMAP_MIN | array_flag, MMAP_MIN]
+    (message,) = pair.server.receive_data(data)
+    mapped, copied = message.parts[1], message.parts[2]
+    assert type(mapped) is (mmap.mmap if peer_reads_it else bytearray)
+    assert type(copied) is bytearray and copied == raw
+    assert np.array_equal(np.frombuffer(mapped, np.uint8), array)
+    assert np.frombuffer(mapped, np.uint8).flags.writeable
 
 
 def test_send_message_limits():

@@ -208,7 +208,8 @@ class ReceivePool:
                 part, view = allocate_readonly(size)
                 fresh = view.obj  # the bytearray or map it writes
             elif kind is mmap.mmap:
-                part = fresh = _backing(size)  # type: ignore[assignment]  # a map, or no room
+                # A map; a bytearray when no map can be made (out of mappings).
+                part = fresh = _backing(size)  # type: ignore[assignment]
                 view = memoryview(fresh)
             else:
                 part = fresh = allocate_writable(size)

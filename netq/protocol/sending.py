@@ -168,13 +168,10 @@ class SendSide:
             if len(merge) >= self.merge_size:
                 self._seal()
             return
-        if peer.array_parts:  # a writable part that is no bytearray may come back as a map
-            sizes = [len(p) | READONLY_BIT if type(p) is not memoryview or p.readonly
-                     else len(p) if type(p.obj) is bytearray else len(p) | ARRAY_BIT
-                     for p in parts]
-        else:
-            sizes = [len(p) | READONLY_BIT if type(p) is not memoryview or p.readonly
-                     else len(p) for p in parts]
+        # A writable part that is no bytearray may come back as a map, if the peer reads the bit.
+        array = ARRAY_BIT if peer.array_parts else 0
+        sizes = [len(p) | READONLY_BIT if type(p) is not memoryview or p.readonly
+                 else len(p) if type(p.obj) is bytearray else len(p) | array for p in parts]
         parts, body = self._to_segments(parts, sizes) if self.shm_out \
             and total >= self.shm_threshold else (parts, total)  # body: bytes in the frames
         first = _FIRST | _BATCH if batch else _FIRST

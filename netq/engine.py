@@ -296,7 +296,6 @@ class SessionEngine:
                     link.rtt = time.monotonic() - link.ping_sent_at
         if arrived:
             assert session is not None
-            link.conn.send_ack(session.last_received)
             self.budget.arrived(session, link, arrived)  # counts them: one call per read
             self._inbox.deliver(session, arrived)
 

@@ -131,7 +131,7 @@ class LinkDriver:
                 # None unless the link takes parts in shared memory (our HELLO said so).
                 fds = conn.received_fds if conn.local.shm else None
                 for _ in range(READS_PER_EVENT):
-                    buffer = conn.receive_buffer()
+                    buffer = conn.read_buffer or conn.receive_buffer()
                     try:
                         if reader is not None:
                             count = reader(buffer)

@@ -2,8 +2,9 @@
 
 One :class:`Connection` is one link (a TCP/TLS/Unix stream, or the frame sequence of one MQTT
 topic pair or gRPC stream pair). It owns the handshake, the framing, the chunking of outgoing
-messages, the reassembly of incoming ones and the per-link credit balance. It has no sockets,
-threads or clocks, so every case is tested by feeding bytes, whole and byte by byte. This
+messages, the reassembly of incoming ones, their acknowledgement (one ACK frame per read that
+completed any) and the per-link credit balance. It has no sockets, threads or clocks, so every
+case is tested by feeding bytes, whole and byte by byte. This
 module holds the link's state and the receive path (parsing, limits, control frames); its
 base classes the rest: :class:`netq.protocol.sending.SendSide` queues frames,
 :class:`netq.protocol.segments.SharedMemorySide` handles parts in shared memory (Unix
@@ -106,6 +107,7 @@ _DESCRIPTOR_SIZE = DESCRIPTOR.size
 _DESCRIPTOR_UNPACK_FROM = DESCRIPTOR.unpack_from
 _KNOWN_TYPES = frozenset(int(t) for t in FrameType)
 _ACK = FrameType.ACK.value
+_SESSION = FrameType.SESSION.value
 # The payload limit of each frame type but DATA (whose limit is the receiver's max_frame).
 _CONTROL_LIMITS = {int(t): frames.max_payload(t, 0) for t in FrameType if t is not FrameType.DATA}
 _FIRST_LAST = _FIRST | _LAST
@@ -186,6 +188,10 @@ class Connection(SendSide, SharedMemorySide):
         self._incoming: Incoming | None = None
         self._direct = False  # receive_buffer() points into the incoming message
         self._after_large = False  # the last message took the direct path
+        # Where to read next while the staging buffer is simply empty (everything parsed, no
+        # bookkeeping due): the I/O layer reads into it without asking receive_buffer(); None
+        # when receive_buffer() must decide (and when anything here changes the staging).
+        self.read_buffer: memoryview | None = None
         # Large part buffers, reused once the caller is done: the communicator's, shared by
         # its links (``pool``), or this link's own.
         self._own_pool = pool is None
@@ -228,6 +234,7 @@ class Connection(SendSide, SharedMemorySide):
             else:
                 self._pool.release_idle()
             if self._start == self._end and not self._direct:
+                self.read_buffer = None
                 self._buffer = _EMPTY
                 self._view = memoryview(_EMPTY)
                 self._start = self._end = 0
@@ -251,7 +258,10 @@ class Connection(SendSide, SharedMemorySide):
     # ------------------------------------------------------------------ receiving
 
     def receive_buffer(self) -> memoryview:
-        """Where the I/O layer should ``recv_into`` next (never empty)."""
+        """Where the I/O layer should ``recv_into`` next (never empty).
+
+        :attr:`read_buffer`, where it is set, is the same answer without the call.
+        """
         if self._direct:
             assert self._incoming is not None  # _direct is only set while a message is due
             return self._incoming.target(self._body_left)
@@ -287,7 +297,12 @@ class Connection(SendSide, SharedMemorySide):
         self._start, self._end = 0, tail
 
     def receive_done(self, count: int) -> list[Event]:
-        """``count`` bytes were written into the last :meth:`receive_buffer`."""
+        """``count`` bytes were written into the last :meth:`receive_buffer` (or
+        :attr:`read_buffer`).
+
+        Messages it completes are acknowledged here: one ACK frame, for the last of them, is
+        queued once per call (the peer's netq has them; see docs/protocol.md).
+        """
         if self.state is ConnectionState.CLOSED:
             return []
         if self._direct:
@@ -300,9 +315,13 @@ class Connection(SendSide, SharedMemorySide):
                 self._direct = False
                 self._after_large = True
                 self._complete(events)
+                if self.state is not _CLOSED:
+                    self.send_ack(self.expected_seq - 1)
             elif self._body_left < DIRECT_THRESHOLD:
                 self._direct = False
             return events
+        self.read_buffer = None
+        first_expected = self.expected_seq
         self._end += count
         if self._end == len(self._buffer) and len(self._buffer) < STAGING_SIZE:
             self._grow = True
@@ -388,8 +407,32 @@ class Connection(SendSide, SharedMemorySide):
                 break
             payload = bytes(view[start + HEADER_SIZE : start + HEADER_SIZE + length])
             start += HEADER_SIZE + length
+            if frame_type == _SESSION:
+                first_expected = -1  # a resumed session renumbers: only messages count
             self._control(events, frame_type, flags, value, payload)
-        self._start = start
+        if start == end and not self._grow and not self._after_large and not self._direct:
+            self._start = self._end = 0
+            self.read_buffer = view  # all parsed: the next read fills the buffer from its start
+        else:
+            self._start = start
+        if self.expected_seq != first_expected and self.state is not _CLOSED:
+            if first_expected < 0:
+                if events and any(type(event) is MessageReceived for event in events):
+                    self.send_ack(self.expected_seq - 1)
+            else:
+                # send_ack(), inline: once per read that carried messages.
+                seq = self.expected_seq - 1
+                position = self.sent_total + self.bytes_queued
+                if position != self.acks_end:
+                    self.acks_start = position
+                if position != self._replies_end:
+                    self._replies_start = position
+                merge = self._merge
+                merge += _HEADER_PACK(_ACK, 0, 0, 0, seq)
+                self.bytes_queued += HEADER_SIZE
+                self.acks_end = self._replies_end = position + HEADER_SIZE
+                if len(merge) >= self.merge_size:
+                    self._seal()
         return events
 
 

@@ -714,7 +714,14 @@ def test_round_trip(items, max_size, server_frame, splice, data):
         conn = receiver()
         conn.data_to_send()
         assert normalized(feed(conn)) == expected
-        assert split_frames(conn.data_to_send()) == pongs
+        output = split_frames(conn.data_to_send())
+        assert [raw for raw in output if raw[0] != FrameType.ACK] == pongs
+        # Each read that completed messages acknowledged the last of them: in order, ending
+        # with the last message.
+        acks = [HEADER.unpack_from(raw)[4] for raw in output if raw[0] == FrameType.ACK]
+        received = [event[1] for event in expected if event[0] == "message"]
+        assert acks == sorted(set(acks)) and set(acks) <= set(received)
+        assert acks[-1:] == received[-1:]
         assert conn.receive_eof() == []
 
 
@@ -739,7 +746,7 @@ def test_credit_accounting_both_sides():
     s.send_credit(950, 1)
     assert (s.recv_allowance_bytes, s.recv_allowance_messages) == (50, 3)
     events = c.receive_data(s.data_to_send())
-    assert events == [CreditReceived(950, 1)]
+    assert events == [AckReceived(1), CreditReceived(950, 1)]  # the receiver acknowledged it
     assert (c.send_credit_bytes, c.send_credit_messages) == (50, 3)
     assert c.can_send_data
     for seq in (2, 3):

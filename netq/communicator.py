@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import threading
 import time
 import uuid
@@ -38,8 +39,10 @@ from .futures import DeliveryFuture
 from .inbox import Inboxes
 from .live import live_communicators
 from .options import CommunicatorOptions, Protocol, Purpose
+from .peers import GONE_STATES
 from .protocol.events import MessageReceived as Incoming
 from .protocol.frames import MAX_PARTS
+from .serializers import InlineForms, PickleSerializer
 from .session import Outgoing, PeerSession, PeerState
 from .stall import StallWarning
 from .statistics import CommunicatorStatistics, RateMeter, peer_row
@@ -76,8 +79,12 @@ class Message(NamedTuple):
     data: Any
 
 
+_NO_INLINE_FORMS = InlineForms(frozenset(), 0, pickle.dumps, None)  # every object: a call
+
+
 def _part_codecs(serialization):
-    """dump/load as part lists: the serializer's own fast forms when it has them."""
+    """dump/load as part lists: the serializer's own fast forms when it has them, and its
+    :class:`~netq.serializers.InlineForms` (where both ends are one PickleSerializer's)."""
     dump, load = serialization.dump, serialization.load
     owner = getattr(dump, "__self__", None)
     if owner is not None and getattr(owner, "dump", None) == dump and hasattr(owner, "dump_parts"):
@@ -85,13 +92,18 @@ def _part_codecs(serialization):
     else:
         def dump_parts(obj):
             return [memoryview(chunk).cast("B") for chunk in dump(obj).readchunks()]
-    owner = getattr(load, "__self__", None)
-    if owner is not None and getattr(owner, "load", None) == load and hasattr(owner, "load_parts"):
-        load_parts = owner.load_parts
+    # Not for a subclass: it may dump or load its own way.
+    inline = owner.inline_forms() if type(owner) is PickleSerializer else _NO_INLINE_FORMS
+    load_owner = getattr(load, "__self__", None)
+    if load_owner is not None and getattr(load_owner, "load", None) == load \
+            and hasattr(load_owner, "load_parts"):
+        load_parts = load_owner.load_parts
     else:
         def load_parts(parts):
             return load(Stream(parts))
-    return dump_parts, load_parts
+    if load_owner is not owner:  # a dump of one serializer, a load of another
+        inline = _NO_INLINE_FORMS
+    return dump_parts, load_parts, inline
 
 
 # Clients of this process by (protocol, server, id, authkey): a server knows a client by its
@@ -187,7 +199,13 @@ class Communicator:
         self._fork_error: UsedInForkedChild | None = None
         if self.purpose is Purpose.CLIENT:
             _check_client_id(self)  # before anything is made: a mistake costs nothing
-        self._dump_parts, self._load_parts = _part_codecs(options.serialization)
+        self._dump_parts, self._load_parts, inline = _part_codecs(options.serialization)
+        # Plain objects (bytes, str, numbers) are pickled and unpickled right in put() and
+        # get(), by C functions: no Python call of the serializer's per message.
+        self._plain_types = inline.types
+        self._plain_dumps = inline.dumps
+        self._bytes_by_reference_from = inline.bytes_by_reference_from
+        self._plain_loads = inline.loads
         self._message_limit = options.serialization.message_limit
         self._stall_warning = options.connection.stall_warning
 
@@ -266,7 +284,12 @@ class Communicator:
         with :class:`BroadcastIncomplete`, the others received it).
         """
         # One function from here to the engine's submit(): a Python call fewer per message.
-        if type(data) is _Batch:  # put_many()
+        kind = type(data)
+        if kind in self._plain_types and (kind is not bytes
+                                          or len(data) < self._bytes_by_reference_from):
+            parts = (self._plain_dumps(data),)  # dump_parts(data), inline (InlineForms)
+            batch = False
+        elif kind is _Batch:  # put_many()
             parts = self._dump_parts(data.items)
             batch = True
         else:
@@ -287,6 +310,11 @@ class Communicator:
                 (session := table.sessions.get(peers[0])) is not None
                 and session.state is _CONNECTED):
             targets = (session,)  # a server's reply to a connected peer: resolve(), inline
+        elif not peers and server is None:
+            targets = []  # a server's put() to every live peer: resolve()'s answer, inline
+            for candidate in list(table.sessions.values()):  # a copy: the I/O thread adds
+                if candidate.state not in GONE_STATES:
+                    targets.append(candidate)
         else:
             targets = table.resolve(peers, sending=True)
         if len(parts) == 1:
@@ -358,8 +386,13 @@ class Communicator:
         session, item = self._inboxes.take(peers, block, timeout)  # _take, inline
         try:
             if type(item) is Incoming and not item.batch:  # _open's common case, inline
+                parts = item.parts
+                loads = self._plain_loads
                 try:
-                    data = self._load_parts(item.parts)
+                    if loads is not None and len(parts) == 1 and parts[0][:1] != b"\x00":
+                        data = loads(parts[0])  # load_parts(parts), inline (InlineForms)
+                    else:
+                        data = self._load_parts(parts)
                 except Exception as error:
                     raise DeserializationError(session.id, error) from error
                 # Message(peer, data) without the named tuple's Python-level __new__.

@@ -33,10 +33,11 @@ from collections.abc import Iterator, Sequence
 from .exceptions import ConnectionLost, UnknownPeer
 from .session import NO_TOKEN, PeerSession, PeerState
 
-__all__ = ("DEPARTED_MEMORY", "PeerTable")
+__all__ = ("DEPARTED_MEMORY", "GONE_STATES", "PeerTable")
 
 DEPARTED_MEMORY = 65536  # ids of departed peers remembered (ConnectionLost, not UnknownPeer)
-_GONE = (PeerState.CLOSED, PeerState.CLOSING)
+# States of a session that takes no new messages: a put() to every peer skips them.
+GONE_STATES = (PeerState.CLOSED, PeerState.CLOSING)
 
 
 class PeerTable:
@@ -89,7 +90,7 @@ class PeerTable:
         if server is not None:
             return (server.id,) if server.state is PeerState.CONNECTED else ()
         return tuple(peer for peer, session in list(self.sessions.items())
-                     if session.state not in _GONE)
+                     if session.state not in GONE_STATES)
 
     def resolve(self, peers: tuple[uuid.UUID, ...], *,
                 sending: bool) -> Sequence[PeerSession]:
@@ -113,7 +114,7 @@ class PeerTable:
                 return []
             live: list[PeerSession] = []  # a loop: a comprehension is a Python call per put()
             for candidate in list(sessions.values()):
-                if candidate.state not in _GONE:
+                if candidate.state not in GONE_STATES:
                     live.append(candidate)
             return live
         found: list[PeerSession] = []
@@ -124,7 +125,7 @@ class PeerTable:
                     raise ConnectionLost(peer, "the peer left" if sending else
                                          "the peer left and everything it sent was taken")
                 raise UnknownPeer(peer)
-            if sending and session.state in _GONE:
+            if sending and session.state in GONE_STATES:
                 raise ConnectionLost(peer, "the peer left")
             found.append(session)
         return found

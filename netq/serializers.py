@@ -67,9 +67,10 @@ import builtins
 import mmap
 import pickle
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from itertools import islice
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 from .chunk_stream import Buffer, Stream, as_view
 from .numpy_arrays import array_parts, is_plain_array, load_array
@@ -79,12 +80,31 @@ __all__ = (
     "Serializer",
     "BytesSerializer",
     "PickleSerializer",
+    "InlineForms",
     "DEFAULT_SERIALIZER",
 )
 
 
 # Types whose pickles never contain out-of-band buffers.
-_NO_BUFFERS = frozenset((bytes, str, int, float, bool, type(None), complex))
+_NO_BUFFERS: frozenset[type] = frozenset((bytes, str, int, float, bool, type(None), complex))
+
+
+class InlineForms(NamedTuple):
+    """What a serializer's caller may do per message itself, with no Python call of its own
+    in between (:meth:`PickleSerializer.inline_forms`; the communicator's ``put()`` and
+    ``get()`` do), giving the same bytes and objects as ``dump_parts`` and ``load_parts``.
+
+    ``types``: an object of exactly one of these types is dumped as ``(dumps(obj),)``,
+    except a ``bytes`` object of ``bytes_by_reference_from`` bytes or more (``dump_parts``
+    sends that one by reference). ``loads``: a message of one part whose first byte is not
+    ``0x00`` (an array's header) is ``loads(part)``; None where every load must go through
+    ``load_parts`` (a restricting serializer checks every global).
+    """
+
+    types: frozenset[type]
+    bytes_by_reference_from: int
+    dumps: Callable[[Any], bytes]
+    loads: Callable[[Any], Any] | None
 
 
 def _load_buffer(view: memoryview) -> Any:
@@ -291,6 +311,13 @@ class PickleSerializer:
         for view in views:
             nbytes += view.nbytes
         return Stream.from_flat_views((memoryview(data), *views), nbytes)
+
+    def inline_forms(self) -> InlineForms:
+        """The forms of :meth:`dump_parts` and :meth:`load_parts` for plain objects that a
+        caller may use inline (:class:`InlineForms`): C functions, no Python frame."""
+        return InlineForms(_NO_BUFFERS, self._copy_threshold or 1,
+                           partial(pickle.dumps, protocol=self._protocol),
+                           pickle.loads if self._policy is None else None)
 
     def dump_parts(self, obj: Any) -> Sequence[Any]:
         """:meth:`dump` as a plain sequence: the pickle (``bytes``), then out-of-band views.

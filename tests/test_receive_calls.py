@@ -45,18 +45,38 @@ def python_calls() -> Iterator[Counter[str]]:
         sys.setprofile(previous)
 
 
-def test_a_get_that_finds_its_message_makes_four_python_calls(transport):
-    """get(), the inbox's take(), the receive budget's settle_lent() (what the previous get()
-    lent is consumed now) and the serializer's load_parts(): nothing else per message."""
+def _twelve_queued(transport, make):
+    """A server holding twelve messages ``make(index)`` from a client, the first taken (it is
+    lent: every get() after it settles one)."""
     server = transport.make_server()
     client = transport.connect(server)
     for index in range(12):
-        client.put(index)
+        client.put(make(index))
     wait_for(lambda: server.statistics().peers and server.statistics().peers[0].queue_in == 12,
              T, message="the twelve messages to arrive")
-    assert server.get(timeout=T).data == 0  # lends one: every get() below settles one
+    assert server.get(timeout=T).data == make(0)
+    return server
+
+
+@pytest.mark.parametrize("make", [lambda index: index, lambda index: [index]],
+                         ids=["int", "list"])
+def test_a_get_that_finds_its_message_makes_three_python_calls(transport, make):
+    """get(), the inbox's take() and the receive budget's settle_lent() (what the previous
+    get() lent is consumed now): nothing else per message. A message of one part (a pickle
+    with no out-of-band buffer) is unpickled inline (netq.serializers.InlineForms)."""
+    server = _twelve_queued(transport, make)
     with python_calls() as calls:
         got = [server.get(timeout=T).data for _ in range(10)]
-    assert got == list(range(1, 11))
-    assert sum(calls.values()) == 4 * 10, calls
-    assert calls["credit.py:settle_lent"] == 10 and calls["serializers.py:load_parts"] == 10, calls
+    assert got == [make(index) for index in range(1, 11)]
+    assert sum(calls.values()) == 3 * 10, calls
+    assert calls["credit.py:settle_lent"] == 10 and calls["inbox.py:take"] == 10, calls
+
+
+def test_a_message_of_several_parts_adds_the_serializers_load_parts(transport):
+    """Large bytes travel by reference, beside their pickle: load_parts() puts them back."""
+    large = 1 << 16
+    server = _twelve_queued(transport, lambda index: bytes([index]) * large)
+    with python_calls() as calls:
+        got = [server.get(timeout=T).data for _ in range(10)]
+    assert got == [bytes([index]) * large for index in range(1, 11)]
+    assert calls["serializers.py:load_parts"] == 10, calls

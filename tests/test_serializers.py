@@ -343,3 +343,56 @@ def test_serializer_protocol_and_default() -> None:
     assert DEFAULT_SERIALIZER.copy_threshold == THRESHOLD
     for ser in (PickleSerializer(), BytesSerializer()):
         assert not hasattr(ser, "__dict__")
+
+
+# --------------------------------------------------------------------------- inline forms
+
+
+@pytest.mark.parametrize("threshold", [0, 1, 100, 65536])
+def test_the_inline_forms_make_what_dump_parts_and_load_parts_make(threshold) -> None:
+    """What put() and get() do inline (InlineForms) gives the same parts and objects as the
+    serializer's dump_parts() and load_parts(), and leaves alone what they would not pickle
+    whole: bytes sent by reference, and every other type."""
+    serializer = PickleSerializer(copy_threshold=threshold)
+    inline = serializer.inline_forms()
+    objects = [0, -7, 2**70, 1.5, True, None, 3 + 4j, "", "netq", b"", b"x", b"y" * 99,
+               b"z" * 100, b"w" * 65536, [1, 2], {"a": b"b"}, bytearray(b"q")]
+    inlined = 0
+    for obj in objects:
+        kind = type(obj)
+        parts = tuple(serializer.dump_parts(obj))
+        if kind in inline.types and (kind is not bytes
+                                     or len(obj) < inline.bytes_by_reference_from):
+            assert (inline.dumps(obj),) == parts, obj
+            inlined += 1
+        else:
+            assert kind not in inline.types or len(parts) == 2, obj  # bytes by reference
+        received = [bytes(part) for part in parts]
+        if len(received) == 1 and received[0][:1] != b"\x00":
+            assert inline.loads is not None
+            assert inline.loads(received[0]) == serializer.load_parts(received) == obj
+    assert inlined >= 9
+
+
+def test_a_restricting_serializer_has_no_inline_load() -> None:
+    assert PickleSerializer(restrict=["builtins"]).inline_forms().loads is None
+    assert PickleSerializer().inline_forms().loads is pickle.loads
+
+
+def test_a_communicator_leaves_a_subclass_its_own_dump_and_load() -> None:
+    """A PickleSerializer subclass may dump or load its own way: no inline forms for it."""
+    from netq.communicator import _part_codecs
+    from netq.options import SerializationOptions
+
+    class Tagged(PickleSerializer):
+        def dump_parts(self, obj):
+            return super().dump_parts(("tagged", obj))
+
+    tagged = Tagged()
+    for options in (SerializationOptions(dump=tagged.dump, load=tagged.load),
+                    SerializationOptions(dump=PickleSerializer().dump,
+                                         load=PickleSerializer(restrict=["builtins"]).load)):
+        _dump, _load, inline = _part_codecs(options)
+        assert not inline.types and inline.loads is None
+    _dump, _load, inline = _part_codecs(SerializationOptions())
+    assert int in inline.types and inline.loads is pickle.loads

@@ -3,9 +3,10 @@
 :class:`LinkDriver` holds the links of one :class:`netq.loop.IOLoop` (by channel) and does to
 each what the loop's events call for::
 
-    READABLE    carrier.read_into(channel, Connection.receive_buffer()) (or the channel's own
-                reader, a plain socket's recv_into)
-                -> Connection.receive_done -> engine.handle_events (-> the inbox)
+    READABLE    carrier.read_into(channel, Connection.read_buffer or receive_buffer()) (or
+                the channel's own reader, a plain socket's recv_into)
+                -> Connection.receive_done (which queues the ACK) -> engine.handle_events
+                (-> the inbox)
     DATA        Connection.receive_data(packet) -> engine.handle_events
     WRITABLE    Connection.write_to(link.writer)  (outgoing() and sent() in one; the writer is
                 the channel's own where it has one, else carrier.write bound to the channel)

@@ -314,7 +314,8 @@ class PickleSerializer:
 
     def inline_forms(self) -> InlineForms:
         """The forms of :meth:`dump_parts` and :meth:`load_parts` for plain objects that a
-        caller may use inline (:class:`InlineForms`): C functions, no Python frame."""
+        caller may use inline (:class:`~netq.serializers.InlineForms`): C functions, no Python
+        frame."""
         return InlineForms(_NO_BUFFERS, self._copy_threshold or 1,
                            partial(pickle.dumps, protocol=self._protocol),
                            pickle.loads if self._policy is None else None)

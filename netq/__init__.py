@@ -16,8 +16,6 @@ registered in :mod:`netq.transports`. Errors: :mod:`netq.exceptions`.
 
 from __future__ import annotations
 
-import logging
-
 from . import stream, transports
 from .communicator import Communicator, Message
 from .exceptions import (
@@ -62,8 +60,9 @@ from .stream import Stream
 
 __version__ = "0.1.0"
 
-# A library logs; the application decides whether anything is printed (threads must not).
-logging.getLogger("netq").addHandler(logging.NullHandler())
+# No handler of netq's own: the application decides where its log goes. Until it configures
+# logging, Python's last-resort handler prints WARNINGs and above to stderr, so a put() or a
+# close() that waits says why in a plain script too; INFO and DEBUG stay quiet.
 
 __all__ = [
     "new",

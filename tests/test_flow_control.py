@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
+import subprocess
+import sys
 import threading
 import time
 
@@ -158,6 +160,38 @@ def test_a_blocked_put_and_a_blocked_close_say_why(transport, caplog):
     assert "acknowledge" in _warnings(caplog, "close() has waited")[0]
     closer.join(T)
     assert not closer.is_alive()
+
+
+BLOCKED_PUT_SCRIPT = """
+import netq as nq
+connection = nq.ConnectionOptions(recv_budget=256 * nq.KiB, send_budget=256 * nq.KiB,
+                                  stall_warning=0.5)
+options = nq.CommunicatorOptions(netloc=nq.NetworkLocation("127.0.0.1", 0),
+                                 connection=connection)
+with nq.new("tcp", "server", options) as server:
+    host, port = server.address[:2]
+    options = nq.CommunicatorOptions(netloc=nq.NetworkLocation(host, port),
+                                     connection=connection)
+    with nq.new("tcp", "client", options) as client:
+        try:
+            for _ in range(1000):
+                client.put(bytes(64 * nq.KiB), timeout=3.0)
+        except nq.Full:
+            print("Full")
+        server.get_many(max_messages=1000, timeout=0.5)  # let close() finish at once
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_blocked_put_says_so_on_stderr_where_nothing_configured_logging():
+    """A plain script that configures no logging: a put() blocked past stall_warning prints
+    its WARNING (why it waits) on stderr, through Python's last-resort handler."""
+    done = subprocess.run([sys.executable, "-c", BLOCKED_PUT_SCRIPT], capture_output=True,
+                          text=True, timeout=T)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["Full"], done.stdout
+    said = [line for line in done.stderr.splitlines() if "put() has waited" in line]
+    assert said and "not calling get()" in said[0], done.stderr
 
 
 @pytest.mark.timeout(120)

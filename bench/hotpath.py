@@ -422,6 +422,9 @@ def main() -> None:
     if args.side:
         side(json.loads(args.side))
         return
+    unknown = [row for row in args.rows.split(",") if row not in ROWS]
+    if unknown:  # a name it does not know would otherwise be measured as netq over TCP
+        parser.error(f"unknown row(s) {', '.join(unknown)}: --rows takes {', '.join(ROWS)}")
     if args.calls:
         _count_calls(args)
         return

@@ -106,6 +106,9 @@ class ReceiveBudget:
         self._starved_counted_at = -STARVED_RECHECK
         self._consumed_at_wake = 0  # _consumed_total when the waiters were last served
         self._full: StallWarning | None = None  # the budget too full to grant credit
+        # What get() had taken when the budget was last seen full (consumed, handed out): a
+        # full budget that get() keeps emptying is busy, not stalled.
+        self._taken_when_full = (0, 0)
         self._bdp_tokens = itertools.count(1)
         # (session, size) handed out by get(): counted as consumed on the next get(), so a
         # peer cannot send the next large message while the caller still holds this one.
@@ -432,8 +435,15 @@ class ReceiveBudget:
                 and now - self._starved_counted_at >= STARVED_RECHECK:
             self._starved_counted_at, self._starved = now, self._count_starved()
         if self._waiters and self.room() < flow.CREDIT_FLOOR and self._starved:
+            taken = (self._consumed_total, len(self.lent))
             if self._full is None:
                 self._full = StallWarning(self._stall_warning, now)
+            elif taken != self._taken_when_full:
+                # get() took messages since the last look: peers wait for credit because
+                # they send faster than the consumer takes (messages as large as the budget
+                # fill it each time), which is news only once get() stops taking.
+                self._full.progress(now)
+            self._taken_when_full = taken
             return self._full, min(self._full.until_due(now), again)
         if not self._waiters:
             self._starved = 0

@@ -279,7 +279,12 @@ class BudgetView(Protocol):
 
     @property
     def held_bytes(self) -> int:
-        """Received from all peers and not yet taken by get()."""
+        """Received from all peers and not yet consumed: queued, or handed out by the last
+        get() (:attr:`taken_bytes`)."""
+
+    def taken_bytes(self) -> int:
+        """Of :attr:`held_bytes`, what the last get() handed out: counted until the next
+        get() call, as its caller may still hold it."""
 
     @property
     def budget_bytes(self) -> int:
@@ -526,16 +531,23 @@ class Diagnostics:
         share."""
         budget = self._budget
         held, promised = budget.held_bytes, max(budget.outstanding_bytes, 0)
+        taken = min(budget.taken_bytes(), held)
         waiting = sorted(budget.starved_sessions(), key=lambda s: s.held_bytes, reverse=True)
         shown = "; ".join(f"{name_of(s.id)}: {self._against_share(s)}" for s in waiting[:3])
         more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
         peers = len(waiting)
+        # The bytes the last get() handed out are named apart: no get() has to take them,
+        # the next get() call frees them.
+        handed_out = (f", {format_bytes(taken)} was handed out by the last get() (it counts "
+                      f"until the next get() call, as its caller may still hold it)"
+                      if taken else "")
         return (f"the receive budget has had no room for {full_for:.0f} s: of recv_budget="
-                f"{format_bytes(budget.budget_bytes)}, {format_bytes(held)} is received and "
-                f"not taken by get() and {format_bytes(promised)} is credit granted to peers "
-                f"that have not used it yet. {peers} peer{'s wait' if peers != 1 else ' waits'} "
-                f"for credit ({shown}{more}) until get() takes messages, or with a larger "
-                f"ConnectionOptions.recv_budget")
+                f"{format_bytes(budget.budget_bytes)}, {format_bytes(held - taken)} is received "
+                f"and not taken by get(){handed_out} and {format_bytes(promised)} is credit "
+                f"granted to peers that have not used it yet. {peers} "
+                f"peer{'s have' if peers != 1 else ' has'} no credit left ({shown}{more}): "
+                f"what {'they send' if peers != 1 else 'it sends'} next waits until get() is "
+                f"called again, or with a larger ConnectionOptions.recv_budget")
 
     def _against_share(self, session: PeerSession) -> str:
         """``session``'s received bytes against its share of the budget, in one figure (the

@@ -195,6 +195,35 @@ def test_a_blocked_put_says_so_on_stderr_where_nothing_configured_logging():
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("transport", ["tcp"], indirect=True)
+def test_a_full_budget_that_get_keeps_emptying_is_not_a_stall(transport, caplog):
+    """Messages as large as the receive budget fill it each time one arrives, so the sender
+    always waits for credit; while get() keeps taking them, no WARNING says the budget has had
+    no room. Once get() stops, the WARNING comes within stall_warning (and the look after)."""
+    caplog.set_level(logging.WARNING, logger="netq")
+    stall = 1.0
+    server = transport.make_server(recv_budget=256 * KiB, stall_warning=stall)
+    client = transport.connect(server, stall_warning=60.0)
+    block = bytes(256 * KiB)
+    for _ in range(4):
+        client.put(block)
+    server.get(timeout=T)  # the link is up and the budget full from here on
+    started = time.monotonic()
+    taken = 1
+    while time.monotonic() - started < 3 * stall:  # a consumer at work, paced by the sender
+        client.put(block)
+        server.get(timeout=T)
+        taken += 1
+        time.sleep(stall / 10)
+    assert not _warnings(caplog, "receive budget has had no room"), caplog.text
+    for _ in range(4):
+        client.put(block)  # queued behind a budget that nobody empties now
+    wait_for(lambda: _warnings(caplog, "receive budget has had no room"), 10 + 2 * stall,
+             message="the server to warn once get() stopped taking")
+    assert taken >= 3
+
+
+@pytest.mark.timeout(120)
 def test_a_get_that_waits_says_what_for(transport, caplog):
     """A server's get() after its last client left: one WARNING and statistics() say that no
     client is connected; a client's get() on a silent server says so in statistics() only."""

@@ -101,7 +101,7 @@ def test_idle_peers_whose_floors_exceed_the_budget_do_not_fill_it(tmp_path, capl
         futures = [flood.put(block) for _ in range(24)]  # 1.5 MiB: more than the budget
         wait_for(lambda: _budget_warnings(caplog), T,
                  message="the server to warn that its budget is full")
-        assert "1 peer waits for credit (" in _budget_warnings(caplog)[0]
+        assert "1 peer has no credit left (" in _budget_warnings(caplog)[0]
         assert f"{flood.id}: " in _budget_warnings(caplog)[0]  # the starved one, alone
         for _ in futures:
             assert server.get(timeout=T).data == block

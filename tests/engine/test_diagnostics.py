@@ -85,8 +85,13 @@ class Budget:
     peers: int = 1
     starved: list = field(default_factory=list)
 
+    taken: int = 0
+
     def share(self) -> int:
         return self.budget_bytes // self.peers
+
+    def taken_bytes(self) -> int:
+        return self.taken
 
     def starved_sessions(self) -> list:
         return self.starved
@@ -213,18 +218,38 @@ def test_a_budget_without_room_says_what_fills_it_and_whose_share_is_full():
     assert text.startswith("the receive budget has had no room for 9 s: of recv_budget=8.00 "
                            "MiB, 256.3 KiB is received and not taken by get() and 7.75 MiB "
                            "is credit granted to peers that have not used it yet. 1 peer "
-                           "waits for credit")
+                           "has no credit left")
+    assert text.endswith("what it sends next waits until get() is called again, or with a "
+                         "larger ConnectionOptions.recv_budget")
     assert f"{session.id}: its share is full, 256.3 KiB held of 256.0 KiB" in text
     why, waited = diag.peer_blocked(session, time.monotonic())
     assert why.startswith("waits for credit from recv_budget: its share is full, 256.3 KiB "
                           "held of 256.0 KiB") and waited >= 9
     named = NamedPeer(session.id, "client-00")  # a communicator of this process, named
     live.register(named)
-    assert "1 peer waits for credit (client-00: its share is full" in diag.explain_budget(9.0)
+    assert "1 peer has no credit left (client-00: its share is full" in diag.explain_budget(9.0)
     del named
     session.received_bytes = 1024  # under its share: the budget is promised to the others
     assert "1.00 KiB held of its 256.0 KiB share; the rest of the budget is promised to " \
            "other peers" in diag.explain_budget(9.0)
+
+
+def test_a_budget_held_by_what_get_handed_out_says_so():
+    """The last get() handed out a message as large as the budget and the caller has not
+    called get() again: the sentence counts it apart from what is not taken, and says that the
+    next get() call frees it."""
+    budget = 8 * 1024 ** 2
+    starved: list = []
+    diag, peers, _ = diagnostics(server=True, held_bytes=budget, taken=budget,
+                                 full_since=time.monotonic() - 6, starved=starved)
+    session, _ = peers.open(uuid.uuid4())
+    starved.append(session)
+    text = diag.explain_budget(6.0)
+    assert text.startswith("the receive budget has had no room for 6 s: of recv_budget=8.00 "
+                           "MiB, 0 B is received and not taken by get(), 8.00 MiB was handed "
+                           "out by the last get() (it counts until the next get() call, as its "
+                           "caller may still hold it) and 0 B is credit granted"), text
+    assert "1 peer has no credit left" in text and "until get() is called again" in text
 
 
 def test_a_blocked_put_names_the_unsent_bytes_as_statistics_shows_them():

@@ -208,14 +208,18 @@ def test_a_full_budget_that_get_keeps_emptying_is_not_a_stall(transport, caplog)
     for _ in range(4):
         client.put(block)
     server.get(timeout=T)  # the link is up and the budget full from here on
-    started = time.monotonic()
-    taken = 1
-    while time.monotonic() - started < 3 * stall:  # a consumer at work, paced by the sender
+    started = last = time.monotonic()
+    taken, longest_gap = 1, 0.0
+    while last - started < 3 * stall:  # a consumer at work, paced by the sender
         client.put(block)
         server.get(timeout=T)
-        taken += 1
+        now = time.monotonic()
+        taken, longest_gap, last = taken + 1, max(longest_gap, now - last), now
         time.sleep(stall / 10)
-    assert not _warnings(caplog, "receive budget has had no room"), caplog.text
+    # A WARNING needs stall_warning seconds with nothing taken; only a machine too loaded to
+    # run this loop for that long could give it one (then the gap says so).
+    warned = _warnings(caplog, "receive budget has had no room")
+    assert not warned or longest_gap >= stall, (longest_gap, caplog.text)
     for _ in range(4):
         client.put(block)  # queued behind a budget that nobody empties now
     wait_for(lambda: _warnings(caplog, "receive budget has had no room"), 10 + 2 * stall,

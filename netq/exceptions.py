@@ -49,6 +49,7 @@ that one connection; every other peer is unaffected.
 from __future__ import annotations
 
 import queue
+import re
 import uuid
 
 __all__ = (
@@ -246,10 +247,23 @@ class DeserializationError(NetqError):
     def __init__(self, peer: uuid.UUID, cause: BaseException) -> None:
         self.peer = peer
         self.cause = cause
-        super().__init__(f"cannot deserialize a message from {peer}: {cause!r}")
+        super().__init__(f"cannot deserialize a message from {peer}: {cause!r}"
+                         f"{_concurrent_import_hint(cause)}")
 
     def __reduce__(self):
         return type(self), (self.peer, self.cause)
+
+
+def _concurrent_import_hint(cause: BaseException) -> str:
+    # Unpickling imports the modules a message names. Before Python 3.15 (CPython
+    # gh-83065), a thread that imports a submodule while another thread is still importing
+    # its package can meet that package half made, and so can the other thread.
+    found = re.search(r"partially initialized module '([\w.]+)'", str(cause))
+    if found is None or not isinstance(cause, (ImportError, AttributeError)):
+        return ""
+    package = found.group(1).partition(".")[0]
+    return (f"; another thread was importing {package} at the same time: import {package} "
+            f"before starting the threads that call get()")
 
 
 class UnsupportedProtocol(NetqError, ValueError):

@@ -8,6 +8,7 @@ pickled with what it was made from, so the copy has the same type, text and attr
 from __future__ import annotations
 
 import pickle
+import sys
 import uuid
 
 import pytest
@@ -90,3 +91,33 @@ def test_the_docstring_tree_shows_closed_and_broken_side_by_side():
     forked = tree.index("│   │   └── UsedInForkedChild")
     lost = tree.index("│   └── ConnectionLost")
     assert gone < closed < forked < lost
+
+
+def test_a_message_that_met_a_half_imported_package_says_which_and_what_to_do(
+        tmp_path, monkeypatch) -> None:
+    # CPython's own text for a module met half made, produced the deterministic way: the
+    # package unpickles, while it is being imported, an object of a submodule that needs a
+    # name the package has not defined yet. Two threads meet it at random (gh-83065).
+    package = tmp_path / "halfmade"
+    package.mkdir()
+    (package / "sub.py").write_text("from halfmade import READY\n\nclass Thing:\n    pass\n")
+    (package / "__init__.py").write_text(
+        "import pickle\n"
+        "try:\n"
+        "    pickle.loads(b'\\x80\\x05\\x95\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00'\n"
+        "                 b'\\x8c\\x0chalfmade.sub\\x8c\\x05Thing\\x93)\\x81.')\n"
+        "except ImportError as error:\n"
+        "    CAUSE = error\n"
+        "READY = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import halfmade  # type: ignore[import-not-found]
+    finally:
+        sys.modules.pop("halfmade", None)
+
+    error = nq.DeserializationError(PEER, halfmade.CAUSE)
+    assert "partially initialized module 'halfmade'" in str(halfmade.CAUSE)
+    assert str(error).endswith("another thread was importing halfmade at the same time: "
+                               "import halfmade before starting the threads that call get()")
+    assert "another thread" not in str(nq.DeserializationError(PEER, ImportError("no x")))
+    assert pickle.loads(pickle.dumps(error)).args == error.args

@@ -48,6 +48,8 @@ import traceback
 import uuid
 import zlib
 
+import numpy  # here, before any thread: see _send
+
 import netq as nq
 from netq_child import decode_options, serve_commands
 
@@ -205,9 +207,9 @@ class Peer:
                     # Every other large part as a numpy array, out of band: writable (a
                     # copy) or read-only (np.frombuffer over the bytes), half each. Over Unix
                     # sockets either travels in shared memory (netq._shm), and so does the
-                    # pickle that holds the other large parts (bytes, in band).
-                    import numpy
-
+                    # pickle that holds the other large parts (bytes, in band). numpy is
+                    # imported with the module: imported here first, while the get thread
+                    # unpickles an array, CPython before 3.15 can fail both (gh-83065).
                     data = numpy.frombuffer(data, numpy.uint8)
                     if seq % 4 != 3:
                         data = data.copy()

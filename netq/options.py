@@ -341,9 +341,34 @@ class MQTTOptions:
             raise ValueError("keepalive >= 1 and connect_timeout > 0")
 
 
+def _network_location(netloc: Any) -> NetworkLocation:
+    """``netloc`` as a :class:`NetworkLocation`: from one, or from a ``(host, port)`` or
+    ``(host, port, path)`` tuple; a TypeError or ValueError naming what is wrong otherwise."""
+    if not isinstance(netloc, tuple) or not 2 <= len(netloc) <= 3:
+        raise TypeError("netloc must be a NetworkLocation or a (host, port) or "
+                        f"(host, port, path) tuple, not {netloc!r}")
+    host, port, *path = netloc
+    if not isinstance(host, str):
+        raise TypeError(f"netloc host must be a str, not {host!r}")
+    if isinstance(port, bool) or not isinstance(port, int):
+        raise TypeError(f"netloc port must be an int, not {port!r}")
+    if not 0 <= port <= 65535:
+        raise ValueError(f"netloc port must be 0-65535, not {port}")
+    if path and path[0] is not None and not isinstance(path[0], str):
+        raise TypeError(f"netloc path must be a str or None, not {path[0]!r}")
+    if type(netloc) is NetworkLocation:
+        return netloc
+    return NetworkLocation(host, port, *path)
+
+
 @dataclass(frozen=True, slots=True)
 class CommunicatorOptions:
-    """Everything a communicator needs; each instance gets a fresh random id."""
+    """Everything a communicator needs; each instance gets a fresh random id.
+
+    ``netloc`` also takes a plain ``(host, port)`` or ``(host, port, path)`` tuple, kept as a
+    :class:`NetworkLocation`; anything else raises TypeError (ValueError for a port outside
+    0-65535) here, not later in the transport.
+    """
 
     id: uuid.UUID = field(default_factory=uuid.uuid4)
     netloc: NetworkLocation = NetworkLocation()
@@ -360,6 +385,10 @@ class CommunicatorOptions:
     def __post_init__(self) -> None:
         if self.name is not None and (not isinstance(self.name, str) or not self.name.strip()):
             raise ValueError(f"name must be a non-empty string or None, not {self.name!r}")
+        netloc = _network_location(self.netloc)
+        if netloc is not self.netloc:
+            # A plain (host, port) tuple is what most people write first.
+            object.__setattr__(self, "netloc", netloc)
 
     def replace(self, **changes: Any) -> CommunicatorOptions:
         return dataclasses.replace(self, **changes)

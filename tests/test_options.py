@@ -1,6 +1,7 @@
 """Options, the transport registry and netq.new()."""
 
 import dataclasses
+import re
 import uuid
 
 import pytest
@@ -68,3 +69,26 @@ def test_server_binds_in_the_constructor_so_a_taken_port_raises_at_once():
         with pytest.raises(OSError):
             nq.new(purpose=nq.Purpose.SERVER,
                    options=nq.CommunicatorOptions(netloc=nq.NetworkLocation(port=port)))
+
+
+def test_a_plain_host_port_tuple_is_a_network_location():
+    options = nq.CommunicatorOptions(netloc=("::1", 5000))
+    assert type(options.netloc) is nq.NetworkLocation
+    assert options.netloc == nq.NetworkLocation("::1", 5000)
+    assert options.replace(name="x").netloc == options.netloc
+    assert nq.CommunicatorOptions(netloc=("127.0.0.1", 0, "/tmp/s")).netloc.path == "/tmp/s"
+
+
+@pytest.mark.parametrize(("netloc", "error", "says"), [
+    ("127.0.0.1:5000", TypeError, "(host, port) or (host, port, path) tuple"),
+    (("127.0.0.1",), TypeError, "(host, port) or (host, port, path) tuple"),
+    (("127.0.0.1", "5000"), TypeError, "port must be an int, not '5000'"),
+    (("127.0.0.1", True), TypeError, "port must be an int"),
+    ((None, 5000), TypeError, "host must be a str"),
+    (("127.0.0.1", 70000), ValueError, "port must be 0-65535, not 70000"),
+    (nq.NetworkLocation("127.0.0.1", -1), ValueError, "port must be 0-65535"),
+    (("127.0.0.1", 5000, 7), TypeError, "path must be a str or None"),
+])
+def test_a_netloc_that_is_not_one_says_what_is_wrong(netloc, error, says):
+    with pytest.raises(error, match=re.escape(says)):
+        nq.CommunicatorOptions(netloc=netloc)

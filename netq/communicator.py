@@ -208,6 +208,9 @@ class Communicator:
         self._plain_loads = inline.loads
         self._message_limit = options.serialization.message_limit
         self._stall_warning = options.connection.stall_warning
+        # A server's put() to every client found none: said once, again only after a
+        # broadcast reached someone (see _reached_no_one).
+        self._told_no_one = False
 
         # What the loop reads of the engine and the inboxes, and the notices it leaves the
         # engine: plain data, shared by the three (netq.contract.LoopSignals).
@@ -315,6 +318,8 @@ class Communicator:
             for candidate in list(table.sessions.values()):  # a copy: the I/O thread adds
                 if candidate.state not in GONE_STATES:
                     targets.append(candidate)
+            if targets and self._told_no_one:
+                self._told_no_one = False
         else:
             targets = table.resolve(peers, sending=True)
         if len(parts) == 1:
@@ -333,14 +338,30 @@ class Communicator:
             # raised where it is made (in the pump it would end the link or the I/O thread).
             raise LocalProtocolError(
                 f"dump() made {len(parts)} parts; a message carries at most {MAX_PARTS}")
-        future = DeliveryFuture(len(targets), targets)  # cancel() withdraws it from targets
         if not targets:
+            # Every peer addressed (none) has it: the future resolves at once.
+            future = DeliveryFuture(1)
             future._start()
             future._delivered()
+            if server is None and not peers and not self._told_no_one:
+                self._reached_no_one()
             return future
+        future = DeliveryFuture(len(targets), targets)  # cancel() withdraws it from targets
         message = _new_tuple(Outgoing, (parts, size, batch, future))  # Outgoing(...), in C
         engine.submit(targets, message, block, timeout)
         return future
+
+    def _reached_no_one(self) -> None:
+        """A server's put() to every client, with none connected: the message went nowhere.
+        The natural first cell (make a server and a client, put at once) meets it while the
+        client is still connecting, so it is said, once until a broadcast reaches a client."""
+        self._told_no_one = True
+        LOGGER.warning(
+            "netq server: put() to every client reached no one: no client is connected. A "
+            "put() that names no peer goes to the clients connected when it is called (one "
+            "still connecting is not yet); its future resolved at once. Wait until "
+            "server.peers lists a client (or a get() returns its first message), or put to "
+            "a client by its id. Said once until a put reaches a client")
 
     def shared_buffer(self, nbytes: int) -> memoryview:
         """A writable buffer of ``nbytes`` bytes in shared memory (a memfd segment). A

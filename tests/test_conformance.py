@@ -196,6 +196,31 @@ def test_numpy_arrays_equal_and_writable(transport):
 # ============================================================================ addressing
 
 
+def test_a_broadcast_with_no_client_connected_says_it_reached_no_one(transport, caplog):
+    # The natural first cell: make a server and a client and put at once, while the client is
+    # still connecting. The message goes nowhere (net-queue's contract: a put() that names
+    # no peer goes to the clients connected now), and netq says so instead of nothing.
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "reached no one" in r.getMessage()]
+
+    with caplog.at_level("WARNING", logger="netq"):
+        server = transport.make_server()
+        future = server.put("to no one")
+        assert future.done() and future.result() is None
+        assert "remaining=0" in repr(future)
+        server.put("again")
+        assert len(said()) == 1  # once, not per put
+        assert "no client is connected" in said()[0] and "server.peers" in said()[0]
+        client = transport.connect(server)
+        wait_for(lambda: server.peers, T, message="the client to connect")
+        server.put("reaches").result(T)
+        assert client.get(timeout=T).data == "reaches"
+        client.close(timeout=T)
+        wait_for(lambda: not server.peers, T, message="the client to leave")
+        server.put("to no one again")
+        assert len(said()) == 2  # a broadcast reached a client in between: said again
+
+
 def test_broadcast_future_resolves_only_when_every_peer_has_it(transport):
     server = transport.make_server()
     clients = [transport.connect(server) for _ in range(4)]

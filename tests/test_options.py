@@ -1,6 +1,7 @@
 """Options, the transport registry and netq.new()."""
 
 import dataclasses
+import errno
 import re
 import uuid
 
@@ -62,13 +63,20 @@ def test_registry_lists_the_socket_transports():
     assert {"tcp", "unix"} <= set(transports.available())
 
 
-def test_server_binds_in_the_constructor_so_a_taken_port_raises_at_once():
-    with nq.new(purpose=nq.Purpose.SERVER,
+@pytest.mark.parametrize("protocol", ["tcp", "grpc"])
+def test_server_binds_in_the_constructor_so_a_taken_port_raises_at_once(protocol):
+    if protocol == "grpc":
+        pytest.importorskip("grpc", reason="pip install 'netq[grpc]'")
+    with nq.new(protocol, nq.Purpose.SERVER,
                 options=nq.CommunicatorOptions(netloc=nq.NetworkLocation(port=0))) as server:
         port = server.address[1]
-        with pytest.raises(OSError):
-            nq.new(purpose=nq.Purpose.SERVER,
+        with pytest.raises(OSError) as taken:
+            nq.new(protocol, nq.Purpose.SERVER,
                    options=nq.CommunicatorOptions(netloc=nq.NetworkLocation(port=port)))
+    # The address, and the ways out: in a notebook the other server is often the kernel's own.
+    assert taken.value.errno == errno.EADDRINUSE
+    assert f"127.0.0.1:{port} is taken: another server listens there" in str(taken.value)
+    assert "listen on port 0" in str(taken.value)
 
 
 def test_a_plain_host_port_tuple_is_a_network_location():

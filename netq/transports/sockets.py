@@ -38,7 +38,7 @@ from ..exceptions import (
 from ..exposure import owner_only
 from ..options import CommunicatorOptions, Purpose
 from ..protocol.sending import Buffer
-from .connection_failures import FailedHandshakes, connect_error
+from .connection_failures import FailedHandshakes, address_taken, connect_error
 from .fd_passing import recv_fds, shm_unavailable
 from .poller import (
     EPOLL_READABLE_BITS,
@@ -181,7 +181,12 @@ class SocketCarrier:
         sock = self._new_socket(family)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
+            try:
+                sock.bind(address)
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE or family == socket.AF_UNIX:
+                    raise
+                raise address_taken(self._options.netloc.host, self._options.netloc.port) from None
             self._bound(address)
             sock.listen(listen_backlog())
         except BaseException:

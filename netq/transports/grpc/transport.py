@@ -35,6 +35,7 @@ from ...exceptions import AuthenticationError, ConnectionLost
 from ...exposure import owner_only
 from ...options import CommunicatorOptions, Purpose
 from ...protocol.sending import Buffer
+from ..connection_failures import address_taken
 from ..packets import PACKET_SIZE
 from .config import (
     channel_credentials,
@@ -96,7 +97,12 @@ class GRPCCarrier(LoopDrivenCarrier):
             netloc.host, netloc.port, type=socket.SOCK_STREAM)[0]
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
-            probe.bind(address)
+            try:
+                probe.bind(address)
+            except OSError as error:
+                if error.errno != errno.EADDRINUSE:
+                    raise
+                raise address_taken(netloc.host, netloc.port) from None
 
     async def _start_server(self) -> None:
         handler = grpc.method_handlers_generic_handler(SERVICE, {

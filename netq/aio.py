@@ -18,6 +18,7 @@ from typing import Any
 
 from . import new as _new
 from .communicator import Communicator, Message
+from .diagnostics import explain_empty
 from .exceptions import Empty, Full
 from .options import CommunicatorOptions, Protocol, Purpose
 
@@ -89,11 +90,11 @@ class AsyncCommunicator:
                     pass
                 remaining = None if deadline is None else deadline - loop.time()
                 if remaining is not None and remaining <= 0:
-                    raise Empty()
+                    raise _empty_after(communicator, timeout, peers)
                 try:
                     await asyncio.wait_for(arrived.wait(), remaining)
                 except TimeoutError:
-                    raise Empty() from None
+                    raise _empty_after(communicator, timeout, peers) from None
         finally:
             communicator.mark_waiting_get(False)
             communicator.remove_arrival_listener(signal)
@@ -122,3 +123,10 @@ def new(protocol: Protocol | str = Protocol.TCP, purpose: Purpose | str = Purpos
     :func:`netq.new` it does not wait for the network, so it may be called in a coroutine.
     """
     return AsyncCommunicator(_new(protocol, purpose, options))
+
+
+def _empty_after(communicator: Communicator, timeout: Any, peers: tuple[uuid.UUID, ...]) -> Empty:
+    """The ``Empty`` of an awaited get(timeout=) that ran out: what the blocking get() says."""
+    connected = sum(1 for row in communicator.statistics().peers if row.state == "connected")
+    return Empty(explain_empty(timeout, server=communicator.purpose is Purpose.SERVER,
+                               connected=connected, named=len(peers)))

@@ -36,8 +36,8 @@ from .stall import StallWarning
 LOGGER = logging.getLogger("netq")
 
 __all__ = ("SUMMARY_EVERY", "BudgetView", "ConnectView", "Diagnostics", "GetterView",
-           "Reachability", "WAITING_CLIENTS", "WaitingClients", "explain_no_handshake",
-           "format_bytes")
+           "Reachability", "WAITING_CLIENTS", "WaitingClients", "explain_empty",
+           "explain_no_handshake", "format_bytes")
 
 # Seconds between the summary WARNINGs of a process whose clients wait for their server
 # together (a connection storm): one line for them all, not one per client.
@@ -67,6 +67,25 @@ def explain_no_handshake(silent: float, *, heard_hello: bool) -> str:
     return (f"connected, but no netq handshake in {silent:.0f} s: the server has not taken the "
             f"connection from its queue (overloaded, or stuck), or the other end is not a netq "
             f"server")
+
+
+def explain_empty(timeout: float, *, server: bool, connected: int, named: int = 0) -> str:
+    """The text of the ``Empty`` a ``get(timeout=)`` raises when ``timeout`` seconds passed
+    with no message: whom it could have come from (``connected``: clients of a server, 1 or 0
+    for a client's server; ``named``: how many peers the get() named, 0 for any)."""
+    waited = f"get(timeout={timeout:g}) found no message in {timeout:g} s"
+    if named:
+        waited += " from the peer it named" if named == 1 else f" from the {named} peers it named"
+    if not server:
+        if connected:
+            return f"{waited}; the server is connected, and nothing came from it in that time"
+        return (f"{waited}; the server is not connected (netq keeps trying to reach it: "
+                f"statistics() says how each attempt ended)")
+    if not connected:
+        return f"{waited}; no client is connected"
+    if connected == 1:
+        return f"{waited}; 1 client is connected, and nothing came from it in that time"
+    return f"{waited}; {connected} clients are connected, and nothing came from them in that time"
 
 
 class Reachability:
@@ -391,6 +410,11 @@ class Diagnostics:
 
     def _connected_clients(self) -> int:
         return sum(1 for session in self._peers.all() if session.state is PeerState.CONNECTED)
+
+    def empty_after(self, timeout: float, named: int) -> str:
+        """:func:`explain_empty` for this communicator now."""
+        return explain_empty(timeout, server=self._server, connected=self._connected_clients(),
+                             named=named)
 
     def get_wait(self, now: float) -> str:
         """For statistics() and the server's WARNING: what a get() that has waited

@@ -204,7 +204,7 @@ class Inboxes:
                     remaining: float | None = deadline - now
                     assert remaining is not None
                     if remaining <= 0:
-                        raise Empty()
+                        raise Empty(engine.diagnostics.empty_after(timeout, len(peers)))
                 else:
                     remaining = None
                 if self._spin:

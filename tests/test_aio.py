@@ -82,3 +82,15 @@ def test_an_awaited_get_with_no_client_says_so(caplog):
         await server.close()
 
     asyncio.run(main())
+
+
+def test_an_awaited_get_that_times_out_says_whom_it_waited_for():
+    async def main():
+        server = netq.aio.new(purpose="server", options=nq.CommunicatorOptions(
+            netloc=nq.NetworkLocation(port=0)))
+        with pytest.raises(nq.Empty, match=r"get\(timeout=0.05\) found no message in 0.05 s; "
+                                           r"no client is connected$"):
+            await server.get(timeout=0.05)
+        await server.close()
+
+    asyncio.run(main())

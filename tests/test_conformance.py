@@ -221,6 +221,24 @@ def test_a_broadcast_with_no_client_connected_says_it_reached_no_one(transport, 
         assert len(said()) == 2  # a broadcast reached a client in between: said again
 
 
+def test_a_get_that_times_out_says_whom_it_waited_for(transport):
+    server = transport.make_server()
+    with pytest.raises(nq.Empty, match=r"get\(timeout=0.05\) found no message in 0.05 s; no "
+                                       r"client is connected$"):
+        server.get(timeout=0.05)
+    client = transport.connect(server)
+    wait_for(lambda: server.peers, T, message="the client to connect")
+    with pytest.raises(nq.Empty, match="; 1 client is connected, and nothing came from it"):
+        server.get(timeout=0.05)
+    with pytest.raises(nq.Empty, match="from the peer it named; 1 client is connected"):
+        server.get(client.id, timeout=0.05)
+    with pytest.raises(nq.Empty, match="; the server is connected, and nothing came from it"):
+        client.get(timeout=0.05)
+    with pytest.raises(nq.Empty) as nothing:
+        client.get_nowait()  # a poll in a loop: no text to build
+    assert str(nothing.value) == ""
+
+
 def test_broadcast_future_resolves_only_when_every_peer_has_it(transport):
     server = transport.make_server()
     clients = [transport.connect(server) for _ in range(4)]

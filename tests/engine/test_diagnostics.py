@@ -451,3 +451,20 @@ def test_a_forked_child_starts_with_no_waiting_clients():
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert reach in WAITING_CLIENTS._clients  # the parent's is untouched
+
+
+def test_an_empty_get_says_whom_it_could_have_come_from():
+    from netq.diagnostics import explain_empty
+
+    assert explain_empty(0.5, server=True, connected=0) == (
+        "get(timeout=0.5) found no message in 0.5 s; no client is connected")
+    assert explain_empty(2, server=True, connected=1, named=1) == (
+        "get(timeout=2) found no message in 2 s from the peer it named; 1 client is "
+        "connected, and nothing came from it in that time")
+    assert explain_empty(2, server=True, connected=3, named=2).endswith(
+        "from the 2 peers it named; 3 clients are connected, and nothing came from them in "
+        "that time")
+    assert explain_empty(1, server=False, connected=1).endswith(
+        "; the server is connected, and nothing came from it in that time")
+    assert "the server is not connected (netq keeps trying" in explain_empty(
+        1, server=False, connected=0)

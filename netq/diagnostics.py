@@ -24,10 +24,11 @@ import logging
 import os
 import threading
 import time
+import uuid
 import weakref
 from typing import Protocol
 
-from .live import name_of
+from .live import live_communicators, name_of
 from .options import CommunicatorOptions
 from .peers import PeerTable
 from .session import QUEUED_MESSAGE_COST, PeerSession, PeerState
@@ -86,6 +87,19 @@ def explain_empty(timeout: float, *, server: bool, connected: int, named: int = 
     if connected == 1:
         return f"{waited}; 1 client is connected, and nothing came from it in that time"
     return f"{waited}; {connected} clients are connected, and nothing came from them in that time"
+
+
+def _peer_in_this_process(peer: uuid.UUID) -> str:
+    """Said of a peer that holds our messages unread when it is a communicator of this very
+    process (a notebook kernel that runs a server and its clients): the get() that would free
+    it may be meant to run on the thread that now waits for it."""
+    for communicator in live_communicators():
+        if communicator.id == peer:
+            return (". That peer is a communicator of this process: if the code that calls its "
+                    "get() runs on this thread after this call (the next notebook cell, the "
+                    "end of a with block), it never runs; take its messages on another thread, "
+                    "or put less before they are taken")
+    return ""
 
 
 class Reachability:
@@ -471,7 +485,8 @@ class Diagnostics:
                     f"a window ahead, not its whole recv_budget; or its recv_budget is full "
                     f"of other peers' messages); {unsent} wait here "
                     f"({budget}). It changes when the peer calls get(); "
-                    f"put(timeout=) or put(block=False) raise Full instead of waiting")
+                    f"put(timeout=) or put(block=False) raise Full instead of waiting"
+                    f"{_peer_in_this_process(session.id)}")
         return (f"{unsent} unsent to peer {name_of(session.id)} ({budget}): the link "
                 f"takes them slower than put() queues them")
 

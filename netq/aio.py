@@ -127,6 +127,9 @@ def new(protocol: Protocol | str = Protocol.TCP, purpose: Purpose | str = Purpos
 
 def _empty_after(communicator: Communicator, timeout: Any, peers: tuple[uuid.UUID, ...]) -> Empty:
     """The ``Empty`` of an awaited get(timeout=) that ran out: what the blocking get() says."""
-    connected = sum(1 for row in communicator.statistics().peers if row.state == "connected")
+    snapshot = communicator.statistics()
+    connected = sum(1 for row in snapshot.peers if row.state == "connected")
     return Empty(explain_empty(timeout, server=communicator.purpose is Purpose.SERVER,
-                               connected=connected, named=len(peers)))
+                               connected=connected, named=len(peers),
+                               unreachable=snapshot.connect_error and
+                               f"the last attempt failed with: {snapshot.connect_error}"))

@@ -70,18 +70,21 @@ def explain_no_handshake(silent: float, *, heard_hello: bool) -> str:
             f"server")
 
 
-def explain_empty(timeout: float, *, server: bool, connected: int, named: int = 0) -> str:
+def explain_empty(timeout: float, *, server: bool, connected: int, named: int = 0,
+                  unreachable: str = "") -> str:
     """The text of the ``Empty`` a ``get(timeout=)`` raises when ``timeout`` seconds passed
     with no message: whom it could have come from (``connected``: clients of a server, 1 or 0
-    for a client's server; ``named``: how many peers the get() named, 0 for any)."""
+    for a client's server; ``named``: how many peers the get() named, 0 for any;
+    ``unreachable``: what stands between a client and its server, "" if nothing is known)."""
     waited = f"get(timeout={timeout:g}) found no message in {timeout:g} s"
     if named:
         waited += " from the peer it named" if named == 1 else f" from the {named} peers it named"
     if not server:
         if connected:
             return f"{waited}; the server is connected, and nothing came from it in that time"
-        return (f"{waited}; the server is not connected (netq keeps trying to reach it: "
-                f"statistics() says how each attempt ended)")
+        if unreachable:
+            return f"{waited}; the server is not connected ({unreachable}; netq keeps trying)"
+        return f"{waited}; the server is not connected yet (netq keeps trying to reach it)"
     if not connected:
         return f"{waited}; no client is connected"
     if connected == 1:
@@ -427,8 +430,15 @@ class Diagnostics:
 
     def empty_after(self, timeout: float, named: int) -> str:
         """:func:`explain_empty` for this communicator now."""
+        reach = self._reach
+        unreachable = ""
+        if reach is not None:
+            unreachable = self._transport.connect_state() or ""
+            if not unreachable and reach.failures:
+                error = reach.connect_error or "no reason given"
+                unreachable = f"the last attempt failed with: {error}"
         return explain_empty(timeout, server=self._server, connected=self._connected_clients(),
-                             named=named)
+                             named=named, unreachable=unreachable)
 
     def get_wait(self, now: float) -> str:
         """For statistics() and the server's WARNING: what a get() that has waited

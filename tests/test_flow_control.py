@@ -316,6 +316,9 @@ def test_what_a_refused_connection_says(transport, caplog):
         wait_for(lambda: client.statistics().connect_error, 10)
         assert "refused" in client.statistics().connect_error
         wait_for(lambda: _warnings(caplog, "refused"), 10, message="the refusal in a warning")
+        with pytest.raises(nq.Empty, match=r"; the server is not connected \(the last attempt "
+                                           r"failed with: connection refused"):
+            client.get(timeout=0.05)
 
 
 @pytest.mark.timeout(60)

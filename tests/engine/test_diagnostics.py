@@ -466,5 +466,7 @@ def test_an_empty_get_says_whom_it_could_have_come_from():
         "that time")
     assert explain_empty(1, server=False, connected=1).endswith(
         "; the server is connected, and nothing came from it in that time")
-    assert "the server is not connected (netq keeps trying" in explain_empty(
-        1, server=False, connected=0)
+    assert explain_empty(1, server=False, connected=0).endswith(
+        "; the server is not connected yet (netq keeps trying to reach it)")
+    assert explain_empty(1, server=False, connected=0, unreachable="no broker").endswith(
+        "; the server is not connected (no broker; netq keeps trying)")

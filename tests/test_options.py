@@ -3,6 +3,8 @@
 import dataclasses
 import errno
 import re
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -100,3 +102,31 @@ def test_a_plain_host_port_tuple_is_a_network_location():
 def test_a_netloc_that_is_not_one_says_what_is_wrong(netloc, error, says):
     with pytest.raises(error, match=re.escape(says)):
         nq.CommunicatorOptions(netloc=netloc)
+
+
+MISSING_EXTRAS_SCRIPT = """
+import sys
+
+class Missing:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("grpc", "paho"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, Missing())
+import netq as nq
+for protocol in ("grpc", "mqtt"):
+    try:
+        nq.new(protocol, "server")
+    except ImportError as error:
+        print(error)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_transport_whose_extra_is_missing_names_the_install():
+    done = subprocess.run([sys.executable, "-c", MISSING_EXTRAS_SCRIPT], capture_output=True,
+                          text=True, timeout=50)
+    assert done.returncode == 0, done.stderr
+    grpc_says, mqtt_says = done.stdout.splitlines()
+    assert grpc_says.startswith("Protocol.GRPC needs grpcio: pip install 'netq[grpc]'")
+    assert mqtt_says.startswith("Protocol.MQTT needs paho-mqtt: pip install 'netq[mqtt]'")

@@ -64,6 +64,12 @@ lock, which it wires together and to paho)::
                       for the exact paho-mqtt==2.2.0 pin)
 """
 
+try:
+    import paho.mqtt.client  # noqa: F401
+except ImportError as missing:  # pragma: no cover - depends on the installation
+    raise ImportError("Protocol.MQTT needs paho-mqtt: pip install 'netq[mqtt]' "
+                      f"(paho-mqtt==2.2.0): {missing}") from missing
+
 from .transport import MQTTCarrier, link_statistics
 
 __all__ = ("MQTTCarrier", "link_statistics")

@@ -121,6 +121,16 @@ def _client_key(client: Communicator) -> _ClientKey:
             None if security is None else security.authkey)
 
 
+def _address_text(address: Any) -> str:
+    """A server's bound address as its messages write it: ``host:port`` (``[host]:port`` for
+    IPv6), ``unix:<path>`` for a socket file, a broker's ``mqtt://`` URL as it is."""
+    if isinstance(address, tuple) and len(address) >= 2:
+        host = str(address[0])
+        return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
+    text = str(address)
+    return text if "://" in text or text.startswith("unix:") else f"unix:{text}"
+
+
 def _check_client_id(client: Communicator) -> None:
     """LocalProtocolError if a live client of this process already uses this new client's id
     for its server (one that began closing has let it go)."""
@@ -233,8 +243,14 @@ class Communicator:
     # ================================================================== user API
 
     def __repr__(self) -> str:
-        return (f"<netq {self.purpose.value} {self.protocol.value} {self.options.netloc} "
-                f"id={self.id} peers={len(self.peers)}>")
+        if self.purpose is Purpose.SERVER:
+            where = _address_text(self._transport.address)  # the bound one (port 0: its port)
+        else:
+            where = self._transport.connect_target()
+        name = "" if self.options.name is None else f" name={self.options.name!r}"
+        state = " closed" if self.closed else ""
+        return (f"<netq {self.purpose.value} {self.protocol.value} {where}{name} "
+                f"id={self.id} peers={len(self.peers)}{state}>")
 
     def __enter__(self) -> Communicator:
         return self

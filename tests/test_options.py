@@ -130,3 +130,17 @@ def test_a_transport_whose_extra_is_missing_names_the_install():
     grpc_says, mqtt_says = done.stdout.splitlines()
     assert grpc_says.startswith("Protocol.GRPC needs grpcio: pip install 'netq[grpc]'")
     assert mqtt_says.startswith("Protocol.MQTT needs paho-mqtt: pip install 'netq[mqtt]'")
+
+
+def test_a_communicators_repr_says_where_it_listens_or_connects():
+    options = nq.CommunicatorOptions(netloc=("127.0.0.1", 0), name="hub")
+    with nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, options) as server:
+        port = server.address[1]
+        assert repr(server).startswith(f"<netq server tcp 127.0.0.1:{port} name='hub' id=")
+    assert repr(server).endswith(" peers=0 closed>")
+    # A Unix socket's file follows from the port: the client names that file, not a port.
+    with nq.new(nq.Protocol.UNIX, nq.Purpose.CLIENT,
+                nq.CommunicatorOptions(netloc=("127.0.0.1", 9))) as client:
+        path = nq.NetworkLocation(port=9).unix_path()
+        assert repr(client).startswith(f"<netq client unix unix:{path} id=")
+        assert client.transport.connect_target() == f"unix:{path}"

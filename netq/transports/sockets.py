@@ -133,7 +133,7 @@ class SocketCarrier:
         if self._server:
             address = self._listen()  # bind now so a taken port raises from netq.new()
         self.info = CarrierInfo(
-            address=address, target=str(options.netloc), any_thread_waits=True,
+            address=address, target=self._target_text(), any_thread_waits=True,
             user_threads_write=self._ssl is None,
             attempt_limit=3 * options.connection.heartbeat, ack_hold=ACK_HOLD,
             poll_fd=self._poller.fileno())
@@ -145,6 +145,10 @@ class SocketCarrier:
         if security is None or security.certificate is None:  # not security.tls
             return None
         return tls_context(self._server, security)
+
+    def _target_text(self) -> str:
+        """Where a client's attempts go, as its messages write it."""
+        return str(self._options.netloc)
 
     def _address(self) -> tuple[int, SocketAddress]:
         """The address family and the address to listen on or connect to."""
@@ -576,6 +580,9 @@ class UnixCarrier(SocketCarrier):
 
     def _address(self) -> tuple[int, SocketAddress]:
         return socket.AF_UNIX, self._options.netloc.unix_path()
+
+    def _target_text(self) -> str:
+        return f"unix:{self._options.netloc.unix_path()}"  # the socket file, from the port
 
     def _tune(self, sock: socket.socket) -> None:
         try:

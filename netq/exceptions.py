@@ -210,15 +210,16 @@ class Full(NetqError, queue.Full):
 class UnknownPeer(NetqError, KeyError):
     """A peer id that this communicator has never been connected to."""
 
-    def __init__(self, peer: object) -> None:
+    def __init__(self, peer: object, why: str = "") -> None:
         self.peer = peer
+        self.why = why  # what the caller may have meant, in words ("" if nothing to add)
         super().__init__(peer)
 
     def __str__(self) -> str:
-        return f"unknown peer {self.peer}"
+        return f"unknown peer {self.peer}: {self.why}" if self.why else f"unknown peer {self.peer}"
 
     def __reduce__(self):
-        return type(self), (self.peer,)
+        return type(self), (self.peer, self.why)
 
 
 class MessageTooLarge(NetqError, ValueError):

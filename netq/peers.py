@@ -104,7 +104,8 @@ class PeerTable:
         if server is not None:
             for peer in peers:
                 if peer != server.id:
-                    raise UnknownPeer(peer)
+                    raise UnknownPeer(peer, "not this client's server; a client puts to and "
+                                            "gets from its server only: name no peer")
             if sending and server.state is PeerState.CLOSED:
                 raise ConnectionLost(server.id, "the server closed the session")
             return self.server_only if sending or peers else ()
@@ -124,7 +125,10 @@ class PeerTable:
                 if peer in self._departed:
                     raise ConnectionLost(peer, "the peer left" if sending else
                                          "the peer left and everything it sent was taken")
-                raise UnknownPeer(peer)
+                connected = sum(1 for other in sessions.values()
+                                if other.state not in GONE_STATES)
+                raise UnknownPeer(peer, f"no client with this id has connected to this server "
+                                        f"(server.peers lists the {connected} it has now)")
             if sending and session.state in GONE_STATES:
                 raise ConnectionLost(peer, "the peer left")
             found.append(session)

@@ -349,15 +349,22 @@ def test_unknown_peer(transport):
     server = transport.make_server()
     client = transport.connect(server)
     stranger = uuid.uuid4()
-    for call in (lambda: server.put("x", stranger),
-                 lambda: server.put("x", client.id, stranger),
-                 lambda: server.get(stranger, timeout=1),
-                 lambda: client.put("x", stranger),
-                 lambda: client.get(stranger, timeout=1)):
+    # What the caller may have meant: a server names how many clients it has; a client has
+    # only its server.
+    not_a_client = "no client with this id has connected to this server (server.peers lists " \
+                   "the 1 it has now)"
+    not_the_server = "not this client's server; a client puts to and gets from its server " \
+                     "only: name no peer"
+    for call, says in ((lambda: server.put("x", stranger), not_a_client),
+                       (lambda: server.put("x", client.id, stranger), not_a_client),
+                       (lambda: server.get(stranger, timeout=1), not_a_client),
+                       (lambda: client.put("x", stranger), not_the_server),
+                       (lambda: client.get(stranger, timeout=1), not_the_server)):
         with pytest.raises(nq.UnknownPeer) as caught:
             call()
         assert isinstance(caught.value, KeyError)
         assert caught.value.peer == stranger
+        assert str(caught.value) == f"unknown peer {stranger}: {says}"
     # nothing was half-sent to the known peer by the mixed call
     with pytest.raises(nq.Empty):
         client.get(timeout=0.3)

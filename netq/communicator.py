@@ -38,7 +38,7 @@ from .exposure import check as check_exposure
 from .futures import DeliveryFuture
 from .inbox import Inboxes
 from .live import live_communicators
-from .options import CommunicatorOptions, Protocol, Purpose
+from .options import CommunicatorOptions, NetworkLocation, Protocol, Purpose
 from .peers import GONE_STATES
 from .protocol.events import MessageReceived as Incoming
 from .protocol.frames import MAX_PARTS
@@ -121,12 +121,43 @@ def _client_key(client: Communicator) -> _ClientKey:
             None if security is None else security.authkey)
 
 
+def _repr(communicator: Communicator) -> str:
+    """``<netq server tcp 127.0.0.1:40797 name='hub' id=... peers=1>``: where a server is
+    bound (port 0: the port it got), where a client connects; ``closed`` once closed."""
+    if communicator.purpose is Purpose.SERVER:
+        where = _address_text(communicator.address)
+    else:
+        where = communicator.transport.connect_target()
+    name = communicator.options.name
+    return (f"<netq {communicator.purpose.value} {communicator.protocol.value} {where}"
+            f"{'' if name is None else f' name={name!r}'} id={communicator.id} "
+            f"peers={len(communicator.peers)}{' closed' if communicator.closed else ''}>")
+
+
+def _put_to_no_one(communicator: Communicator, broadcast: bool) -> DeliveryFuture:
+    """A put() that addressed no peer: its future resolves at once (every peer addressed,
+    none, has it). A server's put() to every client with none connected is said in one
+    WARNING (the natural first cell, a server and a client made and a put at once, meets it
+    while the client is still connecting), again only after a broadcast reached a client."""
+    future = DeliveryFuture(1)
+    future._start()
+    future._delivered()
+    if broadcast and not communicator._told_no_one:
+        communicator._told_no_one = True
+        LOGGER.warning(
+            "netq server: put() to every client reached no one: no client is connected. A "
+            "put() that names no peer goes to the clients connected when it is called (one "
+            "still connecting is not yet); its future resolved at once. Wait until "
+            "server.peers lists a client (or a get() returns its first message), or put to "
+            "a client by its id. Said once until a put reaches a client")
+    return future
+
+
 def _address_text(address: Any) -> str:
     """A server's bound address as its messages write it: ``host:port`` (``[host]:port`` for
     IPv6), ``unix:<path>`` for a socket file, a broker's ``mqtt://`` URL as it is."""
     if isinstance(address, tuple) and len(address) >= 2:
-        host = str(address[0])
-        return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
+        return str(NetworkLocation(str(address[0]), address[1]))
     text = str(address)
     return text if "://" in text or text.startswith("unix:") else f"unix:{text}"
 
@@ -218,9 +249,7 @@ class Communicator:
         self._plain_loads = inline.loads
         self._message_limit = options.serialization.message_limit
         self._stall_warning = options.connection.stall_warning
-        # A server's put() to every client found none: said once, again only after a
-        # broadcast reached someone (see _reached_no_one).
-        self._told_no_one = False
+        self._told_no_one = False  # see _put_to_no_one
 
         # What the loop reads of the engine and the inboxes, and the notices it leaves the
         # engine: plain data, shared by the three (netq.contract.LoopSignals).
@@ -243,14 +272,7 @@ class Communicator:
     # ================================================================== user API
 
     def __repr__(self) -> str:
-        if self.purpose is Purpose.SERVER:
-            where = _address_text(self._transport.address)  # the bound one (port 0: its port)
-        else:
-            where = self._transport.connect_target()
-        name = "" if self.options.name is None else f" name={self.options.name!r}"
-        state = " closed" if self.closed else ""
-        return (f"<netq {self.purpose.value} {self.protocol.value} {where}{name} "
-                f"id={self.id} peers={len(self.peers)}{state}>")
+        return _repr(self)
 
     def __enter__(self) -> Communicator:
         return self
@@ -355,29 +377,11 @@ class Communicator:
             raise LocalProtocolError(
                 f"dump() made {len(parts)} parts; a message carries at most {MAX_PARTS}")
         if not targets:
-            # Every peer addressed (none) has it: the future resolves at once.
-            future = DeliveryFuture(1)
-            future._start()
-            future._delivered()
-            if server is None and not peers and not self._told_no_one:
-                self._reached_no_one()
-            return future
+            return _put_to_no_one(self, server is None and not peers)
         future = DeliveryFuture(len(targets), targets)  # cancel() withdraws it from targets
         message = _new_tuple(Outgoing, (parts, size, batch, future))  # Outgoing(...), in C
         engine.submit(targets, message, block, timeout)
         return future
-
-    def _reached_no_one(self) -> None:
-        """A server's put() to every client, with none connected: the message went nowhere.
-        The natural first cell (make a server and a client, put at once) meets it while the
-        client is still connecting, so it is said, once until a broadcast reaches a client."""
-        self._told_no_one = True
-        LOGGER.warning(
-            "netq server: put() to every client reached no one: no client is connected. A "
-            "put() that names no peer goes to the clients connected when it is called (one "
-            "still connecting is not yet); its future resolved at once. Wait until "
-            "server.peers lists a client (or a get() returns its first message), or put to "
-            "a client by its id. Said once until a put reaches a client")
 
     def shared_buffer(self, nbytes: int) -> memoryview:
         """A writable buffer of ``nbytes`` bytes in shared memory (a memfd segment). A

@@ -11,6 +11,8 @@ import os
 import socket
 import time
 
+from ..options import NetworkLocation
+
 __all__ = ("FailedHandshakes", "address_taken", "connect_error")
 
 LOGGER = logging.getLogger("netq")
@@ -21,7 +23,7 @@ def address_taken(host: str, port: int) -> OSError:
     """A server's bind found ``host``:``port`` taken: an OSError (EADDRINUSE, as the bind
     raised) whose text names the address and the ways out. In a notebook the other server is
     often this kernel's own, from a cell run before (every server defaults to port 51966)."""
-    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    where = NetworkLocation(host, port)
     return OSError(errno.EADDRINUSE,
                    f"{where} is taken: another server listens there (maybe one this process "
                    f"made earlier and has not closed); close it, or listen on port 0 "

@@ -178,15 +178,21 @@ returns). A server's carrier binds in its constructor, so that a taken port rais
 
 
 def cut(buffers: list[Buffer], limit: int) -> tuple[list[Buffer], int]:
-    """The front of ``buffers`` up to ``limit`` bytes, without copying: the buffers (the last
-    one cut) and their total size. For carriers that move bytes in packets."""
+    """The front of ``buffers`` up to ``limit`` bytes, without copying: the buffers and their
+    total size. For carriers that move bytes in packets.
+
+    A packet ends before the first buffer that does not fit but would fit a packet of its own:
+    a message body then travels as the object it is (a carrier that takes only ``bytes``
+    sends a ``bytes`` body as it is, where a slice of it would be joined into a new one). A
+    buffer larger than ``limit`` is cut wherever the packet ends: it is cut anyway."""
     parts: list[Buffer] = []
     size = 0
     for buffer in buffers:
         length = len(buffer)
         if size + length > limit:
-            parts.append(memoryview(buffer)[: limit - size])
-            size = limit
+            if length > limit or not parts:
+                parts.append(memoryview(buffer)[: limit - size])
+                size = limit
             break
         parts.append(buffer)
         size += length

@@ -440,6 +440,14 @@ class Connection(SendSide, SharedMemorySide):
         """Feed bytes that were read elsewhere (tests, message-oriented transports)."""
         events: list[Event] = []
         view = memoryview(data).cast("B")
+        if self._direct and type(data) is bytes:
+            # A packet that is exactly the rest of a large read-only part (a body that
+            # travelled as one packet) becomes that part: a read-only view of the packet,
+            # no copy.
+            incoming = self._incoming
+            assert incoming is not None  # _direct is only set while a message is due
+            if incoming.adopt(data):
+                return self.receive_done(len(data))
         while view and self.state is not ConnectionState.CLOSED:
             target = self.receive_buffer()
             count = min(len(target), len(view))

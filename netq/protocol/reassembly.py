@@ -76,6 +76,21 @@ class Incoming:
         view = self.views[self.index]
         return view[self.pos : self.pos + min(len(view) - self.pos, limit)]
 
+    def adopt(self, data: bytes) -> bool:
+        """Take ``data`` as the part now being filled, when it is all of that part and the
+        part is a large read-only one (a read-only memoryview, whose object the user gets):
+        the part becomes a view of ``data``, not a copy, and the caller then moves past it
+        (:meth:`advance`). False, with nothing changed, otherwise."""
+        index = self.index
+        part = self.objects[index]
+        if self.pos or type(part) is not memoryview or not part.readonly \
+                or len(part) != len(data) or self.segments is not None:
+            return False
+        self.views[index].release()  # the pool's buffer goes back to the pool
+        self.views[index] = memoryview(data)
+        self.objects[index] = memoryview(data)
+        return True
+
     def advance(self, count: int) -> None:
         self.pos += count
         self.remaining -= count

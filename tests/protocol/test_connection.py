@@ -575,6 +575,43 @@ def test_direct_receive_writes_into_the_final_object():
     assert not conn.receiving_message
 
 
+def _packets_of_one_message(specs):
+    """One message's bytes cut as a packet carrier delivers them: everything before the last
+    part's body, then that body as one ``bytes`` packet (it travelled as the object it is)."""
+    data, objects = message_stream(specs, False, None)
+    body = len(objects[-1])
+    return [data[:-body], bytes(data[-body:])], objects
+
+
+def test_a_packet_that_is_a_whole_read_only_part_becomes_that_part_without_a_copy():
+    (front, body), objects = _packets_of_one_message([(10, True), (200_000, True)])
+    conn = server_open()
+    assert conn.receive_data(front) == []
+    (message,) = conn.receive_data(body)
+    small, large = message.parts
+    assert small == objects[0] and type(small) is bytes
+    assert type(large) is memoryview and large.readonly and large.obj is body  # no copy
+    assert large == objects[1]
+    assert not conn.receiving_message
+
+
+@pytest.mark.parametrize("specs, fed", [
+    ([(200_000, False)], "whole"),  # writable: the user gets a bytearray, so it is copied
+    ([(200_000, True)], "split"),  # the part's first bytes came in an earlier packet
+    ([(200_000, True)], "memoryview"),  # not bytes: the caller may reuse its buffer
+])
+def test_a_packet_is_copied_where_it_cannot_become_the_part(specs, fed):
+    (front, body), objects = _packets_of_one_message(specs)
+    conn = server_open()
+    if fed == "split":
+        front, body = front + body[:1000], body[1000:]
+    conn.receive_data(front)
+    (message,) = conn.receive_data(memoryview(body) if fed == "memoryview" else body)
+    (part,) = message.parts
+    assert part == objects[0]
+    assert not (type(part) is memoryview and part.obj is body)
+
+
 @pytest.mark.parametrize("offset", [1, 8, 15, 16, 20, 31, 32, 40, 1000, 8000])
 def test_frames_straddling_the_staging_buffer(offset):
     """The second frame starts ``offset`` bytes before the end of the 256 KiB staging buffer,

@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 import netq as nq
+from netq.carrier import cut
 from netq.communicator import Communicator
 from netq.exceptions import ConnectionLost
 from netq.loop import carrier_loop
@@ -239,3 +240,19 @@ def test_a_channel_bound_to_another_peer_refuses_the_hello(make):
     with pytest.raises(nq.AuthenticationError):
         client.put("hello").result(T)
     assert server.peers == ()
+
+
+@pytest.mark.parametrize("sizes, limit, packet", [
+    ([40, 12, 1000, 40, 12, 1000], 1100, [40, 12, 1000, 40]),  # the next body waits whole
+    ([40, 2000], 1100, [40, 1060]),  # larger than a packet: cut anyway, where the packet ends
+    ([2000, 40], 1100, [1100]),  # the first buffer is always cut to fit
+    ([500, 600, 5], 1100, [500, 600]),  # exactly full
+])
+def test_a_packet_ends_before_a_buffer_that_fits_a_packet_of_its_own(sizes, limit, packet):
+    """A body that fits a packet travels as the buffer it is (gRPC sends a ``bytes`` body
+    without joining a slice of it into a new one)."""
+    buffers = [bytes(size) for size in sizes]
+    parts, size = cut(buffers, limit)
+    assert [len(part) for part in parts] == packet and size == sum(packet)
+    for part, buffer in zip(parts, buffers[: len(parts)], strict=True):
+        assert part is buffer or len(part) < len(buffer)  # whole buffers are not copied

@@ -109,6 +109,33 @@ __all__ = [
 ]
 
 
+def _protocol_named(protocol: Protocol | str) -> Protocol:
+    """``protocol`` as a :class:`Protocol` (a name in any case); :class:`UnsupportedProtocol`
+    naming the ones there are otherwise."""
+    if isinstance(protocol, Protocol):
+        return protocol
+    name = protocol.strip().lower() if isinstance(protocol, str) else protocol
+    try:
+        return Protocol(name)
+    except ValueError:
+        hint = (" (TLS is Protocol.TCP with SecurityOptions(certificate=..., key=...))"
+                if name in ("tls", "ssl") else "")
+        raise UnsupportedProtocol(
+            f"no transport named {protocol!r}{hint}; netq has: "
+            f"{', '.join(member.value for member in Protocol)}") from None
+
+
+def _purpose_named(purpose: Purpose | str) -> Purpose:
+    """``purpose`` as a :class:`Purpose` (a name in any case); a ValueError otherwise."""
+    if isinstance(purpose, Purpose):
+        return purpose
+    try:
+        return Purpose(purpose.strip().lower() if isinstance(purpose, str) else purpose)
+    except ValueError:
+        raise ValueError(f"purpose must be Purpose.SERVER or Purpose.CLIENT ('server' or "
+                         f"'client'), not {purpose!r}") from None
+
+
 def new(protocol: Protocol | str = Protocol.TCP, purpose: Purpose | str = Purpose.CLIENT,
         options: CommunicatorOptions | None = None) -> Communicator:
     """Create a communicator. Never blocks on the network.
@@ -122,8 +149,8 @@ def new(protocol: Protocol | str = Protocol.TCP, purpose: Purpose | str = Purpos
     unauthenticated peers raises :class:`UnprotectedServer` before it binds (see
     :mod:`netq.exposure` and ``SecurityOptions.allow_untrusted_peers``).
     """
-    protocol = Protocol(protocol)
-    purpose = Purpose(purpose)
+    protocol = _protocol_named(protocol)
+    purpose = _purpose_named(purpose)
     if options is None:
         options = CommunicatorOptions()
     carrier_class = transports.lookup(protocol.value)

@@ -124,14 +124,18 @@ def _client_key(client: Communicator) -> _ClientKey:
 def _repr(communicator: Communicator) -> str:
     """``<netq server tcp 127.0.0.1:40797 name='hub' id=... peers=1>``: where a server is
     bound (port 0: the port it got), where a client connects; ``closed`` once closed."""
-    if communicator.purpose is Purpose.SERVER:
-        where = _address_text(communicator.address)
-    else:
-        where = communicator.transport.connect_target()
+    where = _where(communicator)
     name = communicator.options.name
     return (f"<netq {communicator.purpose.value} {communicator.protocol.value} {where}"
             f"{'' if name is None else f' name={name!r}'} id={communicator.id} "
             f"peers={len(communicator.peers)}{' closed' if communicator.closed else ''}>")
+
+
+def _where(communicator: Communicator) -> str:
+    """Where a server is bound (port 0: the port it got), where a client connects."""
+    if communicator.purpose is Purpose.SERVER:
+        return _address_text(communicator.address)
+    return communicator.transport.connect_target()
 
 
 def _put_to_no_one(communicator: Communicator, broadcast: bool) -> DeliveryFuture:
@@ -616,7 +620,7 @@ class Communicator:
             id=self.id,
             purpose=self.purpose.value,
             protocol=self.protocol.value,
-            address=str(self._transport.address),
+            address=_where(self),
             state="closed" if engine.closed.is_set() else "closing" if self._signals.closing
             else "open",
             uptime=now - engine.created,

@@ -73,7 +73,7 @@ class CommunicatorStatistics:
     id: uuid.UUID
     purpose: str
     protocol: str
-    address: str
+    address: str  # where a server is bound, where a client connects (as its repr says)
     state: str
     uptime: float
     time: float  # time.monotonic() of the snapshot

@@ -57,8 +57,17 @@ def test_network_location_text_and_unix_path():
 def test_unregistered_protocol_is_a_clear_error():
     with pytest.raises(nq.UnsupportedProtocol, match="tcp, unix"):
         transports.lookup("carrier-pigeon")
-    with pytest.raises(ValueError):
+    with pytest.raises(nq.UnsupportedProtocol, match="named 'carrier-pigeon'; netq has: tcp"):
         nq.new("carrier-pigeon")
+
+
+def test_new_takes_names_in_any_case_and_says_what_it_takes_otherwise():
+    with nq.new("TCP", "Server", nq.CommunicatorOptions(netloc=("127.0.0.1", 0))) as server:
+        assert server.protocol is nq.Protocol.TCP and server.purpose is nq.Purpose.SERVER
+    with pytest.raises(nq.UnsupportedProtocol, match=r"TLS is Protocol.TCP with SecurityOpt"):
+        nq.new("tls", "server")
+    with pytest.raises(ValueError, match="'server' or 'client'\\), not 'srv'"):
+        nq.new("tcp", "srv")
 
 
 def test_registry_lists_the_socket_transports():
@@ -137,6 +146,7 @@ def test_a_communicators_repr_says_where_it_listens_or_connects():
     with nq.new(nq.Protocol.TCP, nq.Purpose.SERVER, options) as server:
         port = server.address[1]
         assert repr(server).startswith(f"<netq server tcp 127.0.0.1:{port} name='hub' id=")
+        assert server.statistics().address == f"127.0.0.1:{port}"
     assert repr(server).endswith(" peers=0 closed>")
     # A Unix socket's file follows from the port: the client names that file, not a port.
     with nq.new(nq.Protocol.UNIX, nq.Purpose.CLIENT,
@@ -144,3 +154,4 @@ def test_a_communicators_repr_says_where_it_listens_or_connects():
         path = nq.NetworkLocation(port=9).unix_path()
         assert repr(client).startswith(f"<netq client unix unix:{path} id=")
         assert client.transport.connect_target() == f"unix:{path}"
+        assert client.statistics().address == f"unix:{path}"  # the widget's title says it too

@@ -91,6 +91,10 @@ class SendQueue(Protocol):
     def withdraw(self, future: DeliveryFuture) -> None:
         """Drop the message of ``future`` if it is still queued here (any thread)."""
 
+    def waiting_for(self, future: DeliveryFuture) -> str | None:
+        """Why the peer has not acknowledged the message of ``future`` (a clause), or None
+        when this queue holds no copy of it any more (any thread)."""
+
 
 class DeliveryFuture(Future):
     """Resolves when every addressed peer has acknowledged the message.
@@ -311,7 +315,7 @@ class DeliveryFuture(Future):
                         pass  # the resolver's copy of the list had it: it releases it
                     outcome = slots.get("_outcome")
                     if outcome is None:
-                        raise TimeoutError()
+                        raise TimeoutError(self._not_acknowledged(max(timeout or 0.0, 0.0)))
         state, exception = outcome
         if state is not FINISHED:
             raise CancelledError()
@@ -321,6 +325,20 @@ class DeliveryFuture(Future):
             finally:
                 exception = None  # no cycle through this frame's traceback
         return None
+
+    def _not_acknowledged(self, timeout: float) -> str:
+        """What result(timeout=) ran out waiting for, peer by peer."""
+        waits = [(queue, why) for queue in self._queues
+                 if (why := queue.waiting_for(self)) is not None]
+        text = f"put()'s message was not acknowledged within {timeout:g} s"
+        if self._addressed > 1:
+            text += f" by {self.remaining} of the {self._addressed} peers it went to"
+        if not waits:
+            return text
+        if self._addressed == 1:
+            return f"{text}: {waits[0][1]}"
+        return f"{text}: " + "; ".join(f"peer {getattr(queue, 'id', queue)}: {why}"
+                                        for queue, why in waits)
 
     def cancel(self) -> bool:
         """Withdraw a put that no peer's copy of is on the wire yet; False once one is."""

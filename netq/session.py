@@ -322,6 +322,41 @@ class PeerSession:
                     return  # not queued here any more: on the wire, or failed
             self.wake_putters()
 
+    def waiting_for(self, future: DeliveryFuture) -> str | None:
+        """Why this peer has not acknowledged the message of ``future`` yet (a clause for the
+        future's ``TimeoutError``), and what would change it; None once it holds no copy of
+        it (acknowledged, failed or withdrawn). Any thread: it reads copies of the queues."""
+        sent = list(self.inflight)
+        queued = list(self.outbox)
+        connected = self.state is PeerState.CONNECTED
+        for position, message in enumerate(sent):
+            if message.future is future:
+                if connected:
+                    return (f"sent, and its acknowledgement has not come back"
+                            f"{_ahead(position, 'sent before it and not acknowledged either')}"
+                            f": the peer's netq acknowledges what it receives before its "
+                            f"get() takes it, so the link or the peer's process is slow or "
+                            f"stuck")
+                return (f"sent, and the link broke before its acknowledgement came: it is "
+                        f"sent again when the session resumes ({self._not_connected()})")
+        for position, message in enumerate(queued):
+            if message.future is future:
+                ahead = _ahead(position + len(sent), "ahead of it")
+                if not connected:
+                    return f"not sent yet{ahead}: {self._not_connected()}"
+                if self.credit_exhausted_since is not None:
+                    return (f"not sent yet{ahead}: the peer's receive window is full, because "
+                            f"its code has not called get() for what it holds; it is sent "
+                            f"when the peer takes messages")
+                return f"not sent yet{ahead}: the link takes them slower than put() queues them"
+        return None
+
+    def _not_connected(self) -> str:
+        if self.state is PeerState.CLOSED:
+            return "the session ended: the peer is gone"
+        return ("not connected to it now; netq reconnects, and the WARNING it logs and "
+                "statistics() say what it runs into")
+
     def fail_outbound(self, error: Exception) -> int:
         """Fail every queued and unacknowledged message (peer or communicator gone)."""
         failed = 0
@@ -347,3 +382,6 @@ class PeerSession:
             with self.space:
                 self.space.notify_all()
 
+
+def _ahead(count: int, what: str) -> str:
+    return f" ({count} message{'s' if count != 1 else ''} {what})" if count else ""

@@ -307,6 +307,9 @@ def test_a_client_with_no_server_says_so(transport, caplog):
         assert not future.done()
         row = client.statistics().peers[0]
         assert "not connected" in row.blocked
+        with pytest.raises(TimeoutError, match=r"not acknowledged within 0.05 s: not sent yet: "
+                                               r"not connected to it now; netq reconnects"):
+            future.result(timeout=0.05)
 
 
 @pytest.mark.timeout(60)

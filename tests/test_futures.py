@@ -377,3 +377,47 @@ def test_a_future_resolved_before_anyone_waited_answers_every_question():
     assert isinstance(failed.exception(timeout=0), ConnectionError)
     assert cf.wait([delivered, failed], timeout=0).not_done == set()
     assert not delivered.running() and not delivered.cancel()
+
+
+def test_a_result_that_runs_out_says_where_the_message_waits_for_each_peer():
+    """result(timeout=)'s TimeoutError says, from the queues of the peers the put went to,
+    whether the message is unsent (and why) or sent and unacknowledged, and what changes it."""
+    from netq.session import Outgoing, PeerSession, PeerState
+
+    def message(future):
+        return Outgoing((b"x",), 1, False, future)
+
+    peer = PeerSession(uuid.uuid4())  # a client's server before the first connection
+    future = DeliveryFuture(1, (peer,))
+    peer.outbox.append(message(future))
+    with pytest.raises(TimeoutError, match=r"^put\(\)'s message was not acknowledged within "
+                                           r"0.01 s: not sent yet: not connected to it now; "
+                                           r"netq reconnects"):
+        future.result(timeout=0.01)
+    peer.state = PeerState.CONNECTED
+    peer.credit_exhausted_since = time.monotonic()
+    peer.outbox.appendleft(message(DeliveryFuture()))
+    with pytest.raises(TimeoutError, match=r"not sent yet \(1 message ahead of it\): the "
+                                           r"peer's receive window is full.*called get\(\)"):
+        future.result(timeout=0.01)
+    peer.outbox.clear()
+    peer.inflight.extend([message(DeliveryFuture()), message(DeliveryFuture()), message(future)])
+    with pytest.raises(TimeoutError, match=r"sent, and its acknowledgement has not come back "
+                                           r"\(2 messages sent before it and not acknowledged"):
+        future.result(timeout=0.01)
+    peer.state = PeerState.DISCONNECTED
+    with pytest.raises(TimeoutError, match="the link broke before its acknowledgement came: "
+                                           "it is sent again when the session resumes"):
+        future.result(timeout=0)
+    # A broadcast names the peers that still hold it, and only them.
+    waiting, answered = PeerSession(uuid.uuid4()), PeerSession(uuid.uuid4())
+    broadcast = DeliveryFuture(2, (waiting, answered))
+    waiting.outbox.append(message(broadcast))
+    broadcast._start()
+    broadcast._delivered()  # answered acknowledged it
+    with pytest.raises(TimeoutError) as raised:
+        broadcast.result(timeout=0.01)
+    assert str(raised.value).startswith(
+        f"put()'s message was not acknowledged within 0.01 s by 1 of the 2 peers it went to: "
+        f"peer {waiting.id}: not sent yet")
+    assert str(answered.id) not in str(raised.value)

@@ -290,7 +290,8 @@ class WaitingClients:
                         f"for example: {sentence}")
         if line is None:
             warning.summarized = False
-            LOGGER.warning("netq client: %s; put() and get() wait for it", sentence)
+            LOGGER.warning("netq client: %s; put(), get() and the futures of puts wait for it",
+                           sentence)
         else:
             warning.summarized = True
             LOGGER.warning("netq clients: %s", line)

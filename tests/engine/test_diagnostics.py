@@ -335,8 +335,10 @@ def test_a_client_alone_gets_its_own_warning(caplog):
         assert warning.due(5.0 + REPEAT_WARNING)  # it repeats on its own schedule
         clients.warn(reach, warning, 5.0 + REPEAT_WARNING, "not connected ... for 35 s")
     assert [r.getMessage() for r in caplog.records] == [
-        "netq client: not connected to the server at X for 5 s (why); put() and get() wait "
-        "for it", "netq client: not connected ... for 35 s; put() and get() wait for it"]
+        "netq client: not connected to the server at X for 5 s (why); put(), get() and the "
+        "futures of puts wait for it",
+        "netq client: not connected ... for 35 s; put(), get() and the futures of puts wait "
+        "for it"]
     assert not warning.summarized
     clients.connected(reach)
     assert clients.waiting() == 0
@@ -405,7 +407,8 @@ def test_clients_of_different_servers_each_say_why_in_the_same_interval(caplog):
             assert warning.due(5.0)
             clients.warn(reach, warning, 5.0, f"not connected to {reach.server} (why)")
     assert [r.getMessage() for r in caplog.records] == [
-        f"netq client: not connected to {server} (why); put() and get() wait for it"
+        f"netq client: not connected to {server} (why); put(), get() and the futures of puts "
+        "wait for it"
         for server in ("a:1", "b:2", "c:3")]
     assert not any(warning.summarized for _, warning in waiting)
 

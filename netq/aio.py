@@ -21,6 +21,7 @@ from .communicator import Communicator, Message
 from .diagnostics import explain_empty
 from .exceptions import Empty, Full
 from .options import CommunicatorOptions, Protocol, Purpose
+from .statistics import CommunicatorStatistics
 
 __all__ = ("AsyncCommunicator", "new")
 
@@ -31,6 +32,9 @@ class AsyncCommunicator:
     def __init__(self, communicator: Communicator) -> None:
         self.communicator = communicator
 
+    def __repr__(self) -> str:
+        return f"<async {repr(self.communicator)[1:]}"
+
     @property
     def id(self) -> uuid.UUID:
         return self.communicator.id
@@ -39,8 +43,44 @@ class AsyncCommunicator:
     def peers(self) -> tuple[uuid.UUID, ...]:
         return self.communicator.peers
 
-    def statistics(self):
+    @property
+    def purpose(self) -> Purpose:
+        return self.communicator.purpose
+
+    @property
+    def protocol(self) -> Protocol:
+        return self.communicator.protocol
+
+    @property
+    def options(self) -> CommunicatorOptions:
+        return self.communicator.options
+
+    @property
+    def address(self) -> Any:
+        """Where a server listens (the bound address, useful with port 0)."""
+        return self.communicator.address
+
+    @property
+    def closed(self) -> bool:
+        return self.communicator.closed
+
+    def statistics(self) -> CommunicatorStatistics:
         return self.communicator.statistics()
+
+    # The notebook views of the communicator (netq.display): a live monitor with the
+    # netq[widgets] extra, a static summary without it.
+
+    def monitor(self, interval: float = 0.5, **options: Any) -> Any:
+        return self.communicator.monitor(interval, **options)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
+        return self.communicator._repr_mimebundle_(include, exclude)
+
+    def _ipython_display_(self) -> None:
+        self.communicator._ipython_display_()
+
+    def _display_(self) -> Any:
+        return self.communicator._display_()
 
     async def put(self, data: Any, *peers: uuid.UUID, timeout: float | None = None) -> None:
         """Send and wait for delivery (``timeout`` bounds both the window wait and delivery)."""
@@ -101,6 +141,25 @@ class AsyncCommunicator:
 
     def get_nowait(self, *peers: uuid.UUID) -> Message:
         return self.communicator.get_nowait(*peers)
+
+    async def get_many(self, *peers: uuid.UUID, max_messages: int = 1024,
+                       timeout: float | None = None) -> list[Message]:
+        """At least one message (awaited like :meth:`get`) and at most ``max_messages``."""
+        if max_messages < 1:
+            raise ValueError("max_messages must be at least 1")
+        try:
+            return self.communicator.get_many(*peers, max_messages=max_messages, block=False)
+        except Empty:
+            pass
+        first = await self.get(*peers, timeout=timeout)
+        if max_messages == 1:
+            return [first]
+        try:
+            rest = self.communicator.get_many(*peers, max_messages=max_messages - 1,
+                                              block=False)
+        except Empty:
+            rest = []
+        return [first, *rest]
 
     async def close(self, timeout: float | None = None) -> None:
         """Flush and close without blocking the event loop."""

@@ -94,3 +94,35 @@ def test_an_awaited_get_that_times_out_says_whom_it_waited_for():
         await server.close()
 
     asyncio.run(main())
+
+
+def test_the_async_face_shows_what_the_communicator_shows():
+    """What a notebook cell asks of a communicator: where it listens, its state, its repr and
+    its view; get_many() awaits the first message and takes what else is there."""
+    async def main():
+        server = netq.aio.new("TCP", "server", nq.CommunicatorOptions(netloc=("127.0.0.1", 0)))
+        port = server.address[1]
+        assert server.purpose is nq.Purpose.SERVER and server.protocol is nq.Protocol.TCP
+        assert server.options.netloc.port == 0 and not server.closed
+        assert repr(server).startswith(f"<async netq server tcp 127.0.0.1:{port} id=")
+        assert server.statistics().address == f"127.0.0.1:{port}"
+        bundle = server._repr_mimebundle_()
+        assert "text/plain" in (bundle[0] if isinstance(bundle, tuple) else bundle)
+        async with netq.aio.new("tcp", "client", nq.CommunicatorOptions(
+                netloc=("127.0.0.1", port))) as client:
+            waiting = asyncio.create_task(server.get_many(timeout=10))
+            await asyncio.sleep(0)  # the get_many starts (waiting or not yet: both are checked)
+            await client.put_many(["a", "b", "c"])
+            first = await waiting
+            assert [message.data for message in first][:1] == ["a"]
+            rest = [] if len(first) == 3 else await server.get_many(timeout=10)
+            assert [message.data for message in first + rest] == ["a", "b", "c"]
+            await client.put_many(["d", "e"])
+            assert [m.data for m in await server.get_many(max_messages=1, timeout=10)] == ["d"]
+            assert [m.data for m in await server.get_many(timeout=10)] == ["e"]
+            with pytest.raises(nq.Empty):
+                await server.get_many(timeout=0.05)
+        await server.close()
+        assert server.closed
+
+    asyncio.run(main())

@@ -125,6 +125,12 @@ KIND_ROWS = [Row(f"netq-unix{road}-{kind}{wait}", "netq_peer.py", f"netq-unix{ro
              for road in ("", "-noshm") for kind in ("ro", "memmap", "writable", "bytes")
              for wait in ("", "-wait")]
 THROUGHPUT.extend(KIND_ROWS)
+# The floor of those rows' shared-memory road without netq: one memcpy per message into a
+# memfd map the receiver already has, and a byte each way (bench/workers/shm_floor.py). What
+# copying once instead of a socket's twice buys at most, beside raw-unix in the same rep.
+SHM_FLOOR_ROWS = [Row(f"shm-copy-floor{wait}", "shm_floor.py", f"shm-copy-floor{wait}",
+                      sizes=KIND_SIZES) for wait in ("", "-wait")]
+THROUGHPUT.extend(SHM_FLOOR_ROWS)
 
 # Rows compared with a floor of their own (same rep) besides raw-tcp: the same carrier driven
 # directly, without netq (netq-tcp: the plain-Python queue, where raw-tcp is not a queue).
@@ -132,7 +138,7 @@ FLOORS = {"netq-tcp": "py-queue", "netq-tls": "raw-ssl", "netq-grpc": "raw-grpc"
           "netq-unix-numpy": "raw-unix", "netq-unix-noshm-numpy": "raw-unix",
           "netq-unix-handout": "raw-unix",
           "net-queue-grpc": "raw-grpc", "netq-mqtt": "mqtt-paho", "net-queue-mqtt": "mqtt-paho"}
-FLOORS.update({row.name: "raw-unix" for row in KIND_ROWS})
+FLOORS.update({row.name: "raw-unix" for row in KIND_ROWS + SHM_FLOOR_ROWS})
 LATENCY = [
     Row("raw-tcp", "raw.py", "raw-tcp"),
     # The round-trip floor of a Python queue (a waiting get() reads the socket itself:

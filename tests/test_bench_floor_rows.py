@@ -4,6 +4,9 @@ assert no speed: performance is measured by ``bench/run.py``, never by a timed t
 
 from __future__ import annotations
 
+import os
+import socket
+
 import pytest
 
 from bench_rows import run_bench
@@ -26,3 +29,21 @@ def test_lead_floor_and_multiprocessing_connection_rows_run_and_verify(tmp_path)
         assert row["p50_us"] > 0 and row["ping_cpu_us"] > 0 and row["echo_cpu_us"] > 0, row
     table = (tmp_path / "floor.md").read_text()
     assert "py-lead" in table and "mp-connection" in table
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(not hasattr(os, "memfd_create") or not hasattr(socket, "send_fds"),
+                    reason="the shared-memory floor needs memfd_create and SCM_RIGHTS (Linux)")
+def test_shared_memory_floor_rows_run_and_verify(tmp_path):
+    """The one-copy floor of issue 54's rows, as a stream and put-wait-put, beside raw Unix."""
+    summary = run_bench(tmp_path / "shm.json", "--only",
+                        "shm-copy-floor,shm-copy-floor-wait,raw-unix,throughput", "--sizes", "1M",
+                        "--reps", "1", "--target", "0.02", timeout=160)
+    throughput = summary["throughput"]
+    assert set(throughput) == {"shm-copy-floor|1048576", "shm-copy-floor-wait|1048576",
+                               "raw-unix|1048576"}
+    for row in throughput.values():
+        assert row["ok"], row  # every message arrived, intact (count, bytes, CRC of the last)
+    table = (tmp_path / "shm.md").read_text()
+    assert "shm-copy-floor-wait" in table and "raw-unix" in table

@@ -243,23 +243,31 @@ class _Copier:
 
 
 class CopyChoice:
-    """Whether a large part is copied by one thread or two: whichever copied faster lately.
+    """Whether a large part is copied by one thread or two: one while no core is idle,
+    otherwise whichever copied faster lately.
 
     Two threads copy a part up to 1.4x faster when a core is idle (the receiver's side of a
-    segment is only a mapping), and about 10-25 % slower when other processes keep both cores
-    busy (each half then waits for a core). Neither is known ahead, so each way keeps a
-    running rate (bytes per second of the copy, a moving average of ``_RATE_WEIGHT``); the
-    faster one is used, and one copy in ``_TRY_OTHER_EVERY`` goes the other way, so a change
-    in the machine's load is seen within a few copies."""
+    segment is only a mapping). When none is, the second thread takes a core from something
+    else: from other processes, which the scheduler then shares out so that the copy itself
+    may still look as fast, and from the receiver, which must take the message and answer
+    before the next one goes; the messages then go slower than with one thread. So the copy is
+    split only while fewer tasks are runnable on the machine than the process has cores
+    (``idle_core``: Linux's count of runnable tasks, this thread included), and then by the
+    rates: each way keeps a running rate (bytes per second of the copy, a moving average of
+    ``_RATE_WEIGHT``), the faster one is used, and one copy in ``_TRY_OTHER_EVERY`` goes the
+    other way, so a change in the machine's load is seen within a few copies."""
 
-    __slots__ = ("copies", "rates")
+    __slots__ = ("copies", "rates", "idle_core")
 
-    def __init__(self) -> None:
+    def __init__(self, idle_core: Callable[[], bool] | None = None) -> None:
         self.copies = 0
         self.rates = [0.0, 0.0]  # one thread, two threads (0: not measured yet)
+        self.idle_core = idle_core or _idle_core
 
     def split(self) -> bool:
         """Copy the next part in two halves?"""
+        if not self.idle_core():
+            return False
         self.copies += 1
         single, double = self.rates
         faster = double >= single
@@ -271,6 +279,25 @@ class CopyChoice:
         rate = size / max(seconds, 1e-9)
         old = self.rates[split]
         self.rates[split] = rate if not old else old + _RATE_WEIGHT * (rate - old)
+
+
+_RUNNABLE = "/proc/loadavg"  # its fourth field: tasks runnable now / tasks in all
+
+
+def _idle_core() -> bool:
+    """Is a core of this process's idle now: fewer tasks runnable on the machine (the calling
+    thread among them) than the cores it may run on? True where the count cannot be read
+    (then the copy rates alone decide)."""
+    try:
+        fd = os.open(_RUNNABLE, os.O_RDONLY)
+        try:
+            fields = os.read(fd, 256).split()
+        finally:
+            os.close(fd)
+        runnable = int(fields[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return True
+    return runnable < _cores()
 
 
 def _cores() -> int:

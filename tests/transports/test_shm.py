@@ -143,10 +143,12 @@ def test_off_switch_and_a_peer_without_it(make, caplog):
 
 
 @pytest.mark.parametrize("size", [_shm._SPLIT_MIN - 1, _shm._SPLIT_MIN, 9 * MiB + 13])
-def test_the_pools_copy_of_a_large_part_is_exact_and_its_thread_ends_with_it(size):
+def test_the_pools_copy_of_a_large_part_is_exact_and_its_thread_ends_with_it(size,
+                                                                             monkeypatch):
     """A part of _SPLIT_MIN or more is copied in two halves on two threads (where the
-    process has two cores): every byte lands where one memmove would put it, and the helper
-    thread ends when the pool closes."""
+    process has two cores and one is idle, as here): every byte lands where one memmove
+    would put it, and the helper thread ends when the pool closes."""
+    monkeypatch.setattr(_shm, "_idle_core", lambda: True)
     pool = _shm.SendPool(_shm.ShmCounters())
     try:
         source = np.frombuffer(os.urandom(size), np.uint8).copy()
@@ -164,7 +166,7 @@ def test_the_pools_copy_of_a_large_part_is_exact_and_its_thread_ends_with_it(siz
 def test_the_copy_goes_the_way_that_was_faster_and_keeps_trying_the_other():
     """CopyChoice: two threads while they copy faster, one once one is faster (a busy
     machine), and back; one copy in _TRY_OTHER_EVERY goes the other way all along."""
-    choice = _shm.CopyChoice()
+    choice = _shm.CopyChoice(idle_core=lambda: True)  # a core idle throughout
     size = 8 * MiB
 
     def run(copies: int, seconds_one: float, seconds_two: float) -> list[bool]:
@@ -182,6 +184,37 @@ def test_the_copy_goes_the_way_that_was_faster_and_keeps_trying_the_other():
     assert busy[-every:].count(False) == every - 1  # settled on one thread
     again = run(6 * every, seconds_one=1.0e-3, seconds_two=0.6e-3)
     assert again[-every:].count(True) == every - 1  # seen within a few tries of the other
+
+
+def test_the_copy_stays_on_one_thread_while_no_core_is_idle():
+    """Without an idle core, every copy goes one way, even where two threads copied faster
+    and when a try of the slower way is due; with one again, the rates decide as before."""
+    idle = [False]
+    choice = _shm.CopyChoice(idle_core=lambda: idle[0])
+    size = 8 * MiB
+    for _ in range(3 * _shm._TRY_OTHER_EVERY):
+        assert not choice.split()
+        choice.record(False, size, 1.0e-3)
+    choice.rates[True] = size / 0.6e-3  # two threads were faster when last measured
+    assert not choice.split()
+    idle[0] = True
+    assert choice.split()
+
+
+@pytest.mark.parametrize(("runnable", "cores", "idle"),
+                         [("1/180", 2, True), ("2/180", 2, False), ("7/180", 2, False),
+                          ("3/180", 4, True), ("garbage", 2, True)])
+def test_an_idle_core_is_read_from_the_count_of_runnable_tasks(tmp_path, monkeypatch,
+                                                               runnable, cores, idle):
+    """/proc/loadavg's fourth field counts the tasks runnable now, the reader among them: a
+    core is idle while that count is below the process's cores. Unreadable: the rates decide."""
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text(f"0.52 0.58 0.59 {runnable} 4242\n")
+    monkeypatch.setattr(_shm, "_RUNNABLE", str(loadavg))
+    monkeypatch.setattr(_shm, "_cores", lambda: cores)
+    assert _shm._idle_core() is idle
+    monkeypatch.setattr(_shm, "_RUNNABLE", str(tmp_path / "missing"))
+    assert _shm._idle_core() is True
 
 
 def test_an_interrupt_during_a_split_copy_waits_for_the_other_half(monkeypatch):
@@ -205,6 +238,7 @@ def test_an_interrupt_during_a_split_copy_waits_for_the_other_half(monkeypatch):
             raise KeyboardInterrupt
         return result
 
+    monkeypatch.setattr(_shm, "_idle_core", lambda: True)  # split, however busy the machine
     pool = _shm.SendPool(_shm.ShmCounters())
     try:
         size = 2 * _shm._SPLIT_MIN

@@ -542,6 +542,7 @@ def one_way(ctx: Context, row: Row, size: int, count: int) -> dict:
         recv = rx.expect("RESULT", s.deadline)
         send = tx.expect("RESULT", s.deadline)
         tx.release()
+        rx.release()  # a receiver that hosts a broker keeps it until the sender is done
         s.collect(rx, tx)
     return {"ok": recv["ok"], "count": count, "recv": recv, "send": send}
 
@@ -560,6 +561,7 @@ def round_trip(ctx: Context, row: Row) -> dict:
                        echo_pid=echo.pid)
         res = ping.expect("RESULT", s.deadline)
         echo.expect("RESULT", s.deadline)
+        echo.release()  # an echo that hosts a broker keeps it until the ping side is done
         s.collect(ping, echo)
     return {"ok": True, "ping": res}
 

@@ -4,7 +4,8 @@ netq-mqtt  put() per message -> get() per message through mosquitto (QoS 1, MQTT
            netq's link window and credit flow control on. ``recv_budget`` is 32 MiB (the
            default 4 MiB is sized for TCP: through a broker the credit round trip is ~10x
            longer, and a 4 MiB window caps 1 MiB messages at ~70/s here). The receiver (or
-           echo) starts the broker and reports its peak RSS and CPU time; the sender checks
+           echo) starts the broker, reports its peak RSS and CPU time, and stops it once the
+           orchestrator says the other side is done (its close() included); the sender checks
            every future, so a loss would fail the run instead of passing silently.
 """
 
@@ -53,6 +54,9 @@ def recv(spec: dict) -> None:
     links = link_statistics(server)
     rec.report(count + 1, nbytes, last, lost=0, gaps=links["gaps"], **broker.stats())
     server.close()
+    # The broker outlives the sender's close(): stopped under it, it would leave the sender
+    # reconnecting to finish its goodbye. The orchestrator releases us once the sender is done.
+    common.wait_released()
     broker.stop()
 
 
@@ -78,6 +82,7 @@ def echo(spec: dict) -> None:
     broker, server, addr = _serve(spec)
     try:
         netq_peer.echo(spec, serve=lambda _spec: (server, addr), report=broker.stats)
+        common.wait_released()  # the pinging client has closed (see recv)
     finally:
         broker.stop()
 

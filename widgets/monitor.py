@@ -107,6 +107,11 @@ class PlotHistory:
         self.samples: dict[uuid.UUID, collections.deque[list[float] | None]] = {}
         self._colour: dict[uuid.UUID, int] = {}  # plotted peer -> index into PEER_COLOURS
         self.departed: dict[uuid.UUID, int] = {}  # plotted peer that left -> samples since
+        # Peers dropped from the plot -> their samples by time, while in the window: a frozen
+        # picture taken before (a monitor whose communicator closed, its plotted peers among
+        # the first to leave) still draws their lines (window()). At most max_peers of them.
+        # (the time of its last sample, its samples by time)
+        self._dropped: dict[uuid.UUID, tuple[float, dict[float, list[float] | None]]] = {}
         self._outside: dict[uuid.UUID, int] = {}  # plotted peer -> samples outside the top
         # per chart: the highest value of any plotted line at each sample (the y axis' range)
         self._highest: dict[str, collections.deque[float]] = {
@@ -145,6 +150,10 @@ class PlotHistory:
                 self._drop(victim)
             self._add(row.peer)
         self.times.append(stats.uptime)
+        if self._dropped:
+            oldest = self.times[0]
+            for gone in [gone for gone, (last, _) in self._dropped.items() if last < oldest]:
+                del self._dropped[gone]  # rolled out of the window
         for peer, samples in self.samples.items():
             now = present.get(peer)
             samples.append(peer_sample(now) if now is not None else None)
@@ -158,6 +167,7 @@ class PlotHistory:
         return max(waiting, key=lambda peer: rank.get(peer, math.inf)) if waiting else None
 
     def _add(self, peer: uuid.UUID) -> None:
+        self._dropped.pop(peer, None)
         used = set(self._colour.values())
         self._colour[peer] = next((i for i in range(len(PEER_COLOURS)) if i not in used),
                                   len(self._colour) % len(PEER_COLOURS))
@@ -166,6 +176,12 @@ class PlotHistory:
         self.changes += 1
 
     def _drop(self, peer: uuid.UUID) -> None:
+        dropped = self._dropped
+        if self.times:
+            if len(dropped) >= self.max_peers:
+                del dropped[next(iter(dropped))]
+            dropped[peer] = (self.times[-1],
+                             dict(zip(self.times, self.samples[peer], strict=False)))
         del self.samples[peer]
         self._colour.pop(peer, None)
         self.departed.pop(peer, None)
@@ -226,10 +242,14 @@ class PlotHistory:
 
     def window(self, until: float) -> tuple[list[float], dict[str, list]]:
         """``times`` and :meth:`series_json` cut after the sample taken at uptime ``until``
-        (what the charts showed then: a frozen view's picture)."""
+        (what the charts showed then: a frozen view's picture), with the lines of peers
+        dropped from the plot since, while they are in the window."""
         count = sum(1 for t in self.times if t <= until)
         times = list(self.times)[:count]
-        return times, {key: samples[:count] for key, samples in self.series_json().items()}
+        series = {key: samples[:count] for key, samples in self.series_json().items()}
+        for peer, (_, by_time) in self._dropped.items():
+            series.setdefault(str(peer), [_rounded(by_time.get(t)) for t in times])
+        return times, series
 
     def history_message(self) -> dict[str, Any]:
         """The answer to a view's ``{"type": "history"}``: the whole window."""

@@ -127,6 +127,33 @@ def test_a_peer_that_leaves_ends_its_lines_says_so_and_is_dropped_once_rolled_ou
     assert [e["label"] for e in plots.legend()] == ["alpha"]
 
 
+def test_a_picture_keeps_the_lines_of_peers_dropped_from_the_plot_after_it():
+    """A frozen view shows the picture taken before its communicator's peers began to leave.
+    The plotted peers leaving first lose their places to peers still there: the window up to
+    that picture still holds their lines, and its static form draws them."""
+    D = uuid.UUID(int=0xD0)
+    plots = PlotHistory(NAMES, history=50, max_peers=2)
+    busy = [make_row(A, bytes_in_per_s=3 * MiB), make_row(B, bytes_in_per_s=2 * MiB)]
+    idle = [make_row(C), make_row(D)]
+    tick(plots, 1.0, *busy, *idle)
+    tick(plots, 2.0, *busy, *idle)
+    picture = make_stats(busy + idle, now=2.0)
+    frame = plots.frame()
+    tick(plots, 3.0, *idle)  # A and B left: C and D take their places
+    assert set(plots.peers) == {C, D}
+    times, series = plots.window(2.0)
+    assert times == [1.0, 2.0]
+    assert [sample[0] for sample in series[str(A)]] == [3.146e6, 3.146e6]
+    assert [sample[0] for sample in series[str(B)]] == [2.097e6, 2.097e6]
+    view = view_model.monitor_view(picture, NAMES, live=False)
+    drawn = re.findall(r'class="netq-series" data-peer="([^"]+)"',
+                       static_form.monitor_html(view, frame, times, series))
+    assert {"alpha", "bravo"} <= set(drawn)
+    for t in range(4, 60):  # once rolled out of the window, they are forgotten
+        tick(plots, float(t), *idle)
+    assert str(A) not in plots.window(59.0)[1]
+
+
 def test_ticks_integers_for_counts_binary_units_for_bytes_top_above_every_value():
     plots = PlotHistory(NAMES, history=10)
     tick(plots, 1.0, make_row(A, queue_in=7, queue_out=3, bytes_in_per_s=3.3 * MiB,

@@ -143,9 +143,8 @@ class Dashboard(ReplaceableView):
             figures = self.model.record(self.snapshot)
             view = self.view(figures, live=self.running)
             self.widget.view = view
-            still_open = _open_count(self.snapshot)
-            if still_open:
-                self._final.add((self.snapshot, view), still_open)
+            if _open_count(self.snapshot):
+                self._final.add((self.snapshot, view), _final_size(self.snapshot))
 
     def _freeze_locked(self, state: str) -> None:
         """Keep one picture for good: the newest, or (``closed``) the last one before the
@@ -334,8 +333,17 @@ class _DashboardSampling(SamplingThread):
 
 
 def _open_count(snapshot: DashboardSnapshot) -> int:
-    """Communicators not closed: the dashboard's size for :class:`FinalPicture`."""
+    """Communicators not closed."""
     return sum(1 for stats in snapshot.communicators.values() if stats.state != "closed")
+
+
+def _final_size(snapshot: DashboardSnapshot) -> int:
+    """The dashboard's size for :class:`FinalPicture`: communicators neither closing nor
+    closed, and the links between them. A closing client's link may be gone from a sample
+    that still shows the client open: that sample is then part of the decline, not the
+    picture kept."""
+    return len(snapshot.links) + sum(1 for stats in snapshot.communicators.values()
+                                     if stats.state not in ("closing", "closed"))
 
 
 def dashboard(interval: float = DEFAULT_INTERVAL, **options) -> Dashboard:

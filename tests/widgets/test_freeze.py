@@ -12,8 +12,9 @@ import threading
 import uuid
 
 from netq.widgets import Monitor
-from netq.widgets.dashboard import Dashboard
+from netq.widgets.dashboard import Dashboard, DashboardSnapshot, _final_size
 
+from netq.display.view_model import FinalPicture
 from netq_testing import wait_for
 from widget_testing import Traffic, make_row, make_stats
 
@@ -172,6 +173,26 @@ def test_freeze_keeps_the_dashboard_and_its_links(frontend):
         board.update()
         assert board.static_bundle() == kept and repr(board) == kept["text/plain"]
     assert board.static_bundle() == kept
+
+
+def test_a_dashboard_sample_missing_a_closing_clients_link_is_not_the_one_kept():
+    """A client's close() can take its link away in a sample that still shows the client
+    open: that sample starts the decline, so the picture kept is the one with every link."""
+    ids = [uuid.UUID(int=i) for i in (1, 2, 3)]  # a server and two clients
+
+    def snapshot(links: int, states: tuple[str, str, str]) -> DashboardSnapshot:
+        stats = [make_stats([], state=state) for state in states]
+        return DashboardSnapshot(taken=0.0, communicators=dict(zip(ids, stats, strict=True)),
+                                 links=[object()] * links)  # type: ignore[list-item]
+
+    final: FinalPicture[str] = FinalPicture()
+    for name, snap in [("full", snapshot(2, ("open", "open", "open"))),
+                       ("full", snapshot(2, ("open", "open", "open"))),
+                       ("link gone", snapshot(1, ("open", "open", "open"))),
+                       ("closing", snapshot(1, ("open", "closing", "open"))),
+                       ("closed", snapshot(0, ("open", "closed", "closing")))]:
+        final.add(name, _final_size(snap))
+    assert final.final() == "full"
 
 
 def test_at_close_the_dashboard_keeps_its_links(frontend):

@@ -107,10 +107,10 @@ class PlotHistory:
         self.samples: dict[uuid.UUID, collections.deque[list[float] | None]] = {}
         self._colour: dict[uuid.UUID, int] = {}  # plotted peer -> index into PEER_COLOURS
         self.departed: dict[uuid.UUID, int] = {}  # plotted peer that left -> samples since
-        # Peers dropped from the plot -> their samples by time, while in the window: a frozen
-        # picture taken before (a monitor whose communicator closed, its plotted peers among
-        # the first to leave) still draws their lines (window()). At most max_peers of them.
-        # (the time of its last sample, its samples by time)
+        # Peer dropped from the plot -> (the time of its last sample, its samples by time),
+        # while in the window: a frozen picture taken before (a monitor whose communicator
+        # closed, its plotted peers among the first to leave) still draws their lines
+        # (window()). At most max_peers of them.
         self._dropped: dict[uuid.UUID, tuple[float, dict[float, list[float] | None]]] = {}
         self._outside: dict[uuid.UUID, int] = {}  # plotted peer -> samples outside the top
         # per chart: the highest value of any plotted line at each sample (the y axis' range)

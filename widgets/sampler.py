@@ -53,7 +53,8 @@ class SamplingThread(abc.ABC):
     """The loop of a view's sampling thread (``name``, a daemon), the monitor's sampler and
     the dashboard's alike: every ``interval`` seconds one :meth:`_tick`, until :meth:`stop`,
     until a tick says so, or until marimo re-runs or deletes the cell that started it; then
-    :meth:`_finished`, on the thread. It never prints: an error is kept in ``errors``
+    :meth:`_finished`, on the thread. A thread that a tick ended counts as alive
+    (:attr:`alive`) until that hook has returned. It never prints: an error is kept in ``errors``
     (and logged at DEBUG level on the ``netq.widgets`` logger). Its CPU time and lifetime
     are measured (:meth:`cpu_fraction`)."""
 
@@ -114,11 +115,13 @@ class SamplingThread(abc.ABC):
                 if not going_on:
                     break
         finally:
-            self._stop.set()
+            # The hook first: until it has frozen the views, the thread counts as alive, so
+            # that nobody reads "stopped" off a view that is about to say "closed".
             try:
                 self._finished()
             except Exception as error:  # noqa: BLE001 - never print from a thread
                 self._record(error)
+            self._stop.set()
             self.cpu_seconds = time.thread_time() - cpu_start
             self.stopped_at = time.monotonic()
 

@@ -13,6 +13,7 @@ import uuid
 
 from netq.widgets import Monitor
 from netq.widgets.dashboard import Dashboard, DashboardSnapshot, _final_size
+from netq.widgets.sampler import SamplingThread
 
 from netq.display.view_model import FinalPicture
 from netq_testing import wait_for
@@ -193,6 +194,42 @@ def test_a_dashboard_sample_missing_a_closing_clients_link_is_not_the_one_kept()
                        ("closed", snapshot(0, ("open", "closed", "closing")))]:
         final.add(name, _final_size(snap))
     assert final.final() == "full"
+
+
+class _EndsAtOnce(SamplingThread):
+    """A sampling thread whose first tick ends it; its hook records what a reader sees."""
+
+    def __init__(self) -> None:
+        super().__init__("netq-test-sampling", 0.001)
+        self.alive_in_hook: bool | None = None
+        self.ended = threading.Event()
+
+    def _tick(self) -> bool:
+        return False
+
+    def _finished(self) -> None:
+        self.alive_in_hook = self.alive
+        self.ended.set()
+
+
+def test_a_thread_that_a_tick_ended_is_alive_until_its_hook_froze_the_views():
+    """A view's badge reads ``stopped`` off a thread that is not alive: while the hook of a
+    thread that a tick ended still freezes the view (``closed``), it must count as alive."""
+    sampling = _EndsAtOnce()
+    sampling.start()
+    assert sampling.ended.wait(10)
+    sampling.thread.join(10)
+    assert sampling.alive_in_hook is True
+    assert not sampling.alive
+
+
+def test_a_thread_stopped_by_stop_is_not_alive_in_its_hook():
+    sampling = _EndsAtOnce()
+    sampling.stop()  # before the first tick: the hook runs at once
+    sampling.start()
+    assert sampling.ended.wait(10)
+    sampling.thread.join(10)
+    assert sampling.alive_in_hook is False
 
 
 def test_at_close_the_dashboard_keeps_its_links(frontend):

@@ -242,8 +242,21 @@ class JupyterServer(ServedProcess):
             self.request(f"/api/kernels/{kernel['id']}", method="DELETE")
 
     def kernel_states(self) -> list[str]:
-        """Each kernel's execution state (``idle``, ``busy``, ``starting``)."""
-        return [kernel["execution_state"] for kernel in self.request("/api/kernels") or []]
+        """Each kernel's execution state (``idle``, ``busy``, ``starting``); ``["unlisted"]``
+        when the server could not list them this time.
+
+        Jupyter Server answers 500 to a listing that meets a kernel it is still starting
+        (its ``last_activity`` not yet set): the callers poll, so that answer is one more
+        look, not a failure; a server that keeps answering it fails their bounded wait.
+        """
+        try:
+            kernels = self.request("/api/kernels") or []
+        except urllib.error.HTTPError as error:
+            error.close()  # the response's socket
+            if error.code < 500:
+                raise
+            return ["unlisted"]
+        return [kernel["execution_state"] for kernel in kernels]
 
 
 class JupyterLab(JupyterServer):

@@ -257,12 +257,35 @@ class CopyChoice:
     ``_RATE_WEIGHT``), the faster one is used, and one copy in ``_TRY_OTHER_EVERY`` goes the
     other way, so a change in the machine's load is seen within a few copies."""
 
-    __slots__ = ("copies", "rates", "idle_core")
+    __slots__ = ("copies", "rates", "idle_core", "_loadavg")
 
     def __init__(self, idle_core: Callable[[], bool] | None = None) -> None:
         self.copies = 0
         self.rates = [0.0, 0.0]  # one thread, two threads (0: not measured yet)
-        self.idle_core = idle_core or _idle_core
+        self._loadavg = -1  # the descriptor _idle_core reads (opened then; closed by close())
+        self.idle_core = idle_core or self._idle_core
+
+    def _idle_core(self) -> bool:
+        """Is a core of this process's idle now: fewer tasks runnable on the machine (the
+        calling thread among them) than the cores it may run on? True where the count cannot
+        be read (then the copy rates alone decide). Reads ``/proc/loadavg`` again from its
+        start through a descriptor kept open (the kernel writes the file anew for each read
+        at offset 0): a look costs one system call, not an open, a read and a close, ahead
+        of every large copy."""
+        fd = self._loadavg
+        try:
+            if fd < 0:
+                fd = self._loadavg = os.open(_RUNNABLE, os.O_RDONLY)
+            runnable = int(os.pread(fd, 256, 0).split()[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            return True
+        return runnable < _cores()
+
+    def close(self) -> None:
+        """Close the descriptor :meth:`_idle_core` reads (a later look opens it again)."""
+        fd, self._loadavg = self._loadavg, -1
+        if fd >= 0:
+            os.close(fd)
 
     def split(self) -> bool:
         """Copy the next part in two halves?"""
@@ -282,22 +305,6 @@ class CopyChoice:
 
 
 _RUNNABLE = "/proc/loadavg"  # its fourth field: tasks runnable now / tasks in all
-
-
-def _idle_core() -> bool:
-    """Is a core of this process's idle now: fewer tasks runnable on the machine (the calling
-    thread among them) than the cores it may run on? True where the count cannot be read
-    (then the copy rates alone decide)."""
-    try:
-        fd = os.open(_RUNNABLE, os.O_RDONLY)
-        try:
-            fields = os.read(fd, 256).split()
-        finally:
-            os.close(fd)
-        runnable = int(fields[3].split(b"/")[0])
-    except (OSError, ValueError, IndexError):
-        return True
-    return runnable < _cores()
 
 
 def _cores() -> int:
@@ -475,6 +482,7 @@ class SendPool:
 
     def _close(self) -> None:
         self._drop_spare()
+        self._choice.close()
         copier, self._copier = self._copier, None
         if copier is not None:
             copier.stop()

@@ -532,10 +532,16 @@ class Connection(SendSide, SharedMemorySide):
             return -1
         sizes = struct.unpack_from(f"<{nparts}Q", view, start + HEADER_SIZE + _DESCRIPTOR_SIZE)
         body = length - descriptor_size
-        if self.received_fds is not None and any(s & SEGMENT_BIT for s in sizes):
-            return self._segment_header(events, view, start, end, flags, seq, total, sizes, body)
+        if self.received_fds is not None:
+            for raw in sizes:  # a loop, not any(): no generator per message
+                if raw & SEGMENT_BIT:
+                    return self._segment_header(events, view, start, end, flags, seq, total,
+                                                sizes, body)
         last = bool(flags & _LAST)
-        if sum(s & _SIZE_MASK for s in sizes) != total or body > total or last != (body == total):
+        described = 0
+        for raw in sizes:
+            described += raw & _SIZE_MASK
+        if described != total or body > total or last != (body == total):
             self._fail(events, RemoteProtocolError("descriptor sizes disagree with the frame"),
                        ErrorCode.PROTOCOL)
             return -1

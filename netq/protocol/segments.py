@@ -54,6 +54,8 @@ _PART_MASK = PART_SIZE_MASK & ~SEGMENT_BIT  # a part's size, without any of its 
 # (frame offset, fds, what to close once they are sent: one-shot segments, the probe)
 _Mark = tuple[int, list[int], list[_shm.Segment | _shm.Probe]]
 _SHARED_COUNTERS = _shm.ShmCounters()  # for connections nobody gave counters (tests)
+_LAST = DataFlags.LAST.value  # ints: an enum flag in `&` costs Python calls per message
+_BATCH = DataFlags.BATCH.value
 
 
 class SharedMemorySide:
@@ -277,16 +279,23 @@ class SharedMemorySide:
         The new parse position, -1 to stop."""
         self._peer_passes_fds()  # its probe first: it came before anything else
         position = start + HEADER_SIZE + DESCRIPTOR.size + 8 * len(sizes)
-        last = bool(flags & DataFlags.LAST)
-        wire = [raw for raw in sizes if not raw & SEGMENT_BIT]
-        wire_total = sum(raw & _PART_MASK for raw in wire)
-        if (sum(raw & _PART_MASK for raw in sizes) != total or body > wire_total
+        last = bool(flags & _LAST)
+        wire = []  # the parts that cross the socket, and their bytes
+        wire_total = 0
+        in_segments = 0  # bytes of the parts in segments
+        for raw in sizes:
+            if raw & SEGMENT_BIT:
+                in_segments += raw & _PART_MASK
+            else:
+                wire.append(raw)
+                wire_total += raw & _PART_MASK
+        if (wire_total + in_segments != total or body > wire_total
                 or last != (body == wire_total) or (body == 0 and wire_total)):
             self._fail(events, RemoteProtocolError("descriptor sizes disagree with the frame"),
                        ErrorCode.PROTOCOL)
             return -1
-        fds = self.received_fds
-        assert fds is not None
+        fds = self._received
+        assert fds is not None  # the caller found it so
         count = len(sizes) - len(wire)
         if len(fds) < count:
             self._fail(events, RemoteProtocolError(
@@ -320,7 +329,7 @@ class SharedMemorySide:
         self.recv_allowance_bytes -= total
         if self.local.recv_messages != UNLIMITED_MESSAGES:
             self.recv_allowance_messages -= 1
-        batch = bool(flags & DataFlags.BATCH)
+        batch = bool(flags & _BATCH)
         if last and end - position >= wire_total:
             parts = cut_whole(view, self._buffer, position, tuple(wire), self._pool)
             for index, part in segments:

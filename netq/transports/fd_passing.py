@@ -16,6 +16,11 @@ from ..exceptions import RemoteProtocolError
 __all__ = ("recv_fds", "shm_unavailable")
 
 _FD_SPACE = _shm.fd_space() if hasattr(socket, "CMSG_SPACE") else 0
+# Plain ints: socket's MsgFlag members are enums, and each `&` with one is Python calls, on
+# every read of a link that takes segments.
+_MSG_CTRUNC = int(getattr(socket, "MSG_CTRUNC", 0))
+_SOL_SOCKET = int(socket.SOL_SOCKET)
+_SCM_RIGHTS = int(getattr(socket, "SCM_RIGHTS", 1))
 
 
 def recv_fds(sock: socket.socket, buffer: memoryview, fds: MutableSequence[int]) -> int:
@@ -23,11 +28,13 @@ def recv_fds(sock: socket.socket, buffer: memoryview, fds: MutableSequence[int])
     More than one write's worth at once (the ancillary buffer overflowed: the kernel closed
     the rest) is the peer's fault."""
     count, ancillary, flags, _ = sock.recvmsg_into([buffer], _FD_SPACE)
+    if not ancillary and not flags and len(fds) <= _shm.MAX_PENDING_FDS:
+        return count  # bytes alone (most reads)
     for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+        if level == _SOL_SOCKET and kind == _SCM_RIGHTS:
             usable = len(data) - len(data) % 4
             fds.extend(memoryview(data)[:usable].cast("i"))
-    if flags & socket.MSG_CTRUNC:
+    if flags & _MSG_CTRUNC:
         why = f"more than {_shm.MAX_FDS_PER_WRITE} descriptors with one write"
     elif len(fds) > _shm.MAX_PENDING_FDS:
         why = (f"{len(fds)} descriptors without DATA frames (at most {_shm.MAX_PENDING_FDS} "

@@ -148,7 +148,7 @@ def test_the_pools_copy_of_a_large_part_is_exact_and_its_thread_ends_with_it(siz
     """A part of _SPLIT_MIN or more is copied in two halves on two threads (where the
     process has two cores and one is idle, as here): every byte lands where one memmove
     would put it, and the helper thread ends when the pool closes."""
-    monkeypatch.setattr(_shm, "_idle_core", lambda: True)
+    monkeypatch.setattr(_shm.CopyChoice, "_idle_core", lambda self: True)
     pool = _shm.SendPool(_shm.ShmCounters())
     try:
         source = np.frombuffer(os.urandom(size), np.uint8).copy()
@@ -212,9 +212,18 @@ def test_an_idle_core_is_read_from_the_count_of_runnable_tasks(tmp_path, monkeyp
     loadavg.write_text(f"0.52 0.58 0.59 {runnable} 4242\n")
     monkeypatch.setattr(_shm, "_RUNNABLE", str(loadavg))
     monkeypatch.setattr(_shm, "_cores", lambda: cores)
-    assert _shm._idle_core() is idle
+    choice = _shm.CopyChoice()
+    try:
+        assert choice.idle_core() is idle
+        # Read again from the start through the same descriptor: the count of the moment.
+        loadavg.write_text("0.52 0.58 0.59 9/180 4242\n")
+        assert choice.idle_core() is False
+    finally:
+        choice.close()
     monkeypatch.setattr(_shm, "_RUNNABLE", str(tmp_path / "missing"))
-    assert _shm._idle_core() is True
+    choice = _shm.CopyChoice()
+    assert choice.idle_core() is True
+    choice.close()
 
 
 def test_an_interrupt_during_a_split_copy_waits_for_the_other_half(monkeypatch):
@@ -238,7 +247,8 @@ def test_an_interrupt_during_a_split_copy_waits_for_the_other_half(monkeypatch):
             raise KeyboardInterrupt
         return result
 
-    monkeypatch.setattr(_shm, "_idle_core", lambda: True)  # split, however busy the machine
+    # Split, however busy the machine.
+    monkeypatch.setattr(_shm.CopyChoice, "_idle_core", lambda self: True)
     pool = _shm.SendPool(_shm.ShmCounters())
     try:
         size = 2 * _shm._SPLIT_MIN

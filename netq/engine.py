@@ -259,7 +259,11 @@ class SessionEngine:
                     self.schedule(session)
             elif kind is proto.CreditReceived:
                 assert session is not None
-                self.schedule(session)  # its pump says whether credit is still short
+                # Its pump sends what waited for credit (and says whether credit is still
+                # short); with nothing queued there is nothing to pump.
+                if (session.outbox or session.credit_exhausted_since is not None) \
+                        and not session.scheduled:
+                    self.schedule(session)
             elif kind is proto.PeerAuthenticated:
                 assert isinstance(event, proto.PeerAuthenticated)
                 if self._notices:  # a link of this peer that closed is heard of first

@@ -130,7 +130,7 @@ class LinkDriver:
                 reader = link.reader
                 channel = link.channel
                 # None unless the link takes parts in shared memory (our HELLO said so).
-                fds = conn.received_fds if conn.local.shm else None
+                fds = conn.received_fds
                 for _ in range(READS_PER_EVENT):
                     buffer = conn.read_buffer or conn.receive_buffer()
                     try:
@@ -333,7 +333,7 @@ class LinkDriver:
         conn = link.conn
         if not conn.bytes_queued:
             blocked = False
-        elif conn.local.shm and conn.has_fds:  # descriptors to send (our HELLO said SHM)
+        elif conn.has_fds:  # descriptors to send (our HELLO said SHM)
             written = self._write_with_fds(link)
             if written is None:
                 return

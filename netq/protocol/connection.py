@@ -197,6 +197,7 @@ class Connection(SendSide, SharedMemorySide):
         self._own_pool = pool is None
         self._pool = _buffers.ReceivePool() if pool is None else pool
 
+        self.start_descriptors()
         self._emit(frames.encode_hello(local))
 
     # ------------------------------------------------------------------ properties

@@ -64,7 +64,14 @@ class SharedMemorySide:
 
     shm_threshold: int = 1 << 20  # smallest part sent in a segment
     shm_counters: _shm.ShmCounters = _SHARED_COUNTERS
-    _received: collections.deque[int] | None = None
+    # Received descriptors not yet claimed by a DATA frame, in arrival order (the carrier
+    # appends to it); None where we take no segments (our HELLO said no SHM). Set by the
+    # connection's constructor (start_descriptors); plain attributes, read on every read and
+    # write of the link.
+    received_fds: collections.deque[int] | None = None
+    # Descriptors wait to be sent with the output (outgoing_fds): segments', or the probe
+    # that goes with our HELLO where we take segments.
+    has_fds = False
     _send_pool: _shm.SendPool | None = None
     _fd_marks: collections.deque[_Mark] | None = None  # descriptors to send, in order
     _marks_in_write = 0
@@ -94,14 +101,12 @@ class SharedMemorySide:
 
     # ------------------------------------------------------------------ the core's calls
 
-    @property
-    def received_fds(self) -> collections.deque[int] | None:
-        """Received descriptors not yet claimed by a DATA frame, in arrival order (the
-        carrier appends to it); None where we take no segments (our HELLO said no SHM)."""
-        fds = self._received
-        if fds is None and self.local.shm:
-            fds = self._received = collections.deque()
-        return fds
+    def start_descriptors(self) -> None:
+        """Set up the descriptors' state for our HELLO (the constructor, before the HELLO is
+        queued): where it says SHM, descriptors may arrive, and our probe goes with it."""
+        shm = self.local.shm
+        self.received_fds = collections.deque() if shm else None
+        self.has_fds = shm
 
     @property
     def shm_out(self) -> bool:
@@ -146,7 +151,7 @@ class SharedMemorySide:
         events = self._receive_eof()
         if self.peer is not None and self.local.shm:
             self._peer_passes_fds()  # its probe is no stray descriptor
-        fds = self._received
+        fds = self.received_fds
         if fds and not events:
             events.append(ConnectionFailed(RemoteProtocolError(
                 f"shared memory: {len(fds)} descriptor(s) without a DATA frame when the peer "
@@ -201,15 +206,10 @@ class SharedMemorySide:
                 self._fd_marks = collections.deque()
             self._seal()
             self._fd_marks.append((self.sent_total + self.bytes_queued, fds, one_shot))
+            self.has_fds = True
             counters.bytes_out += moved
             counters.messages_out += 1
         return wire, body
-
-    @property
-    def has_fds(self) -> bool:
-        """Descriptors wait to be sent with the output (:meth:`outgoing_fds`): segments', or
-        the probe that goes with our HELLO where we take segments."""
-        return bool(self._fd_marks) or (not self._probe_sent and self.local.shm)
 
     def outgoing_fds(self) -> tuple[list[Buffer], list[int]]:
         """``outgoing()``, and the descriptors that must go with that write: those of the
@@ -247,11 +247,12 @@ class SharedMemorySide:
             for segment in one_shot:
                 segment.close()
         self._marks_in_write = 0
+        self.has_fds = bool(marks) or (not self._probe_sent and self.local.shm)
 
     def close_descriptors(self) -> None:
         """The link is gone: close every descriptor it holds (received and unclaimed, ours
         not sent, the send pool's)."""
-        fds = self._received
+        fds = self.received_fds
         while fds:
             os.close(fds.popleft())
         marks = self._fd_marks
@@ -259,6 +260,7 @@ class SharedMemorySide:
             _, _, one_shot = marks.popleft()
             for segment in one_shot:
                 segment.close()
+        self.has_fds = False
         if self._send_pool is not None:
             self._send_pool.close()
             self._send_pool = None
@@ -294,7 +296,7 @@ class SharedMemorySide:
             self._fail(events, RemoteProtocolError("descriptor sizes disagree with the frame"),
                        ErrorCode.PROTOCOL)
             return -1
-        fds = self._received
+        fds = self.received_fds
         assert fds is not None  # the caller found it so
         count = len(sizes) - len(wire)
         if len(fds) < count:

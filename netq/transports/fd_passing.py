@@ -1,7 +1,7 @@
 """Descriptors that travel with a Unix socket's bytes (``SCM_RIGHTS``): the shared-memory
-segments of ``Protocol.UNIX``. Receiving them (:func:`recv_fds`), and whether this host can
-(:func:`shm_unavailable`); the carrier (:mod:`netq.transports.sockets`) sends them with its
-``sendmsg``.
+segments of ``Protocol.UNIX``. Keeping those a read brought (:func:`keep_fds`), and whether
+this host can (:func:`shm_unavailable`); the carrier (:mod:`netq.transports.sockets`) reads
+them with ``recvmsg_into`` and sends them with its ``sendmsg``.
 """
 
 from __future__ import annotations
@@ -13,23 +13,24 @@ from collections.abc import MutableSequence
 from .. import _shm
 from ..exceptions import RemoteProtocolError
 
-__all__ = ("recv_fds", "shm_unavailable")
+__all__ = ("keep_fds", "FD_SPACE", "shm_unavailable")
 
-_FD_SPACE = _shm.fd_space() if hasattr(socket, "CMSG_SPACE") else 0
-# Plain ints: socket's MsgFlag members are enums, and each `&` with one is Python calls, on
-# every read of a link that takes segments.
+# Room for the ancillary data of one read: MAX_FDS_PER_WRITE descriptors.
+FD_SPACE = _shm.fd_space() if hasattr(socket, "CMSG_SPACE") else 0
+# Plain ints: socket's MsgFlag members are enums, and each `&` with one is Python calls.
 _MSG_CTRUNC = int(getattr(socket, "MSG_CTRUNC", 0))
 _SOL_SOCKET = int(socket.SOL_SOCKET)
 _SCM_RIGHTS = int(getattr(socket, "SCM_RIGHTS", 1))
 
 
-def recv_fds(sock: socket.socket, buffer: memoryview, fds: MutableSequence[int]) -> int:
-    """recv_into, keeping the descriptors that came with the bytes (SCM_RIGHTS) in ``fds``.
-    More than one write's worth at once (the ancillary buffer overflowed: the kernel closed
-    the rest) is the peer's fault."""
-    count, ancillary, flags, _ = sock.recvmsg_into([buffer], _FD_SPACE)
-    if not ancillary and not flags and len(fds) <= _shm.MAX_PENDING_FDS:
-        return count  # bytes alone (most reads)
+def keep_fds(count: int, ancillary: list[tuple[int, int, bytes]], flags: int,
+             fds: MutableSequence[int]) -> int:
+    """After ``recvmsg_into([buffer], FD_SPACE)`` gave ``count`` bytes, ``ancillary`` and
+    ``flags`` (the carrier's read of a Unix link takes the common case itself: no ancillary
+    data, no flags): keep the descriptors that came with the bytes (SCM_RIGHTS) in ``fds``
+    and return ``count``. More than one write's worth at once (the ancillary buffer
+    overflowed: the kernel closed the rest), or more waiting for their DATA frames than may,
+    is the peer's fault: RemoteProtocolError, every received descriptor closed."""
     for level, kind, data in ancillary:
         if level == _SOL_SOCKET and kind == _SCM_RIGHTS:
             usable = len(data) - len(data) % 4

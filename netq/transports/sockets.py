@@ -39,7 +39,7 @@ from ..exposure import owner_only
 from ..options import CommunicatorOptions, Purpose
 from ..protocol.sending import Buffer
 from .connection_failures import FailedHandshakes, address_taken, connect_error
-from .fd_passing import recv_fds, shm_unavailable
+from .fd_passing import FD_SPACE, keep_fds, shm_unavailable
 from .poller import (
     EPOLL_READABLE_BITS,
     EPOLL_WRITABLE_BITS,
@@ -288,7 +288,11 @@ class SocketCarrier:
         if tls is None:
             if fds is None:
                 return channel.sock.recv_into(buffer)
-            return recv_fds(channel.sock, buffer, fds)
+            # A Unix link's every read: bytes alone are taken here, descriptors by keep_fds.
+            count, ancillary, flags, _ = channel.sock.recvmsg_into([buffer], FD_SPACE)
+            if not ancillary and not flags:
+                return count  # bytes alone (most reads)
+            return keep_fds(count, ancillary, flags, fds)
         if channel.handshaking and not self._handshake(channel):
             raise BlockingIOError
         return self._read_tls(channel, tls, buffer)

@@ -94,7 +94,7 @@ class LinkIO:
 
     __slots__ = ("conn", "channel", "reader", "writer", "own_lock", "error", "closing",
                  "close_deadline", "write_blocked", "replaced", "dropped", "address",
-                 "ack_hold_until")
+                 "ack_hold_until", "ack_hold_misses", "ack_hold_skip")
 
     def __init__(self, conn: Connection, address: object, channel: object = None) -> None:
         self.conn = conn
@@ -115,6 +115,10 @@ class LinkIO:
         self.address = address  # the peer's address, in the transport's terms
         # Until when queued ACK frames may wait for a reply to carry them (0.0: not held).
         self.ack_hold_until = 0.0
+        # Holds in a row that no reply carried (the consumer went on with other work), and how
+        # many chances to hold are skipped because of them (netq.link_driver: back-off).
+        self.ack_hold_misses = 0
+        self.ack_hold_skip = 0
 
 
 class Link(LinkIO):

@@ -41,6 +41,10 @@ LOGGER = logging.getLogger("netq")
 CLOSE_FLUSH_LIMIT = 1.0  # seconds a closing link may take to flush its last frames
 READS_PER_EVENT = 32  # read_into calls per readable event before serving other links
 LEAD_BELOW = 256 * 1024  # bytes handed to a waiting get() below which callers may lead the loop
+# After n holds in a row that no reply carried, the next min(2 ** n, this) chances to hold an
+# ACK on that link are skipped (its ACKs go at once): a consumer that goes on with other work
+# after get() does not make every sender wait out a hold, and then the GIL, for each ACK.
+HOLD_SKIP_LIMIT = 64
 _CLOSED = ConnectionState.CLOSED
 
 
@@ -179,7 +183,10 @@ class LinkDriver:
                 if consumer_waiting and link.direct_ok and self.info.ack_hold \
                         and conn.acks_end == conn.sent_total + conn.bytes_queued \
                         and conn.sent_total >= conn.acks_start:
-                    if not link.ack_hold_until:
+                    if link.ack_hold_skip:
+                        link.ack_hold_skip -= 1  # recent holds carried no reply: not this one
+                        self.write_now(link)
+                    elif not link.ack_hold_until:
                         until = link.ack_hold_until = time.monotonic() + self.info.ack_hold
                         if not self.held or until < self.hold_due:
                             self.hold_due = until
@@ -275,7 +282,11 @@ class LinkDriver:
         """
         if consumer_waiting and link.direct_ok and self.info.ack_hold \
                 and link.conn.output_is_only_acks():
-            self._hold(link)
+            if link.ack_hold_skip:
+                link.ack_hold_skip -= 1  # recent holds carried no reply (release_holds)
+                self.write_now(link)
+            else:
+                self._hold(link)
         else:
             self.write_now(link)
 
@@ -296,13 +307,20 @@ class LinkDriver:
             self._signals.release_acks = False  # asked for or not, none is held after this
         for link in list(self.held):
             due = link.ack_hold_until - now
-            if due > 0 and not every and not link.dropped \
-                    and link.conn.output_is_only_acks(credit=credit):
+            only_acks = not link.dropped and link.conn.output_is_only_acks(credit=credit)
+            if due > 0 and not every and only_acks:
                 wait = min(wait, due)
                 continue
             self.held.discard(link)
             link.ack_hold_until = 0.0
             if not link.dropped and link.conn.bytes_queued:
+                if only_acks and not credit:
+                    # No reply came to carry them: back off (HOLD_SKIP_LIMIT). The hold's own
+                    # time is the least of it: by now the consumer's thread may hold the GIL,
+                    # and this write waits for it (up to sys.getswitchinterval()).
+                    misses = link.ack_hold_misses = link.ack_hold_misses + 1
+                    link.ack_hold_skip = min(1 << misses, HOLD_SKIP_LIMIT) \
+                        if misses < 7 else HOLD_SKIP_LIMIT
                 session = link.session
                 with session.send_lock if session is not None else link.own_lock:  # link.lock
                     self._write(link)
@@ -353,7 +371,8 @@ class LinkDriver:
                 self._write_failed(link, error)
                 return
         if link.ack_hold_until and not blocked:
-            link.ack_hold_until = 0.0  # the held ACKs left with this write
+            link.ack_hold_until = 0.0  # the held ACKs left with this write: the hold paid
+            link.ack_hold_misses = 0
             self.held.discard(link)
         link.write_blocked = blocked
 

@@ -8,7 +8,10 @@ it in the same write. When no reply comes, the sender's future must not wait out
   gate) sends the held ACKs;
 * the ACK of a large message is not held at all: one more small write is nothing beside it,
   and a sender that waits for each future ("put, wait, put again") would wait for the
-  consumer too.
+  consumer too;
+* once a hold went without a reply, the next ACKs of that link are not held (a back-off,
+  ``netq.link_driver.HOLD_SKIP_LIMIT``): a consumer that goes on with other work after get()
+  would make each sender wait out a hold, and then the GIL its thread holds.
 
 The hold is made a minute long here, so that only these rules, not its deadline, can resolve
 the futures within the tests' bound.
@@ -102,6 +105,25 @@ def test_the_ack_of_a_large_message_is_not_held_for_a_reply(transport, monkeypat
             client.put(big).result(FUTURE)
         wait_for(lambda: len(consumer.taken) == 6, T, message="the messages to be taken")
         assert all(bytes(data) == big for data in consumer.taken)
+        consumer.stop()
+    finally:
+        client.close()
+        server.close()
+
+
+def test_after_a_hold_no_reply_carried_the_next_ack_is_not_held(transport, monkeypatch):
+    """The consumer's first get() comes back without a put() (the hold went unanswered); the
+    second message's consumer then works on and calls get() no more: its future resolves
+    anyway, not after the hold."""
+    server, client = _pair(transport, monkeypatch)
+    try:
+        consumer = Consumer(server, client, 2, pause=True)
+        wait_for(lambda: server._inboxes.getters == 1, T, message="the get() to wait")
+        client.put(b"first").result(FUTURE)  # released when the get() came back for more
+        wait_for(lambda: len(consumer.taken) == 1 and server._inboxes.getters == 1, T,
+                 message="the second get() to wait")
+        client.put(b"second").result(FUTURE)  # the consumer calls no get() until stop()
+        assert consumer.taken == [b"first", b"second"]
         consumer.stop()
     finally:
         client.close()

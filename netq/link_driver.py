@@ -319,8 +319,7 @@ class LinkDriver:
                     # time is the least of it: by now the consumer's thread may hold the GIL,
                     # and this write waits for it (up to sys.getswitchinterval()).
                     misses = link.ack_hold_misses = link.ack_hold_misses + 1
-                    link.ack_hold_skip = min(1 << misses, HOLD_SKIP_LIMIT) \
-                        if misses < 7 else HOLD_SKIP_LIMIT
+                    link.ack_hold_skip = min(1 << min(misses, 16), HOLD_SKIP_LIMIT)
                 session = link.session
                 with session.send_lock if session is not None else link.own_lock:  # link.lock
                     self._write(link)

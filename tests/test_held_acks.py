@@ -123,6 +123,8 @@ def test_after_a_hold_no_reply_carried_the_next_ack_is_not_held(transport, monke
         wait_for(lambda: len(consumer.taken) == 1 and server._inboxes.getters == 1, T,
                  message="the second get() to wait")
         client.put(b"second").result(FUTURE)  # the consumer calls no get() until stop()
+        # The future resolved on receipt: the consumer's thread may not have stored it yet.
+        wait_for(lambda: len(consumer.taken) == 2, T, message="the second to be taken")
         assert consumer.taken == [b"first", b"second"]
         consumer.stop()
     finally:

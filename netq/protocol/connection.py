@@ -336,6 +336,7 @@ class Connection(SendSide, SharedMemorySide):
             if self._body_left:
                 available = end - start
                 if not available:
+                    self._direct = self._body_left >= DIRECT_THRESHOLD  # the header alone
                     break
                 take = min(available, self._body_left)
                 incoming = self._incoming
@@ -436,22 +437,23 @@ class Connection(SendSide, SharedMemorySide):
                     self._seal()
         return events
 
-
     def receive_data(self, data: Buffer) -> list[Event]:
-        """Feed bytes that were read elsewhere (tests, message-oriented transports)."""
+        """Feed bytes that were read elsewhere (tests, message-oriented transports). A large
+        read-only part that ends ``data`` whole stays in it (a view, not a copy) where ``data``
+        is (a view of) ``bytes``, which nobody can change: a carrier's packet."""
         events: list[Event] = []
         view = memoryview(data).cast("B")
-        if self._direct and type(data) is bytes:
-            # A packet that is exactly the rest of a large read-only part (a body that
-            # travelled as one packet) becomes that part: a read-only view of the packet,
-            # no copy.
-            incoming = self._incoming
-            assert incoming is not None  # _direct is only set while a message is due
-            if incoming.adopt(data):
-                return self.receive_done(len(data))
+        keep = type(data) is bytes or type(data) is memoryview and type(data.obj) is bytes
         while view and self.state is not ConnectionState.CLOSED:
+            if keep and self._direct and self._incoming.adopt(view):  # type: ignore[union-attr]
+                events.extend(self.receive_done(len(view)))  # _direct: a message is due
+                break
             target = self.receive_buffer()
             count = min(len(target), len(view))
+            if keep and len(view) >= _POOL_MIN and not self._direct \
+                    and self._start == self._end and not self._body_left:
+                # A packet that is one DATA frame: its head alone, then its body whole above.
+                count = min(count, frames.sole_data_frame_head(view) or count)
             target[:count] = view[:count]
             view = view[count:]
             events.extend(self.receive_done(count))

@@ -53,6 +53,7 @@ __all__ = [
     "encode_session",
     "decode_session",
     "encode_descriptor",
+    "sole_data_frame_head",
     "auth_digest",
     "max_payload",
     "WHOLE_MESSAGE",
@@ -246,6 +247,23 @@ def decode_session(payload: bytes) -> tuple[bytes, int, bool, int, int]:
 def encode_descriptor(total: int, sizes: list[int]) -> bytes:
     """The descriptor that starts a message's first chunk (sizes carry READONLY_BIT)."""
     return DESCRIPTOR.pack(total, len(sizes), 0) + struct.pack(f"<{len(sizes)}Q", *sizes)
+
+
+def sole_data_frame_head(view: memoryview) -> int:
+    """The bytes before the body of the DATA frame that is all of ``view`` (its header, and
+    for a first chunk its descriptor); 0 when ``view`` is not exactly one DATA frame or its
+    descriptor cannot be read (the parser then says what is wrong with it)."""
+    if len(view) < HEADER.size:
+        return 0
+    frame_type, flags, _, length, _ = HEADER.unpack_from(view)
+    if frame_type != FrameType.DATA or HEADER.size + length != len(view):
+        return 0
+    if not flags & DataFlags.FIRST:
+        return HEADER.size
+    if len(view) < HEADER.size + DESCRIPTOR.size:
+        return 0
+    nparts = DESCRIPTOR.unpack_from(view, HEADER.size)[1]
+    return HEADER.size + DESCRIPTOR.size + PART_SIZE.size * nparts if nparts <= MAX_PARTS else 0
 
 
 # Header and descriptor of a whole (one-chunk) message, packed or unpacked in one call: the

@@ -76,7 +76,7 @@ class Incoming:
         view = self.views[self.index]
         return view[self.pos : self.pos + min(len(view) - self.pos, limit)]
 
-    def adopt(self, data: bytes) -> bool:
+    def adopt(self, data: memoryview) -> bool:
         """Take ``data`` as the part now being filled, when it is all of that part and the
         part is a large read-only one (a read-only memoryview, whose object the user gets):
         the part becomes a view of ``data``, not a copy, and the caller then moves past it
@@ -87,8 +87,8 @@ class Incoming:
                 or len(part) != len(data) or self.segments is not None:
             return False
         self.views[index].release()  # the pool's buffer goes back to the pool
-        self.views[index] = memoryview(data)
-        self.objects[index] = memoryview(data)
+        self.views[index] = data
+        self.objects[index] = data.toreadonly()
         return True
 
     def advance(self, count: int) -> None:

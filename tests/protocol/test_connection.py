@@ -595,21 +595,45 @@ def test_a_packet_that_is_a_whole_read_only_part_becomes_that_part_without_a_cop
     assert not conn.receiving_message
 
 
+@pytest.mark.parametrize("fed", ["bytes", "view of bytes"])
+def test_a_packet_that_ends_with_a_whole_read_only_part_keeps_it_without_a_copy(fed):
+    # How gRPC carries a large body: its frame header and the parts before it in front of it,
+    # in one packet (a carrier may hand over a view of the bytes it read, past its own header).
+    (front, body), objects = _packets_of_one_message([(10, True), (200_000, True)])
+    packet = front + body
+    carried = packet if fed == "bytes" else b"mqtt" + packet
+    conn = server_open()
+    (message,) = conn.receive_data(packet if fed == "bytes" else memoryview(carried)[4:])
+    small, large = message.parts
+    assert small == objects[0] and type(small) is bytes
+    assert type(large) is memoryview and large.readonly and large == objects[1]
+    assert large.obj is carried  # no copy
+    assert not conn.receiving_message
+    # The next message, a packet of its own, is parsed from its first byte as usual.
+    follow = message_stream([(50, True)], False, None, seq=2)[0]
+    (second,) = conn.receive_data(follow)
+    assert second.seq == 2
+
+
 @pytest.mark.parametrize("specs, fed", [
     ([(200_000, False)], "whole"),  # writable: the user gets a bytearray, so it is copied
     ([(200_000, True)], "split"),  # the part's first bytes came in an earlier packet
-    ([(200_000, True)], "memoryview"),  # not bytes: the caller may reuse its buffer
+    ([(200_000, True)], "memoryview"),  # a view of a buffer its owner may fill again
+    ([(200_000, True)], "trailing"),  # the packet goes on past the part: the next frame
 ])
 def test_a_packet_is_copied_where_it_cannot_become_the_part(specs, fed):
     (front, body), objects = _packets_of_one_message(specs)
     conn = server_open()
     if fed == "split":
         front, body = front + body[:1000], body[1000:]
+    elif fed == "trailing":
+        front, body = b"", front + body + message_stream([(50, True)], False, None, seq=2)[0]
     conn.receive_data(front)
-    (message,) = conn.receive_data(memoryview(body) if fed == "memoryview" else body)
-    (part,) = message.parts
+    events = conn.receive_data(memoryview(bytearray(body)) if fed == "memoryview" else body)
+    part = events[0].parts[0]
     assert part == objects[0]
     assert not (type(part) is memoryview and part.obj is body)
+    assert len(events) == (2 if fed == "trailing" else 1)
 
 
 @pytest.mark.parametrize("offset", [1, 8, 15, 16, 20, 31, 32, 40, 1000, 8000])

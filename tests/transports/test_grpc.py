@@ -258,24 +258,37 @@ def test_16_mib_message_travels_as_1_mib_grpc_messages(transport):
 
 
 @plain
-def test_a_large_bytes_body_is_a_grpc_message_of_its_own_not_a_copy(transport, monkeypatch):
-    """A ``bytes`` body of ``JOIN_BELOW`` bytes or more goes to gRPC as the very object the
-    caller put (gRPC copies it once; a join would copy it once more); its frame header and
-    small neighbours go as a message of their own. Small messages are still joined."""
+def test_a_large_bytes_body_travels_in_one_grpc_message_and_is_received_without_a_copy(
+        transport, monkeypatch):
+    """A 1 MiB ``bytes`` body and its frame header are one gRPC message (one write and one
+    read per message), and the read-only part ``get()`` returns is a view of the very packet
+    gRPC handed over. Small messages are still joined with their headers."""
     pushed: list = []
+    received: list = []
     push = grpc_streams.Stream.push
+    packet_received = grpc_loop.LoopDrivenCarrier.packet_received
 
-    def recorded(self, packet):
+    def recorded_push(self, packet):
         pushed.append(packet)
         push(self, packet)
 
-    monkeypatch.setattr(grpc_streams.Stream, "push", recorded)
+    def recorded_packet(self, channel, payload):
+        received.append(payload)
+        packet_received(self, channel, payload)
+
+    monkeypatch.setattr(grpc_streams.Stream, "push", recorded_push)
+    monkeypatch.setattr(grpc_loop.LoopDrivenCarrier, "packet_received", recorded_packet)
     server = transport.make_server()
     client = transport.connect(server)
     body = bytes(range(256)) * (nq.MiB // 256)
-    client.put(body).result(T)
-    assert server.get(timeout=T).data == body
-    assert any(packet is body for packet in pushed)
+    for _ in range(3):
+        client.put(body).result(T)
+        data = server.get(timeout=T).data
+        assert data == body
+        assert type(data) is memoryview and data.readonly
+        (packet,) = [p for p in received if type(p) is bytes and data.obj is p]
+        assert nq.MiB < len(packet) < nq.MiB + 100  # the body, its header and descriptor
+    assert sum(len(packet) >= nq.MiB for packet in pushed) == 3
     small = b"s" * 100
     client.put(small).result(T)
     assert server.get(timeout=T).data == small

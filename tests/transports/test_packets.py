@@ -243,14 +243,17 @@ def test_a_channel_bound_to_another_peer_refuses_the_hello(make):
 
 
 @pytest.mark.parametrize("sizes, limit, packet", [
-    ([40, 12, 1000, 40, 12, 1000], 1100, [40, 12, 1000, 40]),  # the next body waits whole
+    ([40, 12, 400, 40, 12, 1000], 1100, [40, 12, 400, 40, 12]),  # the next body waits whole
+    ([40, 12, 1000, 40, 12, 1000], 1100, [40, 12, 1000]),  # a large body ends its packet
+    ([40, 12, 549, 40, 12, 300], 1100, [40, 12, 549, 40, 12, 300]),  # below half: goes on
     ([40, 2000], 1100, [40, 1060]),  # larger than a packet: cut anyway, where the packet ends
     ([2000, 40], 1100, [1100]),  # the first buffer is always cut to fit
     ([500, 600, 5], 1100, [500, 600]),  # exactly full
 ])
 def test_a_packet_ends_before_a_buffer_that_fits_a_packet_of_its_own(sizes, limit, packet):
-    """A body that fits a packet travels as the buffer it is (gRPC sends a ``bytes`` body
-    without joining a slice of it into a new one)."""
+    """A body that fits a packet travels as the buffer it is, and one of half a packet or
+    more ends its packet: the frame headers behind it go with the next body (the receiver
+    keeps a body that ends its packet without copying it)."""
     buffers = [bytes(size) for size in sizes]
     parts, size = cut(buffers, limit)
     assert [len(part) for part in parts] == packet and size == sum(packet)

@@ -30,8 +30,9 @@ pin one pool thread per open stream). gRPC's own C-core threads and its aio poll
 gRPC's, process-wide, and not ours to stop.
 
 Flow control: the carrier's ``write`` cuts a packet and ``_send`` appends it to the stream's
-outbound deque as ``bytes`` (gRPC takes no other type: a body of :data:`JOIN_BELOW` bytes or
-more as the caller's object itself, the buffers around it joined into one); a writer task
+outbound deque as one ``bytes`` (gRPC takes no other type: a packet of one ``bytes`` as it is,
+any other joined; a large body ends its packet, so the peer keeps it as the packet's tail
+without a copy); a writer task
 awaits ``write()``, which waits for HTTP/2 flow control. A stream whose deque holds
 :data:`OUTBOUND_LIMIT` bytes takes no more packets (``_can_send``); once it drains below half
 it wakes the carrier, and the loop hears the link ``WRITABLE``. Each write waits for its

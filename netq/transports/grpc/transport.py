@@ -11,11 +11,10 @@ What it holds (the asyncio loop driver is :mod:`.loop`, one stream's outbound si
   an untrusted server certificate ends the link with :class:`AuthenticationError` (fatal);
 - both: a stream that ends is reported closed once (:meth:`GRPCCarrier._ended`); packet size
   (``_packet_limit``); back-pressure (``_can_send``: the stream's outbound deque has room);
-  sending a packet (``_send``: a large ``bytes`` body as it is, the buffers around it joined
-  into one ``bytes``; then pushed on the stream); the delayed-ACK setting (``ack_hold``: the
-  loop holds ACK-only output up to :data:`ACK_DELAY` while someone waits in ``get()``; a held
-  link is not blocked, so the reply may be written by the caller's thread,
-  ``user_threads_write``); a blocked ``get()`` leads the netq loop (``any_thread_waits``);
+  sending a packet (``_send``: one ``bytes``, pushed on the stream); the delayed-ACK setting
+  (``ack_hold``: the loop holds ACK-only output up to :data:`ACK_DELAY` while someone waits
+  in ``get()``; a held link is not blocked, so the reply may be written by the caller's
+  thread, ``user_threads_write``); a blocked ``get()`` leads the netq loop (``any_thread_waits``);
   close (the end marker, then a grace before a client cancels); shutdown (channels, server,
   tasks, then the loop; every gRPC object dropped at once).
 """
@@ -48,7 +47,7 @@ from .config import (
     server_credentials,
 )
 from .loop import STOP_TIMEOUT, LoopDrivenCarrier, outside_running_loop
-from .streams import END, JOIN_BELOW, METHOD, PACKET_LIMIT, PATH, SERVICE, Stream
+from .streams import END, METHOD, PACKET_LIMIT, PATH, SERVICE, Stream
 
 __all__ = ("GRPCCarrier", "ACK_DELAY")
 
@@ -304,26 +303,16 @@ class GRPCCarrier(LoopDrivenCarrier):
         return channel.has_room()
 
     def _send(self, channel: Stream, parts: list[Buffer], size: int) -> None:
-        """Queue one packet on the stream as gRPC messages of ``bytes`` (gRPC takes nothing
+        """Queue one packet on the stream as one gRPC message of ``bytes`` (gRPC takes nothing
         else; it copies each message when the write starts and lets go of it when the write
-        completes). A ``bytes`` part of :data:`JOIN_BELOW` bytes or more (a message body) goes
-        as it is, a message of its own; the buffers around it (a frame header, small parts,
-        views cut out of a larger body) are joined into one new ``bytes``. A packet is a slice
-        of the byte stream: how it is split into messages makes no difference to the peer."""
-        if len(parts) == 1 and type(parts[0]) is bytes:
-            channel.push(parts[0])
-            return
-        run: list[Buffer] = []
-        for part in parts:
-            if type(part) is bytes and len(part) >= JOIN_BELOW:
-                if run:
-                    channel.push(b"".join(run))
-                    run = []
-                channel.push(part)
-            else:
-                run.append(part)
-        if run:
-            channel.push(b"".join(run))
+        completes): a packet of one ``bytes`` as it is, any other joined into a new one.
+
+        A packet with a large body holds its frame header too (:func:`netq.carrier.cut`), and
+        the receiver takes the body as a view of the packet it reads. Joining the header to
+        the body costs this side a copy of the body; sending them as two gRPC messages would
+        cost each side a write or a read more, and a pass of both loops, which is more."""
+        channel.push(parts[0] if len(parts) == 1 and type(parts[0]) is bytes
+                     else b"".join(parts))
 
     def _close_channel(self, channel: Stream) -> None:
         stream = channel

@@ -182,13 +182,13 @@ def cut(buffers: list[Buffer], limit: int) -> tuple[list[Buffer], int]:
     total size. For carriers that move bytes in packets.
 
     A packet ends before the first buffer that does not fit but would fit a packet of its own:
-    a message body then travels as the object it is (a carrier that takes only ``bytes``
-    sends a ``bytes`` body as it is, where a slice of it would be joined into a new one). A
-    buffer larger than ``limit`` is cut wherever the packet ends: it is cut anyway. A packet
-    also ends after a buffer of half ``limit`` or more (a large body): the frame headers
-    behind it go with the next body, so a packet with a large body ends with it and starts
-    with its frame header, and the receiver can take the body as the packet's tail without
-    copying it (two such bodies would not have shared a packet anyway)."""
+    a message body then travels whole, as the object it is (MQTT's carrier writes a packet's
+    buffers with one ``sendmsg``, no copy). A buffer larger than ``limit`` is cut wherever the
+    packet ends: it is cut anyway. A packet also ends after a buffer of half ``limit`` or
+    more (a large body): the frame headers behind it go with the next body, so a packet with
+    a large body ends with it and starts with its frame header, and the receiver can take
+    the body as the packet's tail without copying it (two such bodies would not have shared
+    a packet anyway)."""
     parts: list[Buffer] = []
     size = 0
     for buffer in buffers:

@@ -40,7 +40,7 @@ from .inbox import Inboxes
 from .live import live_communicators
 from .options import CommunicatorOptions, NetworkLocation, Protocol, Purpose
 from .peers import GONE_STATES
-from .protocol.events import MessageReceived as Incoming
+from .protocol.events import MessageReceived
 from .protocol.frames import MAX_PARTS
 from .serializers import InlineForms, PickleSerializer
 from .session import Outgoing, PeerSession, PeerState
@@ -430,7 +430,7 @@ class Communicator:
             raise self._fork_error
         session, item = self._inboxes.take(peers, block, timeout)  # _take, inline
         try:
-            if type(item) is Incoming and not item.batch:  # _open's common case, inline
+            if type(item) is MessageReceived and not item.batch:  # _open's common case, inline
                 parts = item.parts
                 loads = self._plain_loads
                 try:
@@ -463,7 +463,7 @@ class Communicator:
         try:
             while current is not None:
                 session, item = current
-                if type(item) is Incoming and item.batch:
+                if type(item) is MessageReceived and item.batch:
                     # Open a put_many() batch once, taking what fits, instead of taking its
                     # first element and queueing the rest to pop again one by one.
                     opened = self._open_batch(session, item, max_messages - len(messages))
@@ -509,7 +509,7 @@ class Communicator:
         return self._inboxes.take(peers, block, timeout)
 
     def _open(self, session: PeerSession, item: Any) -> Message:
-        if type(item) is not Incoming:
+        if type(item) is not MessageReceived:
             return tuple.__new__(Message, (session.id, item))  # an element of an opened batch
         if item.batch:
             return self._open_batch(session, item, 1)[0]
@@ -518,7 +518,7 @@ class Communicator:
         except Exception as error:
             raise DeserializationError(session.id, error) from error
 
-    def _open_batch(self, session: PeerSession, item: Incoming, take: int) -> list[Message]:
+    def _open_batch(self, session: PeerSession, item: MessageReceived, take: int) -> list[Message]:
         try:
             values = self._load_parts(item.parts)
         except Exception as error:

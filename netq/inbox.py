@@ -29,7 +29,7 @@ from .contract import LoopSignals, TransportAPI
 from .credit import ReceiveBudget
 from .engine import SessionEngine
 from .exceptions import ConnectionLost, Empty, ResourceClosed
-from .protocol.events import MessageReceived as Incoming
+from .protocol.events import MessageReceived
 from .session import PeerSession, PeerState
 
 __all__ = ("Inboxes",)
@@ -132,7 +132,7 @@ class Inboxes:
         budget = self._budget
         with self._lock:
             for session, item in reversed(taken):
-                if type(item) is Incoming:
+                if type(item) is MessageReceived:
                     budget.give_back(session, item.size)
                 self._push_front(session, [item])
         for listener in list(self._listeners):
@@ -175,7 +175,7 @@ class Inboxes:
                             session.in_ready = False
                         elif ready[-1] is not session:  # another peer waits too
                             ready.rotate(-1)  # fairness: the next get serves the next peer
-                        if type(item) is Incoming:  # a batch element was counted with its batch
+                        if type(item) is MessageReceived:  # a batch element: counted with its batch
                             lent.append((session, item.size))  # budget.lend, inline
                         if self.waiting_since is not None and not self._getters:
                             self.waiting_since = None  # the wait ended with a message
@@ -281,14 +281,14 @@ class Inboxes:
         for session in self._engine.peers.resolve(peers, sending=False):
             if session.inbox:
                 item = session.inbox.popleft()
-                if type(item) is Incoming:
+                if type(item) is MessageReceived:
                     self._budget.lend(session, item.size)
                 return session, item
         return None
 
     # ------------------------------------------------------------------ the engine's side
 
-    def deliver(self, session: PeerSession, messages: list[Incoming]) -> None:
+    def deliver(self, session: PeerSession, messages: list[MessageReceived]) -> None:
         """The engine's hand-over of complete messages (I/O thread)."""
         with self._lock:
             session.inbox.extend(messages)

@@ -109,7 +109,7 @@ class LinkDriver:
         with link.lock:
             self.write_now(link)
 
-    def service(self, link: Link, mask: int) -> None:
+    def serve_io(self, link: Link, mask: int) -> None:
         """A link's channel is readable and/or writable: read until drained (or its share of
         this turn is read), then write or hold what the reads queued.
 
@@ -228,7 +228,7 @@ class LinkDriver:
                 return
             if counted is not None and counted.received_messages > messages \
                     and counted.received_bytes - size < LEAD_BELOW:
-                self.handed_off = True  # as in service(): a waiting get() may lead from now on
+                self.handed_off = True  # as in serve_io(): a waiting get() may lead from now on
             if conn.bytes_queued:
                 self._write_or_hold(link, consumer_waiting)
         session = link.session

@@ -424,7 +424,7 @@ class IOLoop:
             if kind <= 3:  # READABLE and/or WRITABLE
                 link = links.get(channel)
                 if link is not None:
-                    driver.service(link, kind)
+                    driver.serve_io(link, kind)
             elif kind is DATA:
                 link = links.get(channel)
                 if link is not None and not link.dropped:

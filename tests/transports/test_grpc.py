@@ -265,7 +265,7 @@ def test_a_large_bytes_body_travels_in_one_grpc_message_and_is_received_without_
     gRPC handed over. Small messages are still joined with their headers."""
     pushed: list = []
     received: list = []
-    push = grpc_streams.Stream.push
+    push = grpc_streams.CallStream.push
     packet_received = grpc_loop.LoopDrivenCarrier.packet_received
 
     def recorded_push(self, packet):
@@ -276,7 +276,7 @@ def test_a_large_bytes_body_travels_in_one_grpc_message_and_is_received_without_
         received.append(payload)
         packet_received(self, channel, payload)
 
-    monkeypatch.setattr(grpc_streams.Stream, "push", recorded_push)
+    monkeypatch.setattr(grpc_streams.CallStream, "push", recorded_push)
     monkeypatch.setattr(grpc_loop.LoopDrivenCarrier, "packet_received", recorded_packet)
     server = transport.make_server()
     client = transport.connect(server)
@@ -321,7 +321,7 @@ def test_a_stream_that_ended_is_freed_at_once_with_its_buffers(transport):
     payload = bytes(4 * nq.MiB)  # fills the client stream's pool
 
     def streams() -> list:
-        return [o for o in gc.get_objects() if type(o) is grpc_streams.Stream]
+        return [o for o in gc.get_objects() if type(o) is grpc_streams.CallStream]
 
     gc.collect()
     gc.disable()

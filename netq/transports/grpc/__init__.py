@@ -51,7 +51,7 @@ Files::
     transport.py   GRPCCarrier: the server (bind, one handler per stream), the client (one
                    stream per connection attempt), the delayed-ACK setting, the packet-carrier
                    hooks, shutdown
-    streams.py     one stream's outbound deque and its writer (Stream), the message limits
+    streams.py     one stream's outbound deque and its writer (CallStream), the message limits
     loop.py        the asyncio loop the netq loop's thread drives while it waits, and the
                    one pass a caller's write may run (LoopDrivenCarrier)
     config.py      channel and server options, TLS credentials, targets, connect errors

@@ -37,7 +37,7 @@ from ..._threads import call_on_thread
 from ...carrier import DATA
 from ...options import CommunicatorOptions, Purpose
 from ..packets import PacketCarrier
-from .streams import Stream
+from .streams import CallStream
 
 __all__ = ("LoopDrivenCarrier", "outside_running_loop", "STOP_TIMEOUT")
 
@@ -66,7 +66,7 @@ def outside_running_loop(function):
     return call_on_thread(function, "netq-grpc-setup")
 
 
-class LoopDrivenCarrier(PacketCarrier[Stream]):
+class LoopDrivenCarrier(PacketCarrier[CallStream]):
     """A packet carrier whose library lives on an asyncio loop that the netq loop's thread
     runs while it waits."""
 
@@ -81,7 +81,7 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
         self._waiter: int | None = None  # the thread that runs the loop in _sleep
         # Streams whose sleeping writer has packets to write: woken by the next thread that
         # runs the loop (see kick)
-        self._kicks: collections.deque[Stream] = collections.deque()
+        self._kicks: collections.deque[CallStream] = collections.deque()
         self._kick_posted = False  # a _serve_kicks callback is on its way to the loop
         self._pass_turns = LoopTurns()  # a pass on the main thread defers Ctrl-C (_run_pass)
         # The wait under way is no longer than a held ACK's (ack_hold): see caller_wrote()
@@ -101,7 +101,7 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
         except RuntimeError:
             pass  # the loop is closed: whatever it was for is gone
 
-    def kick(self, stream: Stream) -> None:
+    def kick(self, stream: CallStream) -> None:
         """Any thread outside the loop: ``stream``'s sleeping writer has packets to write.
 
         If no thread runs the loop now, this one runs a single pass of it, in which the
@@ -183,7 +183,7 @@ class LoopDrivenCarrier(PacketCarrier[Stream]):
         finally:
             asyncio._set_running_loop(outer)
 
-    def packet_received(self, channel: Stream, payload) -> None:
+    def packet_received(self, channel: CallStream, payload) -> None:
         self.native_heap.moved(len(payload))
         self._events.append((DATA, channel, payload))
         # A read's callback on the I/O thread, running the loop in _sleep: back to the netq

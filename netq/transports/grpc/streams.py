@@ -2,13 +2,13 @@
 
 A link is one call of ``/netq.Link/Stream`` (:data:`PATH`), bidirectional, raw bytes. The
 thread that leads the netq loop, or a caller's thread writing a lone put itself (link lock held
-either way), pushes packets (:meth:`Stream.push`) and a writer coroutine awaits ``write()`` for
-each (:meth:`Stream.drain`), which waits for HTTP/2 flow control. A push while the writer
+either way), pushes packets (:meth:`CallStream.push`) and a writer coroutine awaits ``write()`` for
+each (:meth:`CallStream.drain`), which waits for HTTP/2 flow control. A push while the writer
 sleeps wakes it through the carrier's ``kick`` (asyncio objects belong to the thread that runs
 the loop); a busy writer needs no wake-up: it looks at the deque after each write. Packets
 below :data:`JOIN_BELOW` bytes that queue up while a write is in flight go out joined as one
 gRPC message of at most :data:`MESSAGE_LIMIT` bytes. The engine stops handing packets to a
-stream whose deque holds :data:`OUTBOUND_LIMIT` bytes (:meth:`Stream.has_room`) and is woken
+stream whose deque holds :data:`OUTBOUND_LIMIT` bytes (:meth:`CallStream.has_room`) and is woken
 when it drains below half. :data:`END` in the deque ends the stream once everything before it
 is written.
 
@@ -27,7 +27,7 @@ from ..packets import PACKET_SIZE
 if TYPE_CHECKING:
     import grpc.aio
 
-__all__ = ("Stream", "END", "SERVICE", "METHOD", "PATH", "MESSAGE_LIMIT", "PACKET_LIMIT",
+__all__ = ("CallStream", "END", "SERVICE", "METHOD", "PATH", "MESSAGE_LIMIT", "PACKET_LIMIT",
            "OUTBOUND_LIMIT", "JOIN_BELOW")
 
 SERVICE = "netq.Link"
@@ -45,7 +45,7 @@ JOIN_BELOW = 256 * 1024
 END = None  # outbound marker: no more packets, finish the stream
 
 
-class Stream:
+class CallStream:
     """One gRPC stream carrying one link, and its outbound deque."""
 
     __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",

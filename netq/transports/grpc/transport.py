@@ -47,7 +47,7 @@ from .config import (
     server_credentials,
 )
 from .loop import STOP_TIMEOUT, LoopDrivenCarrier, outside_running_loop
-from .streams import END, METHOD, PACKET_LIMIT, PATH, SERVICE, Stream
+from .streams import END, METHOD, PACKET_LIMIT, PATH, SERVICE, CallStream
 
 __all__ = ("GRPCCarrier", "ACK_DELAY")
 
@@ -63,7 +63,7 @@ class GRPCCarrier(LoopDrivenCarrier):
 
     # A lone put (nothing in flight) is cut into packets on the caller's thread, which queues
     # them on the stream and wakes the writer with one loop callback: no stop of the loop and
-    # no pass of the netq loop on the way out (see Stream.push).
+    # no pass of the netq loop on the way out (see CallStream.push).
     user_threads_write = True
     # A get() that would block runs the netq loop, and so the asyncio loop, on its own thread
     # (leader/followers): the reply it waits for is read there, with no hand-over wake-up.
@@ -75,7 +75,7 @@ class GRPCCarrier(LoopDrivenCarrier):
     def __init__(self, options: CommunicatorOptions, purpose: Purpose) -> None:
         self._grpc_server = None
         self._refusing = False
-        self._streams: set[Stream] = set()
+        self._streams: set[CallStream] = set()
         self._attempt: asyncio.Task | None = None
         super().__init__(options, purpose)
 
@@ -137,7 +137,7 @@ class GRPCCarrier(LoopDrivenCarrier):
             await context.abort(grpc.StatusCode.UNAVAILABLE, "the netq server is closing")
         # Headers at once: the client's wait_for_connection() returns when the stream is up.
         await context.send_initial_metadata(())
-        stream = Stream(self)
+        stream = CallStream(self)
         self._streams.add(stream)
         stream.opened = True
         self.channel_opened(stream, context.peer())
@@ -156,7 +156,7 @@ class GRPCCarrier(LoopDrivenCarrier):
             stream.release()
         # Returning ends the RPC with status OK after every packet written.
 
-    async def _read_requests(self, stream: Stream, request_iterator) -> None:
+    async def _read_requests(self, stream: CallStream, request_iterator) -> None:
         received = self.packet_received
         try:
             async for packet in request_iterator:
@@ -204,7 +204,7 @@ class GRPCCarrier(LoopDrivenCarrier):
             if isinstance(error, AuthenticationError):
                 # Retrying cannot help: end a link with the reason, which the engine makes
                 # fatal (every put and get fails with it, as on TCP).
-                stream = Stream(self)
+                stream = CallStream(self)
                 stream.opened = True
                 self.channel_opened(stream, self._options.netloc)
                 self._ended(stream, error)
@@ -218,7 +218,7 @@ class GRPCCarrier(LoopDrivenCarrier):
             forget_traceback(cancelled)  # see below
             call = channel = None
             raise
-        stream = Stream(self)
+        stream = CallStream(self)
         stream.call = call
         stream.grpc_channel = channel
         # A cancelled task keeps its CancelledError, whose traceback keeps the frames it
@@ -233,7 +233,7 @@ class GRPCCarrier(LoopDrivenCarrier):
         stream.writer = asyncio.ensure_future(self._client_writer(stream))
         await self._client_reader(stream)
 
-    async def _client_writer(self, stream: Stream) -> None:
+    async def _client_writer(self, stream: CallStream) -> None:
         call = stream.call
         assert call is not None  # _open_stream set it before starting us
         try:
@@ -248,7 +248,7 @@ class GRPCCarrier(LoopDrivenCarrier):
         finally:
             del call  # the traceback of a cancelled writer keeps this frame
 
-    async def _client_reader(self, stream: Stream) -> None:
+    async def _client_reader(self, stream: CallStream) -> None:
         call, channel = stream.call, stream.grpc_channel
         # _open_stream set both before calling us.
         assert call is not None and channel is not None
@@ -288,21 +288,21 @@ class GRPCCarrier(LoopDrivenCarrier):
 
     # ----------------------------------------------------------------- both
 
-    def _ended(self, stream: Stream, error: BaseException | None) -> None:
+    def _ended(self, stream: CallStream, error: BaseException | None) -> None:
         """The stream is over: report its link closed, once."""
         if stream.ended or not stream.opened:
             return
         stream.ended = True
         self.channel_closed(stream, error)
 
-    def _packet_limit(self, channel: Stream) -> int:
+    def _packet_limit(self, channel: CallStream) -> int:
         max_size = self._options.connection.max_size
         return PACKET_LIMIT if max_size >= PACKET_SIZE else max_size
 
-    def _can_send(self, channel: Stream) -> bool:
+    def _can_send(self, channel: CallStream) -> bool:
         return channel.has_room()
 
-    def _send(self, channel: Stream, parts: list[Buffer], size: int) -> None:
+    def _send(self, channel: CallStream, parts: list[Buffer], size: int) -> None:
         """Queue one packet on the stream as one gRPC message of ``bytes`` (gRPC takes nothing
         else; it copies each message when the write starts and lets go of it when the write
         completes): a packet of one ``bytes`` as it is, any other joined into a new one.
@@ -314,7 +314,7 @@ class GRPCCarrier(LoopDrivenCarrier):
         channel.push(parts[0] if len(parts) == 1 and type(parts[0]) is bytes
                      else b"".join(parts))
 
-    def _close_channel(self, channel: Stream) -> None:
+    def _close_channel(self, channel: CallStream) -> None:
         stream = channel
         if stream.closing:
             return

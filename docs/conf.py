@@ -88,7 +88,7 @@ nitpick_ignore = [
     ("py:mod", "link"),
     # the engine's loop factory (netq.contract, an inner layer) in Communicator's signature, and
     # MQTT's channel type in its carrier's base class
-    ("py:class", "TransportFactory"), ("py:class", "Channel"),
+    ("py:class", "LoopFactory"), ("py:class", "Channel"),
     # the queues a put's future waits in (netq.futures, an inner layer) in its signature
     ("py:class", "SendQueue"),
     # the carrier's channel type variable (a TypeVar autodoc does not document)

@@ -17,13 +17,14 @@ import pickle
 import threading
 import time
 import uuid
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from . import _shm, live
 from .chunk_stream import Stream
-from .contract import LoopSignals, TransportFactory
+from .contract import LoopFactory, LoopSignals
 from .engine import SessionEngine
 from .exceptions import (
     DeserializationError,
@@ -131,11 +132,19 @@ def _repr(communicator: Communicator) -> str:
             f"peers={len(communicator.peers)}{' closed' if communicator.closed else ''}>")
 
 
+def _deprecated_transport(communicator: Communicator) -> Any:
+    """Deprecated name of :attr:`Communicator.loop` (it is the I/O loop, not the transport):
+    the same object, with a :class:`DeprecationWarning`."""
+    warnings.warn("Communicator.transport is deprecated: it is the I/O loop, use "
+                  "Communicator.loop", DeprecationWarning, stacklevel=2)
+    return communicator.loop
+
+
 def _where(communicator: Communicator) -> str:
     """Where a server is bound (port 0: the port it got), where a client connects."""
     if communicator.purpose is Purpose.SERVER:
         return _address_text(communicator.address)
-    return communicator.transport.connect_target()
+    return communicator.loop.connect_target()
 
 
 def _put_to_no_one(communicator: Communicator, broadcast: bool) -> DeliveryFuture:
@@ -233,7 +242,7 @@ class Communicator:
     """
 
     def __init__(self, protocol: Protocol, purpose: Purpose, options: CommunicatorOptions,
-                 loop_factory: TransportFactory) -> None:
+                 loop_factory: LoopFactory) -> None:
         check_exposure(protocol, purpose, options)  # before anything binds: may refuse
         self.options = options
         self.protocol = Protocol(protocol)
@@ -265,7 +274,7 @@ class Communicator:
 
         self._engine = SessionEngine(options, self.purpose, self._inboxes, signals, loop_factory)
         self._inboxes.attach(self._engine)
-        self._transport = self._engine.transport
+        self._loop = self._engine.loop
         # What get() hands out stays held until the next get() (netq.credit.ReceiveBudget.lend).
         self._budget = self._engine.budget
         if self.purpose is Purpose.CLIENT:
@@ -275,8 +284,7 @@ class Communicator:
 
     # ================================================================== user API
 
-    def __repr__(self) -> str:
-        return _repr(self)
+    __repr__ = _repr
 
     def __enter__(self) -> Communicator:
         return self
@@ -295,15 +303,16 @@ class Communicator:
         return self._fork_error is not None or self._signals.closing
 
     @property
-    def transport(self) -> Any:
-        """The transport object, for transport-specific introspection (for example
-        :func:`netq.transports.mqtt.link_statistics`); the queue API never needs it."""
-        return self._transport
+    def loop(self) -> Any:
+        """The I/O loop and its ``carrier``, for transport-specific introspection."""
+        return self._loop
+
+    transport = property(_deprecated_transport)
 
     @property
     def address(self) -> Any:
         """Where a server listens (the bound address, useful with port 0)."""
-        return self._transport.address
+        return self._loop.address
 
     def put(self, data: Any, *peers: uuid.UUID, block: bool = True,
             timeout: float | None = None) -> DeliveryFuture:
@@ -574,9 +583,9 @@ class Communicator:
         engine.stop(None if remaining is None else now + remaining - _GOODBYE_MARGIN)
         if not self._wait_saying_why(stall, start, None if remaining is None else now + remaining,
                                      engine.closed.wait):
-            self._transport.abort()
+            self._loop.abort()
             engine.closed.wait()
-        self._transport.join()
+        self._loop.join()
         error = ResourceClosed(None, "the communicator closed")
         for session in engine.all_sessions():
             with session.send_lock:
@@ -614,7 +623,7 @@ class Communicator:
                          blocked=engine.diagnostics.peer_blocked(session, now))
                 for session in engine.all_sessions()]
         connection = self.options.connection
-        shm = self._transport.shm
+        shm = self._loop.shm
         return self._meter.snapshot(
             now=now,
             id=self.id,

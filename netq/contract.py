@@ -7,14 +7,14 @@ imports neither. The loop talks to its carrier (sockets, MQTT, gRPC) through ano
 
 * :class:`EngineAPI`: everything the loop may call on the engine (four methods and the
   :class:`LoopSignals`: what the loop reads, and the notices it leaves the engine, as data);
-* :class:`TransportAPI`: everything the engine may call on its loop (a
+* :class:`LoopAPI`: everything the engine may call on its loop (a
   :class:`netq.loop.IOLoop`, or the in-memory stand-in of the engine tests);
 * :class:`Inbox`: what the engine hands received messages to (the queue API's receive side);
 * :class:`Link`: one connection to one peer, in two parts with one owner each:
   :class:`LinkIO` (the loop's: the sans-I/O Connection, the carrier's ``channel``, write and
   close state) and the fields :class:`Link` adds (the engine's: session, peer id, liveness and
   credit accounting);
-* :data:`Address`: the forms :attr:`TransportAPI.address` takes (:data:`netq.carrier.Address`:
+* :data:`Address`: the forms :attr:`LoopAPI.address` takes (:data:`netq.carrier.Address`:
   the loop hands on its carrier's).
 
 A link's ``channel`` is the carrier's handle of it (a socket channel, an MQTT topic pair, a
@@ -28,7 +28,7 @@ Layers, top to bottom::
     SessionEngine (netq.engine)          event dispatch, pumping, timers
         |  uses: peers, credit, diagnostics, flow, protocol (resume numbering)
         |
-    -- netq.contract ------------------  EngineAPI / TransportAPI / Inbox / Link
+    -- netq.contract ------------------  EngineAPI / LoopAPI / Inbox / Link
         |
     IOLoop (netq.loop)                   the I/O thread: links, reads, writes, reconnects
         |
@@ -57,8 +57,8 @@ if TYPE_CHECKING:
     from .session import PeerSession
 
 __all__ = ("CONNECT_FAILED", "CONNECT_STARTED", "LINK_CLOSED", "LINK_SERVED", "Address",
-           "EngineAPI", "Inbox", "Link", "LinkIO", "LoopSignals", "Notice", "TransportAPI",
-           "TransportFactory")
+           "EngineAPI", "Inbox", "Link", "LinkIO", "LoopSignals", "Notice", "LoopAPI",
+           "LoopFactory")
 
 _serials = itertools.count()  # Link.serial (next() on a count is atomic: any thread may)
 
@@ -244,7 +244,7 @@ class EngineAPI(Protocol):
         """The I/O thread has ended (``error``: what it died of), its links dropped."""
 
 
-class TransportAPI(Protocol):
+class LoopAPI(Protocol):
     """What the engine may call on its loop (and nothing else): :class:`netq.loop.IOLoop`, or
     the in-memory stand-in of the engine tests."""
 
@@ -304,6 +304,6 @@ class TransportAPI(Protocol):
         """Wait for the I/O thread to end."""
 
 
-TransportFactory = Callable[[EngineAPI, CommunicatorOptions, Purpose], TransportAPI]
+LoopFactory = Callable[[EngineAPI, CommunicatorOptions, Purpose], LoopAPI]
 """What builds an engine's loop, called with the engine and its options and purpose
 (:func:`netq.loop.carrier_loop` makes one from a carrier class)."""

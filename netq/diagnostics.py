@@ -30,7 +30,7 @@ from typing import Protocol
 
 from .live import live_communicators, name_of
 from .options import CommunicatorOptions
-from .peers import PeerTable
+from .peers import PeerDirectory
 from .session import QUEUED_MESSAGE_COST, PeerSession, PeerState
 from .stall import StallWarning
 
@@ -350,7 +350,7 @@ class BudgetView(Protocol):
 
 
 class ConnectView(Protocol):
-    """What the sentences read of the transport (netq.contract.TransportAPI)."""
+    """What the sentences read of the transport (netq.contract.LoopAPI)."""
 
     def connect_target(self) -> str:
         """Client: where connection attempts go."""
@@ -379,14 +379,14 @@ class GetterView(Protocol):
 class Diagnostics:
     """The sentences: why a wait lasts and what would end it (reads engine state only)."""
 
-    def __init__(self, *, server: bool, options: CommunicatorOptions, peers: PeerTable,
-                 budget: BudgetView, transport: ConnectView,
+    def __init__(self, *, server: bool, options: CommunicatorOptions, peers: PeerDirectory,
+                 budget: BudgetView, loop: ConnectView,
                  reachability: Reachability | None, getters: GetterView) -> None:
         self._server = server
         self._options = options
         self._peers = peers
         self._budget = budget
-        self._transport = transport
+        self._loop = loop
         self._reach = reachability
         self._getters = getters
         self._stall_warning = options.connection.stall_warning
@@ -434,7 +434,7 @@ class Diagnostics:
         reach = self._reach
         unreachable = ""
         if reach is not None:
-            unreachable = self._transport.connect_state() or ""
+            unreachable = self._loop.connect_state() or ""
             if not unreachable and reach.failures:
                 error = reach.connect_error or "no reason given"
                 unreachable = f"the last attempt failed with: {error}"
@@ -507,12 +507,12 @@ class Diagnostics:
         in the transport's own terms where it has them (an MQTT broker without a live server)."""
         reach = self._reach
         assert reach is not None, "a server has no server to reach"
-        where = self._transport.connect_target()
+        where = self._loop.connect_target()
         since = reach.unreachable_since or now
         attempts, failures = reach.attempts, reach.failures
         started = reach.attempt_started_at
         error = reach.connect_error
-        state = self._transport.connect_state()
+        state = self._loop.connect_state()
         if state is not None:
             progress = state
             if failures:
@@ -521,7 +521,7 @@ class Diagnostics:
         elif started is not None:
             stage = ("connected, the netq handshake is not finished yet"
                      if reach.attempt_reached_server else "TCP connect not completed yet")
-            if reach.attempt_reached_server and self._transport.watches_peer_host:
+            if reach.attempt_reached_server and self._loop.watches_peer_host:
                 stage += (": the server's host answers, its netq has not yet (busy with a "
                           "storm of others, stuck, or not a netq server); the client keeps "
                           "its place in the server's queue for up to session_timeout")

@@ -9,7 +9,7 @@ carrier) and the queue API (:class:`netq.Communicator`):
   (a link served or closed, a client's attempt begun or failed) the loop leaves as data, in
   :attr:`netq.contract.LoopSignals.notices`, which :meth:`SessionEngine.service` drains first,
   and what the loop reads of the engine is data in the same ``LoopSignals``; the engine
-  calls the loop through :class:`netq.contract.TransportAPI` (write a link now, close
+  calls the loop through :class:`netq.contract.LoopAPI` (write a link now, close
   it, wake the loop);
 * the queue API calls :meth:`SessionEngine.submit` (queue a serialized message for some peers,
   waiting for send budget) and the closing and reporting methods; its receive side
@@ -49,9 +49,9 @@ from .contract import (
     EngineAPI,
     Inbox,
     Link,
+    LoopAPI,
+    LoopFactory,
     LoopSignals,
-    TransportAPI,
-    TransportFactory,
 )
 from .credit import ReceiveBudget
 from .diagnostics import (
@@ -68,7 +68,7 @@ from .exceptions import (
 )
 from .handshake import Handshake, new_connection
 from .options import CommunicatorOptions, Purpose
-from .peers import PeerTable
+from .peers import PeerDirectory
 from .protocol.frames import UNLIMITED_MESSAGES
 from .session import QUEUED_MESSAGE_COST, Outgoing, PeerSession, PeerState
 from .stall import StallWarning
@@ -96,7 +96,7 @@ class SessionEngine:
     """The I/O side of one communicator. Create through :class:`netq.Communicator`."""
 
     def __init__(self, options: CommunicatorOptions, purpose: Purpose, inbox: Inbox,
-                 signals: LoopSignals, loop_factory: TransportFactory) -> None:
+                 signals: LoopSignals, loop_factory: LoopFactory) -> None:
         self.options = options
         self.purpose = purpose
         self.id = options.id
@@ -115,7 +115,7 @@ class SessionEngine:
 
         # Every session, a client's one session included (netq.peers); a client's one
         # session (with the server) is fixed for its life (None on a server).
-        self.peers = PeerTable(server=self._server, window=self.limits.window_min)
+        self.peers = PeerDirectory(server=self._server, window=self.limits.window_min)
         self.server_session: PeerSession | None = self.peers.server_session
         self.all_sessions = self.peers.all
 
@@ -145,15 +145,15 @@ class SessionEngine:
         self.reach = None if self._server else Reachability(self._stall_warning, self.created,
                                                             str(options.netloc))
 
-        self.transport: TransportAPI = loop_factory(self, options, purpose)
+        self.loop: LoopAPI = loop_factory(self, options, purpose)
         self._pump = PeerSession.pump  # an attribute: a test hooks into the I/O thread's pumping
-        self.start = self.transport.start
+        self.start = self.loop.start
         self.handshake = Handshake(server=self._server, peers=self.peers, budget=self.budget,
-                                   transport=self.transport, reachability=self.reach,
+                                   loop=self.loop, reachability=self.reach,
                                    schedule=self.schedule, changed=self._session_came,
                                    options=options, recv_messages=self._recv_messages)
         self.diagnostics = Diagnostics(server=self._server, options=options, peers=self.peers,
-                                       budget=self.budget, transport=self.transport,
+                                       budget=self.budget, loop=self.loop,
                                        reachability=self.reach, getters=inbox)
 
     def raise_if_broken(self) -> None:
@@ -168,7 +168,7 @@ class SessionEngine:
     def submit(self, targets: Sequence[PeerSession], message: Outgoing, block: bool,
                timeout: float | None) -> None:
         """Queue ``message`` for every target, waiting for send budget as allowed."""
-        transport = self.transport
+        loop = self.loop
         send_budget = self._send_budget
         send_messages = self._send_messages
         for session in targets:
@@ -191,7 +191,7 @@ class SessionEngine:
                     # acknowledged messages, we checked inflight after appending: nothing is
                     # stranded). Meanwhile puts pile up into one batch, one sendmsg.
                     continue
-            elif quiet and transport.direct_writes and session.send_lock.acquire(False):
+            elif quiet and loop.direct_writes and session.send_lock.acquire(False):
                 # Request/response: nothing in flight and no put just before this one.
                 # Writing from this thread saves waking the I/O thread on the way out.
                 try:
@@ -200,7 +200,7 @@ class SessionEngine:
                         self._pump(session, link)
                         conn = link.conn
                         if conn.bytes_queued:
-                            transport.write_now(link)
+                            loop.write_now(link)
                             if not session.outbox and not conn.bytes_queued:
                                 continue
                         elif not session.outbox:
@@ -209,7 +209,7 @@ class SessionEngine:
                     session.send_lock.release()
             if not session.scheduled:
                 self.schedule(session)
-                transport.wake()
+                loop.wake()
 
     def schedule(self, session: PeerSession) -> None:
         """Ask the I/O thread to service ``session`` (pump, grant credit) on its next turn."""
@@ -222,7 +222,7 @@ class SessionEngine:
         if not block:
             raise Full(f"put() would wait: {explain(session)}")
         self.schedule(session)
-        self.transport.wake()
+        self.loop.wake()
         session.wait_for_space(self._send_budget, self._send_messages, timeout, StallWarning(
             self._stall_warning, time.monotonic()), lambda: self.signals.closing,
             lambda: explain(session), self.purpose.value)
@@ -383,7 +383,7 @@ class SessionEngine:
         signals = self.signals
         if signals.stopping:
             signals.said_goodbye = self._goodbyes(now)
-            wait = min(wait, self._goodbye_wait(now, bool(self.transport.links())))
+            wait = min(wait, self._goodbye_wait(now, bool(self.loop.links())))
         if signals.closing:
             self._wants_connection()
         return wait
@@ -391,7 +391,7 @@ class SessionEngine:
     def _service(self, now: float) -> float:
         """Pump and grant credit to the sessions in attention; the timers when due."""
         attention = self.attention
-        transport = self.transport
+        loop = self.loop
         # One pass over what is queued now: a session rescheduled meanwhile waits for the next
         # pass (it is in the deque again), so user threads cannot keep this loop spinning.
         for _ in range(len(attention)):
@@ -405,7 +405,7 @@ class SessionEngine:
                     self.budget.grant(session, link)
                 self._pump(session, link)
                 if link.conn.has_output:
-                    transport.write_now(link)
+                    loop.write_now(link)
         if self.signals.closing:
             self._closing_progress()  # close() looks at flushed() again
         due = self._timers_due
@@ -433,25 +433,25 @@ class SessionEngine:
         connection = self.options.connection
         heartbeat = connection.heartbeat
         wait = min(heartbeat, self.handshake.expire_sessions(now))
-        seen = self.transport.looked_at  # silence as of our last look: not our own stall
-        for link in self.transport.links():
+        seen = self.loop.looked_at  # silence as of our last look: not our own stall
+        for link in self.loop.links():
             silent = seen - link.last_received_at
             if silent >= heartbeat:
                 link.conn.release_buffers()  # nothing arrives: free the buffers kept for reuse
             if silent >= 3 * heartbeat:
                 if link.session is not None or self._server:
                     link.error = ConnectionLost(link.peer_id, f"silent for {silent:.1f} s")
-                elif self.transport.watches_peer_host and silent < connection.session_timeout:
+                elif self.loop.watches_peer_host and silent < connection.session_timeout:
                     continue  # its server's host answers: keep the place in its queue a while
                 else:
                     link.error = ConnectionLost(None, explain_no_handshake(
                         silent, heard_hello=link.conn.peer is not None))
-                self.transport.close_link(link, flush=False)
+                self.loop.close_link(link, flush=False)
             elif silent >= heartbeat and now - link.ping_sent_at >= heartbeat:
                 link.ping_sent_at = now
                 with link.lock:
                     link.conn.send_ping(next(self._ping_tokens))
-                    self.transport.write_now(link)
+                    self.loop.write_now(link)
             else:
                 # The next PING is due a heartbeat after the later of the last bytes received
                 # and the last PING sent. Looking at most every slack keeps a server with
@@ -474,7 +474,7 @@ class SessionEngine:
         self._stopping_since = now
         self.handshake.stopping(now, goodbye_by)
         self.signals.stopping = True
-        self.transport.wake()
+        self.loop.wake()
 
     def flushed(self) -> bool:
         """Everything put has been acknowledged (or failed), and for a server: peers left."""

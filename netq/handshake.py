@@ -21,7 +21,7 @@ from typing import cast
 
 from . import protocol as proto
 from ._buffers import ReceivePool
-from .contract import Link, TransportAPI
+from .contract import Link, LoopAPI
 from .credit import ReceiveBudget
 from .diagnostics import Reachability
 from .exceptions import (
@@ -32,7 +32,7 @@ from .exceptions import (
     ResourceGone,
 )
 from .options import CommunicatorOptions
-from .peers import PeerTable
+from .peers import PeerDirectory
 from .protocol.frames import ErrorCode, Role
 from .protocol.resume import resume_numbering
 from .session import NO_TOKEN, PeerSession, PeerState
@@ -69,8 +69,8 @@ def new_connection(options: CommunicatorOptions, *, server: bool, recv_messages:
 class Handshake:
     """Opens, resumes and ends the sessions of one communicator's links (I/O thread)."""
 
-    def __init__(self, *, server: bool, peers: PeerTable, budget: ReceiveBudget,
-                 transport: TransportAPI, reachability: Reachability | None,
+    def __init__(self, *, server: bool, peers: PeerDirectory, budget: ReceiveBudget,
+                 loop: LoopAPI, reachability: Reachability | None,
                  schedule: Callable[[PeerSession], None], changed: Callable[[], None],
                  options: CommunicatorOptions, recv_messages: int) -> None:
         """``schedule``: ask the I/O thread to service a session. ``changed``: a session came
@@ -79,7 +79,7 @@ class Handshake:
         self._server = server
         self._peers = peers
         self._budget = budget
-        self._transport = transport
+        self._loop = loop
         self._reach = reachability
         self._schedule = schedule
         self._changed = changed
@@ -103,11 +103,11 @@ class Handshake:
 
     def authenticated(self, link: Link, hello: proto.frames.Hello) -> bool:
         """The peer proved who it is (or needs no proof). False if the transport refuses it."""
-        transport = self._transport
-        if not transport.authorize(link, hello.id):
+        loop = self._loop
+        if not loop.authorize(link, hello.id):
             link.error = AuthenticationError(f"{hello.id} may not use this link")
             link.conn.send_error(ErrorCode.AUTHENTICATION, "peer id not allowed on this link")
-            transport.close_link(link, flush=True)
+            loop.close_link(link, flush=True)
             return False
         link.peer_id = hello.id
         if link.conn.local.shm and not hello.shm and not self._said_no_shm:
@@ -147,11 +147,11 @@ class Handshake:
                 link.error = ConnectionLost(link.peer_id, "a newer connection of this peer "
                                                           "holds the session")
                 link.conn.send_error(ErrorCode.REPLACED, "a newer connection took over")
-                self._transport.close_link(link, flush=True)
+                self._loop.close_link(link, flush=True)
                 return False
             if old is not None and old is not link:
                 old.conn.send_error(ErrorCode.REPLACED, "a newer connection took over")
-                self._transport.close_link(old, flush=True)
+                self._loop.close_link(old, flush=True)
             with session.send_lock:
                 # A new client process reusing the id (another token) keeps its queues;
                 # numbering restarts on both sides.
@@ -193,7 +193,7 @@ class Handshake:
             ended = self._reach.connected()
             if ended is not None and ended.warned and not ended.summarized:
                 LOGGER.info("netq client: connected to %s after %.0f s",
-                            self._transport.connect_target(), now - ended.since)
+                            self._loop.connect_target(), now - ended.since)
         return True
 
     def _handshake_ended(self, link: Link) -> None:
@@ -241,7 +241,7 @@ class Handshake:
                 session.state = PeerState.CLOSING
                 link.conn.send_bye("goodbye")
                 session.goodbye_sent = True
-            self._transport.close_link(link, flush=True)
+            self._loop.close_link(link, flush=True)
         else:
             session.state = PeerState.CLOSED
             error = self._ended_by(session)  # before goodbye_sent says we answered
@@ -250,7 +250,7 @@ class Handshake:
                 session.goodbye_sent = True
             with session.send_lock:
                 session.fail_outbound(error)
-            self._transport.close_link(link, flush=True)
+            self._loop.close_link(link, flush=True)
 
     def _ended_by(self, session: PeerSession) -> ResourceGone:
         """What a session's pending messages fail with when its goodbye is over: a client that
@@ -291,7 +291,7 @@ class Handshake:
             "one under the same id: another live client uses id %s (another process, or a "
             "worker that inherited these CommunicatorOptions through a fork), and the two take "
             "each other's connection in turn. Give each client its own CommunicatorOptions "
-            "(each gets a fresh id)", self._options.id, self._transport.connect_target(),
+            "(each gets a fresh id)", self._options.id, self._loop.connect_target(),
             self._options.id)
 
     def link_closed(self, link: Link, now: float) -> str | None:
@@ -366,8 +366,8 @@ class Handshake:
         """Stopping: say goodbye on every link; True when nothing is left to wait for.
         ``in_grace``: a client may still let a handshake under way finish first."""
         done = True
-        transport = self._transport
-        for link in transport.links():
+        loop = self._loop
+        for link in loop.links():
             session = link.session
             if session is None:
                 if not self._server and not link.closing and in_grace:
@@ -377,7 +377,7 @@ class Handshake:
                     # session_timeout, and its close() would wait for it.
                     done = False
                     continue
-                transport.close_link(link, flush=False)
+                loop.close_link(link, flush=False)
                 continue
             with link.lock:
                 if not self._server:
@@ -385,12 +385,12 @@ class Handshake:
                         session.goodbye_sent = True
                         session.state = PeerState.CLOSING
                         link.conn.send_bye("goodbye")
-                        transport.write_now(link)
+                        loop.write_now(link)
                     done = False  # wait for the server's BYE (or EOF)
                 else:
                     # Server stopping with clients still attached (close timeout ran out).
                     link.conn.send_error(ErrorCode.SHUTDOWN, "server closing")
-                    transport.close_link(link, flush=True)
+                    loop.close_link(link, flush=True)
         return done
 
     def stopping(self, now: float, goodbye_by: float | None) -> None:
@@ -432,7 +432,7 @@ class Handshake:
             return True
         if not self._goodbye_warned:
             self._goodbye_warned = True
-            target = self._transport.connect_target()
+            target = self._loop.connect_target()
             if self._goodbye_by is None:
                 # close() without a timeout tried until the server's session ran out.
                 LOGGER.warning(
@@ -471,7 +471,7 @@ class Handshake:
         """
         recent = now - 3 * self._options.connection.heartbeat
         return any(link.peer_id is None and link.opened_at > recent
-                   for link in self._transport.links())
+                   for link in self._loop.links())
 
     def expire_sessions(self, now: float) -> float:
         """Sessions whose peer did not come back within ``session_timeout`` end (a server's)

@@ -12,7 +12,7 @@ again. The communicator opens (deserializes) what it takes, on the caller's thre
 
 A ``get()`` that finds a message takes one lock round trip and one call into the budget
 (:meth:`netq.credit.ReceiveBudget.settle_lent`); one that waits leads the loop through the
-transport's ``lead`` directly (:class:`netq.contract.TransportAPI`). What it reads of the
+transport's ``lead`` directly (:class:`netq.contract.LoopAPI`). What it reads of the
 engine's state on the way are plain attributes, looked at only when nothing was found.
 """
 
@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .contract import LoopSignals, TransportAPI
+from .contract import LoopAPI, LoopSignals
 from .credit import ReceiveBudget
 from .engine import SessionEngine
 from .exceptions import ConnectionLost, Empty, ResourceClosed
@@ -70,13 +70,13 @@ class Inboxes:
         """The engine that fills these inboxes (made after them: it takes them as its Inbox)."""
         self._engine = engine
         self._budget: ReceiveBudget = engine.budget
-        transport: TransportAPI = engine.transport
+        loop: LoopAPI = engine.loop
         # A blocked get() may run the I/O loop itself (leader/followers; IOLoop.lead).
-        self._caller_leads: bool = transport.caller_leads
-        self._lead = transport.lead
-        self._wake_io = transport.wake  # settling what get() lent scheduled credit to send
+        self._caller_leads: bool = loop.caller_leads
+        self._lead = loop.lead
+        self._wake_io = loop.wake  # settling what get() lent scheduled credit to send
         # A get() went to sleep: a loop parked for callers must run again (IOLoop.lead).
-        self._unpark_io = transport.unpark
+        self._unpark_io = loop.unpark
         # A client's one session (the server), fixed for its life; None on a server.
         self._server_session: PeerSession | None = engine.peers.server_session
 

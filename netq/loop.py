@@ -12,7 +12,7 @@ happened. Each turn::
                             -> the link's writer); a link opens or ends; an attempt failed
     reconnect when due, give up an attempt that takes too long, drop flushed closing links
 
-The engine calls the loop through :class:`netq.contract.TransportAPI` (``write_now``,
+The engine calls the loop through :class:`netq.contract.LoopAPI` (``write_now``,
 ``close_link``, ``lead``, ``wake``...); the loop calls the engine through
 :class:`netq.contract.EngineAPI` and the carrier through :class:`netq.carrier.Carrier`.
 
@@ -46,8 +46,8 @@ from .contract import (
     CONNECT_STARTED,
     EngineAPI,
     Link,
+    LoopAPI,
     LoopSignals,
-    TransportAPI,
 )
 from .link_driver import LinkDriver
 from .options import CommunicatorOptions, Purpose
@@ -61,10 +61,10 @@ LEAD_SLICE = 0.05  # seconds of a caller-led wait for I/O between looks at its o
 
 
 def carrier_loop(carrier_class: CarrierFactory) -> Callable[
-        [EngineAPI, CommunicatorOptions, Purpose], TransportAPI]:
+        [EngineAPI, CommunicatorOptions, Purpose], LoopAPI]:
     """What the engine builds its loop with: an :class:`IOLoop` over ``carrier_class``."""
 
-    def build(engine: EngineAPI, options: CommunicatorOptions, purpose: Purpose) -> TransportAPI:
+    def build(engine: EngineAPI, options: CommunicatorOptions, purpose: Purpose) -> LoopAPI:
         return IOLoop(engine, options, purpose, carrier_class)
 
     return build

@@ -1,6 +1,6 @@
-"""The peer table: which peers a communicator has, and what a peer id in a call means.
+"""The peer directory: which peers a communicator has, and what a peer id in a call means.
 
-One table per communicator (:class:`PeerTable`), used by the queue API
+One directory per communicator (:class:`PeerDirectory`), used by the queue API
 (:class:`netq.Communicator`: ``put``, ``get``, ``peers``) and by the engine (handshakes,
 session expiry) alike. It holds
 
@@ -11,7 +11,7 @@ session expiry) alike. It holds
   raises :class:`ConnectionLost` ("it was here and left") rather than :class:`UnknownPeer`
   ("never heard of it").
 
-Rules of :meth:`PeerTable.resolve` (what ``put(data, *peers)`` and ``get(*peers)`` accept):
+Rules of :meth:`PeerDirectory.resolve` (what ``put(data, *peers)`` and ``get(*peers)`` accept):
 
 =====================================  =====================  ===========================
 peer named                             put()                  get()
@@ -33,18 +33,18 @@ from collections.abc import Iterator, Sequence
 from .exceptions import ConnectionLost, UnknownPeer
 from .session import NO_TOKEN, PeerSession, PeerState
 
-__all__ = ("DEPARTED_MEMORY", "GONE_STATES", "PeerTable")
+__all__ = ("DEPARTED_MEMORY", "GONE_STATES", "PeerDirectory")
 
 DEPARTED_MEMORY = 65536  # ids of departed peers remembered (ConnectionLost, not UnknownPeer)
 # States of a session that takes no new messages: a put() to every peer skips them.
 GONE_STATES = (PeerState.CLOSED, PeerState.CLOSING)
 
 
-class PeerTable:
+class PeerDirectory:
     """The sessions of one communicator, by peer id, and the peers that left."""
 
     def __init__(self, *, server: bool, window: int) -> None:
-        """``server``: a server's table starts empty; a client's holds its one session (the
+        """``server``: a server's directory starts empty; a client's holds its one session (the
         server, id unknown until the handshake). ``window``: new sessions' receive window."""
         self.server = server
         self._window = window
@@ -63,7 +63,7 @@ class PeerTable:
     # ------------------------------------------------------------------ lookups
 
     def __len__(self) -> int:
-        """Sessions in the table (a server's clients, including those closing)."""
+        """Sessions in the directory (a server's clients, including those closing)."""
         return len(self.sessions) if self.server else 1
 
     def __iter__(self) -> Iterator[PeerSession]:
@@ -157,7 +157,7 @@ class PeerTable:
 
     def forget(self, session: PeerSession) -> bool:
         """Server: drop a finished session and remember its peer as departed; False when the
-        table holds another session for that id now (nothing changed)."""
+        directory holds another session for that id now (nothing changed)."""
         if self.sessions.get(session.id) is not session:
             return False
         del self.sessions[session.id]

@@ -162,7 +162,7 @@ def test_a_get_ends_when_the_io_thread_dies_under_it_and_after(transport, monkey
         raise RuntimeError("the loop broke")
 
     monkeypatch.setattr(server._engine, "service", broken_service)
-    server._transport.wake()
+    server._loop.wake()
     getter.join(T)
     assert not getter.is_alive(), "get() slept through the I/O thread's death"
     assert len(outcome) == 1 and isinstance(outcome[0], nq.ConnectionLost), outcome
@@ -173,3 +173,13 @@ def test_a_get_ends_when_the_io_thread_dies_under_it_and_after(transport, monkey
         server.get()
     with pytest.raises(nq.ConnectionLost):
         server.get_nowait()
+
+
+def test_transport_is_a_deprecated_name_of_the_loop(transport):
+    """``Communicator.loop`` is the I/O loop (what ``transport`` used to name): the old name
+    still answers, with the same object and a DeprecationWarning that names the new one."""
+    server = transport.make_server()
+    assert server.loop is server._loop
+    assert server.loop.address == server.address
+    with pytest.warns(DeprecationWarning, match=r"Communicator\.loop"):
+        assert server.transport is server.loop

@@ -752,7 +752,7 @@ def test_server_close_with_timeout_fails_pending_futures(transport):
 def test_server_close_with_timeout_tells_attached_clients(transport):
     server = transport.make_server()
     client = transport.connect(server)
-    io = server._transport
+    io = server._loop
     carrier = io.carrier
     wait = carrier.wait  # every carrier's: the loop waits for its events there
 
@@ -782,7 +782,7 @@ def test_client_get_after_server_shutdown_raises_connection_lost(transport):
     server.put("last words", client.id).result(T)
     # Sidestep the close(timeout) race above (test_server_close_with_timeout_tells_attached_
     # clients): without the immediate abort, the server's I/O thread always sends SHUTDOWN.
-    server._transport.abort = lambda: None
+    server._loop.abort = lambda: None
     server.close(timeout=0.2)
     wait_for(lambda: client.statistics().peers[0].state == "closed", T,
              message="the client to learn that the server shut down")

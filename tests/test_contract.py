@@ -56,7 +56,7 @@ def test_the_contract_modules_never_import_or_name_any(module) -> None:
 
 
 @pytest.mark.parametrize("cls", [contract.LinkIO, contract.Link, contract.EngineAPI,
-                                 contract.TransportAPI, contract.Inbox, carrier.Carrier,
+                                 contract.LoopAPI, contract.Inbox, carrier.Carrier,
                                  carrier.CarrierInfo, carrier.Opened])
 def test_every_resolved_hint_of_the_contract_classes_is_free_of_any(cls: type) -> None:
     def hints_of(member: object) -> dict[str, object]:

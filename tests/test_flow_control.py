@@ -301,7 +301,7 @@ def test_a_client_with_no_server_says_so(transport, caplog):
                  message="a warning that the client cannot connect")
         said = _warnings(caplog, "not connected to the server")[0]
         # Where it connects, in the transport's terms (MQTT: the broker and the topic prefix).
-        assert client.transport.connect_target() in said
+        assert client.loop.connect_target() in said
         if transport.spec.protocol is not nq.Protocol.MQTT:
             assert str(options.netloc) in said
         assert not future.done()

@@ -224,7 +224,7 @@ def got(inbox, communicator):
                                   "_consumers", "inbox", "communicator"}
     assert upward_reach("def f(link: Inboxes) -> SessionEngine: ...") == {"Inboxes",
                                                                         "SessionEngine"}
-    helper = "def link_statistics(communicator):\n    return communicator.transport\n"
+    helper = "def link_statistics(communicator):\n    return communicator.loop\n"
     assert upward_reach(helper) == {"communicator"}
     assert upward_reach(helper, frozenset({"link_statistics"})) == set()
     # Appending a notice, and keeping the engine (an attribute named so), call nothing up.

@@ -101,5 +101,5 @@ def test_a_grpc_transport_trims_after_moving_its_volume(transport):
         assert len(server.get(timeout=30).data) == len(payload)
     # Both ends moved more than TRIM_AFTER; each trims between turns of its loop, and the
     # next turn comes within a heartbeat at the latest.
-    wait_for(lambda: server._transport.carrier.native_heap.trims >= 1
-             and client._transport.carrier.native_heap.trims >= 1, 30)
+    wait_for(lambda: server._loop.carrier.native_heap.trims >= 1
+             and client._loop.carrier.native_heap.trims >= 1, 30)

@@ -153,5 +153,5 @@ def test_a_communicators_repr_says_where_it_listens_or_connects():
                 nq.CommunicatorOptions(netloc=("127.0.0.1", 9))) as client:
         path = nq.NetworkLocation(port=9).unix_path()
         assert repr(client).startswith(f"<netq client unix unix:{path} id=")
-        assert client.transport.connect_target() == f"unix:{path}"
+        assert client.loop.connect_target() == f"unix:{path}"
         assert client.statistics().address == f"unix:{path}"  # the widget's title says it too

@@ -6,7 +6,7 @@ whose bytes move only when the test calls :meth:`MemoryNetwork.run`: every engin
 nothing moves. So a test decides exactly when bytes travel, and every step is deterministic.
 
 It stands in for the engine's loop (:class:`netq.loop.IOLoop`): only the contract the engine
-calls (:class:`netq.contract.TransportAPI`) is implemented; the engine is the real one, behind
+calls (:class:`netq.contract.LoopAPI`) is implemented; the engine is the real one, behind
 the real :class:`netq.Communicator` facade, which is given this class as its loop factory.
 """
 
@@ -140,10 +140,10 @@ class MemoryNetwork:
     def connect(self, client: Communicator) -> tuple[Link, Link]:
         """A new link between ``client`` and the server (bytes move on the next run)."""
         assert self.server is not None
-        client_link = client._transport.open_link()
-        server_link = self.server._transport.open_link()
-        for a, b, owner in ((client_link, server_link, client._transport),
-                            (server_link, client_link, self.server._transport)):
+        client_link = client._loop.open_link()
+        server_link = self.server._loop.open_link()
+        for a, b, owner in ((client_link, server_link, client._loop),
+                            (server_link, client_link, self.server._loop)):
             self._pairs[id(a)] = b
             self._owners[id(a)] = owner
         return client_link, server_link

@@ -20,7 +20,7 @@ from netq.diagnostics import (
     WaitingClients,
     format_bytes,
 )
-from netq.peers import PeerTable
+from netq.peers import PeerDirectory
 from netq.session import PeerState
 from netq.stall import REPEAT_WARNING, StallWarning
 
@@ -131,13 +131,13 @@ class Target:
 
 
 def diagnostics(server: bool, getters: Getters | None = None,
-                **budget) -> tuple[Diagnostics, PeerTable, Reachability | None]:
+                **budget) -> tuple[Diagnostics, PeerDirectory, Reachability | None]:
     options = nq.CommunicatorOptions()
-    peers = PeerTable(server=server, window=64 * 1024)
+    peers = PeerDirectory(server=server, window=64 * 1024)
     reach = None if server else Reachability(options.connection.stall_warning,
                                              time.monotonic() - 12)
     return (Diagnostics(server=server, options=options, peers=peers, budget=Budget(**budget),
-                        transport=Target(), reachability=reach,
+                        loop=Target(), reachability=reach,
                         getters=getters if getters is not None else Getters()), peers, reach)
 
 
@@ -163,7 +163,7 @@ def test_an_attempt_under_way_says_how_far_it_got():
     text = diag.explain_unreachable(time.monotonic())
     assert "the netq handshake is not finished" in text and "host answers" not in text
     # A carrier that watches the server's host: the client keeps waiting, and says why.
-    diag._transport.watches_peer_host = True
+    diag._loop.watches_peer_host = True
     text = diag.explain_unreachable(time.monotonic())
     assert "the server's host answers, its netq has not yet" in text
     assert "keeps its place in the server's queue" in text

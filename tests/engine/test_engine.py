@@ -238,7 +238,7 @@ def test_an_idle_link_sleeps_until_its_next_ping_is_due():
     now = time.monotonic()
     for communicator in (client, server):
         engine = communicator._engine
-        for link in engine.transport.links():
+        for link in engine.loop.links():
             link.last_received_at = now - 1.0
             link.ping_sent_at = now - 60.0
         engine._timers_changed()
@@ -246,7 +246,7 @@ def test_an_idle_link_sleeps_until_its_next_ping_is_due():
     # A thousand links' due times spread over the heartbeat do not wake the loop more often
     # than every tenth of a heartbeat.
     engine = client._engine
-    link = engine.transport.links()[0]
+    link = engine.loop.links()[0]
     link.last_received_at = now - 4.99
     link.ping_sent_at = now - 4.99
     engine._timers_changed()
@@ -325,7 +325,7 @@ def test_a_stale_attempt_finishing_its_handshake_late_does_not_take_the_session(
     stale = client_a.conn.data_to_send()  # A's SESSION: on its way, not read yet
     assert stale
     network._pairs.pop(id(client_a))  # the client closes A; the server reads what A sent later
-    client._transport.drop(client_a)
+    client._loop.drop(client_a)
     network.connect(client)  # attempt B: its handshake completes, the client's put arrives
     put = client.put("hello")
     network.run()
@@ -334,7 +334,7 @@ def test_a_stale_attempt_finishing_its_handshake_late_does_not_take_the_session(
     with server_a.lock:
         server._engine.handle_events(server_a, server_a.conn.receive_data(stale))
     network.run()
-    server._transport.drop(server_a)
+    server._loop.drop(server_a)
     network.run()
     assert server.peers == (client.id,) and client.peers == (server.id,)
     # Long past session_timeout: the session is the client's live one, not expired.
@@ -350,7 +350,7 @@ def test_a_session_does_not_expire_while_its_client_is_back_and_handshaking():
     handshake on the server past session_timeout: the session waits for that handshake instead
     of expiring (which would fail what was queued for the client, a broadcast's share too)."""
     network, server, client = pair(session_timeout=5.0)
-    (old,) = client._transport.links()
+    (old,) = client._loop.links()
     network.cut(old)
     queued = server.put("while you were away")
     client_b, server_b = network.connect(client)

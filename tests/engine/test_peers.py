@@ -1,4 +1,4 @@
-"""The peer table (netq.peers) on its own: resolve()'s rules, departed peers, the client's one
+"""The peer directory (netq.peers) on its own: resolve()'s rules, departed peers, the client's one
 session. No engine, no transport."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import uuid
 import pytest
 
 from netq.exceptions import ConnectionLost, ResourceClosed, UnknownPeer
-from netq.peers import DEPARTED_MEMORY, PeerTable
+from netq.peers import DEPARTED_MEMORY, PeerDirectory
 from netq.session import PeerState
 
 WINDOW = 64 * 1024
 
 
-def server_with(*states: PeerState) -> tuple[PeerTable, list[uuid.UUID]]:
-    table = PeerTable(server=True, window=WINDOW)
+def server_with(*states: PeerState) -> tuple[PeerDirectory, list[uuid.UUID]]:
+    table = PeerDirectory(server=True, window=WINDOW)
     ids = []
     for state in states:
         session, resumed = table.open(uuid.uuid4())
@@ -70,7 +70,7 @@ def test_forget_leaves_a_newer_session_of_the_same_id_alone():
 
 
 def test_departed_ids_are_bounded_oldest_first():
-    table = PeerTable(server=True, window=WINDOW)
+    table = PeerDirectory(server=True, window=WINDOW)
     first = None
     for _ in range(DEPARTED_MEMORY + 1):
         session, _ = table.open(uuid.uuid4())
@@ -81,7 +81,7 @@ def test_departed_ids_are_bounded_oldest_first():
 
 
 def test_a_client_table_has_the_server_as_its_one_ordinary_entry():
-    table = PeerTable(server=False, window=WINDOW)
+    table = PeerDirectory(server=False, window=WINDOW)
     server = table.server_session
     assert server is not None and table.all() == [server] and len(table) == 1
     assert table.live_ids() == ()  # not connected yet
@@ -101,7 +101,7 @@ def test_a_client_table_has_the_server_as_its_one_ordinary_entry():
 
 
 def test_a_server_remembers_how_far_an_ended_session_got():
-    table = PeerTable(server=True, window=64 * 1024)
+    table = PeerDirectory(server=True, window=64 * 1024)
     peer = uuid.uuid4()
     assert table.ended(peer) is None
     session, resumed = table.open(peer)

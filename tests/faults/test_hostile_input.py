@@ -141,7 +141,7 @@ def test_mqtt_garbage_and_oversize_headers_through_the_broker(transport):
         raw.subscribe(f"{base}/s2c/{intruder}", qos=1)
         # the subscription is in place before the server could answer
         assert subscribed.wait(T), "no SUBACK from the broker"
-        invalid = server._transport.carrier.counters["invalid_packets"]
+        invalid = server._loop.carrier.counters["invalid_packets"]
         baseline = psutil.Process().memory_info().rss
         for topic, payload in [
             # 0xff first: never a link header's version byte, so these are always invalid.
@@ -159,7 +159,7 @@ def test_mqtt_garbage_and_oversize_headers_through_the_broker(transport):
                        for answer in list(answers))
 
         wait_for(limit_error_seen, T, message="ERROR LIMIT on the intruder's topic")
-        wait_for(lambda: server._transport.carrier.counters["invalid_packets"] >= invalid + 3, T,
+        wait_for(lambda: server._loop.carrier.counters["invalid_packets"] >= invalid + 3, T,
                  message="the server to count the random packets as invalid")
         assert psutil.Process().memory_info().rss - baseline < 64 * MiB
         with pytest.raises(nq.Empty):

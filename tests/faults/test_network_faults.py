@@ -375,8 +375,8 @@ def test_resume_with_messages_waiting_takes_one_reconnect(transport):
     # The client's I/O thread pauses 50 ms after writing its SESSION frame, as a loaded
     # machine would: the server's SESSION and the messages behind it are all in the socket
     # when it reads again, so one read carries them all.
-    handshake, transport_ = client._engine.handshake, client._transport
-    authenticated, write_now = handshake.authenticated, transport_.write_now
+    handshake, loop = client._engine.handshake, client._loop
+    authenticated, write_now = handshake.authenticated, loop.write_now
     session_written = threading.Event()
 
     def io_authenticated(link, hello):
@@ -390,7 +390,7 @@ def test_resume_with_messages_waiting_takes_one_reconnect(transport):
             time.sleep(0.05)  # simulates the loaded machine this test is about
 
     handshake.authenticated = io_authenticated
-    transport_.write_now = slow_write_now
+    loop.write_now = slow_write_now
     for attempt in range(3):
         client_before = client.statistics().peers[0].reconnects
         server_before = peer_row(server, client.id).reconnects

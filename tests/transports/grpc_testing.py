@@ -49,7 +49,7 @@ class GRPCSpec(TransportSpec):
         stream = link.channel
         if stream.closing or stream.ended or stream.grpc_channel is None:
             return False
-        transport = client._transport.carrier
+        transport = client._loop.carrier
         channel = stream.grpc_channel
         try:
             # On the client's I/O thread, which drives its gRPC loop: close the channel

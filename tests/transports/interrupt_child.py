@@ -76,7 +76,7 @@ def main() -> None:
     result = {
         "total": TOTAL, "received": len(got), "interrupts": interrupts,
         "in_order_no_duplicates": all(a < b for a, b in zip(got, got[1:], strict=False)),
-        "reconnects": row.reconnects, "caller_led_turns": client.transport.caller_led_turns,
+        "reconnects": row.reconnects, "caller_led_turns": client.loop.caller_led_turns,
     }
     print("RESULT " + json.dumps(result), flush=True)
     client.close(timeout=T)

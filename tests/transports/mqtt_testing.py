@@ -71,7 +71,7 @@ class MQTTSpec:
         return nq.NetworkLocation(address[0], address[1], path=netloc.path)  # same service
 
     def cut(self, client: nq.Communicator) -> bool:
-        transport = client._transport.carrier
+        transport = client._loop.carrier
         if transport.links.current is None or transport.links.current.closed:
             return False
         sock = transport._client.socket()

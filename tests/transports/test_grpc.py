@@ -375,7 +375,7 @@ def test_round_trips_with_direct_writes_and_held_acks(transport):
     sent, answered = echo_rounds(server, client, 300)
     for future in sent + answered:
         future.result(T)  # acknowledged: the held ACKs all left
-    assert client._transport.direct_writes and server._transport.direct_writes
+    assert client._loop.direct_writes and server._loop.direct_writes
 
 
 @plain
@@ -390,8 +390,8 @@ def test_a_blocked_get_runs_the_loop_itself_and_a_later_lone_put_still_goes(tran
     sent, answered = echo_rounds(server, client, 100)
     for future in sent + answered:
         future.result(T)
-    assert client._transport.caller_led_turns > 0
-    assert server._transport.caller_led_turns > 0
+    assert client._loop.caller_led_turns > 0
+    assert server._loop.caller_led_turns > 0
     # Lone puts both ways, no get() on the putting side afterwards.
     client.put("lone from the client").result(T)
     assert server.get(timeout=T).data == "lone from the client"

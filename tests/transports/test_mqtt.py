@@ -414,7 +414,7 @@ def test_impersonation_is_refused(mqtt_broker):
         intruder = uuid.uuid4()
         header = mqtt_link.encode(int(Kind.OPEN), 0, 0x99 << 32 | 1, 1, 0)
         raw.publish(f"{base}/c2s/{intruder}", header + first_bytes, qos=1).wait_for_publish(5)
-        loop = server._transport
+        loop = server._loop
         wait_for(lambda: loop.refused_links >= 1
                  and link_statistics(server)["stale_packets"] >= 3, T,
                  message="the server to refuse")
@@ -452,7 +452,7 @@ def test_tls_to_the_broker(tls_files, tmp_path):
             assert server.get(timeout=T).data == big
             server.put(big).result(T)
             assert client.get(timeout=T).data == big
-            assert client._transport.carrier._client.socket().version() in ("TLSv1.2", "TLSv1.3")
+            assert client._loop.carrier._client.socket().version() in ("TLSv1.2", "TLSv1.3")
         finally:
             client.close(timeout=5)
             server.close(timeout=5)
@@ -473,7 +473,7 @@ def test_status_topics_surface_join_and_leave(mqtt_broker):
         server.get(timeout=T)
         row = server.statistics().peers[0]
         assert row.state == "connected"
-        local._transport.carrier._client.socket().close()  # vanish: the broker publishes the Will
+        local._loop.carrier._client.socket().close()  # vanish: the broker publishes the Will
         started = time.monotonic()
         wait_for(lambda: server.statistics().peers[0].state != "connected", 10,
                  message="the Last Will to end the link")
@@ -499,7 +499,7 @@ def test_link_broken_while_its_ack_is_held_leaves_no_busy_loop(mqtt_broker, monk
         assert server.get(timeout=T).data == "hello"
         delivered = server.put("held ack", client.id)
         assert client.get(timeout=T).data == "held ack"  # its ACK now waits 0.3 s ...
-        sock = client._transport.carrier._client.socket()
+        sock = client._loop.carrier._client.socket()
         assert sock is not None and shut_down_below(sock.fileno())  # ... on a broken link
         assert delivered.result(T) is None  # resent and acknowledged on the next link
         wait_for(lambda: (row := client.statistics().peers[0]).reconnects >= 1

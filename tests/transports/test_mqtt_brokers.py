@@ -327,7 +327,7 @@ def test_stale_retained_server_status_after_a_broker_crash(mosquitto, caplog):
             started = time.monotonic()
             late = fleet.start_client()
             state = wait_for(lambda: "no live server answers" in (
-                late.transport.connect_state() or "") and late.transport.connect_state(), 10,
+                late.loop.connect_state() or "") and late.loop.connect_state(), 10,
                 message="the client to call the retained status stale")
             assert time.monotonic() - started <= 5 + 2, "said within 5 s (+ slack when loaded)"
             assert "no server announced" in state

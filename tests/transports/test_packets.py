@@ -171,7 +171,7 @@ def test_round_trip_with_frames_spanning_packets(make):
     assert message.data == payload and message.peer == client.id
     server.put("reply", client.id).result(T)
     assert client.get(timeout=T).data == "reply"
-    wire = client._transport.carrier.wires[0]
+    wire = client._loop.carrier.wires[0]
     assert wire.packets >= 11
     assert max(wire.sizes) == InProcessCarrier.packet_limit
 
@@ -185,20 +185,20 @@ def test_back_pressure_holds_output_until_wake(make):
         assert server.get(timeout=T).data == bytes([index]) * 20_000
     for future in futures:
         future.result(T)
-    assert client._transport.carrier.unconsumed <= InProcessCarrier.window
+    assert client._loop.carrier.unconsumed <= InProcessCarrier.window
 
 
 def test_cut_channel_resumes_session_without_loss(make):
     server, client = pair(make, reconnect_min=0.01, reconnect_max=0.05)
     client.put("before").result(T)
     assert server.get(timeout=T).data == "before"
-    client._transport.carrier.wires[0].cut()
+    client._loop.carrier.wires[0].cut()
     futures = [client.put(("after", index)) for index in range(100)]
     for index in range(100):
         assert server.get(timeout=T).data == ("after", index)
     for future in futures:
         future.result(T)
-    assert len(client._transport.carrier.wires) >= 2
+    assert len(client._loop.carrier.wires) >= 2
     stats = server.statistics().peer(client.id)
     assert stats.reconnects >= 1
 
@@ -218,7 +218,7 @@ def test_close_says_goodbye_and_stops_threads(make):
         client.put(index)
     client.close(timeout=T)
     assert [server.get(timeout=T).data for _ in range(50)] == list(range(50))
-    assert not client._transport._thread.is_alive()
+    assert not client._loop._thread.is_alive()
     with pytest.raises(nq.ResourceClosed):
         client.put("late")
 
@@ -235,7 +235,7 @@ def test_a_channel_bound_to_another_peer_refuses_the_hello(make):
     naming another id is refused for good (AuthenticationError)."""
     name = f"pkt-{uuid.uuid4()}"
     server = make(nq.Purpose.SERVER, name)
-    server._transport.carrier.bind_to = str(uuid.uuid4())
+    server._loop.carrier.bind_to = str(uuid.uuid4())
     client = make(nq.Purpose.CLIENT, name)
     with pytest.raises(nq.AuthenticationError):
         client.put("hello").result(T)

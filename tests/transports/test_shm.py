@@ -344,7 +344,7 @@ def test_handed_out_buffers_travel_without_a_copy(make):
     buffer[:3] = b"abc"
     client.put(buffer).result(T)
     assert bytes(server.get(timeout=T).data[:3]) == b"abc"
-    assert client._transport.shm.handed == 2 and client._transport.shm.copied == 0
+    assert client._loop.shm.handed == 2 and client._loop.shm.copied == 0
     del got, shared, buffer
 
 

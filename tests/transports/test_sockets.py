@@ -31,7 +31,7 @@ pytestmark = pytest.mark.timeout(90)
 
 def _stream_pair(transport):
     server = transport.make_server()
-    if not server.transport.caller_leads:
+    if not server.loop.caller_leads:
         pytest.skip("only byte streams let a blocked get() lead the loop")
     client = transport.connect(server)
     return server, client
@@ -77,8 +77,8 @@ def test_round_trips_are_led_by_the_waiting_caller(transport, sigint_disposition
     echo.join(T)
     # After the first hand-over the I/O thread parks and the next get() reads for itself; on
     # a loaded machine it takes the loop back now and then (when a look finds no caller led).
-    assert client.transport.caller_led_turns >= rounds // 10
-    assert server.transport.caller_led_turns >= rounds // 10
+    assert client.loop.caller_led_turns >= rounds // 10
+    assert server.loop.caller_led_turns >= rounds // 10
 
 
 def test_what_arrives_while_no_caller_leads_is_still_received(transport):

@@ -456,7 +456,7 @@ class MQTTCarrier(PacketCarrier[Channel]):
 
 def link_statistics(communicator) -> dict:
     """The MQTT link-layer counters of a ``Protocol.MQTT`` communicator."""
-    carrier = getattr(communicator.transport, "carrier", None)
+    carrier = getattr(communicator.loop, "carrier", None)
     if not isinstance(carrier, MQTTCarrier):
         raise TypeError("not an MQTT communicator")
     return carrier.link_statistics()

@@ -1,9 +1,23 @@
 #!/usr/bin/env python3
-"""Python function calls per message, each side of a netq link, every thread counted.
+"""Python function calls (or bytecode instructions) per message, each side of a link, every
+thread counted.
 
-Used by ``bench/hotpath.py --calls`` and by ``tests/test_calls_per_message.py`` (which pins the
-counts): one measurement, one counter. Standard library only; netq is imported by the side
-processes, never by this module's importers.
+Used by ``bench/hotpath.py --calls`` / ``--opcodes`` and by ``tests/test_calls_per_message.py``
+(which pins the counts): one measurement, one counter. Standard library only; netq is imported
+by the side processes, never by this module's importers.
+
+Two units. ``calls``: Python functions entered (a profile hook). ``opcodes``: bytecode
+instructions executed (a trace hook with ``f_trace_opcodes`` on every frame): the Python work
+of a message, which a call count only approximates (a call may run ten instructions or four
+hundred). Neither depends on the machine's speed, so both hold on any machine; the code runs
+several times slower while it is traced, so no time is ever taken under a hook.
+
+Rows: netq's (``netq-tcp``, ``netq-unix``, ``netq-grpc``) and, for the kinds they implement,
+the plain-Python floors of ``bench/run.py`` counted the same way: ``py-lead``
+(bench/workers/lead_floor.py: a queue whose waiting ``get()`` reads the socket itself) for the
+round trip, ``py-queue`` (bench/workers/pyqueue.py: a writer thread, a reader thread, futures
+and cumulative ACKs) for the stream. A netq count over its floor's is what netq's design runs
+in Python beyond the least a queue of that kind runs.
 
 Each side is its own process. Before the communicator exists (so before its I/O thread
 starts), the side installs a profile hook on its own thread (``sys.setprofile``) and for every
@@ -46,6 +60,10 @@ from types import CodeType, FrameType
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("lone", "stream", "rtt")
 ROWS = ("netq-tcp", "netq-unix", "netq-grpc")
+# The plain-Python floors, and the kinds each implements (their queues have no lone put).
+FLOOR_ROWS = {"py-lead": ("rtt",), "py-queue": ("stream",)}
+UNITS = ("calls", "opcodes")
+WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
 IDLE = 0.003  # seconds the link stays idle before and after each lone message
 SETTLE = 0.05  # seconds after the warm-up before the window opens (its ACKs are in by then)
 ROLES = {"lone": ("sender", "receiver"), "stream": ("sender", "receiver"),
@@ -93,13 +111,76 @@ class CallCounter:
         hook(frame, event, arg)
 
     def snapshot(self) -> Counter[CodeType]:
-        """Calls so far, all threads (a copy)."""
-        with self._lock:
-            counters = list(self._counters)
-        total: Counter[CodeType] = Counter()
-        for counter in counters:
-            total.update(dict(counter))  # dict(): one C-level copy, safe beside its thread
+        """Counts so far, all threads (a copy). The merge runs unhooked: its own Python
+        (``collections.Counter``'s) is not counted."""
+        hook = self._pause()
+        try:
+            with self._lock:
+                counters = list(self._counters)
+            total: Counter[CodeType] = Counter()
+            for counter in counters:
+                total.update(dict(counter))  # dict(): one C-level copy, safe beside its thread
+        finally:
+            self._resume(hook)
         return total
+
+    def _pause(self) -> object:
+        hook = sys.getprofile()
+        sys.setprofile(None)
+        return hook
+
+    def _resume(self, hook: object) -> None:
+        sys.setprofile(hook)  # type: ignore[arg-type]
+
+
+class OpcodeCounter(CallCounter):
+    """Counts the bytecode instructions every thread of this process executes, by code object.
+
+    A trace hook on each thread (``sys.settrace``, and ``threading.settrace`` for the threads
+    started later) turns on ``f_trace_opcodes`` for every frame it enters, outside the ignored
+    files, and counts the "opcode" events of that frame.
+    """
+
+    def install(self) -> None:
+        threading.settrace(self._first_event)
+        sys.settrace(self._hook_for_this_thread())
+
+    def uninstall(self) -> None:
+        threading.settrace(None)  # type: ignore[arg-type]
+        sys.settrace(None)
+
+    def _hook_for_this_thread(self):
+        counter: Counter[CodeType] = Counter()
+        with self._lock:
+            self._counters.append(counter)
+        ignored = self._ignored
+
+        def count(frame: FrameType, event: str, arg: object):
+            if event == "opcode":
+                counter[frame.f_code] += 1
+            return count
+
+        def enter(frame: FrameType, event: str, arg: object):
+            if frame.f_code.co_filename in ignored:
+                return None
+            frame.f_trace_lines = False
+            frame.f_trace_opcodes = True
+            return count
+
+        return enter
+
+    def _first_event(self, frame: FrameType, event: str, arg: object):
+        hook = self._hook_for_this_thread()
+        sys.settrace(hook)  # this thread's own counter from now on
+        return hook(frame, event, arg)
+
+    def _pause(self) -> object:
+        hook = sys.gettrace()
+        sys.settrace(None)
+        return hook
+
+    def _resume(self, hook: object) -> None:
+        sys.settrace(hook)  # type: ignore[arg-type]
 
 
 def _label(code: CodeType) -> str:
@@ -135,13 +216,16 @@ def side(spec: dict) -> None:
     """One process: the server (receiver / echo) or the client (sender / pinger)."""
     kind, role, count = spec["kind"], spec["role"], spec["count"]
     payload = (bytes(range(256)) * (spec["size"] // 256 + 1))[: spec["size"]]
-    counter = CallCounter(ignored_files=(os.path.abspath(__file__), __file__))
-    counter.install()  # before the communicator starts its I/O thread
+    ignored = (os.path.abspath(__file__), __file__)
+    counter = (OpcodeCounter if spec["unit"] == "opcodes" else CallCounter)(ignored)
+    counter.install()  # before the communicator (or the floor) starts its threads
+    if spec["row"] in FLOOR_ROWS:
+        _floor_side(spec, counter, payload)
+        return
     comm = _communicator(spec["row"], role, spec["address"])
     timeout = spec["timeout"]
     if role == "server":
-        sys.stdout.write("READY\n")
-        sys.stdout.flush()
+        _ready()
     # Warm-up: one round trip (the link is up, both sides' code paths have run once).
     if role == "client":
         comm.put(payload).result(timeout)
@@ -180,17 +264,92 @@ def side(spec: dict) -> None:
             for _ in range(count):
                 put(get(timeout=timeout).data)
         time.sleep(IDLE)
+    _result(counter, before, spec)
+    comm.close(timeout)
+
+
+def _ready() -> None:
+    sys.stdout.write("READY\n")
+    sys.stdout.flush()
+
+
+def _result(counter: CallCounter, before: Counter[CodeType], spec: dict) -> None:
+    """Print this side's count since ``before``, then wait for the orchestrator's word: a
+    closing peer's goodbye must not land in the other side's window."""
     after = counter.snapshot()
     counter.uninstall()
-    calls = after - before
-    top = [(n, _label(code)) for code, n in calls.most_common(spec["top"])]
-    result = {"calls": sum(calls.values()), "count": count, "top": top}
+    counted = after - before
+    top = [(n, _label(code)) for code, n in counted.most_common(spec["top"])]
+    result = {"calls": sum(counted.values()), "count": spec["count"], "top": top}
     sys.stdout.write("RESULT " + json.dumps(result) + "\n")
     sys.stdout.flush()
-    # Close only once both sides have counted (the orchestrator says so): a closing peer's
-    # goodbye must not land in the other side's window.
     sys.stdin.readline()
-    comm.close(timeout)
+
+
+def _floor_side(spec: dict, counter: CallCounter, payload: bytes) -> None:
+    """One side of a floor row: py-lead's round trip or py-queue's stream, as in bench/run.py
+    (the same queues, driven like netq's rows above)."""
+    sys.path.insert(0, WORKERS)
+    import raw
+
+    role, count = spec["role"], spec["count"]
+    if role == "server":
+        host, port = spec["address"].rsplit(":", 1)
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, int(port)))
+        listener.listen(1)
+        _ready()
+        sock = raw.accept(listener)  # closes the listener
+    else:
+        sock = raw.connect(spec["address"])
+    if spec["row"] == "py-lead":
+        import lead_floor
+
+        queue = lead_floor.LeadQueue(sock)
+        put, get = queue.put, queue.get
+        if role == "client":
+            put(payload)
+            get()
+        else:
+            put(get())
+        time.sleep(SETTLE)
+        before = counter.snapshot()
+        for _ in range(count):
+            if role == "client":
+                put(payload)
+                get()
+            else:
+                put(get())
+        time.sleep(IDLE)
+        _result(counter, before, spec)
+        queue.close()
+        return
+    import pyqueue
+
+    if role == "client":
+        sender = pyqueue.Sender(sock)
+        sender.put(payload)
+        sender.wait_acked(1)
+        time.sleep(SETTLE)
+        before = counter.snapshot()
+        for _ in range(count):
+            sender.put(payload)
+        sender.wait_acked(count + 1)
+        time.sleep(IDLE)
+        _result(counter, before, spec)
+        sender.close()
+        return
+    receiver = pyqueue.Receiver(sock)
+    receiver.get()
+    time.sleep(SETTLE)
+    before = counter.snapshot()
+    for _ in range(count):
+        receiver.get()
+    time.sleep(IDLE)
+    _result(counter, before, spec)
+    receiver.reader.join(spec["timeout"])  # ends at the sender's shutdown
+    sock.close()
 
 
 # ----------------------------------------------------------------------------- orchestration
@@ -204,12 +363,17 @@ def _free_port() -> int:
 
 def measure(kind: str, count: int, row: str = "netq-tcp", size: int = 64, top: int = 0,
             python: str = sys.executable, timeout: float = 60.0,
-            tmpdir: str | None = None) -> dict[str, dict]:
-    """Calls per message of each side: ``{role: {"per_message": float, "calls": int, "top":
-    [(calls, function), ...]}}``; roles are sender/receiver (lone, stream) or client/server
-    (rtt). Raises RuntimeError when a side fails."""
+            tmpdir: str | None = None, unit: str = "calls") -> dict[str, dict]:
+    """Calls (``unit="opcodes"``: bytecode instructions) per message of each side: ``{role:
+    {"per_message": float, "calls": int, "top": [(count, function), ...]}}`` ("calls" holds the
+    count in either unit); roles are sender/receiver (lone, stream) or client/server (rtt).
+    Raises RuntimeError when a side fails."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {UNITS}, not {unit!r}")
+    if row in FLOOR_ROWS and kind not in FLOOR_ROWS[row]:
+        raise ValueError(f"{row} implements {', '.join(FLOOR_ROWS[row])} only, not {kind}")
     if row == "netq-unix":
         if tmpdir is None:
             raise ValueError("netq-unix needs a tmpdir for its socket file")
@@ -223,7 +387,7 @@ def measure(kind: str, count: int, row: str = "netq-tcp", size: int = 64, top: i
     try:
         for role in ("server", "client"):
             spec = {"kind": kind, "role": role, "count": count, "size": size, "row": row,
-                    "address": address, "top": top, "timeout": timeout}
+                    "address": address, "top": top, "timeout": timeout, "unit": unit}
             procs[role] = subprocess.Popen(
                 [python, os.path.abspath(__file__), "--side", json.dumps(spec)],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
@@ -264,10 +428,12 @@ def measure(kind: str, count: int, row: str = "netq-tcp", size: int = 64, top: i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kinds", default=",".join(KINDS))
-    parser.add_argument("--rows", default="netq-tcp")
+    parser.add_argument("--rows", default="netq-tcp",
+                        help=f"comma list of {', '.join(ROWS + tuple(FLOOR_ROWS))}")
+    parser.add_argument("--unit", choices=UNITS, default="calls")
     parser.add_argument("--count", type=int, default=300, help="messages per kind")
     parser.add_argument("--top", type=int, default=0,
-                        help="also list the N functions called most, per side")
+                        help="also list the N functions that count most, per side")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
@@ -276,26 +442,48 @@ def main() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="netq-calls-") as tmpdir:
-        report(args.rows.split(","), args.kinds.split(","), args.count, args.top, tmpdir)
+        report(args.rows.split(","), args.kinds.split(","), args.count, args.top, tmpdir,
+               args.unit)
 
 
-def report(rows: list[str], kinds: list[str], count: int, top: int, tmpdir: str) -> None:
-    """Print the calls-per-message table (and the top functions with ``top``)."""
-    print(f"\n## Python calls per message, each side, all threads ({count} messages, 64 B)\n")
-    print("| row | kind | side | calls per message | side | calls per message |")
+UNIT_TITLES = {"calls": ("Python calls", "calls"),
+               "opcodes": ("Bytecode instructions", "instructions")}
+
+
+def report(rows: list[str], kinds: list[str], count: int, top: int, tmpdir: str,
+           unit: str = "calls") -> None:
+    """Print the per-message table (and the top functions with ``top``); where a floor row
+    was measured for a kind, each netq row's count over the floor's, side by side."""
+    title, noun = UNIT_TITLES[unit]
+    print(f"\n## {title} per message, each side, all threads ({count} messages, 64 B)\n")
+    print(f"| row | kind | side | {noun} per message | side | {noun} per message |")
     print("|---|---|---|---:|---|---:|")
     tops = []
+    measured: dict[tuple[str, str], list[float]] = {}
     for row in rows:
         for kind in kinds:
-            got = measure(kind, count, row=row, top=top, tmpdir=tmpdir)
+            if row in FLOOR_ROWS and kind not in FLOOR_ROWS[row]:
+                continue
+            got = measure(kind, count, row=row, top=top, tmpdir=tmpdir, unit=unit)
             (a, fa), (b, fb) = got.items()
             print(f"| {row} | {kind} | {a} | {fa['per_message']:.1f} | {b} | "
                   f"{fb['per_message']:.1f} |")
+            measured[(row, kind)] = [fa["per_message"], fb["per_message"]]
             for role, figures in got.items():
                 tops.append((row, kind, role, figures["top"]))
+    ratios = [(row, kind, floor) for (row, kind) in measured if row not in FLOOR_ROWS
+              for floor in FLOOR_ROWS if (floor, kind) in measured]
+    if ratios:
+        print(f"\n{noun.capitalize()} per message over the floor's (same unit, same run)\n")
+        print("| row | kind | floor | first side | second side |")
+        print("|---|---|---|---:|---:|")
+        for row, kind, floor in ratios:
+            ours, base = measured[(row, kind)], measured[(floor, kind)]
+            print(f"| {row} | {kind} | {floor} | ×{ours[0] / base[0]:.1f} | "
+                  f"×{ours[1] / base[1]:.1f} |")
     for row, kind, role, functions in tops:
         if functions:
-            print(f"\n{row} {kind}, {role}: the functions called most, per message\n")
+            print(f"\n{row} {kind}, {role}: the functions that count most, per message\n")
             for n, label in functions:
                 print(f"{n / count:8.2f}  {label}")
 

@@ -6,6 +6,7 @@
     python3 bench/hotpath.py --rows netq-tcp --kinds rtt --cprofile 12
     python3 bench/hotpath.py --calls                      # Python calls per message, each side
     python3 bench/hotpath.py --calls --calls-top 15       # and the functions called most
+    python3 bench/hotpath.py --opcodes                    # bytecode per message, beside floors
 
 Kinds: ``oneway`` (the sender calls ``put()`` per message, the receiver ``get()`` per message)
 and ``rtt`` (ping-pong: the client puts and waits for the echo). Rows: ``netq-tcp``,
@@ -35,6 +36,10 @@ code's own cost.
 tests/test_calls_per_message.py pins) for a lone 64 B put with the link idle around it (through
 its ACK and resolved future), a stream of 64 B puts and a 64 B round trip. Counts do not
 depend on the machine's speed or load, so they show a change in the code that timing hides.
+``--opcodes`` counts the bytecode instructions the same way (a trace hook on every frame), and
+beside netq's rows the plain-Python floors of bench/run.py where they implement the kind
+(``py-lead`` for the round trip, ``py-queue`` for the stream), with netq's count over theirs:
+the Python work of a message, which a call count only approximates.
 
 ``--cprofile N`` profiles every thread of each side (cProfile per thread, merged) and prints
 the N functions with the most own time per message. Profiling slows Python code several times,
@@ -389,16 +394,20 @@ def _cpus_kept_awake(enabled: bool):
             spinner.wait()
 
 
-def _count_calls(args: argparse.Namespace) -> None:
-    """``--calls``: bench/callcount.py's table for the rows it knows."""
+def _count_calls(args: argparse.Namespace, unit: str) -> None:
+    """``--calls`` / ``--opcodes``: bench/callcount.py's table for the rows it knows (with
+    ``--opcodes``, the floors too)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import callcount
 
     rows = [row for row in args.rows.split(",") if row in callcount.ROWS]
     if not rows:
-        raise SystemExit(f"--calls counts the rows {', '.join(callcount.ROWS)}")
+        raise SystemExit(f"--{unit} counts the rows {', '.join(callcount.ROWS)}")
+    if unit == "opcodes":
+        rows += list(callcount.FLOOR_ROWS)
     with tempfile.TemporaryDirectory(prefix="netq-calls-") as tmpdir:
-        callcount.report(rows, list(callcount.KINDS), args.count or 300, args.calls_top, tmpdir)
+        callcount.report(rows, list(callcount.KINDS), args.count or 300, args.calls_top, tmpdir,
+                         unit)
 
 
 def main() -> None:
@@ -416,8 +425,12 @@ def main() -> None:
                         help="count Python calls per message instead (lone put, stream of "
                              "puts, round trip; rows netq-tcp, netq-unix, netq-grpc; "
                              "--count default 300)")
+    parser.add_argument("--opcodes", action="store_true",
+                        help="count bytecode instructions per message instead, netq's rows "
+                             "beside the floors py-lead (round trip) and py-queue (stream)")
     parser.add_argument("--calls-top", type=int, default=0, metavar="N",
-                        help="with --calls: also list the N functions called most, per side")
+                        help="with --calls or --opcodes: also list the N functions that count "
+                             "most, per side")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
@@ -426,8 +439,8 @@ def main() -> None:
     unknown = [row for row in args.rows.split(",") if row not in ROWS]
     if unknown:  # a name it does not know would otherwise be measured as netq over TCP
         parser.error(f"unknown row(s) {', '.join(unknown)}: --rows takes {', '.join(ROWS)}")
-    if args.calls:
-        _count_calls(args)
+    if args.calls or args.opcodes:
+        _count_calls(args, "opcodes" if args.opcodes else "calls")
         return
     size = _size(args.size)
     perf = shutil.which("perf") is not None

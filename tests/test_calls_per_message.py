@@ -1,4 +1,5 @@
-"""Python function calls per message, each side of a TCP link, every thread: pinned.
+"""Python function calls and bytecode instructions per message, each side of a TCP link, every
+thread: pinned.
 
 The count comes from ``bench/callcount.py``, the code behind ``bench/hotpath.py --calls``: each
 side is its own process with a profile hook on every thread (installed before the
@@ -15,6 +16,13 @@ margin leaves room for the batching of a stream and for a round trip's replies t
 their ACK a little more or less often, while a change that adds a call or two per message to
 the data path (a wrapper, a second check, an event object) fails here. Lower a bound when a
 change brings the count down; raising one needs a reason in the commit.
+
+Bytecode instructions (``unit="opcodes"``: a trace hook with ``f_trace_opcodes`` on every
+frame) are pinned the same way, today's count plus 15 %, for the interpreter they were
+counted on (another one compiles the same code to other instructions: the test says so and
+skips). A call count misses the work inside a call; this count does not, so a change that
+makes a function on the data path do more fails here too. The floors (``py-lead``,
+``py-queue``) are counted beside them in ``bench/hotpath.py --opcodes``.
 """
 
 from __future__ import annotations
@@ -36,6 +44,16 @@ TODAY_AND_GOAL = {
     "rtt": {"client": (20.7, 22.0), "server": (20.8, 22.0)},
 }
 COUNT = {"lone": 150, "stream": 400, "rtt": 200}  # messages per measurement
+# kind -> side -> today's bytecode instructions per message (the highest of three runs quiet
+# and three beside two busy loops: a loaded machine stretches the window, and the parked I/O
+# thread's looks at its timers fall into it more often), on this interpreter.
+OPCODES_TODAY = {
+    (3, 11): {
+        "lone": {"sender": 1549.3, "receiver": 1900.4},
+        "stream": {"sender": 556.2, "receiver": 506.2},
+        "rtt": {"client": 2902.6, "server": 2932.2},
+    },
+}
 
 
 @pytest.mark.timeout(120)
@@ -53,6 +71,60 @@ def test_python_calls_per_message_stay_at_or_below_todays(kind, tmp_path):
         assert per_message <= bound, (
             f"{kind}, {side}: {per_message:.1f} Python calls per message, today's bound "
             f"{bound:.1f} (goal {goal}); the functions called most: {counted[side]['top']}")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", list(TODAY_AND_GOAL))
+def test_bytecode_instructions_per_message_stay_at_or_below_todays(kind, tmp_path):
+    today = OPCODES_TODAY.get(sys.version_info[:2])
+    if today is None:
+        pytest.skip(f"instructions were counted on {sorted(OPCODES_TODAY)}, not on "
+                    f"{sys.version_info[:2]}: another interpreter's bytecode differs")
+    counted = callcount.measure(kind, COUNT[kind], row="netq-tcp", top=8, timeout=60.0,
+                                tmpdir=str(tmp_path), unit="opcodes")
+    assert set(counted) == set(today[kind])
+    for side, count in today[kind].items():
+        per_message = counted[side]["per_message"]
+        # put() and get() alone run more instructions than this: under it, nothing was counted.
+        assert per_message >= 50, counted
+        bound = count * MARGIN
+        assert per_message <= bound, (
+            f"{kind}, {side}: {per_message:.0f} instructions per message, today's bound "
+            f"{bound:.0f}; the functions that count most: {counted[side]['top']}")
+
+
+def test_the_floors_are_counted_the_same_way(tmp_path):
+    """py-lead's round trip runs a few hundred instructions per side, py-queue's stream under
+    two hundred: the same counter sees a plain-Python queue's work, and netq's is above it."""
+    lead = callcount.measure("rtt", 100, row="py-lead", tmpdir=str(tmp_path), unit="opcodes")
+    queue = callcount.measure("stream", 200, row="py-queue", tmpdir=str(tmp_path),
+                              unit="opcodes")
+    for side in ("client", "server"):
+        assert 50 <= lead[side]["per_message"] <= 500, lead
+    for side in ("sender", "receiver"):
+        assert 20 <= queue[side]["per_message"] <= 250, queue
+    with pytest.raises(ValueError, match="implements rtt only"):
+        callcount.measure("stream", 10, row="py-lead", unit="opcodes")
+
+
+def test_the_opcode_counter_counts_the_instructions_of_every_thread():
+    counter = callcount.OpcodeCounter()
+    counter.install()
+    try:
+        def here(n: int) -> int:
+            return n + 1
+
+        def there(n: int) -> int:
+            return n + 1
+
+        thread = threading.Thread(target=there, args=(1,))
+        thread.start()
+        thread.join()
+        here(1)
+    finally:
+        counter.uninstall()
+    counted = {code.co_name: n for code, n in counter.snapshot().items()}
+    assert counted["here"] == counted["there"] > 0, counted
 
 
 def test_the_counter_counts_the_calls_of_every_thread():

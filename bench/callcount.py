@@ -77,6 +77,11 @@ class CallCounter:
     no lock and loses nothing; :meth:`snapshot` merges them.
     """
 
+    # The hook of the running thread, and of every thread started later (a profile hook here).
+    _get_hook = staticmethod(sys.getprofile)
+    _set_hook = staticmethod(sys.setprofile)
+    _set_hook_of_new_threads = staticmethod(threading.setprofile)
+
     def __init__(self, ignored_files: tuple[str, ...] = ()) -> None:
         self._ignored = frozenset(ignored_files)
         self._counters: list[Counter[CodeType]] = []
@@ -84,17 +89,21 @@ class CallCounter:
 
     def install(self) -> None:
         """Count on this thread from now on, and on every thread started later."""
-        threading.setprofile(self._first_event)
-        sys.setprofile(self._hook_for_this_thread())
+        self._set_hook_of_new_threads(self._first_event)
+        self._set_hook(self._hook_for_this_thread())
 
     def uninstall(self) -> None:
-        threading.setprofile(None)  # type: ignore[arg-type]
-        sys.setprofile(None)
+        self._set_hook_of_new_threads(None)
+        self._set_hook(None)
 
-    def _hook_for_this_thread(self):
+    def _new_counter(self) -> Counter[CodeType]:
         counter: Counter[CodeType] = Counter()
         with self._lock:
             self._counters.append(counter)
+        return counter
+
+    def _hook_for_this_thread(self):
+        counter = self._new_counter()
         ignored = self._ignored
 
         def hook(frame: FrameType, event: str, arg: object) -> None:
@@ -105,15 +114,16 @@ class CallCounter:
 
         return hook
 
-    def _first_event(self, frame: FrameType, event: str, arg: object) -> None:
+    def _first_event(self, frame: FrameType, event: str, arg: object):
         hook = self._hook_for_this_thread()
-        sys.setprofile(hook)  # this thread's own counter from now on
-        hook(frame, event, arg)
+        self._set_hook(hook)  # this thread's own counter from now on
+        return hook(frame, event, arg)  # a trace hook's answer: the frame's local hook
 
     def snapshot(self) -> Counter[CodeType]:
         """Counts so far, all threads (a copy). The merge runs unhooked: its own Python
         (``collections.Counter``'s) is not counted."""
-        hook = self._pause()
+        hook = self._get_hook()
+        self._set_hook(None)
         try:
             with self._lock:
                 counters = list(self._counters)
@@ -121,16 +131,8 @@ class CallCounter:
             for counter in counters:
                 total.update(dict(counter))  # dict(): one C-level copy, safe beside its thread
         finally:
-            self._resume(hook)
+            self._set_hook(hook)
         return total
-
-    def _pause(self) -> object:
-        hook = sys.getprofile()
-        sys.setprofile(None)
-        return hook
-
-    def _resume(self, hook: object) -> None:
-        sys.setprofile(hook)  # type: ignore[arg-type]
 
 
 class OpcodeCounter(CallCounter):
@@ -141,18 +143,12 @@ class OpcodeCounter(CallCounter):
     files, and counts the "opcode" events of that frame.
     """
 
-    def install(self) -> None:
-        threading.settrace(self._first_event)
-        sys.settrace(self._hook_for_this_thread())
-
-    def uninstall(self) -> None:
-        threading.settrace(None)  # type: ignore[arg-type]
-        sys.settrace(None)
+    _get_hook = staticmethod(sys.gettrace)
+    _set_hook = staticmethod(sys.settrace)
+    _set_hook_of_new_threads = staticmethod(threading.settrace)
 
     def _hook_for_this_thread(self):
-        counter: Counter[CodeType] = Counter()
-        with self._lock:
-            self._counters.append(counter)
+        counter = self._new_counter()
         ignored = self._ignored
 
         def count(frame: FrameType, event: str, arg: object):
@@ -168,19 +164,6 @@ class OpcodeCounter(CallCounter):
             return count
 
         return enter
-
-    def _first_event(self, frame: FrameType, event: str, arg: object):
-        hook = self._hook_for_this_thread()
-        sys.settrace(hook)  # this thread's own counter from now on
-        return hook(frame, event, arg)
-
-    def _pause(self) -> object:
-        hook = sys.gettrace()
-        sys.settrace(None)
-        return hook
-
-    def _resume(self, hook: object) -> None:
-        sys.settrace(hook)  # type: ignore[arg-type]
 
 
 def _label(code: CodeType) -> str:
@@ -308,19 +291,19 @@ def _floor_side(spec: dict, counter: CallCounter, payload: bytes) -> None:
 
         queue = lead_floor.LeadQueue(sock)
         put, get = queue.put, queue.get
-        if role == "client":
-            put(payload)
-            get()
-        else:
-            put(get())
-        time.sleep(SETTLE)
-        before = counter.snapshot()
-        for _ in range(count):
+
+        def round_trip() -> None:
             if role == "client":
                 put(payload)
                 get()
             else:
                 put(get())
+
+        round_trip()  # the warm-up
+        time.sleep(SETTLE)
+        before = counter.snapshot()
+        for _ in range(count):
+            round_trip()
         time.sleep(IDLE)
         _result(counter, before, spec)
         queue.close()

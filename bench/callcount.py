@@ -13,11 +13,12 @@ hundred). Neither depends on the machine's speed, so both hold on any machine; t
 several times slower while it is traced, so no time is ever taken under a hook.
 
 Rows: netq's (``netq-tcp``, ``netq-unix``, ``netq-grpc``) and, for the kinds they implement,
-the plain-Python floors of ``bench/run.py`` counted the same way: ``py-lead``
-(bench/workers/lead_floor.py: a queue whose waiting ``get()`` reads the socket itself) for the
-round trip, ``py-queue`` (bench/workers/pyqueue.py: a writer thread, a reader thread, futures
-and cumulative ACKs) for the stream. A netq count over its floor's is what netq's design runs
-in Python beyond the least a queue of that kind runs.
+the plain-Python floors of ``bench/run.py`` counted the same way: for the round trip
+``py-lead`` (bench/workers/lead_floor.py: a queue whose waiting ``get()`` reads the socket
+itself) and ``py-contract`` (bench/workers/contract_floor.py: the same with futures resolved by
+ACKs, credit and checked headers), for the stream ``py-queue`` (bench/workers/pyqueue.py: a
+writer thread, a reader thread, futures and cumulative ACKs). A netq count over its floor's
+is what netq's design runs in Python beyond the least a queue of that kind runs.
 
 Each side is its own process. Before the communicator exists (so before its I/O thread
 starts), the side installs a profile hook on its own thread (``sys.setprofile``) and for every
@@ -61,7 +62,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KINDS = ("lone", "stream", "rtt")
 ROWS = ("netq-tcp", "netq-unix", "netq-grpc")
 # The plain-Python floors, and the kinds each implements (their queues have no lone put).
-FLOOR_ROWS = {"py-lead": ("rtt",), "py-queue": ("stream",)}
+FLOOR_ROWS = {"py-lead": ("rtt",), "py-contract": ("rtt",), "py-queue": ("stream",)}
 UNITS = ("calls", "opcodes")
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "workers")
 IDLE = 0.003  # seconds the link stays idle before and after each lone message
@@ -270,8 +271,8 @@ def _result(counter: CallCounter, before: Counter[CodeType], spec: dict) -> None
 
 
 def _floor_side(spec: dict, counter: CallCounter, payload: bytes) -> None:
-    """One side of a floor row: py-lead's round trip or py-queue's stream, as in bench/run.py
-    (the same queues, driven like netq's rows above)."""
+    """One side of a floor row: py-lead's or py-contract's round trip, or py-queue's stream
+    (the queues of bench/run.py, driven like netq's rows above)."""
     sys.path.insert(0, WORKERS)
     import raw
 
@@ -286,10 +287,12 @@ def _floor_side(spec: dict, counter: CallCounter, payload: bytes) -> None:
         sock = raw.accept(listener)  # closes the listener
     else:
         sock = raw.connect(spec["address"])
-    if spec["row"] == "py-lead":
+    if spec["row"] in ("py-lead", "py-contract"):
+        import contract_floor
         import lead_floor
 
-        queue = lead_floor.LeadQueue(sock)
+        queue = (lead_floor.LeadQueue if spec["row"] == "py-lead"
+                 else contract_floor.ContractQueue)(sock)
         put, get = queue.put, queue.get
 
         def round_trip() -> None:

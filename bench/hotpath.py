@@ -38,8 +38,8 @@ its ACK and resolved future), a stream of 64 B puts and a 64 B round trip. Count
 depend on the machine's speed or load, so they show a change in the code that timing hides.
 ``--opcodes`` counts the bytecode instructions the same way (a trace hook on every frame), and
 beside netq's rows the plain-Python floors of bench/run.py where they implement the kind
-(``py-lead`` for the round trip, ``py-queue`` for the stream), with netq's count over theirs:
-the Python work of a message, which a call count only approximates.
+(``py-lead`` and ``py-contract`` for the round trip, ``py-queue`` for the stream), with netq's
+count over theirs: the Python work of a message, which a call count only approximates.
 
 ``--cprofile N`` profiles every thread of each side (cProfile per thread, merged) and prints
 the N functions with the most own time per message. Profiling slows Python code several times,
@@ -427,7 +427,8 @@ def main() -> None:
                              "--count default 300)")
     parser.add_argument("--opcodes", action="store_true",
                         help="count bytecode instructions per message instead, netq's rows "
-                             "beside the floors py-lead (round trip) and py-queue (stream)")
+                             "beside the floors py-lead and py-contract (round trip) and "
+                             "py-queue (stream)")
     parser.add_argument("--calls-top", type=int, default=0, metavar="N",
                         help="with --calls or --opcodes: also list the N functions that count "
                              "most, per side")

@@ -144,6 +144,9 @@ LATENCY = [
     # The round-trip floor of a Python queue (a waiting get() reads the socket itself:
     # bench/workers/lead_floor.py) and multiprocessing.connection, a peer a user would pick.
     Row("py-lead", "lead_floor.py", "py-lead"),
+    # py-lead with the least of netq's contract (futures resolved by ACKs, credit, checked
+    # headers: bench/workers/contract_floor.py): what the contract costs, and netq beyond it.
+    Row("py-contract", "contract_floor.py", "py-contract"),
     Row("mp-connection", "mp_connection.py", "mp-connection"),
     Row("zmq", "zmq_peer.py", "zmq-dealer", "zmq"),
     Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq"),

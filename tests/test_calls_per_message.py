@@ -94,13 +94,17 @@ def test_bytecode_instructions_per_message_stay_at_or_below_todays(kind, tmp_pat
 
 
 def test_the_floors_are_counted_the_same_way(tmp_path):
-    """py-lead's round trip runs a few hundred instructions per side, py-queue's stream under
-    two hundred: the same counter sees a plain-Python queue's work, and netq's is above it."""
+    """py-lead's round trip runs a few hundred instructions per side, py-contract's (the same
+    with acknowledgements, futures and credit) more, py-queue's stream under two hundred: the
+    same counter sees a plain-Python queue's work."""
     lead = callcount.measure("rtt", 100, row="py-lead", tmpdir=str(tmp_path), unit="opcodes")
+    contract = callcount.measure("rtt", 100, row="py-contract", tmpdir=str(tmp_path),
+                                 unit="opcodes")
     queue = callcount.measure("stream", 200, row="py-queue", tmpdir=str(tmp_path),
                               unit="opcodes")
     for side in ("client", "server"):
         assert 50 <= lead[side]["per_message"] <= 500, lead
+        assert lead[side]["per_message"] < contract[side]["per_message"] <= 800, contract
     for side in ("sender", "receiver"):
         assert 20 <= queue[side]["per_message"] <= 250, queue
     with pytest.raises(ValueError, match="implements rtt only"):

@@ -26,6 +26,7 @@ import socket
 import struct
 import sys
 import threading
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common
@@ -101,10 +102,10 @@ class LeadQueue:
         self.sock.close()
 
 
-def echo(spec: dict) -> None:
+def echo(spec: dict, queue_class: type[LeadQueue] = LeadQueue) -> None:
     listener, addr = listen()
     common.ready(addr)
-    queue = LeadQueue(accept(listener))
+    queue = queue_class(accept(listener))
     try:
         for _ in range(common.WARMUP_PINGS + spec["count"]):
             queue.put(queue.get())
@@ -113,10 +114,12 @@ def echo(spec: dict) -> None:
     common.result(role="echo", peak_rss_kb=common.maxrss_kb())
 
 
-def ping(spec: dict) -> None:
+def ping(spec: dict, queue_class: type[LeadQueue] = LeadQueue,
+         check: Callable[[LeadQueue], None] | None = None) -> None:
+    """The pinging side; ``check`` looks at the queue after the last round trip."""
     base = common.rss_kb()
     payload = common.payload_of(spec["size"])
-    queue = LeadQueue(connect(spec["addr"]))
+    queue = queue_class(connect(spec["addr"]))
     put, get = queue.put, queue.get
 
     def roundtrip() -> None:
@@ -125,6 +128,8 @@ def ping(spec: dict) -> None:
 
     try:
         samples = common.ping_loop(roundtrip, spec["count"])
+        if check is not None:
+            check(queue)
     finally:
         queue.close()
     common.latency_report(samples, spec["size"], base)

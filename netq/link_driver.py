@@ -135,6 +135,7 @@ class LinkDriver:
                 channel = link.channel
                 # None unless the link takes parts in shared memory (our HELLO said so).
                 fds = conn.received_fds
+                read_at = 0.0
                 for _ in range(READS_PER_EVENT):
                     buffer = conn.read_buffer or conn.receive_buffer()
                     try:
@@ -152,7 +153,7 @@ class LinkDriver:
                     if count == 0:
                         self.end_of_stream(link)
                         break
-                    link.last_received_at = time.monotonic()
+                    link.last_received_at = read_at = time.monotonic()
                     events = conn.receive_done(count)
                     if events:
                         engine.handle_events(link, events)
@@ -187,7 +188,8 @@ class LinkDriver:
                         link.ack_hold_skip -= 1  # recent holds carried no reply: not this one
                         self.write_now(link)
                     elif not link.ack_hold_until:
-                        until = link.ack_hold_until = time.monotonic() + self.info.ack_hold
+                        until = link.ack_hold_until = (
+                            read_at or time.monotonic()) + self.info.ack_hold
                         if not self.held or until < self.hold_due:
                             self.hold_due = until
                         self.held.add(link)

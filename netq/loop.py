@@ -373,8 +373,15 @@ class IOLoop:
         now = time.monotonic()
         if signals.closing and self._server:
             self.carrier.admit(False)  # close() refuses newcomers from its first moment
+        # The stamp of this turn's look: whatever had arrived by then, the wait reports (and
+        # what it reports is read before the timers look again). Taken before the wait, and
+        # again after the engine's service, which may take a while: stamped after the wait, a
+        # stall between the poll and the stamp (waiting for the GIL) would hide bytes that
+        # came meanwhile.
+        looked_at = now
         if self._attention or self._notices or signals.closing or now >= signals.service_due:
             timeout = self.engine.service(now)
+            looked_at = -1.0  # stamped again below: the service may have taken a while
         else:
             timeout = signals.service_due - now  # nothing to service, no timer due before
         if signals.stopping and self._stop_step():
@@ -402,10 +409,8 @@ class IOLoop:
         if cap is not None:
             timeout = min(timeout, cap)
         turns = self._turns
-        # Whatever had arrived by now, this wait reports (and what it reports is read before
-        # the timers look again); stamped after it, a stall of this process between the poll
-        # and the stamp (waiting for the GIL) would hide bytes that came meanwhile.
-        looked_at = time.monotonic()
+        if looked_at < 0:
+            looked_at = time.monotonic()
         if turns.active:  # the main thread leads: a Ctrl-C may interrupt the wait at once
             LoopTurns.deferring = False  # turns.waiting(), inline (plain class attributes)
             if LoopTurns.pending:
@@ -441,10 +446,10 @@ class IOLoop:
             elif kind is FAILED:
                 self._attempts.failed(str(value) if value is not None else "the attempt failed")
         self._idle = self._shared is not None
-        now = time.monotonic()
         if attempts.since is not None or attempts.retry_at is not None:
-            attempts.tick(now)
+            attempts.tick(time.monotonic())
         if driver.closing:
+            now = time.monotonic()
             for closing in list(driver.closing):
                 if not closing.conn.has_output or now >= closing.close_deadline:
                     driver.drop(closing)

@@ -26,7 +26,6 @@ import ssl
 import stat
 import sys
 from collections.abc import MutableSequence
-from math import ceil
 from typing import cast
 
 from ..carrier import FAILED, OPENED, READABLE, Address, CarrierInfo, Event, Opened
@@ -239,43 +238,39 @@ class SocketCarrier:
                     poller.modify(channel.sock, _READ | _WRITE if channel.armed else _READ,
                                   channel)
         events = self._events
-        if events or self._buffered:
+        if events:
+            self._events = []
+            timeout = 0
+        else:
+            events = []
+        if self._buffered:
             timeout = 0
         if self._failed_handshakes.count:
             self._failed_handshakes.summarize()
         epoll = poller.epoll
         if epoll is None:
-            ready = poller.select(timeout)
+            for data, mask in poller.select(timeout):
+                self._ready(data, mask, events)
         else:
-            # Poller.select, inline (a Python call fewer on every turn of the loop).
+            # Poller.select and _ready, inline: one pass and no Python call on every turn of
+            # the loop. epoll.poll rounds a timeout up to whole milliseconds itself.
             registered = poller.registered
-            ready = []
-            for fd, event in epoll.poll(
-                    ceil(timeout * 1e3) * 1e-3 if timeout > 0 else 0, len(registered) or 1):
+            for fd, event in epoll.poll(timeout if timeout > 0 else 0, len(registered) or 1):
                 entry = registered.get(fd)
                 if entry is not None:
                     mask = ((_WRITE if event & _WRITABLE_BITS else 0)
                             | (_READ if event & _READABLE_BITS else 0)) & entry[1]
                     if mask:
-                        ready.append((entry[0], mask))
+                        data = entry[0]
+                        if type(data) is SocketChannel:
+                            if mask & _WRITE:
+                                data.armed = False  # reported once: a short write arms it again
+                                poller.modify(data.sock, _READ, data)
+                            events.append((mask, data, None))
+                        else:
+                            self._ready(data, mask, events)
         if timeout > 0:
             self._waiting = False
-        if events:
-            self._events = []
-        else:
-            events = []
-        for data, mask in ready:
-            if data is _WAKE:
-                self._drain_wake()
-            elif data is _LISTEN:
-                self._accept(events)
-            elif data is _CONNECT:
-                self._connected(events)
-            else:
-                if mask & _WRITE:
-                    data.armed = False  # reported once: a short write arms it again
-                    poller.modify(data.sock, _READ, data)
-                events.append((mask, data, None))
         if self._buffered:
             for channel in self._buffered:
                 events.append((READABLE, channel, None))
@@ -371,6 +366,22 @@ class SocketCarrier:
         may not come back by itself must be woken (see _waiting)."""
         if self._waiting:
             self.wake()
+
+    def _ready(self, data: object, mask: int, events: list[Event]) -> None:
+        """What a ready descriptor means: the wake-up, the listener, a connect that ended, or
+        a channel to read or write (reported as an event)."""
+        if data is _WAKE:
+            self._drain_wake()
+        elif data is _LISTEN:
+            self._accept(events)
+        elif data is _CONNECT:
+            self._connected(events)
+        else:
+            assert isinstance(data, SocketChannel)
+            if mask & _WRITE:
+                data.armed = False  # reported once: a short write arms it again
+                self._poller.modify(data.sock, _READ, data)
+            events.append((mask, data, None))
 
     def _drain_wake(self) -> None:
         self._wake_up.drain()

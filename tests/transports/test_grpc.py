@@ -505,10 +505,12 @@ def test_a_held_ack_wait_ends_with_the_reply_not_its_timer(transport, monkeypatc
 
 
 def test_waits_share_the_deadline_timer_and_never_end_later_than_asked():
-    """The asyncio timer that ends the I/O thread's waits is kept across waits for the same
-    deadline (no timer handle per wait); a wait for an earlier deadline gets one of its own
-    and leaves the kept one alone; a kept timer far earlier than a wait asks for is replaced.
-    No wait ends later than its timeout (beyond the selector's millisecond)."""
+    """The asyncio timer that ends the netq loop's waits is kept across waits for the same
+    deadline (no timer handle per wait); a wait as short as a held ACK's gets one of its own
+    and leaves the kept one alone; any other deadline earlier than the kept timer, or far
+    earlier than the wait asks for, replaces it, and the waits after it share the new one (a
+    caller leading the loop waits in slices). No wait ends later than its timeout (beyond the
+    selector's millisecond)."""
     options = nq.CommunicatorOptions(netloc=nq.NetworkLocation(host="127.0.0.1", port=1))
     carrier = grpc_transport.GRPCCarrier(options, nq.Purpose.CLIENT)
     try:
@@ -518,12 +520,17 @@ def test_waits_share_the_deadline_timer_and_never_end_later_than_asked():
         assert kept is not None and abs(kept.when() - (loop.time() + 5.0)) < 0.1
         assert carrier._timer_for(kept.when() - loop.time()) is None  # the same deadline
         assert carrier._deadline_timer is kept
-        own = carrier._timer_for(0.001)  # a held ACK's wait, say
-        assert own is not None and own.when() <= loop.time() + 0.001
+        own = carrier._timer_for(carrier.ack_hold)  # a held ACK's wait
+        assert own is not None and own.when() <= loop.time() + carrier.ack_hold
         assert carrier._deadline_timer is kept and not kept.cancelled()
         own.cancel()
-        assert carrier._timer_for(60.0) is None  # the kept one would end it 55 s early
-        assert kept.cancelled() and carrier._deadline_timer is not None
+        assert carrier._timer_for(0.05) is None  # a leading get()'s slice replaces it
+        assert kept.cancelled()
+        sliced = carrier._deadline_timer
+        assert sliced is not None and sliced.when() <= loop.time() + 0.05
+        assert carrier._timer_for(0.05) is None and carrier._deadline_timer is sliced
+        assert carrier._timer_for(60.0) is None  # the kept one would end it 59 s early
+        assert sliced.cancelled() and carrier._deadline_timer is not None
         later = carrier._deadline_timer.when()
         assert loop.time() + 60.0 - 6.0 <= later <= loop.time() + 60.0 + grpc_loop.LATE_ALLOWANCE
     finally:

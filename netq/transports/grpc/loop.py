@@ -127,7 +127,10 @@ class LoopDrivenCarrier(PacketCarrier[CallStream]):
             stream = kicks.popleft()
             if stream.waiting:
                 stream.waiting = False
-                stream.ready.set()
+                wakeup = stream.wakeup
+                stream.wakeup = None
+                if wakeup is not None and not wakeup.done():
+                    wakeup.set_result(None)
                 woke = True
         if woke:
             self.caller_wrote()
@@ -266,11 +269,12 @@ class LoopDrivenCarrier(PacketCarrier[CallStream]):
         """Make sure a timer ends the coming wait within ``timeout`` s; the one to cancel
         after the wait, if it is a wait's own.
 
-        Most waits end with a packet long before their timeout, and the next one waits for the
-        same deadline (the netq loop's next timer): the deadline timer stays and serves it. A
-        wait for an earlier deadline (a held ACK's, say) gets a timer of its own and leaves
-        the deadline timer for the waits after it; a deadline timer far earlier than the wait
-        asks for is replaced.
+        Most waits end with a packet long before their timeout, and the next one waits for
+        about the same deadline (the netq loop's next timer, or a leading get()'s slice): the
+        deadline timer stays and serves it. A wait as short as a held ACK's gets a timer of
+        its own and leaves the deadline timer for the waits after it; any other deadline
+        earlier or far later than the timer's replaces it (a caller that leads the loop waits
+        in slices: its waits then share one timer until the I/O thread waits again).
         """
         loop = self._loop
         deadline = loop.time() + timeout
@@ -280,7 +284,7 @@ class LoopDrivenCarrier(PacketCarrier[CallStream]):
             slack = timeout * EARLY_FRACTION
             if deadline - slack <= when <= deadline + min(slack, LATE_ALLOWANCE):
                 return None
-            if when > deadline:
+            if when > deadline and timeout <= self.ack_hold:
                 return loop.call_at(deadline, loop.stop)
             timer.cancel()
         self._deadline_timer = loop.call_at(deadline, self._deadline_passed)

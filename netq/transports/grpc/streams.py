@@ -48,7 +48,7 @@ END = None  # outbound marker: no more packets, finish the stream
 class CallStream:
     """One gRPC stream carrying one link, and its outbound deque."""
 
-    __slots__ = ("transport", "packets", "queued", "drained", "ready", "waiting", "blocked",
+    __slots__ = ("transport", "packets", "queued", "drained", "wakeup", "waiting", "blocked",
                  "opened", "ended", "closing", "call", "grpc_channel", "writer",
                  "finished")
 
@@ -57,8 +57,10 @@ class CallStream:
         self.packets: collections.deque = collections.deque()
         self.queued = 0  # bytes pushed
         self.drained = 0  # bytes written to gRPC
-        self.ready = asyncio.Event()
-        self.waiting = False  # the writer sleeps on ``ready``
+        # The future the sleeping writer awaits (a bare future: an asyncio.Event costs a
+        # future and its bookkeeping on every sleep and wake-up as well).
+        self.wakeup: asyncio.Future[None] | None = None
+        self.waiting = False  # the writer sleeps on ``wakeup``
         self.blocked = False  # the engine holds packets back until the backlog shrinks
         self.opened = False  # posted to the netq loop (channel_opened): it hears how it ends
         self.ended = False  # the link was reported closed, or released by the base
@@ -97,15 +99,17 @@ class CallStream:
     async def drain(self, write) -> bool:
         """Write packets until the end marker (True); a failed write raises."""
         packets = self.packets
-        ready = self.ready
+        create_future = asyncio.get_running_loop().create_future
         while True:
             if not packets:
-                ready.clear()
                 self.waiting = True
                 if packets:  # queued by a caller's thread meanwhile (it saw waiting False)
                     self.waiting = False
                     continue
-                await ready.wait()
+                # Set and awaited with nothing in between: the kick that ends the sleep runs
+                # on the loop's thread, between the steps of this coroutine.
+                wakeup = self.wakeup = create_future()
+                await wakeup
                 continue
             packet = packets.popleft()
             if packet is END:

@@ -8,6 +8,7 @@ The same logic runs against either library, so the two are measured by one yards
     python3 bench/iops.py --lib netq client async --step-size 0 --max-size 21 --reps 1000 \
         --port PORT
     /tmp/nq313/bin/python bench/iops.py --lib net_queue ...          # upstream, Python 3.13
+    python3 bench/iops.py --lib raw ...       # the floor: one blocking socket, no library
 
 Scenario (as upstream): messages are numpy uint8 views of one 2**max_size array; with
 ``--step-size S`` sizes 2**min_size, 2**(min_size+S), ... below 2**max_size are added,
@@ -112,8 +113,12 @@ def convert_size(units: float, scale: int = 1000) -> str:
     return f"{round(units / math.pow(scale, i), 2)}{names[i]}"
 
 
+# --lib -> the module imported: the raw-socket floor lives beside the bench's workers.
+MODULES = {"netq": "netq", "net_queue": "net_queue", "raw": "raw_iops"}
+
+
 def run(config) -> None:
-    nq = importlib.import_module(config.lib)
+    nq = importlib.import_module(MODULES[config.lib])
     random.seed(0)
     messages = generate(config)
     sizes = [m.nbytes for m in messages]
@@ -167,7 +172,8 @@ def run(config) -> None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="iops", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--lib", choices=["netq", "net_queue"], default="netq")
+    p.add_argument("--lib", choices=list(MODULES), default="netq",
+                   help="raw: the raw-socket floor (bench/workers/raw_iops.py)")
     p.add_argument("purpose", choices=["server", "client"])
     p.add_argument("mode", choices=[m.value for m in Mode])
     p.add_argument("--delay", type=float, default=0.0,

@@ -171,7 +171,10 @@ def latency_base(row: str) -> str:
 
 
 SCENARIO_ROW = Row("netq-tcp", "netq_peer.py", "netq-tcp", "netq")   # stall + many clients
-IOPS_ROWS = [Row("netq-tcp", "../iops.py", "netq", "netq"),            # transport = --lib
+# transport = --lib. raw-tcp is the floor: the same scenario over one blocking socket per side
+# (bench/workers/raw_iops.py), so a library's Gbps over it says how close it comes to the machine.
+IOPS_ROWS = [Row("raw-tcp", "../iops.py", "raw"),
+             Row("netq-tcp", "../iops.py", "netq", "netq"),
              Row("net-queue", "../iops.py", "net_queue", "net-queue")]
 SECTION_ROWS = {"throughput": THROUGHPUT, "latency": LATENCY, "stall": [SCENARIO_ROW],
                 "many-clients": [SCENARIO_ROW], "iops": IOPS_ROWS,
@@ -746,6 +749,8 @@ def summarize(records: list[dict]) -> dict:
                   and (cpu := _round_trip_cpu_us(r))}
     nq_iops = {(r["scenario"], r["rep"]): r["client"]["gbps"] for r in good
                if r["section"] == "iops" and r["row"] == "net-queue" and r["ok"]}
+    raw_iops = {(r["scenario"], r["rep"]): r["client"]["gbps"] for r in good
+                if r["section"] == "iops" and r["row"] == "raw-tcp" and r["ok"]}
     out = {"throughput": {}, "latency": {}, "stall": {}, "many-clients": {}, "iops": {}}
     for (section, row, size, scenario), rs in by.items():
         if section == "throughput":
@@ -829,7 +834,9 @@ def summarize(records: list[dict]) -> dict:
                 "server_peak_mib": median([r["server"]["peak_rss_kb"] / KiB for r in rs]),
                 "client_peak_mib": median([r["client"]["peak_rss_kb"] / KiB for r in rs]),
                 "ratio_to_net_queue": median([r["client"]["gbps"] / nq_iops[(scenario, r["rep"])]
-                                              for r in rs if (scenario, r["rep"]) in nq_iops])}
+                                              for r in rs if (scenario, r["rep"]) in nq_iops]),
+                "ratio_to_raw": median([r["client"]["gbps"] / raw_iops[(scenario, r["rep"])]
+                                        for r in rs if (scenario, r["rep"]) in raw_iops])}
     return out
 
 
@@ -1024,15 +1031,19 @@ def markdown(results: dict) -> str:
             if v:
                 rows.append([sc, name, f"{v['gbps']:.2f}", f"{v['iops']:,.0f}",
                              f"{v['elapsed_s']:.2f}", f"×{fmt(v['ratio_to_net_queue'], '.2f')}",
-                             fmt(v["cpu_us_per_op"], ".3g"),
+                             f"×{fmt(v.get('ratio_to_raw'), '.2f')}",
+                             fmt(v["cpu_us_per_op"], ",.0f" if (v["cpu_us_per_op"] or 0) >= 100
+                                 else ".3g"),
                              f"{v['server_peak_mib']:.0f} / {v['client_peak_mib']:.0f}",
                              "yes" if v["ok"] else "**NO**"])
             elif ("iops", name, None, sc) in failed_keys:
-                rows.append([sc, name, "FAILED"] + [""] * 6)
+                rows.append([sc, name, "FAILED"] + [""] * 7)
         L.extend(["## net-queue's iops scenarios (bench/iops.py; both directions counted, "
-                  "client side)", ""]
+                  "client side; raw-tcp: the same scenario over one blocking socket per side)",
+                  ""]
                  + md_table(["scenario", "library", "Gbps", "IOPS", "time (s)", "× net-queue",
-                             "CPU µs/op (both processes)", "peak RSS server / client (MiB)",
+                             "× raw-tcp", "CPU µs/op (both processes)",
+                             "peak RSS server / client (MiB)",
                              "counts verified"], rows))
     L.extend(distance.markdown(sys.modules[__name__], summary.get("distance"), failed_keys))
     L.extend(storm.markdown(sys.modules[__name__], summary.get("storm"), failed_keys))

@@ -116,6 +116,9 @@ class PeerSession:
         self.send_lock = threading.RLock()
         self.space = threading.Condition(self.put_lock)  # put() waits here for the window
         self.space_waiters = 0
+        # The limits the waiting put()s wait under (send_budget, send_messages): what tells a
+        # moved or acknowledged message that frees too little from one that lets them go on.
+        self.space_limits = (0, 0)
         self.queued_bytes = 0  # put() side, under put_lock
         self.dequeued_bytes = 0  # send side: bytes moved from outbox to the link
         self.sent_messages = 0
@@ -222,7 +225,7 @@ class PeerSession:
         if moved:
             self.dequeued_bytes += moved
             if self.space_waiters:
-                self.wake_putters()
+                self._room_came()
 
     def acknowledge(self, seq: int) -> None:
         """The peer has every message up to ``seq``: resolve their futures (I/O thread)."""
@@ -239,7 +242,7 @@ class PeerSession:
         self.acked_messages += count
         self.acked_bytes += acked_bytes
         if self.space_waiters:
-            self.wake_putters()  # a put() may wait for send_messages
+            self._room_came()  # a put() may wait for send_messages
 
     def resume(self, numbering: Resume) -> None:
         """A link (re)opened this session: continue numbering where ``numbering`` says.
@@ -276,6 +279,7 @@ class PeerSession:
         """
         start = stall.since
         deadline = None if timeout is None else start + timeout
+        self.space_limits = (send_budget, send_messages)
         self.space_waiters += 1
         if self.blocked_since is None:
             self.blocked_since = start
@@ -379,6 +383,21 @@ class PeerSession:
 
     def wake_putters(self) -> None:
         if self.space_waiters:
+            with self.space:
+                self.space.notify_all()
+
+    def _room_came(self) -> None:
+        """Messages moved onto the wire or were acknowledged: wake the waiting put()s once a
+        quarter of the send budget is free, or a message may go by the count limit's measure.
+
+        Waking them for every message that frees a little would cost a wake-up of the caller's
+        thread (and the interpreter lock's hand-over) per message where large messages wait
+        for a full budget; woken with a quarter free, a put() thread queues several.
+        """
+        budget, messages = self.space_limits
+        outbox = self.outbox
+        if (self.queued_bytes - self.dequeued_bytes + len(outbox) * QUEUED_MESSAGE_COST
+                < budget - (budget >> 2) and len(outbox) + len(self.inflight) < messages):
             with self.space:
                 self.space.notify_all()
 

@@ -96,10 +96,13 @@ class ConnectionOptions:
                     queues about a window (two large messages), not the budget.
                     See docs/guarantees.md.
     send_budget     bytes queued for one peer and not yet on the wire above which ``put``
-                    blocks (or raises ``Full``). Each queued message counts its serialized
-                    size plus 512 bytes (``netq.session.QUEUED_MESSAGE_COST``: the memory of
-                    its future and bookkeeping), so the budget bounds memory for 64-byte
-                    messages as well as for large ones (32 MiB: about 55 000 such messages).
+                    blocks (or raises ``Full``); a blocked ``put`` goes on once a quarter of
+                    the budget is free again (it also looks every 0.1 s), so that a thread
+                    putting large messages wakes once for several. Each queued message counts
+                    its serialized size plus 512 bytes (``netq.session.QUEUED_MESSAGE_COST``:
+                    the memory of its future and bookkeeping), so the budget bounds memory for
+                    64-byte messages as well as for large ones (32 MiB: about 55 000 such
+                    messages).
     send_messages   most messages held for one peer at once: queued, plus on the wire and not
                     yet acknowledged. ``put`` blocks past it (or raises ``Full``) as past
                     send_budget. It bounds what small messages cost, which their bytes do not

@@ -400,3 +400,37 @@ def test_every_kind_of_large_part_has_its_targets_and_a_peak_is_judged_against_i
         record["recv"]["peak_rss_kb"] = mib * 1024
     assert peak.ratio(records) == pytest.approx(1.0) and peak.met(1.0)
     assert not peak.met(peak.ratio(records[2:]))
+
+
+def _iops_record(row: str, scenario: str, rep: int, gbps: float) -> dict:
+    side = {"gbps": gbps, "iops": 1000.0, "elapsed": 1.0, "cpu_s": 0.5, "ops": 2000,
+            "peak_rss_kb": 1024, "ok": True}
+    return {"section": "iops", "row": row, "rep": rep, "scenario": scenario, "ok": True,
+            "client": side, "server": side}
+
+
+def test_each_library_is_divided_by_the_floor_of_the_same_rep(bench):
+    scenario = bench.IOPS_SCENARIOS[0][0]
+    records = []
+    for rep, (raw, netq, net_queue) in enumerate([(30.0, 24.0, 10.0), (20.0, 19.0, 8.5),
+                                                  (25.0, 20.0, 8.0)]):
+        records += [_iops_record("raw-tcp", scenario, rep, raw),
+                    _iops_record("netq-tcp", scenario, rep, netq),
+                    _iops_record("net-queue", scenario, rep, net_queue)]
+    iops = bench.summarize(records)["iops"]
+    netq = iops[f"{scenario}|netq-tcp"]
+    assert netq["ratio_to_raw"] == pytest.approx(0.8)  # median of 0.8, 0.95, 0.8
+    assert netq["ratio_to_net_queue"] == pytest.approx(2.4)  # median of 2.4, 2.24, 2.5
+    assert iops[f"{scenario}|raw-tcp"]["ratio_to_raw"] == pytest.approx(1.0)
+    table = "\n".join(bench.markdown({
+        "meta": {"date": "2026-12-07", "machine": {"cpu_model": "cpu", "cores": 2,
+                                                    "kernel": "k"},
+                 "python": {"main": "3.11"}, "mode": "full", "reps": 3, "target_s": 0.3,
+                 "sizes": []},
+        "records": records, "notes": [],
+        "summary": {"throughput": {}, "latency": {}, "stall": {}, "many-clients": {},
+                    "iops": iops}}).splitlines())
+    assert "× raw-tcp" in table
+    netq_line = next(line for line in table.splitlines()
+                     if line.startswith(f"| {scenario} | netq-tcp |"))
+    assert "×2.40 | ×0.80 |" in netq_line

@@ -164,7 +164,8 @@ class PeerSession:
     def unsent_charge(self) -> int:
         """What the unsent messages count against ``send_budget``: their payload bytes plus
         :data:`QUEUED_MESSAGE_COST` each (see ``ConnectionOptions.send_budget``); the sum
-        :meth:`has_room` compares, spelled out there because every put() asks it."""
+        :meth:`has_room` compares (spelled out there because every put() asks it) and
+        :meth:`_room_came` wakes waiting put()s by."""
         return self.queued_bytes - self.dequeued_bytes + len(self.outbox) * QUEUED_MESSAGE_COST
 
     @property
@@ -395,9 +396,8 @@ class PeerSession:
         for a full budget; woken with a quarter free, a put() thread queues several.
         """
         budget, messages = self.space_limits
-        outbox = self.outbox
-        if (self.queued_bytes - self.dequeued_bytes + len(outbox) * QUEUED_MESSAGE_COST
-                < budget - (budget >> 2) and len(outbox) + len(self.inflight) < messages):
+        if self.unsent_charge < budget - (budget >> 2) \
+                and len(self.outbox) + len(self.inflight) < messages:
             with self.space:
                 self.space.notify_all()
 

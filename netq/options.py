@@ -85,6 +85,8 @@ class ConnectionOptions:
     merge_size      largest buffer that small frames are coalesced into before a write.
     efficient_size  buffers below this are copied into the merge buffer; larger ones are
                     written straight from the caller's memory (scatter-gather, zero copy).
+                    So is a ``bytes`` part (a pickle, or bytes sent as they are) of 4 KiB or
+                    more: it cannot change while it waits.
     recv_budget     bytes this communicator holds for all its peers together: messages received
                     and not yet taken by ``get()``, plus credit granted and not yet used. When
                     it is full, peers get no more credit until ``get()`` frees some; each peer

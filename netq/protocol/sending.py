@@ -3,7 +3,8 @@
 :class:`SendSide` is a base class of :class:`netq.protocol.connection.Connection`.
 :meth:`SendSide.send_message` and the control-frame methods append to an output queue of
 buffers; small frames are coalesced into one bytearray (``efficient_size``, ``merge_size``),
-large parts are queued as views of the caller's memory. The I/O layer takes
+large parts are queued as views of the caller's memory, and ``bytes`` parts from
+:data:`BY_REFERENCE_MIN` as the objects they are. The I/O layer takes
 :meth:`SendSide.outgoing` (an iovec list for ``sendmsg``) and reports :meth:`SendSide.sent`,
 or hands its write to :meth:`SendSide.write_to`, which does both.
 The state it reads and writes (credit, the output queue, stream offsets) is the connection's,
@@ -38,9 +39,15 @@ from .frames import (
 if TYPE_CHECKING:
     from .frames import Hello
 
-__all__ = ("SendSide", "Buffer", "IOV_MAX")
+__all__ = ("SendSide", "Buffer", "IOV_MAX", "BY_REFERENCE_MIN")
 
 IOV_MAX = 1024  # buffers per sendmsg (Linux UIO_MAXIOV)
+# A ``bytes`` part of at least this many bytes is queued as the object it is, behind its frame
+# header, instead of being copied into the merge buffer: a stream of such copies keeps growing
+# merge buffers into fresh pages (a page fault per 4 KiB page), which costs more than one more
+# iovec per write. A ``bytes`` object cannot change while it waits; a writable buffer could,
+# so below ``efficient_size`` those are still copied.
+BY_REFERENCE_MIN = 4096
 Buffer = bytes | bytearray | memoryview  # what is queued for sending
 
 _FIRST = DataFlags.FIRST.value
@@ -163,8 +170,14 @@ class SendSide:
             merge = self._merge
             merge += _ONE_PART.pack(_DATA, (_FIRST | _LAST | _BATCH) if batch else (_FIRST | _LAST),
                                     0, _ONE_PART_DESCRIPTOR + total, seq, total, 1, 0, size)
-            merge += part
             self.bytes_queued += HEADER_SIZE + _ONE_PART_DESCRIPTOR + total
+            if total >= BY_REFERENCE_MIN and type(part) is bytes:
+                pending = self._pending  # _seal and _emit_view, inline
+                pending.append(merge)
+                pending.append(part)
+                self._merge = bytearray()
+                return
+            merge += part
             if len(merge) >= self.merge_size:
                 self._seal()
             return
@@ -183,7 +196,8 @@ class SendSide:
                                    seq, total, nparts, 0, *sizes))
             efficient = self.efficient_size
             for part in parts:
-                if len(part) < efficient:
+                length = len(part)
+                if length < efficient and (length < BY_REFERENCE_MIN or type(part) is not bytes):
                     self._emit(part)  # merged: a copy, cheaper than an iovec when small
                 else:
                     self._emit_view(part)

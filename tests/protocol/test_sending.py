@@ -13,7 +13,7 @@ import pytest
 
 from netq._buffers import MMAP_MIN
 from netq.exceptions import LocalProtocolError
-from netq.protocol import frames
+from netq.protocol import frames, sending
 from netq.protocol.connection import Connection
 from netq.protocol.frames import (
     ARRAY_BIT,
@@ -25,7 +25,7 @@ from netq.protocol.frames import (
     FrameType,
     Role,
 )
-from netq.protocol.sending import IOV_MAX
+from netq.protocol.sending import BY_REFERENCE_MIN, IOV_MAX
 
 from .helpers import (
     connection,
@@ -160,6 +160,41 @@ def test_large_parts_are_zero_copy_views(readonly):
     assert any(v.obj is big for v in views)
     assert not any(v.obj is small for v in views)  # below efficient_size: copied
     assert not any(v.obj is big and v.readonly != readonly for v in views)
+
+
+def queue_bytes_and_bytearrays(conn: Connection) -> tuple[bytes, bytes, bytearray]:
+    """One-part messages (the put() path) and a message of three parts, around the bound."""
+    large = bytes(range(256)) * (BY_REFERENCE_MIN // 256)
+    small = large[:-1]
+    writable = bytearray(large)
+    conn.send_message(1, [large], len(large), False)
+    conn.send_message(2, [small], len(small), False)
+    conn.send_message(3, [writable], len(writable), False)  # type: ignore[list-item]
+    conn.send_message(4, [small, large, writable], 3 * len(large) - 1,  # type: ignore[list-item]
+                      True)
+    return large, small, writable
+
+
+def test_bytes_parts_from_by_reference_min_are_queued_as_they_are(monkeypatch):
+    # Written from the object itself, not copied into the merge buffer: a bytes object
+    # cannot change while it waits. A smaller one, and a writable part, are copied.
+    conn = zero_copy_sender()
+    assert conn.efficient_size > BY_REFERENCE_MIN  # the bound applies below efficient_size
+    large, small, writable = queue_bytes_and_bytearrays(conn)
+    queued = conn.outgoing_all()
+    assert sum(buffer is large for buffer in queued) == 2  # message 1, and message 4's part
+    assert not any(buffer is small or buffer is writable for buffer in queued)
+    writable[:] = bytes(len(writable))  # the caller reuses its buffer: what was queued stays
+    wire = conn.data_to_send()
+    # The same bytes as when every part below efficient_size is copied.
+    monkeypatch.setattr(sending, "BY_REFERENCE_MIN", 1 << 62)
+    reference = zero_copy_sender()
+    queue_bytes_and_bytearrays(reference)
+    assert not any(buffer is large for buffer in reference.outgoing_all())
+    assert wire == reference.data_to_send()
+    events = server_open().receive_data(wire)
+    assert [[bytes(part) for part in event.parts] for event in events] == [
+        [large], [small], [large], [small, large, large]]
 
 
 def test_chunked_large_parts_are_views_of_the_caller_object():

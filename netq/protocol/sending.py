@@ -302,8 +302,14 @@ class SendSide:
             if not count:
                 return True
             # sent(count), inline
-            self.bytes_queued -= count
+            queued = self.bytes_queued
+            self.bytes_queued = queued - count
             self.sent_total += count
+            if count == queued:
+                # All of it was written, so every queued buffer was in this write: no walk
+                # over them (a stream of parts sent by reference queues two per message).
+                pending.clear()
+                return False
             while count:
                 head = pending[0]
                 size = len(head)

@@ -108,7 +108,27 @@ POOL_LIMIT = 64 * 1024 * 1024
 # release_idle() drops the buffers unused for this long at least (seconds): every idle link of
 # a communicator asks, many in one look at the timers, and one busy link keeps its buffers.
 IDLE_AGE = 1.0
-_REFS_WHEN_FREE = 3  # the pool's list, the local variable and getrefcount()'s argument
+
+
+def _references_when_free() -> int:
+    """What ``sys.getrefcount(buffers[index])`` says of a buffer only the pool's list holds,
+    measured here with the expression :meth:`ReceivePool.allocate` uses, or -1 (never reuse)
+    if this interpreter does not tell a held buffer from a free one that way.
+
+    The expression is a subscript, not a local variable: an interpreter may pass a local to a
+    call without counting a reference for it (CPython 3.14 does, where the optimizer proves the
+    local outlives the call), and then a buffer the caller holds would count what a free one
+    counted before. A subscript's result is always a counted reference of its own."""
+    buffers = [bytearray(1)]
+    free = sys.getrefcount(buffers[0])
+    held = buffers[0]
+    if sys.getrefcount(buffers[0]) != free + 1:
+        return -1
+    del held
+    return free
+
+
+_REFS_WHEN_FREE = _references_when_free()
 
 
 class ReceivePool:
@@ -189,10 +209,10 @@ class ReceivePool:
             # Not enumerate(): its tuple would hold a reference.
             while index < len(buffers) and looked < POOL_SCAN:
                 looked += 1
-                backing = buffers[index]
-                if getrefcount(backing) != _REFS_WHEN_FREE:
+                if getrefcount(buffers[index]) != _REFS_WHEN_FREE:
                     index += 1  # a message still holds it
                     continue
+                backing = buffers[index]
                 if type(backing) is kind and len(backing) == size:
                     del buffers[index]
                     buffers.append(backing)  # most recently used last

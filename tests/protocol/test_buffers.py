@@ -136,6 +136,18 @@ def test_a_buffer_someone_holds_is_never_touched(holder):
     assert second is not original and bytes(original[:7]) == b"keep me"
 
 
+def test_the_pool_counts_holders_the_way_this_interpreter_does():
+    """The count a free buffer shows is measured when the module loads, with the expression
+    the pool uses; a held buffer counts one more, or the pool never reuses (-1)."""
+    assert _buffers._REFS_WHEN_FREE > 0, "this interpreter's counts left the pool unused"
+    buffers = [bytearray(1)]
+    free = sys.getrefcount(buffers[0])  # outside the assert: pytest's rewrite holds its operands
+    held = buffers[0]
+    counted = sys.getrefcount(buffers[0])
+    del held
+    assert (free, counted) == (_buffers._REFS_WHEN_FREE, _buffers._REFS_WHEN_FREE + 1)
+
+
 def test_small_parts_and_other_sizes_are_not_pooled():
     pool = ReceivePool()
     small = fill(pool, POOL_MIN - 1, False, b"x")

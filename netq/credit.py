@@ -371,40 +371,39 @@ class ReceiveBudget:
         """
         wake = False
         lent = self.lent
+        every = self._message_credit_every
         for session, size in lent:
-            session.consumed_messages += 1
+            consumed = session.consumed_messages = session.consumed_messages + 1
             session.consumed_bytes += size
             self._consumed_total += size
-            if self._message_credit_every or self._waiters:
-                wake |= self._consumed_checks(session)
+            # flow.message_credit_due, inline: checked per message taken.
+            if every and not session.credit_requested \
+                    and consumed - session.credited_messages >= every:
+                session.credit_requested = True
+                self._schedule(session)
+                wake = True
+            if self._waiters:
+                wake |= self._wake_waiters(session)
         lent.clear()
         return wake
 
-    def _consumed_checks(self, session: PeerSession) -> bool:
-        """What a message ``session``'s get() just consumed may make due: message credit, and
-        waking the peers the budget held back. True when it scheduled sessions."""
-        wake = False
-        every = self._message_credit_every
-        if every and not session.credit_requested \
-                and session.consumed_messages - session.credited_messages >= every:
-            session.credit_requested = True  # flow.message_credit_due
+    def _wake_waiters(self, session: PeerSession) -> bool:
+        """Peers the budget held back may get credit once ``session``'s get() consumed a
+        message. True when it scheduled sessions."""
+        if self._consumed_total - self._consumed_at_wake >= self.limits.window_min:
+            # A window's worth freed since the last look: every waiter may get some.
+            self._consumed_at_wake = self._consumed_total
+            for waiter in list(self._waiters):
+                if not waiter.scheduled:
+                    self._schedule(waiter)
+            return True
+        if session.credit_waiting and not session.scheduled:
+            # Less freed, by a peer that waits itself: it tops up from what its own
+            # message freed. (Waking every waiter on each such message made a storm of
+            # thousands of waiting peers cost a grant per waiter per message taken.)
             self._schedule(session)
-            wake = True
-        if self._waiters:
-            if self._consumed_total - self._consumed_at_wake >= self.limits.window_min:
-                # A window's worth freed since the last look: every waiter may get some.
-                self._consumed_at_wake = self._consumed_total
-                for waiter in list(self._waiters):
-                    if not waiter.scheduled:
-                        self._schedule(waiter)
-                wake = True
-            elif session.credit_waiting and not session.scheduled:
-                # Less freed, by a peer that waits itself: it tops up from what its own
-                # message freed. (Waking every waiter on each such message made a storm of
-                # thousands of waiting peers cost a grant per waiter per message taken.)
-                self._schedule(session)
-                wake = True
-        return wake
+            return True
+        return False
 
     def give_back(self, session: PeerSession, size: int) -> None:
         """A message handed out goes back to its inbox (its get() failed): held again."""

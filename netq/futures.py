@@ -49,6 +49,14 @@ Resolving takes no lock either. Two ``dict.setdefault`` calls on the instance's 
 So a waiter either sees the new state or is told through the condition, never both (which
 would count the future twice in ``wait()``) and never neither.
 
+A future nobody can watch is not resolved at all: when the peer acknowledges a message that
+nothing outside its queue refers to, whose future only that message refers to (the caller
+dropped what ``put()`` returned) and has no done-callback and no weak reference, nothing could
+ever see the future's state, and the session drops the message without resolving it
+(:meth:`netq.session.PeerSession.acknowledge`). ``add_done_callback()``,
+``asyncio.wrap_future``, ``concurrent.futures.wait`` and ``result()`` all hold the future or
+register a callback first, so every future anyone waits on resolves as before.
+
 ``result()`` does not use the condition: a caller waiting for its put's acknowledgement
 appends a locked lock of its own to ``_gates`` and then looks at ``_outcome`` again; the
 resolver claims ``_outcome`` first and then releases every lock in ``_gates``. So the waiter

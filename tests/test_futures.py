@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 
 import pytest
 
@@ -421,3 +422,42 @@ def test_a_result_that_runs_out_says_where_the_message_waits_for_each_peer():
         f"put()'s message was not acknowledged within 0.01 s by 1 of the 2 peers it went to: "
         f"peer {waiting.id}: not sent yet")
     assert str(answered.id) not in str(raised.value)
+
+
+def test_an_acknowledged_future_nobody_can_watch_is_not_resolved(monkeypatch):
+    """The peer's ACK resolves the futures someone holds, has a callback on or a weak reference
+    to; one that only its queued message refers to is dropped with it, unresolved (nothing
+    could see it), and the message counts as acknowledged all the same."""
+    from netq.session import Outgoing, PeerSession
+
+    resolved = []
+    deliver = DeliveryFuture._delivered
+
+    def counting(self):
+        resolved.append(self.remaining)
+        deliver(self)
+
+    monkeypatch.setattr(DeliveryFuture, "_delivered", counting)
+    peer = PeerSession(uuid.uuid4())
+    kept = DeliveryFuture()
+    called = []
+    with_callback = DeliveryFuture()
+    with_callback.add_done_callback(called.append)
+    weakly = DeliveryFuture()
+    weak = weakref.ref(weakly)
+    peer.inflight.extend(Outgoing((b"x",), 1, False, future)
+                         for future in (DeliveryFuture(), kept, with_callback, weakly))
+    del with_callback, weakly
+    peer.next_seq = 4  # inflight holds messages 0 .. 3
+    peer.acknowledge(3)
+    assert len(resolved) == 3, "the unheld future resolved, or a watched one did not"
+    assert kept.done() and kept.result() is None
+    assert len(called) == 1 and called[0].done()
+    assert weak() is None  # resolved, then let go with its message
+    assert (peer.acked_messages, len(peer.inflight)) == (4, 0)
+    # A message something else holds (whoever holds it can read its future) resolves too.
+    message = Outgoing((b"x",), 1, False, DeliveryFuture())
+    peer.inflight.append(message)
+    peer.next_seq += 1
+    peer.acknowledge(4)
+    assert message.future.done() and len(resolved) == 4

@@ -161,6 +161,9 @@ LATENCY = [
     # Server and client in one process (a thread echoes, the main thread pings), as a
     # notebook kernel holds them; compared with raw-tcp-1proc, raw sockets driven the same way.
     Row("raw-tcp-1proc", "raw.py", "raw-tcp", in_process=True),
+    # The py-lead floor driven the same way: what a Python queue's round trip costs when both
+    # ends share one interpreter (and its GIL).
+    Row("py-lead-1proc", "lead_floor.py", "py-lead", in_process=True),
     Row("netq-tcp-1proc", "netq_peer.py", "netq-tcp", "netq", in_process=True),
 ]
 

@@ -1,5 +1,6 @@
-"""The bench's round-trip floors (``py-lead``, and ``py-contract`` with acknowledgements, futures
-and credit) and ``multiprocessing.connection`` rows run end to end: one way at 64 B and 4 KiB
+"""The bench's round-trip floors (``py-lead``, also with both ends in one process, and
+``py-contract`` with acknowledgements, futures and credit) and ``multiprocessing.connection``
+rows run end to end: one way at 64 B and 4 KiB
 (every message arrives, intact) and as a 64 B round trip. They assert no speed: performance is
 measured by ``bench/run.py``, never by a timed test."""
 
@@ -17,7 +18,8 @@ from bench_rows import run_bench
 @pytest.mark.timeout(180)
 def test_lead_floor_and_multiprocessing_connection_rows_run_and_verify(tmp_path):
     summary = run_bench(tmp_path / "floor.json", "--only",
-                        "py-lead,py-contract,mp-connection,throughput,latency", "--sizes",
+                        "py-lead,py-lead-1proc,py-contract,mp-connection,throughput,latency",
+                        "--sizes",
                         "64,4K",
                         "--reps", "1", "--target", "0.02", timeout=160)
     throughput = summary["throughput"]
@@ -26,11 +28,14 @@ def test_lead_floor_and_multiprocessing_connection_rows_run_and_verify(tmp_path)
         assert row["ok"], row  # every message arrived, intact (count, bytes, CRC)
         assert row["send_cpu_us_per_msg"] > 0 and row["recv_cpu_us_per_msg"] > 0
     latency = summary["latency"]
-    assert set(latency) == {"py-lead", "py-contract", "mp-connection"}
-    for row in latency.values():
-        assert row["p50_us"] > 0 and row["ping_cpu_us"] > 0 and row["echo_cpu_us"] > 0, row
+    assert set(latency) == {"py-lead", "py-lead-1proc", "py-contract", "mp-connection"}
+    for name, row in latency.items():
+        assert row["p50_us"] > 0 and row["ping_cpu_us"] > 0, row
+        # One process: its CPU is both ends', reported as the ping side's.
+        assert (row["echo_cpu_us"] == 0) == name.endswith("-1proc"), row
     table = (tmp_path / "floor.md").read_text()
     assert "py-lead" in table and "py-contract" in table and "mp-connection" in table
+    assert "py-lead-1proc" in table
 
 
 @pytest.mark.slow

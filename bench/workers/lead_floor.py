@@ -135,5 +135,40 @@ def ping(spec: dict, queue_class: type[LeadQueue] = LeadQueue,
     common.latency_report(samples, spec["size"], base)
 
 
+def ping_self(spec: dict) -> None:
+    """Both ends in this one process, as a notebook kernel holds a server and its client: a
+    thread echoes, the main thread pings (the floor of ``netq-tcp-1proc``)."""
+    count = spec["count"]
+    payload = common.payload_of(spec["size"])
+
+    def serve_echo():
+        listener, addr = listen()
+
+        def answer() -> None:
+            queue = LeadQueue(accept(listener))
+            try:
+                for _ in range(common.WARMUP_PINGS + count):
+                    queue.put(queue.get())
+            finally:
+                queue.close()
+
+        return addr, answer
+
+    def ping_from(addr) -> list[float]:
+        queue = LeadQueue(connect(addr))
+        put, get = queue.put, queue.get
+
+        def roundtrip() -> None:
+            put(payload)
+            get()
+
+        try:
+            return common.ping_loop(roundtrip, count)
+        finally:
+            queue.close()
+
+    common.in_one_process(serve_echo, ping_from, spec["size"])
+
+
 if __name__ == "__main__":
-    common.main({"echo": echo, "ping": ping})
+    common.main({"echo": echo, "ping": ping, "ping-self": ping_self})

@@ -102,15 +102,38 @@ class LeadQueue:
         self.sock.close()
 
 
-def echo(spec: dict, queue_class: type[LeadQueue] = LeadQueue) -> None:
-    listener, addr = listen()
-    common.ready(addr)
-    queue = queue_class(accept(listener))
+def _echo_on(queue: LeadQueue, count: int) -> None:
+    """Answer the warm-up and ``count`` pings, then close the queue."""
     try:
-        for _ in range(common.WARMUP_PINGS + spec["count"]):
+        for _ in range(common.WARMUP_PINGS + count):
             queue.put(queue.get())
     finally:
         queue.close()
+
+
+def _ping_on(queue: LeadQueue, payload, count: int,
+             check: Callable[[LeadQueue], None] | None = None) -> list[float]:
+    """ping_loop() over ``queue`` (put, then get the echo), then close it; ``check`` looks at
+    the queue after the last round trip."""
+    put, get = queue.put, queue.get
+
+    def roundtrip() -> None:
+        put(payload)
+        get()
+
+    try:
+        samples = common.ping_loop(roundtrip, count)
+        if check is not None:
+            check(queue)
+        return samples
+    finally:
+        queue.close()
+
+
+def echo(spec: dict, queue_class: type[LeadQueue] = LeadQueue) -> None:
+    listener, addr = listen()
+    common.ready(addr)
+    _echo_on(queue_class(accept(listener)), spec["count"])
     common.result(role="echo", peak_rss_kb=common.maxrss_kb())
 
 
@@ -119,19 +142,7 @@ def ping(spec: dict, queue_class: type[LeadQueue] = LeadQueue,
     """The pinging side; ``check`` looks at the queue after the last round trip."""
     base = common.rss_kb()
     payload = common.payload_of(spec["size"])
-    queue = queue_class(connect(spec["addr"]))
-    put, get = queue.put, queue.get
-
-    def roundtrip() -> None:
-        put(payload)
-        get()
-
-    try:
-        samples = common.ping_loop(roundtrip, spec["count"])
-        if check is not None:
-            check(queue)
-    finally:
-        queue.close()
+    samples = _ping_on(queue_class(connect(spec["addr"])), payload, spec["count"], check)
     common.latency_report(samples, spec["size"], base)
 
 
@@ -143,31 +154,10 @@ def ping_self(spec: dict) -> None:
 
     def serve_echo():
         listener, addr = listen()
+        return addr, lambda: _echo_on(LeadQueue(accept(listener)), count)
 
-        def answer() -> None:
-            queue = LeadQueue(accept(listener))
-            try:
-                for _ in range(common.WARMUP_PINGS + count):
-                    queue.put(queue.get())
-            finally:
-                queue.close()
-
-        return addr, answer
-
-    def ping_from(addr) -> list[float]:
-        queue = LeadQueue(connect(addr))
-        put, get = queue.put, queue.get
-
-        def roundtrip() -> None:
-            put(payload)
-            get()
-
-        try:
-            return common.ping_loop(roundtrip, count)
-        finally:
-            queue.close()
-
-    common.in_one_process(serve_echo, ping_from, spec["size"])
+    common.in_one_process(serve_echo, lambda addr: _ping_on(LeadQueue(connect(addr)), payload,
+                                                            count), spec["size"])
 
 
 if __name__ == "__main__":

@@ -104,7 +104,8 @@ class ReceiveBudget:
         # STARVED_RECHECK (thousands of idle waiters make a pass per I/O step costly).
         self._starved = 0
         self._starved_counted_at = -STARVED_RECHECK
-        self._consumed_at_wake = 0  # _consumed_total when the waiters were last served
+        # _consumed_total from which every waiter is served again (a window's worth freed)
+        self._next_wake_total = limits.window_min
         self._full: StallWarning | None = None  # the budget too full to grant credit
         # What get() had taken when the budget was last seen full (consumed, handed out): a
         # full budget that get() keeps emptying is busy, not stalled.
@@ -382,7 +383,9 @@ class ReceiveBudget:
                 session.credit_requested = True
                 self._schedule(session)
                 wake = True
-            if self._waiters:
+            # _wake_waiters' two tests, inline: most messages pass neither.
+            if self._waiters and (self._consumed_total >= self._next_wake_total
+                                  or session.credit_waiting and not session.scheduled):
                 wake |= self._wake_waiters(session)
         lent.clear()
         return wake
@@ -390,9 +393,9 @@ class ReceiveBudget:
     def _wake_waiters(self, session: PeerSession) -> bool:
         """Peers the budget held back may get credit once ``session``'s get() consumed a
         message. True when it scheduled sessions."""
-        if self._consumed_total - self._consumed_at_wake >= self.limits.window_min:
+        if self._consumed_total >= self._next_wake_total:
             # A window's worth freed since the last look: every waiter may get some.
-            self._consumed_at_wake = self._consumed_total
+            self._next_wake_total = self._consumed_total + self.limits.window_min
             for waiter in list(self._waiters):
                 if not waiter.scheduled:
                     self._schedule(waiter)

@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import collections
 import hmac
-import os
 import struct
-import uuid
 
 from .. import _buffers
 from ..exceptions import (
@@ -71,7 +69,7 @@ from .frames import (
     ErrorCode,
     FrameType,
     Hello,
-    Role,
+    make_hello,
 )
 from .reassembly import Incoming, cut_whole
 from .resume import resume_numbering
@@ -113,6 +111,7 @@ _CONTROL_LIMITS = {int(t): frames.max_payload(t, 0) for t in FrameType if t is n
 _FIRST_LAST = _FIRST | _LAST
 _ONE_PART_DESCRIPTOR = ONE_PART_DESCRIPTOR
 _ONE_PART_UNPACK_FROM = ONE_PART.unpack_from
+_ONE_PART_SIZE = ONE_PART.size  # a header and a one-part descriptor
 _CLOSED = ConnectionState.CLOSED
 _OPEN = ConnectionState.OPEN
 _new_tuple = tuple.__new__  # the per-message events, made without a Python call (events.py)
@@ -350,23 +349,22 @@ class Connection(SendSide, SharedMemorySide):
                     self._direct = True
                     break
                 continue
-            if end - start < HEADER_SIZE:
-                break
-            frame_type, flags, reserved, length, value = _HEADER_UNPACK_FROM(view, start)
-            # A busy link's frames first: an ACK, a whole one-part message. Then the rest.
-            if frame_type == _ACK and not length and not reserved and self.state is _OPEN:
-                start += HEADER_SIZE
-                events.append(_new_tuple(AckReceived, (value,)))
-                continue
-            if (frame_type == _DATA and flags & _FIRST_LAST == _FIRST_LAST and not reserved
-                  and _ONE_PART_DESCRIPTOR <= length <= data_limit
-                  and end - start >= HEADER_SIZE + length and self._open_for_data
-                  and self._incoming is None):
-                (_, _, _, _, _, total, nparts, reserved2, raw) = _ONE_PART_UNPACK_FROM(view, start)
-                if (nparts == 1 and not reserved2 and length == _ONE_PART_DESCRIPTOR + total
-                        and raw & _SIZE_MASK == total and value == self.expected_seq
-                        and total <= self._max_message and self.recv_allowance_bytes > 0
-                        and self.recv_allowance_messages > 0 and total < _POOL_MIN):
+            available = end - start
+            if available >= _ONE_PART_SIZE:
+                # The header and, if this is a one-part DATA frame, its descriptor, in one
+                # unpack (of another frame, the descriptor's fields are the next bytes, unused).
+                (frame_type, flags, reserved, length, value, total, nparts, reserved2,
+                 raw) = _ONE_PART_UNPACK_FROM(view, start)
+                # A busy link's frames first: a whole one-part message (its length says
+                # the descriptor is its own: total >= 0), an ACK. Then the rest.
+                if (frame_type == _DATA and flags & _FIRST_LAST == _FIRST_LAST
+                        and length == _ONE_PART_DESCRIPTOR + total and nparts == 1
+                        and not reserved and not reserved2 and length <= data_limit
+                        and available >= HEADER_SIZE + length and raw & _SIZE_MASK == total
+                        and value == self.expected_seq and total < _POOL_MIN
+                        and total <= self._max_message and self._open_for_data
+                        and self._incoming is None and self.recv_allowance_bytes > 0
+                        and self.recv_allowance_messages > 0):
                     self.recv_allowance_bytes -= total
                     if self._count_messages:
                         self.recv_allowance_messages -= 1
@@ -379,6 +377,14 @@ class Connection(SendSide, SharedMemorySide):
                     events.append(_new_tuple(MessageReceived,
                                              (value, bool(flags & _BATCH), [part], total)))
                     continue
+            elif available >= HEADER_SIZE:
+                frame_type, flags, reserved, length, value = _HEADER_UNPACK_FROM(view, start)
+            else:
+                break
+            if frame_type == _ACK and not length and not reserved and self.state is _OPEN:
+                start += HEADER_SIZE
+                events.append(_new_tuple(AckReceived, (value,)))
+                continue
             if self.state is ConnectionState.HELLO and (frame_type not in _KNOWN_TYPES
                                                          or reserved):
                 # Not even a netq frame header: say what the other end is not.
@@ -676,24 +682,3 @@ class Connection(SendSide, SharedMemorySide):
         self._set_state(ConnectionState.SESSION)
         events.append(PeerAuthenticated(hello))
 
-
-def new_nonce() -> bytes:
-    return os.urandom(16)
-
-
-def make_hello(role: Role, peer_id: uuid.UUID, *, auth: bool, max_message: int, max_frame: int,
-               recv_window: int, recv_messages: int, shm: bool = False) -> Hello:
-    """Our HELLO, with a fresh nonce (it reads ARRAY_BIT: parts are allocated by kind)."""
-    return Hello(
-        version=frames.VERSION,
-        role=role,
-        auth=auth,
-        id=peer_id,
-        nonce=new_nonce(),
-        max_message=max_message,
-        max_frame=max_frame,
-        recv_window=recv_window,
-        recv_messages=recv_messages,
-        shm=shm,
-        array_parts=True,
-    )

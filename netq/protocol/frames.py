@@ -20,12 +20,14 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import os
 import struct
 import uuid
 from dataclasses import dataclass
 
 __all__ = [
     "VERSION",
+    "make_hello",
     "MAGIC",
     "HEADER",
     "HEADER_SIZE",
@@ -209,6 +211,28 @@ def encode_hello(hello: Hello) -> bytes:
         hello.recv_messages,
     )
     return encode_header(FrameType.HELLO, 0, len(payload), 0) + payload
+
+
+def new_nonce() -> bytes:
+    return os.urandom(16)
+
+
+def make_hello(role: Role, peer_id: uuid.UUID, *, auth: bool, max_message: int, max_frame: int,
+               recv_window: int, recv_messages: int, shm: bool = False) -> Hello:
+    """Our HELLO, with a fresh nonce (it reads ARRAY_BIT: parts are allocated by kind)."""
+    return Hello(
+        version=VERSION,
+        role=role,
+        auth=auth,
+        id=peer_id,
+        nonce=new_nonce(),
+        max_message=max_message,
+        max_frame=max_frame,
+        recv_window=recv_window,
+        recv_messages=recv_messages,
+        shm=shm,
+        array_parts=True,
+    )
 
 
 def decode_hello(payload: bytes) -> Hello:

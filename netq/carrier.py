@@ -123,6 +123,10 @@ class CarrierInfo:
     # for carriers where each write is a broker round of its own) always, CREDIT frames too.
     ack_hold: float = 0.0
     ack_hold_always: bool = False
+    # Seconds the ACK of a message that said another follows (DATA's FOLLOWS flag) may wait
+    # for the next to share it, where each ACK is a carrier write of its own (a gRPC message):
+    # links then turn Connection.defers_acks on. 0: every ACK is queued at once.
+    ack_defer: float = 0.0
     # A connected channel fails by itself once the peer's host stops answering (TCP keepalive
     # and user timeout; a Unix socket's peer process exits), so a client waits for a slow
     # handshake on it, as long as it takes, instead of giving it up after 3 silent

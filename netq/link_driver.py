@@ -73,6 +73,8 @@ class LinkDriver:
         # one due now (a held link written since): the loop compares it on every turn, and
         # calls release_holds() only once it is reached.
         self.hold_due = 0.0
+        # Links owing a deferred ACK (info.ack_defer), and when it is due (time.monotonic()).
+        self.owing: dict[Link, float] = {}
         self.handed_off = False  # a read handed small messages to a get() waiting for them
         self.changed = False  # links closed or began closing: the loop's due times change
         self.refused = 0  # links refused: their HELLO named another peer than they are bound to
@@ -100,6 +102,7 @@ class LinkDriver:
         """A new channel the loop accepted: its link, and its HELLO on the way."""
         link = Link(self.engine.new_connection(self.info.passes_fds), opened.address, channel)
         link.conn.shm_counters = self.shm
+        link.conn.defers_acks = self.info.ack_defer > 0
         if not link.conn.local.shm:  # descriptors come through the carrier's read_into only
             link.reader = opened.read_into
         link.writer = opened.write or partial(self.carrier.write, channel)
@@ -228,6 +231,8 @@ class LinkDriver:
             conn = link.conn
             if not self._received(link, conn.receive_data(data)):  # type: ignore[arg-type]
                 return
+            if conn.defers_acks and link not in self.owing and conn.ack_owed:
+                self.owing[link] = time.monotonic() + self.info.ack_defer
             if counted is not None and counted.received_messages > messages \
                     and counted.received_bytes - size < LEAD_BELOW:
                 self.handed_off = True  # as in serve_io(): a waiting get() may lead from now on
@@ -327,6 +332,21 @@ class LinkDriver:
                     self._write(link)
         self.hold_due = now + wait
         return wait
+
+    def flush_owed(self) -> None:
+        """Write the deferred ACKs that are due (the message they waited for did not come in
+        time), and forget those an ACK queued since covers."""
+        now = time.monotonic()
+        for link, due in list(self.owing.items()):
+            owed = not link.dropped and link.conn.ack_owed
+            if owed and due > now:
+                continue
+            del self.owing[link]
+            if owed:
+                session = link.session
+                with session.send_lock if session is not None else link.own_lock:  # link.lock
+                    link.conn.flush_owed_ack()
+                    self._write(link)
 
     def _write_after_hold(self, link: Link) -> None:
         """``write_now`` where ``info.ack_hold_always``: write the link's queued output as far

@@ -405,6 +405,8 @@ class IOLoop:
             every = self._signals.release_acks
             due_in = 0.0 if every else driver.hold_due - time.monotonic()
             timeout = min(timeout, due_in if due_in > 0 else driver.release_holds(every))
+        if driver.owing:  # deferred ACKs (packet carriers): the wait ends when one is due
+            timeout = min(timeout, max(0.0, min(driver.owing.values()) - now))
         self._next_turn_in = timeout
         if cap is not None:
             timeout = min(timeout, cap)
@@ -446,6 +448,9 @@ class IOLoop:
             elif kind is FAILED:
                 self._attempts.failed(str(value) if value is not None else "the attempt failed")
         self._idle = self._shared is not None
+        if driver.owing:
+            # After this turn's packets: the message a deferred ACK waits for may be among them.
+            driver.flush_owed()
         if attempts.since is not None or attempts.retry_at is not None:
             attempts.tick(time.monotonic())
         if driver.closing:

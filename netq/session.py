@@ -238,7 +238,7 @@ class PeerSession:
                 continue
             seq = self.next_seq
             self.next_seq = seq + 1
-            conn.queue_message(seq, message.parts, message.size, message.batch)
+            conn.queue_message(seq, message.parts, message.size, message.batch, outbox)
             inflight.append(message)
             self.sent_messages += 1
         if outbox and self.credit_exhausted_since is None \

@@ -3,14 +3,15 @@
 One :class:`Connection` is one link (a TCP/TLS/Unix stream, or the frame sequence of one MQTT
 topic pair or gRPC stream pair). It owns the handshake, the framing, the chunking of outgoing
 messages, the reassembly of incoming ones, their acknowledgement (one ACK frame per read that
-completed any) and the per-link credit balance. It has no sockets, threads or clocks, so every
-case is tested by feeding bytes, whole and byte by byte. This
-module holds the link's state and the receive path (parsing, limits, control frames); its
-base classes the rest: :class:`netq.protocol.sending.SendSide` queues frames,
-:class:`netq.protocol.segments.SharedMemorySide` handles parts in shared memory (Unix
-sockets: memfd segments whose descriptors travel with the bytes). What it reports are the
-events of :mod:`netq.protocol.events`; a message's parts are allocated and filled by
-:mod:`netq.protocol.reassembly`.
+completed any, or fewer where the sender says more follows) and the per-link credit balance.
+It has no sockets, threads or clocks, so every case is tested by feeding bytes, whole and
+byte by byte. This module holds the link's state and the receive path (parsing, limits,
+control frames); its base classes the rest: :class:`netq.protocol.sending.SendSide` queues
+frames, :class:`netq.protocol.segments.SharedMemorySide` handles parts in shared memory (Unix
+sockets: memfd segments whose descriptors travel with the bytes),
+:class:`netq.protocol.acknowledgement.DeferredAcks` says when an ACK may wait for the next
+message. What it reports are the events of :mod:`netq.protocol.events`; a message's parts are
+allocated and filled by :mod:`netq.protocol.reassembly`.
 
 Receiving is zero-copy for large bodies: the I/O layer asks :meth:`Connection.receive_buffer`
 where to write next and reports with :meth:`Connection.receive_done`. Small frames land in a
@@ -44,6 +45,7 @@ from ..exceptions import (
     RemoteProtocolError,
 )
 from . import frames
+from .acknowledgement import DeferredAcks
 from .events import (
     AckReceived,
     ByeReceived,
@@ -98,6 +100,7 @@ _SIZE_MASK = frames.PART_SIZE_MASK
 _FIRST = DataFlags.FIRST.value
 _LAST = DataFlags.LAST.value
 _BATCH = DataFlags.BATCH.value
+_FOLLOWS = DataFlags.FOLLOWS.value
 _DATA = FrameType.DATA.value
 _HEADER_PACK = HEADER.pack
 _HEADER_UNPACK_FROM = HEADER.unpack_from
@@ -120,7 +123,7 @@ _new_tuple = tuple.__new__  # the per-message events, made without a Python call
 # ------------------------------------------------------------------------- connection
 
 
-class Connection(SendSide, SharedMemorySide):
+class Connection(DeferredAcks, SendSide, SharedMemorySide):
     """One netq link's protocol state. Not thread-safe: one I/O thread drives it.
 
     ``local`` is our HELLO; the peer must have the opposite role. ``authkey`` enables the
@@ -315,7 +318,7 @@ class Connection(SendSide, SharedMemorySide):
                 self._direct = False
                 self._after_large = True
                 self._complete(events)
-                if self.state is not _CLOSED:
+                if self.state is not _CLOSED and not (self.defers_acks and self._defer_ack()):
                     self.send_ack(self.expected_seq - 1)
             elif self._body_left < DIRECT_THRESHOLD:
                 self._direct = False
@@ -427,6 +430,8 @@ class Connection(SendSide, SharedMemorySide):
             if first_expected < 0:
                 if events and any(type(event) is MessageReceived for event in events):
                     self.send_ack(self.expected_seq - 1)
+            elif self.defers_acks and self._defer_ack():
+                pass  # owed: ack_owed says so until an ACK covers it
             else:
                 # send_ack(), inline: once per read that carried messages.
                 seq = self.expected_seq - 1
@@ -485,6 +490,9 @@ class Connection(SendSide, SharedMemorySide):
         assert incoming is not None
         self._incoming = None
         self.expected_seq += 1
+        if self._incoming_follows:
+            self._incoming_follows = 0
+            self.follows(incoming.seq, incoming.size)
         events.append(incoming.finish())
 
     def _data_header(self, events: list[Event], view: memoryview, start: int, end: int,
@@ -562,12 +570,16 @@ class Connection(SendSide, SharedMemorySide):
             self.recv_allowance_messages -= 1
         position = start + HEADER_SIZE + descriptor_size
         batch = bool(flags & _BATCH)
+        follows = flags & _FOLLOWS
         if last and end - position >= total:
             parts = cut_whole(view, self._buffer, position, sizes, self._pool)
             self.expected_seq += 1
+            if follows:
+                self.follows(seq, total)
             events.append(_new_tuple(MessageReceived, (seq, batch, parts, total)))
             return position + total
         self._incoming = Incoming(seq, batch, list(sizes), total, self._pool)
+        self._incoming_follows = follows
         self._body_left = body
         return position
 

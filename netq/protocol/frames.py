@@ -4,7 +4,7 @@ Every frame starts with the same 16-byte header (little-endian)::
 
     offset  size  field
     0       1     type      FrameType
-    1       1     flags     type-specific bits (DATA: FIRST, LAST, BATCH)
+    1       1     flags     type-specific bits (DATA: FIRST, LAST, BATCH, FOLLOWS)
     2       2     reserved  must be 0
     4       4     length    payload bytes that follow the header
     8       8     value     type-specific (DATA: message sequence number, CREDIT: bytes,
@@ -132,6 +132,9 @@ class DataFlags(enum.IntFlag):
     FIRST = 0x01  # payload starts with the message descriptor
     LAST = 0x02  # the message is complete after this chunk
     BATCH = 0x04  # (FIRST only) the message is a put_many batch
+    # (FIRST only) another message is queued behind this one: its receiver may acknowledge
+    # both with one ACK (docs/protocol.md, section 9)
+    FOLLOWS = 0x08
 
 
 class ErrorCode(enum.IntEnum):
@@ -273,6 +276,10 @@ def encode_descriptor(total: int, sizes: list[int]) -> bytes:
     return DESCRIPTOR.pack(total, len(sizes), 0) + struct.pack(f"<{len(sizes)}Q", *sizes)
 
 
+_DATA = FrameType.DATA.value
+_FIRST = DataFlags.FIRST.value
+
+
 def sole_data_frame_head(view: memoryview) -> int:
     """The bytes before the body of the DATA frame that is all of ``view`` (its header, and
     for a first chunk its descriptor); 0 when ``view`` is not exactly one DATA frame or its
@@ -280,9 +287,9 @@ def sole_data_frame_head(view: memoryview) -> int:
     if len(view) < HEADER.size:
         return 0
     frame_type, flags, _, length, _ = HEADER.unpack_from(view)
-    if frame_type != FrameType.DATA or HEADER.size + length != len(view):
+    if frame_type != _DATA or HEADER.size + length != len(view):
         return 0
-    if not flags & DataFlags.FIRST:
+    if not flags & _FIRST:  # ints: an enum flag in `&` costs Python calls per packet
         return HEADER.size
     if len(view) < HEADER.size + DESCRIPTOR.size:
         return 0

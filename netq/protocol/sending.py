@@ -14,7 +14,7 @@ set up by its constructor.
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from itertools import islice
 from typing import TYPE_CHECKING
 
@@ -53,6 +53,11 @@ Buffer = bytes | bytearray | memoryview  # what is queued for sending
 _FIRST = DataFlags.FIRST.value
 _LAST = DataFlags.LAST.value
 _BATCH = DataFlags.BATCH.value
+_FOLLOWS = DataFlags.FOLLOWS.value
+# Messages at least this large say when another is queued behind them (FOLLOWS): their
+# receiver may then acknowledge several with one ACK. Smaller ones share ACKs anyway (one per
+# read that carries them).
+FOLLOWS_MIN = 64 * 1024
 _DATA = FrameType.DATA.value
 _ACK = FrameType.ACK.value
 _HEADER_PACK = HEADER.pack
@@ -155,10 +160,14 @@ class SendSide:
         self.queue_message(seq, parts, total, batch)
 
     def queue_message(self, seq: int, parts: Sequence[bytes | memoryview], total: int,
-                      batch: bool) -> None:
+                      batch: bool, queued_behind: Sized = ()) -> None:
         """:meth:`send_message` for a caller that checked its rules once already (the
         engine's pump: ``put()`` checked the part count and the peer limit it knew, the pump
-        the credit, the open link and the limit learnt since): the frames only."""
+        the credit, the open link and the limit learnt since): the frames only.
+
+        ``queued_behind``: the messages the caller queues next, if credit lasts (only whether
+        it is empty is read). A large message then says another follows (FOLLOWS), and its
+        receiver may acknowledge both with one ACK."""
         peer = self.peer
         assert peer is not None  # set by its HELLO, before the link opened
         self.send_credit_bytes -= total
@@ -188,6 +197,9 @@ class SendSide:
         parts, body = self._to_segments(parts, sizes) if self.shm_out \
             and total >= self.shm_threshold else (parts, total)  # body: bytes in the frames
         first = _FIRST | _BATCH if batch else _FIRST
+        if queued_behind and total >= FOLLOWS_MIN and self.send_credit_bytes > 0 \
+                and self.send_credit_messages > 0:
+            first |= _FOLLOWS  # the caller goes on to the next message: credit lasts
         chunk = self._chunk
         if body <= chunk:
             nparts = len(sizes)
@@ -232,7 +244,7 @@ class SendSide:
                     part_index += 1
                     part_offset = 0
             position += size
-            flags &= ~(_FIRST | _BATCH)  # both mark the first chunk only
+            flags &= ~(_FIRST | _BATCH | _FOLLOWS)  # these mark the first chunk only
 
     def send_credit(self, nbytes: int, messages: int) -> None:
         """Grant the peer ``nbytes`` more bytes and ``messages`` more messages."""

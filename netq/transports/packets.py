@@ -58,6 +58,7 @@ class PacketCarrier(ABC, Generic[ChannelT]):
     any_thread_waits = False  # a subclass whose wait() may run on any thread says so
     ack_hold = 0.0  # see CarrierInfo
     ack_hold_always = False
+    ack_defer = 0.0
 
     def __init__(self, options: CommunicatorOptions, purpose: Purpose) -> None:
         self._options = options
@@ -77,7 +78,8 @@ class PacketCarrier(ABC, Generic[ChannelT]):
         self.info = CarrierInfo(address=self.address,
                                 target=self._target(), any_thread_waits=self.any_thread_waits,
                                 user_threads_write=self.user_threads_write,
-                                ack_hold=self.ack_hold, ack_hold_always=self.ack_hold_always)
+                                ack_hold=self.ack_hold, ack_hold_always=self.ack_hold_always,
+                                ack_defer=self.ack_defer)
 
     # ----------------------------------------------------------------- subclass hooks
 

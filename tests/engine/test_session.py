@@ -37,7 +37,7 @@ class _Connection:
     def can_send_data(self) -> bool:
         return self.send_credit_messages > 0
 
-    def queue_message(self, seq: int, parts, size: int, batch: bool) -> None:
+    def queue_message(self, seq: int, parts, size: int, batch: bool, queued_behind=()) -> None:
         self.send_credit_messages -= 1
         self.queued.append(seq)
 

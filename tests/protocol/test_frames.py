@@ -58,7 +58,8 @@ def test_wire_constants_are_frozen():
         "HELLO": 1, "AUTH": 2, "SESSION": 3, "DATA": 4, "CREDIT": 5, "ACK": 6, "BYE": 7,
         "PING": 8, "PONG": 9, "ERROR": 10,
     }
-    assert {f.name: f.value for f in DataFlags} == {"FIRST": 1, "LAST": 2, "BATCH": 4}
+    assert {f.name: f.value for f in DataFlags} == {"FIRST": 1, "LAST": 2, "BATCH": 4,
+                                                 "FOLLOWS": 8}
     assert {c.name: c.value for c in ErrorCode} == {
         "PROTOCOL": 1, "VERSION": 2, "AUTHENTICATION": 3, "LIMIT": 4, "SHUTDOWN": 5,
         "REPLACED": 6,

@@ -20,6 +20,7 @@ import pytest
 
 import netq as nq
 from netq.protocol import frames
+from netq.protocol.sending import SendSide
 from netq_testing import error_codes, peer_row, rss, wait_for
 from test_conformance import _many_clients
 
@@ -293,6 +294,46 @@ def test_a_large_bytes_body_travels_in_one_grpc_message_and_is_received_without_
     client.put(small).result(T)
     assert server.get(timeout=T).data == small
     assert not any(packet is small for packet in pushed)  # joined with its header
+
+
+@plain
+def test_a_stream_of_large_puts_is_received_whole_and_every_future_resolves(transport):
+    """Large messages put back to back say that another follows (FOLLOWS) wherever the
+    client's pump queues several at once, and the server then acknowledges several with one
+    ACK: every message still arrives whole and in order, and every future resolves."""
+    server = transport.make_server()
+    client = transport.connect(server)
+    bodies = [bytes([i]) * (256 * 1024) for i in range(40)]
+    futures = [client.put(body) for body in bodies]
+    for body in bodies:
+        assert server.get(timeout=T).data == body
+    for future in futures:
+        future.result(T)
+    wait_for(lambda: not server._loop._driver.owing, T, message="the server owes no ACK")
+
+
+@plain
+def test_an_ack_owed_for_a_message_nothing_follows_is_written_within_its_bound(
+        transport, monkeypatch):
+    """A sender whose next message never comes after all (cancelled after the pump saw it)
+    still hears: the receiver writes the ACK it deferred once the carrier's ``ack_defer``
+    has passed. Here every large message says FOLLOWS though nothing follows: each put's
+    future resolves, no sooner than the bound. (64 KiB: the credit a link starts with,
+    256 KiB, lasts past three of them, so each says FOLLOWS.)"""
+    original = SendSide.queue_message
+
+    def always_follows(self, seq, parts, total, batch, queued_behind=()):
+        original(self, seq, parts, total, batch, [None])
+
+    monkeypatch.setattr(SendSide, "queue_message", always_follows)
+    server = transport.make_server()
+    client = transport.connect(server)
+    body = b"f" * (64 * 1024)
+    for _ in range(3):
+        started = time.monotonic()
+        client.put(body).result(T)
+        assert time.monotonic() - started >= grpc_transport.ACK_DEFER
+        assert server.get(timeout=T).data == body
 
 
 @plain

@@ -54,6 +54,9 @@ __all__ = ("GRPCCarrier", "ACK_DELAY")
 LOGGER = logging.getLogger("netq")
 
 ACK_DELAY = 250e-6  # seconds an ACK may wait for a reply to ride along (delayed ACK)
+# Seconds the ACK of a large message that said another follows may wait for it: one gRPC
+# message back per few large ones instead of one each (each costs both ends a write or read).
+ACK_DEFER = 0.005
 _CLOSE_GRACE = 1.0  # seconds a client's closing stream gets before it is cancelled
 _STOP_GRACE = 0.5  # seconds server.stop() lets handlers finish before cancelling them
 
@@ -71,6 +74,7 @@ class GRPCCarrier(LoopDrivenCarrier):
     # While someone waits in get(), output of nothing but ACK frames waits this long for the
     # reply to carry it in the same gRPC message (one write and one read fewer each way).
     ack_hold = ACK_DELAY
+    ack_defer = ACK_DEFER
 
     def __init__(self, options: CommunicatorOptions, purpose: Purpose) -> None:
         self._grpc_server = None

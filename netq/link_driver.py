@@ -22,6 +22,7 @@ loop (``wake``), and hears of every dropped link (``dropped``).
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -73,8 +74,10 @@ class LinkDriver:
         # one due now (a held link written since): the loop compares it on every turn, and
         # calls release_holds() only once it is reached.
         self.hold_due = 0.0
-        # Links owing a deferred ACK (info.ack_defer), and when it is due (time.monotonic()).
+        # Links owing a deferred ACK (info.ack_defer), when each is due (time.monotonic()),
+        # and the first of those times (infinity: none owed).
         self.owing: dict[Link, float] = {}
+        self.owed_due = math.inf
         self.handed_off = False  # a read handed small messages to a get() waiting for them
         self.changed = False  # links closed or began closing: the loop's due times change
         self.refused = 0  # links refused: their HELLO named another peer than they are bound to
@@ -232,7 +235,8 @@ class LinkDriver:
             if not self._received(link, conn.receive_data(data)):  # type: ignore[arg-type]
                 return
             if conn.defers_acks and link not in self.owing and conn.ack_owed:
-                self.owing[link] = time.monotonic() + self.info.ack_defer
+                due = self.owing[link] = time.monotonic() + self.info.ack_defer
+                self.owed_due = min(self.owed_due, due)
             if counted is not None and counted.received_messages > messages \
                     and counted.received_bytes - size < LEAD_BELOW:
                 self.handed_off = True  # as in serve_io(): a waiting get() may lead from now on
@@ -347,6 +351,7 @@ class LinkDriver:
                 with session.send_lock if session is not None else link.own_lock:  # link.lock
                     link.conn.flush_owed_ack()
                     self._write(link)
+        self.owed_due = min(self.owing.values(), default=math.inf)
 
     def _write_after_hold(self, link: Link) -> None:
         """``write_now`` where ``info.ack_hold_always``: write the link's queued output as far

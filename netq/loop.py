@@ -393,6 +393,8 @@ class IOLoop:
         if driver.closing:
             for closing in list(driver.closing):
                 timeout = min(timeout, max(0.0, closing.close_deadline - now))
+        if driver.owing:  # deferred ACKs (packet carriers): a turn is due when one is
+            timeout = min(timeout, max(0.0, driver.owed_due - now))
         driver.changed = False
         self._due_at = now + timeout
         # Set before looking at the engine's queue: a user thread that queues work after the
@@ -405,8 +407,6 @@ class IOLoop:
             every = self._signals.release_acks
             due_in = 0.0 if every else driver.hold_due - time.monotonic()
             timeout = min(timeout, due_in if due_in > 0 else driver.release_holds(every))
-        if driver.owing:  # deferred ACKs (packet carriers): the wait ends when one is due
-            timeout = min(timeout, max(0.0, min(driver.owing.values()) - now))
         self._next_turn_in = timeout
         if cap is not None:
             timeout = min(timeout, cap)
@@ -471,8 +471,8 @@ class IOLoop:
         or when a look finds that no caller led since the last one, nor leads now. Looks come
         every ``PARK_LIMIT``; while each finds callers leading and nothing due, the gap doubles up
         to ``PARK_MAX`` (a steady stream of round trips then costs the I/O thread a wake-up
-        every few milliseconds, not every one). Timers, heartbeats and held ACKs that no
-        caller's turn took care of are never later than that gap.
+        every few milliseconds, not every one). Timers, heartbeats, held and deferred ACKs that
+        no caller's turn took care of are never later than that gap.
         """
         signals = self._signals
         attention = self._attention
@@ -495,9 +495,9 @@ class IOLoop:
                     and not self._lead.locked():
                 return  # work to do, or no caller led meanwhile nor leads now: lead again
             now = time.monotonic()
-            if now < self._due_at and not driver.changed and not (driver.held
-                                                                  and now >= driver.hold_due):
-                # Callers lead and nothing is late (a timer, a held ACK): a turn of ours now
+            if now < self._due_at and not driver.changed and now < driver.owed_due \
+                    and not (driver.held and now >= driver.hold_due):
+                # Callers lead and nothing is late (a timer, an ACK): a turn of ours now
                 # would only contend with theirs (their get() would wait for a hand-over).
                 gap = min(2 * gap, PARK_MAX)
                 continue

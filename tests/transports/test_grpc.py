@@ -337,6 +337,40 @@ def test_an_ack_owed_for_a_message_nothing_follows_is_written_within_its_bound(
 
 
 @plain
+def test_an_owed_ack_is_written_while_callers_lead_the_loop(transport, monkeypatch):
+    """A receiver whose ``get()`` waits for each message (it may read it itself, leading the
+    loop while the I/O thread is parked) leaves with the message's ACK owed: the loop's next
+    turn, whoever takes it, writes it once due, well before any timer of the engine's
+    (heartbeats of 60 s here, longer than the test waits for a future)."""
+    original = SendSide.queue_message
+
+    def always_follows(self, seq, parts, total, batch, queued_behind=()):
+        original(self, seq, parts, total, batch, [None])
+
+    monkeypatch.setattr(SendSide, "queue_message", always_follows)
+    server = transport.make_server(heartbeat=60.0)
+    client = transport.connect(server, heartbeat=60.0)
+
+    def get_while_client_puts(data) -> object:
+        got: list = []
+        reader = threading.Thread(target=lambda: got.append(server.get(timeout=T)),
+                                  name="test-leading-get", daemon=True)
+        reader.start()
+        wait_for(lambda: server._inboxes._getters, T, message="the server's get() waits")
+        client.put(data).result(T)
+        reader.join(T)
+        assert got
+        return got[0].data
+
+    # A small message handed to a waiting get(): the server's I/O thread leaves the loop to
+    # callers from then on (leader/followers).
+    assert get_while_client_puts("small") == "small"
+    body = b"p" * (64 * 1024)
+    for _ in range(3):
+        assert get_while_client_puts(body) == body
+
+
+@plain
 def test_unix_socket_target(transport):
     """``NetworkLocation(path=...)``: gRPC over a Unix socket (``unix:`` target); the file is
     gone after close and the path can be bound again."""

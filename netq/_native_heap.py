@@ -13,6 +13,16 @@ enough bytes have passed through since the last time, and at most once per
 :data:`TRIM_INTERVAL`. This is an action, not a setting: the allocator's tuning (and the user's
 program) is left as it is. Where there is no ``malloc_trim`` (musl, macOS, Windows) it does
 nothing.
+
+The other side of that threshold: until a block larger than a transport's buffers has been
+freed, glibc maps every block from its threshold up (128 KiB at first, then the size of the
+largest mapped block freed) with ``mmap`` and unmaps it when freed, so each one is faulted in
+all over again: a stream of 1 MiB packets (gRPC's read buffers, the packets' ``bytes``) pays
+for every page of every packet, where a program that once freed a larger block reuses them.
+:func:`expect_blocks` frees one block of the size a transport works with, which is what raises
+glibc's threshold (to that size, and its own trimming to twice it): the same action as the
+program's own first large free, once per process; :class:`NativeHeap`'s trims keep returning
+what is freed.
 """
 
 from __future__ import annotations
@@ -21,7 +31,7 @@ import ctypes
 import sys
 from collections.abc import Callable
 
-__all__ = ("NativeHeap", "TRIM_AFTER", "TRIM_INTERVAL", "TRIM_AVAILABLE")
+__all__ = ("NativeHeap", "TRIM_AFTER", "TRIM_INTERVAL", "TRIM_AVAILABLE", "expect_blocks")
 
 TRIM_AFTER = 64 * 1024 * 1024  # bytes moved through native buffers between two trims
 TRIM_INTERVAL = 1.0  # seconds between two trims, at least
@@ -41,6 +51,23 @@ def _find_malloc_trim() -> Callable[[int], int] | None:
 
 _MALLOC_TRIM = _find_malloc_trim()
 TRIM_AVAILABLE = _MALLOC_TRIM is not None
+_expected = 0  # the largest block expect_blocks() freed in this process
+
+
+def expect_blocks(nbytes: int) -> bool:
+    """Allocate and free one block of ``nbytes`` bytes (glibc only; once per size, only
+    upward): glibc then serves blocks below it from its arenas and reuses them, as after the
+    program's own free of such a block. True when it did."""
+    global _expected
+    if _MALLOC_TRIM is None or nbytes <= _expected:
+        return False
+    _expected = nbytes
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = (ctypes.c_size_t,)
+    libc.free.argtypes = (ctypes.c_void_p,)
+    libc.free(libc.malloc(nbytes))  # untouched: a map made and unmade, no page faulted
+    return True
 
 
 class NativeHeap:

@@ -1,9 +1,11 @@
 """netq._native_heap: when a transport asks glibc to hand freed native memory back, and that it
 does come back.
 
-The mechanism test runs in a child process (its allocator state is its own): a 16 MiB block
+The mechanism tests run in a child process (its allocator state is its own): a 16 MiB block
 freed raises glibc's mmap threshold, after which 1 MiB blocks freed on a thread of their own stay
-resident until ``malloc_trim``; the gRPC transport's counter is checked on a real gRPC pair.
+resident until ``malloc_trim``; ``expect_blocks`` raises it the same way, after which blocks
+below it are reused instead of mapped afresh; the gRPC transport's counter is checked on a real
+gRPC pair.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pytest
 
 import netq as nq
 from netq._native_heap import TRIM_AFTER, TRIM_AVAILABLE, TRIM_INTERVAL, NativeHeap
+from netq.transports.grpc.loop import NATIVE_BLOCKS
 from netq_testing import wait_for
 
 glibc = pytest.mark.skipif(not TRIM_AVAILABLE, reason="no malloc_trim in this C library")
@@ -87,6 +90,53 @@ def test_freed_buffers_kept_by_glibc_go_back_to_the_os_when_trimmed():
     assert raised_kept >= 48, result.stdout  # the memory this module exists for
     assert raised_after <= raised_kept - 48, result.stdout  # ... handed back by the trim
     assert low_after < 32
+
+
+_REUSE = textwrap.dedent("""
+    import ctypes, resource, sys
+    from netq._native_heap import expect_blocks
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = (ctypes.c_size_t,)
+    libc.free.argtypes = (ctypes.c_void_p,)
+    MiB = 1 << 20
+
+    def faults(size, rounds=8):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(rounds):  # what a stream of packets does: allocate, fill, free
+            block = libc.malloc(size)
+            ctypes.memset(block, 1, size)
+            libc.free(block)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    mapped = faults(4 * MiB)
+    first, again = expect_blocks(int(sys.argv[1])), expect_blocks(int(sys.argv[1]))
+    faults(4 * MiB)  # the arena grows once
+    print(mapped, faults(4 * MiB), first, again)
+""")
+
+
+def _huge_pages_always() -> bool:
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+            return "[always]" in f.read()
+    except OSError:
+        return False
+
+
+@glibc
+@pytest.mark.skipif(_huge_pages_always(), reason="transparent huge pages are on for every "
+                    "mapping here: a fresh map faults a few huge pages, not one per 4 KiB")
+def test_expected_blocks_are_reused_instead_of_mapped_afresh():
+    """4 MiB blocks allocated, filled and freed in turn: each is a fresh map, faulted in all
+    over again, until a larger block was freed; after expect_blocks the arena's pages serve
+    them all. expect_blocks acts once per size."""
+    result = subprocess.run([sys.executable, "-c", _REUSE, str(NATIVE_BLOCKS)],
+                            capture_output=True, text=True, timeout=60, check=True)
+    mapped, reused, first, again = result.stdout.split()
+    assert int(mapped) >= 8 * 4 * 1024 // 64, result.stdout  # one fault per 256 KiB at least
+    assert int(reused) * 10 < int(mapped), result.stdout
+    assert (first, again) == ("True", "False")
 
 
 @glibc

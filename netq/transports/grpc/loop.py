@@ -32,7 +32,7 @@ import collections
 import threading
 
 from ..._interrupts import LoopTurns
-from ..._native_heap import NativeHeap
+from ..._native_heap import NativeHeap, expect_blocks
 from ..._threads import call_on_thread
 from ...carrier import DATA
 from ...options import CommunicatorOptions, Purpose
@@ -49,6 +49,10 @@ EARLY_FRACTION = 0.1
 # ... or at most this late (s): below the selector's own granularity (epoll waits in whole
 # milliseconds), so no wait ends later than it would with a timer of its own.
 LATE_ALLOWANCE = 0.0005
+# Native blocks up to this size are reused by the C allocator once the carrier starts
+# (netq._native_heap.expect_blocks): the 1 MiB packets' bytes, and gRPC's read buffers, which
+# grow past a packet or two in a stream of large messages. Eight packets' worth.
+NATIVE_BLOCKS = 8 * 1024 * 1024
 
 
 def outside_running_loop(function):
@@ -90,8 +94,10 @@ class LoopDrivenCarrier(PacketCarrier[CallStream]):
         # The timer that ends waits, kept across them while the netq loop's next deadline
         # stays where it was (see _timer_for): None once it fired
         self._deadline_timer: asyncio.TimerHandle | None = None
-        # gRPC's native buffers: freed memory goes back to the OS (see netq._native_heap)
+        # gRPC's native buffers: freed memory goes back to the OS, and blocks up to a few
+        # packets are reused rather than mapped afresh (see netq._native_heap)
         self.native_heap = NativeHeap()
+        expect_blocks(NATIVE_BLOCKS)
         super().__init__(options, purpose)
 
     def call_soon(self, callback) -> None:

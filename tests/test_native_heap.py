@@ -38,14 +38,19 @@ def test_a_trim_waits_for_its_volume_and_its_interval():
     assert not heap.trim_if_due(200.0)  # the count starts again after each trim
 
 
-_CHURN = textwrap.dedent("""
-    import ctypes, os, threading
-    from netq._native_heap import NativeHeap, TRIM_AFTER
+# What both child processes start with: the C library's malloc and free, callable.
+_LIBC = textwrap.dedent("""
+    import ctypes
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
     libc.malloc.argtypes = (ctypes.c_size_t,)
     libc.free.argtypes = (ctypes.c_void_p,)
     MiB = 1 << 20
+""")
+
+_CHURN = _LIBC + textwrap.dedent("""
+    import os, threading
+    from netq._native_heap import NativeHeap, TRIM_AFTER
 
     def rss():
         with open("/proc/self/statm") as f:
@@ -92,14 +97,9 @@ def test_freed_buffers_kept_by_glibc_go_back_to_the_os_when_trimmed():
     assert low_after < 32
 
 
-_REUSE = textwrap.dedent("""
-    import ctypes, resource, sys
+_REUSE = _LIBC + textwrap.dedent("""
+    import resource, sys
     from netq._native_heap import expect_blocks
-    libc = ctypes.CDLL(None)
-    libc.malloc.restype = ctypes.c_void_p
-    libc.malloc.argtypes = (ctypes.c_size_t,)
-    libc.free.argtypes = (ctypes.c_void_p,)
-    MiB = 1 << 20
 
     def faults(size, rounds=8):
         before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt

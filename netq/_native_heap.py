@@ -37,19 +37,26 @@ TRIM_AFTER = 64 * 1024 * 1024  # bytes moved through native buffers between two 
 TRIM_INTERVAL = 1.0  # seconds between two trims, at least
 
 
-def _find_malloc_trim() -> Callable[[int], int] | None:
+def _find_glibc() -> ctypes.CDLL | None:
+    """The C library the interpreter runs on, if it is one with ``malloc_trim`` (glibc), its
+    ``malloc_trim``, ``malloc`` and ``free`` declared."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        trim = ctypes.CDLL(None).malloc_trim  # the C library the interpreter runs on
+        libc = ctypes.CDLL(None)
+        trim = libc.malloc_trim
     except (OSError, AttributeError):
         return None
     trim.argtypes = (ctypes.c_size_t,)
     trim.restype = ctypes.c_int
-    return trim
+    libc.malloc.argtypes = (ctypes.c_size_t,)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = (ctypes.c_void_p,)
+    return libc
 
 
-_MALLOC_TRIM = _find_malloc_trim()
+_GLIBC = _find_glibc()
+_MALLOC_TRIM: Callable[[int], int] | None = _GLIBC.malloc_trim if _GLIBC is not None else None
 TRIM_AVAILABLE = _MALLOC_TRIM is not None
 _expected = 0  # the largest block expect_blocks() freed in this process
 
@@ -59,14 +66,10 @@ def expect_blocks(nbytes: int) -> bool:
     upward): glibc then serves blocks below it from its arenas and reuses them, as after the
     program's own free of such a block. True when it did."""
     global _expected
-    if _MALLOC_TRIM is None or nbytes <= _expected:
+    if _GLIBC is None or nbytes <= _expected:
         return False
     _expected = nbytes
-    libc = ctypes.CDLL(None)
-    libc.malloc.restype = ctypes.c_void_p
-    libc.malloc.argtypes = (ctypes.c_size_t,)
-    libc.free.argtypes = (ctypes.c_void_p,)
-    libc.free(libc.malloc(nbytes))  # untouched: a map made and unmade, no page faulted
+    _GLIBC.free(_GLIBC.malloc(nbytes))  # untouched: a map made and unmade, no page faulted
     return True
 
 
